@@ -1,0 +1,77 @@
+// Package pglease runs a job scheduled on several replicas on exactly one of
+// them, and gives that run a fencing token that only grows. It is a lease
+// table in PostgreSQL and a Locker that plugs into gocron
+// (gocron.WithDistributedLocker).
+//
+// # The row
+//
+// Each key (a gocron job name) has one row: holder, fence, acquired_at and
+// expires_at. The row is created by the first claim of the key and then
+// updated in place for ever; only Migrate's purge ever deletes it, long after
+// it expired. Every time is the database's clock_timestamp(): the Go clock of
+// a replica is never compared with anything but itself.
+//
+// # Claim
+//
+// A claim is one INSERT ... ON CONFLICT DO UPDATE. It takes the row when
+// there is none, when the row has expired, or when this holder already holds
+// it (a re-entrant claim). Every successful claim takes a new fence from a
+// sequence, so the fence of a key grows with each mandate, even across a
+// purge. When another holder's lease is live, no row comes back and Claim
+// returns ErrHeld. When the claim had to wait on the row lock for longer than
+// the TTL, the row comes back already expired: that is not a lease, and
+// Claim hands out nothing (an error wrapping ErrLost).
+//
+// # Heartbeat and the trust window
+//
+// A Locker runs one background goroutine. Every heartbeat interval it
+// extends all the leases it holds in one UPDATE that matches each row on
+// holder, fence and "not yet expired". A lease missing from the result has
+// been taken by a later mandate or has lapsed: it is lost at once, its Done
+// channel closes and its Err wraps ErrLost. A lost lease never comes back.
+//
+// The Locker trusts a lease until its trust deadline: the local monotonic
+// time at which the last successful claim or heartbeat was sent, plus the
+// TTL. The server computed that statement's expiry later than it was sent,
+// so the trust deadline never falls after the server's expiry (assuming the
+// two clocks tick at the same rate over one TTL). A failed heartbeat is
+// retried every quarter interval; if the deadline passes first, the lease is
+// declared lost locally, database reachable or not. The heartbeat interval
+// must be below TTL/2, so a single failed round is always retried in time.
+//
+// # Release
+//
+// Unlock expires the row in place rather than deleting it, guarded by holder
+// and fence: a previous mandate's late release touches nothing and returns
+// ErrLost. With WithMinHold the release keeps the lease until
+// acquired_at + min hold, so a replica whose scheduler fires a few
+// milliseconds later cannot run the same tick again; the holder itself may
+// re-claim. Release and heartbeat rounds are ordered by one semaphore: a
+// heartbeat already in flight completes before the release is sent, so it
+// cannot re-arm a lease that was just released.
+//
+// Unlock runs even when its context is already cancelled (gocron cancels it
+// on shutdown), bounded by the Locker's timeout, and reports failures through
+// the logger and hooks, because gocron ignores what Unlock returns.
+//
+// # Failures
+//
+//   - Database unreachable: claims fail (reported at error level, not as
+//     contention); held leases are lost at their trust deadline.
+//   - Holder crash: its leases expire after at most one TTL; another replica
+//     claims with a greater fence.
+//   - Holder paused (GC, VM): its lease may expire and be taken meanwhile.
+//     On resume the heartbeat finds another fence and reports the loss;
+//     the late release touches nothing.
+//   - Server restart: leases survive if it is back within the trust window.
+//
+// # What fencing protects
+//
+// A lease guarantees one mandate at a time only as far as the clocks and
+// the database are honest. A paused process cannot know it was paused: work
+// it does after its lease ended is only stopped by a downstream that checks
+// the fence (rejects a write carrying a fence lower than one it has seen).
+// Pass Fence to such resources. Across a PostgreSQL failover the guarantees
+// hold only with synchronous replication: an asynchronous standby may not
+// have the latest claim, and could issue an older fence again.
+package pglease

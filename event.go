@@ -1,0 +1,105 @@
+package pglease
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// EventKind says what happened to a lease.
+type EventKind int
+
+// The events a Locker reports through WithHook and WithLogger.
+const (
+	// EventAcquired: a claim returned a lease. Logged at debug level.
+	EventAcquired EventKind = iota + 1
+	// EventContended: a claim found another holder's live lease (ErrHeld).
+	// Normal between replicas; logged at debug level.
+	EventContended
+	// EventClaimFailed: a claim failed for any other reason (database down,
+	// timeout, lease expired while the claim waited, Locker closed). Logged
+	// at error level: without it a database outage silently stops every job.
+	EventClaimFailed
+	// EventExtended: a heartbeat round extended Leases leases. Key is empty.
+	// Logged at debug level.
+	EventExtended
+	// EventHeartbeatFailed: a heartbeat round failed and will be retried
+	// until each lease's trust deadline. Key is empty. Logged at warn level.
+	EventHeartbeatFailed
+	// EventLost: a lease ended without being released: a later mandate took
+	// the key, it lapsed, or its trust deadline passed while the database
+	// could not be reached. Logged at error level.
+	EventLost
+	// EventReleased: Unlock or Close released a lease. Logged at debug level.
+	EventReleased
+	// EventReleaseFailed: Unlock or Close could not release a lease; Err
+	// wraps ErrLost when a later mandate owned the key. Logged at error
+	// level, because gocron ignores what Unlock returns.
+	EventReleaseFailed
+)
+
+var eventNames = map[EventKind]string{
+	EventAcquired:        "acquired",
+	EventContended:       "contended",
+	EventClaimFailed:     "claim_failed",
+	EventExtended:        "extended",
+	EventHeartbeatFailed: "heartbeat_failed",
+	EventLost:            "lost",
+	EventReleased:        "released",
+	EventReleaseFailed:   "release_failed",
+}
+
+// String is a short snake_case name, usable as a metric label.
+func (k EventKind) String() string {
+	if s, ok := eventNames[k]; ok {
+		return s
+	}
+	return "unknown"
+}
+
+// Event is one report from a Locker, given to every hook of WithHook.
+type Event struct {
+	Kind   EventKind
+	Key    string // empty for heartbeat rounds
+	Holder string
+	Fence  int64         // 0 when no lease was issued
+	Err    error         // the cause, for failures and losses
+	Took   time.Duration // the round trip of the claim, heartbeat or release
+	Leases int           // heartbeat rounds: leases in the round
+}
+
+func (k EventKind) level() slog.Level {
+	switch k {
+	case EventClaimFailed, EventLost, EventReleaseFailed:
+		return slog.LevelError
+	case EventHeartbeatFailed:
+		return slog.LevelWarn
+	default:
+		return slog.LevelDebug
+	}
+}
+
+// emit logs e and hands it to every hook.
+func (l *Locker) emit(e Event) {
+	e.Holder = l.cfg.holder
+	lvl := e.Kind.level()
+	if log := l.cfg.logger; log.Enabled(context.Background(), lvl) {
+		attrs := []slog.Attr{
+			slog.String("event", e.Kind.String()),
+			slog.String("holder", e.Holder),
+			slog.Duration("took", e.Took),
+		}
+		if e.Key != "" || e.Kind != EventExtended && e.Kind != EventHeartbeatFailed {
+			attrs = append(attrs, slog.String("key", e.Key), slog.Int64("fence", e.Fence))
+		} else {
+			attrs = append(attrs, slog.Int("leases", e.Leases))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.Any("error", e.Err))
+		}
+		log.LogAttrs(context.Background(), lvl, "pglease: "+e.Kind.String(), attrs...)
+	}
+	for _, h := range l.cfg.hooks {
+		h(e)
+	}
+}

@@ -1,0 +1,237 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+)
+
+var _ gocron.Lock = (*Lease)(nil)
+
+// releaseSQL gives a lease back by expiring its row in place, never by
+// DELETE: the row, and so the table's storage, stays put, and every update
+// stays a HOT update.
+//
+//   - The guard (holder, fence, not expired) makes a previous mandate's late
+//     release touch nothing: zero rows means ErrLost.
+//   - GREATEST(clock_timestamp(), acquired_at + min hold) keeps the lease
+//     until the min hold has passed since the claim (WithMinHold), and
+//     otherwise expires it now. No "- interval '1 second'": the CHECK
+//     (expires_at > acquired_at) would reject a release within a second of
+//     the claim.
+const releaseSQL = `UPDATE {table}
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+ WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()`
+
+// Lease is one mandate on a key: the fence the database issued for one
+// claim. It is held until Unlock, until it is lost, or until its Locker is
+// closed; Done and Err tell which.
+type Lease struct {
+	locker     *Locker
+	key        string
+	fence      int64
+	acquiredAt time.Time
+
+	mu         sync.Mutex
+	expiresAt  time.Time // server time, from the last claim or heartbeat
+	trustUntil time.Time // local monotonic: sent_at + TTL of that statement
+	err        error     // nil while held
+	done       chan struct{}
+	released   bool  // a release was attempted
+	releaseErr error // its outcome, returned by later Unlocks
+	watchers   map[int]func(error)
+	nextWatch  int
+}
+
+// Key is the key the lease is on.
+func (ls *Lease) Key() string { return ls.key }
+
+// Holder is the holder the lease was claimed for.
+func (ls *Lease) Holder() string { return ls.locker.cfg.holder }
+
+// Fence is the fencing token the database issued for this claim. Fences of a
+// key only grow. Pass it to every downstream write, and let the downstream
+// refuse writes with a fence lower than one it has seen.
+func (ls *Lease) Fence() int64 { return ls.fence }
+
+// AcquiredAt is the server time of the claim.
+func (ls *Lease) AcquiredAt() time.Time { return ls.acquiredAt }
+
+// ExpiresAt is the server's expiry of the lease, as of the last successful
+// claim or heartbeat.
+func (ls *Lease) ExpiresAt() time.Time {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.expiresAt
+}
+
+// Done is closed once the lease ends: released, lost, or its Locker closed.
+func (ls *Lease) Done() <-chan struct{} { return ls.done }
+
+// Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
+// was lost (taken by a later mandate, lapsed, or past its trust deadline),
+// ErrReleased after Unlock, or ErrClosed after the Locker's Close. A lease
+// past its local trust deadline is lost even if the heartbeat has not yet
+// noticed.
+func (ls *Lease) Err() error {
+	ls.checkTrust(time.Now())
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.err
+}
+
+// Context returns a context derived from parent that is cancelled the moment
+// the lease ends, with the lease's Err as its cause (context.Cause). A job
+// should do its work under it. Call cancel when done.
+func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ls.checkTrust(time.Now())
+	ls.mu.Lock()
+	if ls.err != nil {
+		err := ls.err
+		ls.mu.Unlock()
+		cancel(err)
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	if ls.watchers == nil {
+		ls.watchers = make(map[int]func(error))
+	}
+	id := ls.nextWatch
+	ls.nextWatch++
+	ls.watchers[id] = cancel
+	ls.mu.Unlock()
+	return ctx, func() {
+		ls.mu.Lock()
+		delete(ls.watchers, id)
+		ls.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// Unlock releases the lease (gocron.Lock). It runs even if ctx is already
+// cancelled, as gocron's is during shutdown, bounded by the Locker's
+// timeout. It returns an error wrapping ErrLost when the lease was lost
+// before or a later mandate owns the key; that mandate's row is untouched.
+// Failures are also reported through the logger and hooks, since gocron
+// ignores what Unlock returns. Unlock after a release returns its outcome
+// again and sends nothing.
+func (ls *Lease) Unlock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.locker.cfg.timeout)
+	defer cancel()
+	return ls.locker.release(ctx, ls, ErrReleased)
+}
+
+// release expires the lease's row, ordered after any heartbeat round in
+// flight, and ends the lease with ended (ErrReleased or ErrClosed) or with
+// the loss.
+func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
+	ls.mu.Lock()
+	if ls.released {
+		err := ls.releaseErr
+		ls.mu.Unlock()
+		return err
+	}
+	ls.released = true
+	ls.mu.Unlock()
+
+	err := l.releaseRow(ctx, ls)
+	if err == nil {
+		ls.end(ended)
+		l.emit(Event{Kind: EventReleased, Key: ls.key, Fence: ls.fence})
+	} else {
+		// Ended either way: the lease is no longer extended, so at worst its
+		// row lapses at its expiry. A lease already lost keeps its cause.
+		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
+		ls.end(err)
+		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Fence: ls.fence, Err: err})
+	}
+	ls.mu.Lock()
+	ls.releaseErr = err
+	ls.mu.Unlock()
+	return err
+}
+
+// releaseRow sends releaseSQL. A lease already lost locally (for instance past
+// its trust deadline while the database was unreachable) is still released
+// if its row is still ours, to free the key early; it reports ErrLost anyway.
+func (l *Locker) releaseRow(ctx context.Context, ls *Lease) error {
+	select {
+	case l.round <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the heartbeat round in flight: %w", context.Cause(ctx))
+	}
+	defer func() { <-l.round }()
+
+	prior := ls.lostErr()
+	tag, err := l.db.Exec(ctx, l.releaseSQL, ls.key, l.cfg.holder, ls.fence, l.cfg.minHold.Seconds())
+	switch {
+	case prior != nil:
+		return prior
+	case err != nil:
+		return err
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("row taken by a later mandate or lapsed: %w", ErrLost)
+	}
+	return nil
+}
+
+// lostErr is the loss that ended the lease, or nil.
+func (ls *Lease) lostErr() error {
+	ls.checkTrust(time.Now())
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.err
+}
+
+// checkTrust ends the lease once its local trust deadline has passed: past
+// it, the server may already have let another holder in.
+func (ls *Lease) checkTrust(now time.Time) {
+	ls.mu.Lock()
+	untrusted := ls.err == nil && !now.Before(ls.trustUntil)
+	ls.mu.Unlock()
+	if untrusted {
+		ls.lose("trust deadline passed without a successful heartbeat")
+	}
+}
+
+// extend records a successful heartbeat sent at sent.
+func (ls *Lease) extend(expiresAt, sent time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.err == nil {
+		ls.expiresAt = expiresAt
+		ls.trustUntil = sent.Add(ls.locker.cfg.ttl)
+	}
+}
+
+// lose ends the lease as lost, and reports it, unless it has ended already.
+func (ls *Lease) lose(why string) {
+	err := fmt.Errorf("pglease: lease %q fence %d: %s: %w", ls.key, ls.fence, why, ErrLost)
+	if ls.end(err) {
+		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Fence: ls.fence, Err: err})
+	}
+}
+
+// end moves the lease to its final state once: it records err, closes Done,
+// drops the lease from its Locker and cancels the contexts of Context.
+func (ls *Lease) end(err error) bool {
+	ls.mu.Lock()
+	if ls.err != nil {
+		ls.mu.Unlock()
+		return false
+	}
+	ls.err = err
+	close(ls.done)
+	watchers := ls.watchers
+	ls.watchers = nil
+	ls.mu.Unlock()
+
+	ls.locker.forget(ls)
+	for _, cancel := range watchers {
+		cancel(err)
+	}
+	return true
+}

@@ -1,0 +1,325 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what pglease needs from PostgreSQL. *pgxpool.Pool and *pgx.Conn
+// satisfy it. pglease never closes it: the pool is the caller's.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+var _ gocron.Locker = (*Locker)(nil)
+
+// claimSQL takes a key in one statement and one round trip.
+//
+//   - INSERT ... ON CONFLICT, not a pure UPDATE: a missing row must become a
+//     lease, not look like "held by another".
+//   - The conflict arm only fires for our own holder (re-entrant claim) or an
+//     expired row; otherwise no row comes back, which is ErrHeld.
+//   - fence takes nextval on every claim, re-entrant ones included, so a
+//     previous mandate's late heartbeat or release matches nothing, and the
+//     fence never restarts after a purge.
+//   - acquired_at comes from EXCLUDED: it was evaluated before any wait on the
+//     row lock. clock_timestamp() here would break the CHECK after a wait
+//     longer than the TTL (SQLSTATE 23514).
+//   - live reports whether the lease is still unexpired after that wait; a
+//     claim that returns live = false hands out nothing.
+//
+// The alias keeps the statement the same whatever the table is called.
+const claimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
+VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+
+// Locker claims leases on one table for one holder and keeps them alive
+// with a single background heartbeat goroutine, started by the first claim
+// and stopped by Close. It is safe for concurrent use.
+type Locker struct {
+	db  DB
+	cfg config
+
+	claimSQL, heartbeatSQL, releaseSQL string
+
+	// round is a one-slot semaphore held by each heartbeat round and each
+	// release, so that a heartbeat already in flight can never re-arm a lease
+	// that Unlock has just released.
+	round chan struct{}
+
+	mu       sync.Mutex
+	leases   map[string]*Lease // the newest unended lease per key
+	closed   bool
+	stop     context.CancelFunc // stops the heartbeat; nil until started
+	loopDone chan struct{}      // closed when the heartbeat goroutine returns
+	closeErr error
+	closing  chan struct{} // closed when Close has finished
+}
+
+// NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
+// a message that names what is wrong: they are programming errors, found at
+// start-up. NewLocker sends nothing to the database.
+func NewLocker(db DB, opts ...Option) *Locker {
+	if isNil(db) {
+		panic("pglease: NewLocker: db is nil")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		panic(err.Error())
+	}
+	t, _ := parseTable(cfg.table) // checked by newConfig
+	return &Locker{
+		db:           db,
+		cfg:          cfg,
+		claimSQL:     t.render(claimSQL),
+		heartbeatSQL: t.render(heartbeatSQL),
+		releaseSQL:   t.render(releaseSQL),
+		round:        make(chan struct{}, 1),
+		leases:       make(map[string]*Lease),
+		closing:      make(chan struct{}),
+	}
+}
+
+func isNil(db DB) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Holder is the identity this Locker writes in the holder column.
+func (l *Locker) Holder() string { return l.cfg.holder }
+
+// TTL is the lease duration this Locker claims and extends.
+func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
+
+// Claim takes the lease on key, in one statement. It returns an error
+// wrapping ErrHeld while another holder's lease is live. A claim by the same
+// holder while its own lease is live succeeds with a greater fence, and the
+// previous Lease for key is then lost. The lease is extended in the
+// background until Unlock, loss, or Close.
+//
+// Claim uses ctx as given; Lock adds the Locker's timeout.
+func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
+	}
+	if l.isClosed() {
+		err := fmt.Errorf("pglease: claim %q: %w", key, ErrClosed)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		return nil, err
+	}
+
+	sent := time.Now()
+	var (
+		fence      int64
+		acquiredAt time.Time
+		expiresAt  time.Time
+		live       bool
+	)
+	err := l.db.QueryRow(ctx, l.claimSQL, key, l.cfg.holder, l.cfg.ttl.Seconds()).
+		Scan(&fence, &acquiredAt, &expiresAt, &live)
+	took := time.Since(sent)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		err = fmt.Errorf("pglease: claim %q: %w", key, ErrHeld)
+		l.emit(Event{Kind: EventContended, Key: key, Err: err, Took: took})
+		return nil, err
+	case err != nil:
+		err = fmt.Errorf("pglease: claim %q: %w", key, err)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Took: took})
+		return nil, err
+	case !live:
+		// The claim waited on the row lock past its own expiry. The row
+		// carries our holder but is already expired: it is nobody's lease.
+		err = fmt.Errorf("pglease: claim %q: expired while waiting on the row lock for %v: %w", key, took, ErrLost)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: fence, Err: err, Took: took})
+		return nil, err
+	}
+
+	lease := &Lease{
+		locker:     l,
+		key:        key,
+		fence:      fence,
+		acquiredAt: acquiredAt,
+		expiresAt:  expiresAt,
+		trustUntil: sent.Add(l.cfg.ttl),
+		done:       make(chan struct{}),
+	}
+	prev, err := l.register(lease)
+	if err != nil {
+		// Close ran while the claim was in flight: give the row back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+		_ = l.release(rctx, lease, ErrClosed)
+		cancel()
+		err = fmt.Errorf("pglease: claim %q: %w", key, err)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: fence, Err: err, Took: took})
+		return nil, err
+	}
+	if prev != nil {
+		prev.lose("re-claimed by the same holder with a greater fence")
+	}
+	l.emit(Event{Kind: EventAcquired, Key: key, Fence: fence, Took: took})
+	return lease, nil
+}
+
+// Lock implements gocron.Locker: it claims key (the job name) within the
+// Locker's timeout, since gocron's context has no deadline. Failures are
+// reported through the logger and hooks (gocron never logs them);
+// contention stays at debug level.
+func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	lease, err := l.Claim(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return lease, nil
+}
+
+// Held returns the newest lease this Locker holds for key, if it is still
+// held: not released, not lost, and within its trust deadline. A job run by
+// gocron reaches its lease this way, with its job name as key.
+func (l *Locker) Held(key string) (*Lease, bool) {
+	l.mu.Lock()
+	lease := l.leases[key]
+	l.mu.Unlock()
+	if lease == nil || lease.Err() != nil {
+		return nil, false
+	}
+	return lease, true
+}
+
+// Close stops the heartbeat, releases every lease still held (each lease's
+// Err then wraps ErrClosed), and waits for the background goroutine to end.
+// Releases run even if ctx is already cancelled, bounded by the Locker's
+// timeout. Close is idempotent; later calls wait for the first and return
+// nil.
+func (l *Locker) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		select {
+		case <-l.closing:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	l.closed = true
+	stop, loopDone := l.stop, l.loopDone
+	held := make([]*Lease, 0, len(l.leases))
+	for _, lease := range l.leases {
+		held = append(held, lease)
+	}
+	l.mu.Unlock()
+
+	if stop != nil {
+		stop()
+		<-loopDone
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+	defer cancel()
+	var errs []error
+	for _, lease := range held {
+		if err := l.release(rctx, lease, ErrClosed); err != nil && !errors.Is(err, ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	l.closeErr = errors.Join(errs...)
+	close(l.closing)
+	return l.closeErr
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// register makes lease the newest for its key and starts the heartbeat if
+// it is not running yet. It returns the lease it replaces, if any.
+func (l *Locker) register(lease *Lease) (*Lease, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	prev := l.leases[lease.key]
+	if prev != nil && prev.fence > lease.fence {
+		// A concurrent re-entrant claim of the same key committed after
+		// this one and registered first: this lease is the older mandate.
+		prev = lease
+	} else {
+		l.leases[lease.key] = lease
+	}
+	if l.stop == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		l.stop, l.loopDone = stop, make(chan struct{})
+		go l.heartbeat(ctx, l.loopDone)
+	}
+	return prev, nil
+}
+
+// forget drops lease from the held set if it is still the newest for its key.
+func (l *Locker) forget(lease *Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.leases[lease.key] == lease {
+		delete(l.leases, lease.key)
+	}
+}
+
+// snapshot lists the leases held now.
+func (l *Locker) snapshot() []*Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*Lease, 0, len(l.leases))
+	for _, lease := range l.leases {
+		out = append(out, lease)
+	}
+	return out
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("key is empty")
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("key is %d bytes, longer than MaxKeyLen (%d)", len(key), MaxKeyLen)
+	case strings.ContainsRune(key, 0):
+		return errors.New("key contains a NUL byte, which PostgreSQL text cannot store")
+	case !utf8.ValidString(key):
+		return errors.New("key is not valid UTF-8")
+	}
+	return nil
+}
+
+// shorten keeps error messages readable when a key is huge.
+func shorten(key string) string {
+	const max = 64
+	if len(key) <= max {
+		return key
+	}
+	return key[:max] + "..."
+}

@@ -1,0 +1,123 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// createSequenceSQL makes the sequence that issues fences. A sequence, not
+// fence + 1: the fence then grows on every claim of a key, re-entrant ones
+// included, and does not restart at 1 when a purged key is claimed again.
+const createSequenceSQL = `CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint`
+
+// createTableSQL makes the lease table. One row per key, updated in place
+// for its whole life. There is deliberately no index on expires_at: without
+// it every claim, heartbeat and release is a HOT update and the table stays
+// a few pages forever. The table stays LOGGED: a claim must survive a crash
+// or fences could go backwards.
+const createTableSQL = `CREATE TABLE IF NOT EXISTS {table} (
+    key         text        PRIMARY KEY,
+    holder      text        NOT NULL,
+    fence       bigint      NOT NULL DEFAULT nextval({seqlit}),
+    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at  timestamptz NOT NULL,
+    CHECK (expires_at > acquired_at)
+)`
+
+// purgeSQL deletes rows expired longer than the retention ago. It is the
+// only DELETE pglease runs, and it runs only in Migrate: a purged key that is
+// claimed again gets its fence from the sequence, so it still grows.
+const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
+
+// migrateLockSQL serializes concurrent Migrate calls on one table (two
+// concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog).
+// Transaction-scoped, so it also works behind PgBouncer in transaction mode.
+const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
+
+// schemaStatements is the DDL Migrate runs, in order.
+var schemaStatements = []string{createSequenceSQL, createTableSQL}
+
+// Schema returns the DDL that Migrate runs for the given options (only
+// WithTable matters), as one SQL text for migration tools. Statements end
+// with a semicolon.
+func Schema(opts ...Option) (string, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return "", err
+	}
+	t, _ := parseTable(cfg.table)
+	var b strings.Builder
+	for _, stmt := range schemaStatements {
+		b.WriteString(t.render(stmt))
+		b.WriteString(";\n")
+	}
+	return b.String(), nil
+}
+
+// Migrate creates the fence sequence and the lease table if they do not
+// exist, then purges rows expired longer than the retention ago (Retention,
+// or WithRetention). It runs in one transaction under a transaction-scoped
+// advisory lock, so it is idempotent and safe when many replicas run it at
+// once. The schema of a qualified table name must exist already. Migrate is
+// the only code that runs DDL; at run time a Locker needs only SELECT,
+// INSERT and UPDATE on the table and USAGE on its sequence.
+func Migrate(ctx context.Context, db DB, opts ...Option) error {
+	if isNil(db) {
+		return errors.New("pglease: migrate: db is nil")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	t, _ := parseTable(cfg.table)
+	if err := migrate(ctx, db, t, cfg); err != nil {
+		return fmt.Errorf("pglease: migrate %s: %w", t, explainPrivilege(err))
+	}
+	return nil
+}
+
+func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := tx.Exec(ctx, migrateLockSQL, migrateLockKey(t)); err != nil {
+		return fmt.Errorf("advisory lock: %w", err)
+	}
+	for _, stmt := range schemaStatements {
+		if _, err := tx.Exec(ctx, t.render(stmt)); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, t.render(purgeSQL), cfg.retention.Seconds()); err != nil {
+		return fmt.Errorf("purge: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// migrateLockKey derives the advisory lock key from the table name.
+func migrateLockKey(t table) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("pglease.migrate:" + t.name.Sanitize()))
+	return int64(h.Sum64())
+}
+
+// explainPrivilege adds what to do to a permission error (SQLSTATE 42501):
+// the runtime role is not meant to run Migrate.
+func explainPrivilege(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("%w (Migrate needs CREATE on the schema and DELETE on the table: run it as the table's owner, or apply Schema() with your migration tool and give the runtime role only SELECT, INSERT, UPDATE on the table and USAGE on the sequence)", err)
+	}
+	return err
+}

@@ -1,0 +1,218 @@
+package pglease
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults, for users who want to refer to them.
+const (
+	// DefaultTTL is how long a lease lives without a heartbeat.
+	DefaultTTL = 60 * time.Second
+	// DefaultTimeout bounds one claim made by Lock and one release made by
+	// Unlock or Close.
+	DefaultTimeout = 5 * time.Second
+	// Retention is how long Migrate keeps an expired row before purging it.
+	Retention = 24 * time.Hour
+)
+
+// MaxKeyLen is the longest key, in bytes, that Claim accepts. Keys are the
+// table's primary key; a B-tree entry cannot hold much more than 2 kB, and a
+// job name longer than this is a mistake.
+const MaxKeyLen = 1024
+
+// Option configures a Locker (NewLocker) or the schema (Migrate). Options
+// that do not apply to one of them are ignored there.
+type Option func(*config)
+
+type config struct {
+	holder    string
+	ttl       time.Duration
+	heartbeat time.Duration // 0: ttl/3
+	minHold   time.Duration
+	table     string
+	retention time.Duration
+	timeout   time.Duration
+	logger    *slog.Logger
+	hooks     []func(Event)
+	errs      []error
+}
+
+// WithHolder sets the identity this replica writes in the holder column. It
+// must be unique per Locker: two Lockers with one holder would take each
+// other's leases as re-entrant claims. The default is hostname-pid-random.
+func WithHolder(id string) Option {
+	return func(c *config) {
+		switch {
+		case id == "":
+			c.fail("WithHolder: holder is empty")
+		case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
+			c.fail("WithHolder(%q): holder must be valid UTF-8 without NUL bytes", id)
+		default:
+			c.holder = id
+		}
+	}
+}
+
+// WithTTL sets how long a lease lives on the server without a heartbeat,
+// which is also how long other replicas wait after a holder crashes. The
+// default is DefaultTTL (60s).
+func WithTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("WithTTL(%v): TTL must be positive", d)
+			return
+		}
+		c.ttl = d
+	}
+}
+
+// WithHeartbeatInterval sets how often the Locker extends its leases. It
+// must be less than TTL/2, so that one failed heartbeat is retried before the
+// lease lapses. The default is TTL/3.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("WithHeartbeatInterval(%v): interval must be positive", d)
+			return
+		}
+		c.heartbeat = d
+	}
+}
+
+// WithMinHold keeps a released lease until acquired_at + d, so that a
+// replica whose scheduler fires a little later cannot run the same tick
+// again. The holder itself can still re-claim it. It must be <= TTL. The
+// default is 0: Unlock expires the lease at once.
+func WithMinHold(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail("WithMinHold(%v): min hold must not be negative", d)
+			return
+		}
+		c.minHold = d
+	}
+}
+
+// WithTable sets the lease table, "name" or "schema.name". The fence
+// sequence is "<name>_fence_seq" in the same schema. The default is
+// DefaultTable ("lease").
+func WithTable(name string) Option {
+	return func(c *config) {
+		if _, err := parseTable(name); err != nil {
+			c.fail("WithTable: %v", err)
+			return
+		}
+		c.table = name
+	}
+}
+
+// WithRetention sets how long Migrate keeps expired rows before purging
+// them. The default is Retention (24h).
+func WithRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail("WithRetention(%v): retention must not be negative", d)
+			return
+		}
+		c.retention = d
+	}
+}
+
+// WithTimeout bounds each claim made by Lock and each release made by
+// Unlock or Close. gocron passes contexts without deadline, and cancels them
+// before Unlock during shutdown, so pglease applies its own bound. The
+// default is DefaultTimeout (5s).
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("WithTimeout(%v): timeout must be positive", d)
+			return
+		}
+		c.timeout = d
+	}
+}
+
+// WithLogger sets where the Locker reports. Contention and routine events
+// are logged at debug level; failed claims, lost leases and failed releases
+// at error level. The default is slog.Default(). To silence it, pass
+// slog.New(slog.DiscardHandler).
+func WithLogger(logger *slog.Logger) Option {
+	return func(c *config) {
+		if logger == nil {
+			c.fail("WithLogger: logger is nil")
+			return
+		}
+		c.logger = logger
+	}
+}
+
+// WithHook registers a function called with every Event the Locker
+// observes. Hooks run synchronously on the Locker's goroutines, in the order
+// registered: they must return quickly and must not call the Locker. It may
+// be given several times.
+func WithHook(hook func(Event)) Option {
+	return func(c *config) {
+		if hook == nil {
+			c.fail("WithHook: hook is nil")
+			return
+		}
+		c.hooks = append(c.hooks, hook)
+	}
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("pglease: "+format, args...))
+}
+
+// newConfig applies opts over the defaults and checks the combination.
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		ttl:       DefaultTTL,
+		table:     DefaultTable,
+		retention: Retention,
+		timeout:   DefaultTimeout,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			c.fail("nil Option")
+			continue
+		}
+		opt(&c)
+	}
+	if c.heartbeat == 0 {
+		c.heartbeat = c.ttl / 3
+	}
+	if c.heartbeat*2 >= c.ttl && c.ttl > 0 {
+		c.fail("WithHeartbeatInterval(%v): must be less than TTL/2 (TTL is %v)", c.heartbeat, c.ttl)
+	}
+	if c.minHold > c.ttl {
+		c.fail("WithMinHold(%v): must not exceed the TTL (%v)", c.minHold, c.ttl)
+	}
+	if c.holder == "" {
+		c.holder = defaultHolder()
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return c, errors.Join(c.errs...)
+}
+
+// defaultHolder is hostname-pid-random: unique per Locker even for two
+// Lockers in one process.
+func defaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
