@@ -1,0 +1,270 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgserver"
+)
+
+func TestHeartbeatKeepsTheLeaseAcrossSeveralTTLsWhileOthersGetErrHeld(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	const ttl = 600 * time.Millisecond
+	events := newEventLog()
+	a := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(150*time.Millisecond), pglease.WithHook(events.hook))
+	b := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	lease, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	firstExpiry := lease.ExpiresAt()
+
+	// Keep claiming from b until the lease has been extended past 4 TTLs.
+	attempts := 0
+	for {
+		_, err := b.Claim(ctx, "k")
+		require.ErrorIs(t, err, pglease.ErrHeld, "attempt %d", attempts)
+		attempts++
+		if lease.ExpiresAt().Sub(firstExpiry) > 4*ttl {
+			break
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease lost: %v", lease.Err())
+		case <-events.signal:
+		}
+	}
+	require.NoError(t, lease.Err())
+	assert.Greater(t, events.count(pglease.EventExtended), 4)
+	assert.Zero(t, events.count(pglease.EventLost))
+	row, _ := readRow(t, pool, table, "k")
+	assert.Equal(t, lease.Fence(), row.Fence, "heartbeats never change the fence")
+}
+
+func TestHeartbeatExtendsEveryLeaseInOneStatementPerRound(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	counter := &statementCounter{}
+	pool := newPool(t, "", counter)
+	table := newTable(t, pool)
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	const n = 50
+	for i := range n {
+		_, err := l.Claim(ctx, fmt.Sprintf("k%02d", i))
+		require.NoError(t, err)
+	}
+	events.waitFor(t, pglease.EventExtended, 5*time.Second) // a first full round
+	counter.reset()
+	before := events.count(pglease.EventExtended)
+	for range 3 {
+		ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+		assert.Equal(t, n, ev.Leases, "every lease in each round")
+	}
+	rounds := events.count(pglease.EventExtended) - before
+	statements := counter.get("heartbeat")
+	assert.InDelta(t, rounds, statements, 1, "one statement per round (%d rounds, %d statements)", rounds, statements)
+	assert.Equal(t, 0, counter.get("other"))
+}
+
+func TestRowStolenBehindTheLockersBackIsDetectedAsLostWithinOneTTL(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	const ttl = time.Second
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	jobCtx, cancel := lease.Context(ctx)
+	defer cancel()
+
+	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'thief', fence = nextval(%s), expires_at = clock_timestamp() + interval '1 hour' WHERE key = 'k'`,
+		pgx.Identifier{table}.Sanitize(), "'"+pgx.Identifier{table + "_fence_seq"}.Sanitize()+"'"))
+	require.NoError(t, err)
+	stolen, _ := readRow(t, pool, table, "k")
+
+	waitDone(t, lease, ttl)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	require.ErrorIs(t, context.Cause(jobCtx), pglease.ErrLost, "the job's context is cancelled with the cause")
+	ev := events.waitFor(t, pglease.EventLost, time.Second)
+	assert.Equal(t, "k", ev.Key)
+	assert.Equal(t, lease.Fence(), ev.Fence)
+	assert.Equal(t, "a", ev.Holder)
+	_, ok := l.Held("k")
+	assert.False(t, ok)
+
+	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
+	after, _ := readRow(t, pool, table, "k")
+	assert.Equal(t, stolen, after, "the thief's row is untouched")
+}
+
+func TestFailedHeartbeatsAreRetriedAndAShortOutageLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	db := newFaultyDB(pool)
+	events := newEventLog()
+	l := newLocker(t, db, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+
+	db.setFail("heartbeat", errors.New("connection refused"))
+	for range 3 {
+		events.waitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
+	}
+	db.setFail("heartbeat", nil)
+	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	require.NoError(t, lease.Err(), "an outage shorter than the trust window loses nothing")
+	assert.GreaterOrEqual(t, events.count(pglease.EventHeartbeatFailed), 3)
+}
+
+func TestLeaseIsLostAtItsTrustDeadlineBeforeTheServerExpiresIt(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	db := newFaultyDB(pool)
+	const ttl = time.Second
+	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	other := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	db.setFail("heartbeat", errors.New("network unreachable"))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+
+	// Ask the lease as often as possible; remember the last moment it still
+	// said it was held.
+	var lastTrusted time.Time
+	give := time.After(2 * ttl)
+	for {
+		asked := time.Now()
+		if lease.Err() != nil {
+			break
+		}
+		lastTrusted = asked
+		select {
+		case <-give:
+			t.Fatal("the lease was never declared lost")
+		default:
+		}
+	}
+	waitDone(t, lease, time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	require.Contains(t, lease.Err().Error(), "trust deadline")
+	// Same machine, same wall clock: the holder stopped believing before the
+	// server would let anyone else in.
+	row, _ := readRow(t, pool, table, "k")
+	require.True(t, lastTrusted.Before(row.ExpiresAt), "trusted locally until %v, server expiry %v", lastTrusted, row.ExpiresAt)
+	t.Logf("local trust ended %v before the server expiry", row.ExpiresAt.Sub(lastTrusted))
+
+	// Once the server expiry passes, another replica takes over.
+	require.Eventually(t, func() bool {
+		next, err := other.Claim(ctx, "k")
+		return err == nil && next.Fence() > lease.Fence()
+	}, 3*ttl, 20*time.Millisecond)
+}
+
+func TestUnlockWaitsForTheHeartbeatInFlightSoItCannotBeReArmed(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	db := newFaultyDB(pool)
+	const ttl, minHold = 3 * time.Second, 2 * time.Second
+	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithMinHold(minHold))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+
+	open := db.hold("heartbeat")
+	defer open()
+	require.Equal(t, "heartbeat", <-db.enter, "a heartbeat round is in flight")
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- lease.Unlock(ctx) }()
+	select {
+	case err := <-unlocked:
+		t.Fatalf("Unlock returned (%v) while a heartbeat round was in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	open() // the round completes and extends the lease by a full TTL...
+	require.NoError(t, <-unlocked)
+	// ...and the release, ordered after it, brings it back to the min hold.
+	row, _ := readRow(t, pool, table, "k")
+	assert.Equal(t, lease.AcquiredAt().Add(minHold).UnixMicro(), row.ExpiresAt.UnixMicro(),
+		"expires at acquired_at + min hold, not re-armed by the heartbeat")
+}
+
+// privateServer starts a PostgreSQL of the test's own, which it may stop and
+// restart without disturbing the other tests. It is durable (fsync and
+// synchronous_commit on), as production is: a claim acknowledged before a
+// crash must survive it, or fences could go backwards.
+func privateServer(t *testing.T) *pgserver.Server {
+	t.Helper()
+	srv, err := pgserver.Start(context.Background(), pgserver.Options{Private: true, Durable: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	if !srv.CanRestart() {
+		t.Skipf("a %s server cannot be restarted by the tests", srv.Kind())
+	}
+	return srv
+}
+
+func TestLeaseSurvivesAServerRestartShorterThanItsTTL(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	srv := privateServer(t)
+	pool := newPool(t, srv.DSN(), nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(8*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+
+	for _, mode := range []pgserver.Mode{pgserver.Fast, pgserver.Immediate} {
+		require.NoError(t, srv.Restart(ctx, mode))
+		before := events.count(pglease.EventExtended)
+		require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > before+1 }, 8*time.Second, 20*time.Millisecond,
+			"heartbeats resume after a %s restart", mode)
+		require.NoError(t, lease.Err(), "%s restart shorter than the TTL", mode)
+	}
+	row, _ := readRow(t, pool, table, "k")
+	assert.Equal(t, lease.Fence(), row.Fence)
+	next, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	assert.Greater(t, next.Fence(), lease.Fence(), "no fence goes backwards across restarts")
+}
+
+func TestLeaseIsLostWhenTheServerStaysDownPastItsTTL(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	srv := privateServer(t)
+	pool := newPool(t, srv.DSN(), nil)
+	table := newTable(t, pool)
+	const ttl = 1500 * time.Millisecond
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Stop(pgserver.Immediate))
+	waitDone(t, lease, 2*ttl)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	require.NoError(t, srv.Start(ctx))
+
+	other := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	require.Eventually(t, func() bool {
+		next, err := other.Claim(ctx, "k")
+		return err == nil && next.Fence() > lease.Fence()
+	}, 10*time.Second, 50*time.Millisecond, "another holder takes over with a greater fence")
+	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost, "the old mandate's release touches nothing")
+}
