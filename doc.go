@@ -50,6 +50,20 @@
 // heartbeat already in flight completes before the release is sent, so it
 // cannot re-arm a lease that was just released.
 //
+// # One WAL flush per job run
+//
+// A claim must be durable before its job runs: were it lost in a crash, the
+// sequence could issue its fence again. A heartbeat must be durable too: a
+// lost extension would let another replica claim while the holder still
+// trusts its lease. A release need not be. If a crash loses it, the row
+// keeps its last durable expiry, so the lease merely lasts until then (the
+// key is idle for up to one TTL): liveness, never safety. And any later
+// synchronous commit, such as the next claim, flushes the WAL up to and
+// including the release, so a release can only be lost together with
+// everything after it. The release statement therefore sets
+// synchronous_commit to off for its own transaction, and a job run costs
+// one WAL flush (the claim) instead of two.
+//
 // Unlock runs even when its context is already cancelled (gocron cancels it
 // on shutdown), bounded by the Locker's timeout, and reports failures through
 // the logger and hooks, because gocron ignores what Unlock returns.

@@ -22,9 +22,16 @@ var _ gocron.Lock = (*Lease)(nil)
 //     otherwise expires it now. No "- interval '1 second'": the CHECK
 //     (expires_at > acquired_at) would reject a release within a second of
 //     the claim.
+//   - set_config('synchronous_commit', 'off', true) makes this one statement
+//     commit without waiting for the WAL flush (the setting is read at
+//     commit, before the transaction-local value is reverted). A release lost
+//     in a crash only makes the lease last until its expiry: liveness, never
+//     safety. Claims and heartbeats stay synchronous, and the next
+//     synchronous commit flushes the WAL up to and including this release.
 const releaseSQL = `UPDATE {table}
    SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()`
+ WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 
 // Lease is one mandate on a key: the fence the database issued for one
 // claim. It is held until Unlock, until it is lost, or until its Locker is
