@@ -192,6 +192,14 @@ func (f *faultyDB) setFail(kind string, err error) {
 	}
 }
 
+// cut fails every statement from now on, as a crashed replica or a cut
+// network would.
+func (f *faultyDB) cut(err error) {
+	for _, kind := range []string{"claim", "heartbeat", "release", "other"} {
+		f.setFail(kind, err)
+	}
+}
+
 func (f *faultyDB) hold(kind string) (release func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -232,6 +240,13 @@ func (f *faultyDB) before(ctx context.Context, sql string) error {
 		}
 	}
 	return nil
+}
+
+func (f *faultyDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := f.before(ctx, "BEGIN"); err != nil {
+		return nil, err
+	}
+	return f.DB.Begin(ctx)
 }
 
 func (f *faultyDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

@@ -1,0 +1,129 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease"
+)
+
+// databaseURL stands for your service's connection string.
+func databaseURL() string { return server.DSN() }
+
+// Wire a gocron scheduler to pglease: every replica runs the same code, and
+// each tick of "send-invoices" runs on one of them.
+func Example_scheduler() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_scheduler")); err != nil {
+		panic(err)
+	}
+
+	locker := pglease.NewLocker(pool,
+		pglease.WithTable("example_scheduler"),
+		pglease.WithTTL(30*time.Second),
+		// Keep each tick's lease for half the job period after the job
+		// returns, so a replica whose timer fires a little later cannot run
+		// the same tick again.
+		pglease.WithMinHold(30*time.Second),
+	)
+	defer locker.Close(ctx)
+
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	_, err = s.NewJob(
+		gocron.DurationJob(time.Minute),
+		gocron.NewTask(func() {
+			fmt.Println("sending invoices on one replica")
+			close(done)
+		}),
+		gocron.WithName("send-invoices"), // the lease key: name every job
+		gocron.WithStartAt(gocron.WithStartImmediately()),
+	)
+	if err != nil {
+		panic(err)
+	}
+	s.Start()
+	<-done
+	_ = s.Shutdown()
+	// Output: sending invoices on one replica
+}
+
+// Inside a job, reach the lease by the job's name: pass its fence to every
+// downstream write, and work under its context, which ends the moment the
+// lease is lost.
+func ExampleLocker_Held() {
+	ctx := context.Background()
+	pool, _ := pgxpool.New(ctx, databaseURL())
+	defer pool.Close()
+	_ = pglease.Migrate(ctx, pool, pglease.WithTable("example_held"))
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_held"))
+	defer locker.Close(ctx)
+
+	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	done := make(chan struct{})
+	_, _ = s.NewJob(
+		gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
+		gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
+			defer close(done)
+			lease, ok := locker.Held("rebuild-index")
+			if !ok {
+				return
+			}
+			ctx, cancel := lease.Context(ctx)
+			defer cancel()
+			// e.g. UPDATE index_state SET ..., fence = $1 WHERE fence < $1
+			fmt.Println("fenced:", lease.Fence() > 0, "valid:", ctx.Err() == nil)
+		}),
+		gocron.WithName("rebuild-index"),
+	)
+	s.Start()
+	<-done
+	_ = s.Shutdown()
+	// Output: fenced: true valid: true
+}
+
+// Report lost leases to the application: gocron never sees them, and ignores
+// what Unlock returns.
+func ExampleWithHook() {
+	ctx := context.Background()
+	pool, _ := pgxpool.New(ctx, databaseURL())
+	defer pool.Close()
+	_ = pglease.Migrate(ctx, pool, pglease.WithTable("example_hook"))
+
+	lost := make(chan struct{})
+	locker := pglease.NewLocker(pool,
+		pglease.WithTable("example_hook"),
+		pglease.WithTTL(time.Second),
+		pglease.WithLogger(slog.New(slog.DiscardHandler)), // the hook reports instead
+		pglease.WithHook(func(e pglease.Event) {
+			if e.Kind == pglease.EventLost {
+				fmt.Printf("%s: lease on %q lost: %v\n", e.Kind, e.Key, errors.Is(e.Err, pglease.ErrLost))
+				close(lost)
+			}
+		}),
+	)
+	defer locker.Close(ctx)
+
+	lease, _ := locker.Claim(ctx, "reindex")
+	// Someone takes the row behind the locker's back (an operator, a bug):
+	_, _ = pool.Exec(ctx, `UPDATE example_hook SET holder = 'operator' WHERE key = 'reindex'`)
+	<-lost
+	fmt.Println("unlock:", lease.Unlock(ctx) != nil)
+	// Output:
+	// lost: lease on "reindex" lost: true
+	// unlock: true
+}
