@@ -36,6 +36,10 @@ const (
 	// wraps ErrLost when a later mandate owned the key. Logged at error
 	// level, because gocron ignores what Unlock returns.
 	EventReleaseFailed
+	// EventElected: an Elector's replica became the leader, with Fence as its
+	// mandate. Logged at info level. Its end is reported as EventLost or
+	// EventReleased like any lease.
+	EventElected
 )
 
 var eventNames = map[EventKind]string{
@@ -47,6 +51,7 @@ var eventNames = map[EventKind]string{
 	EventLost:            "lost",
 	EventReleased:        "released",
 	EventReleaseFailed:   "release_failed",
+	EventElected:         "elected",
 }
 
 // String is a short snake_case name, usable as a metric label.
@@ -74,6 +79,8 @@ func (k EventKind) level() slog.Level {
 		return slog.LevelError
 	case EventHeartbeatFailed:
 		return slog.LevelWarn
+	case EventElected:
+		return slog.LevelInfo
 	default:
 		return slog.LevelDebug
 	}

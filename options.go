@@ -19,6 +19,8 @@ const (
 	// DefaultTimeout bounds one claim made by Lock and one release made by
 	// Unlock or Close.
 	DefaultTimeout = 5 * time.Second
+	// DefaultLeaderKey is the key an Elector claims.
+	DefaultLeaderKey = "gocron-leader"
 	// Retention is how long Migrate keeps an expired row before purging it.
 	Retention = 24 * time.Hour
 )
@@ -40,6 +42,7 @@ type config struct {
 	table     string
 	retention time.Duration
 	timeout   time.Duration
+	leaderKey string
 	logger    *slog.Logger
 	hooks     []func(Event)
 	errs      []error
@@ -140,6 +143,19 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithLeaderKey sets the key an Elector claims on the lease table. Every
+// replica of one service must use the same key. The default is
+// DefaultLeaderKey ("gocron-leader"). Lockers ignore it.
+func WithLeaderKey(key string) Option {
+	return func(c *config) {
+		if err := checkKey(key); err != nil {
+			c.fail("WithLeaderKey(%q): %v", shorten(key), err)
+			return
+		}
+		c.leaderKey = key
+	}
+}
+
 // WithLogger sets where the Locker reports. Contention and routine events
 // are logged at debug level; failed claims, lost leases and failed releases
 // at error level. The default is slog.Default(). To silence it, pass
@@ -179,6 +195,7 @@ func newConfig(opts []Option) (config, error) {
 		table:     DefaultTable,
 		retention: Retention,
 		timeout:   DefaultTimeout,
+		leaderKey: DefaultLeaderKey,
 	}
 	for _, opt := range opts {
 		if opt == nil {

@@ -1,0 +1,166 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+type electedReplica struct {
+	name    string
+	db      *faultyDB
+	elector *pglease.Elector
+	sched   gocron.Scheduler
+}
+
+func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	const period, ttl = 200 * time.Millisecond, 1500 * time.Millisecond
+	log := newRunLog()
+	events := newEventLog()
+	var replicas []*electedReplica
+	for i := range 3 {
+		name := fmt.Sprintf("replica-%d", i+1)
+		db := newFaultyDB(newPool(t, "", nil))
+		e := pglease.NewElector(db, pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(quiet),
+			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond), pglease.WithHook(events.hook))
+		t.Cleanup(func() { _ = e.Close(context.Background()) })
+		s, err := gocron.NewScheduler(gocron.WithDistributedElector(e))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Shutdown() })
+		r := &electedReplica{name: name, db: db, elector: e, sched: s}
+		_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() {
+			lease, ok := e.Leader()
+			if !ok {
+				t.Errorf("%s runs a job without leading", name)
+				return
+			}
+			x := run{replica: name, fence: lease.Fence(), start: time.Now()}
+			time.Sleep(5 * time.Millisecond)
+			if lease.Err() != nil {
+				return // lost during the run: it did not believe itself valid to the end
+			}
+			x.end = time.Now()
+			log.add(x)
+			log.started <- x
+		}), gocron.WithName("only-on-the-leader"))
+		require.NoError(t, err)
+		replicas = append(replicas, r)
+	}
+	for _, r := range replicas {
+		r.sched.Start()
+	}
+
+	leaderOf := func(after time.Time, limit time.Duration) run {
+		t.Helper()
+		deadline := time.After(limit)
+		for {
+			select {
+			case x := <-log.started:
+				if x.start.After(after) {
+					return x
+				}
+			case <-deadline:
+				t.Fatalf("nobody led within %v", limit)
+			}
+		}
+	}
+	byName := func(name string) *electedReplica {
+		for _, r := range replicas {
+			if r.name == name {
+				return r
+			}
+		}
+		t.Fatalf("no replica %s", name)
+		return nil
+	}
+
+	first := leaderOf(time.Time{}, 5*time.Second)
+
+	// Crash the leader: its database access stops dead, nothing is released.
+	crashed := time.Now()
+	dead := byName(first.replica)
+	dead.db.cut(errors.New("replica crashed"))
+	go func() { _ = dead.sched.Shutdown() }()
+	second := leaderOf(crashed, ttl+5*period)
+	require.NotEqual(t, first.replica, second.replica)
+	require.Greater(t, second.fence, first.fence)
+	t.Logf("after a crash, %s led %v later (TTL %v)", second.replica, second.start.Sub(crashed), ttl)
+	assert.Less(t, second.start.Sub(crashed), ttl+2*period, "a follower leads within one TTL")
+
+	// The new leader resigns: a follower takes over without waiting for the TTL.
+	resigned := time.Now()
+	next := byName(second.replica)
+	require.NoError(t, next.sched.Shutdown())
+	require.NoError(t, next.elector.Close(ctx))
+	third := leaderOf(resigned, ttl)
+	require.NotEqual(t, second.replica, third.replica)
+	require.Greater(t, third.fence, second.fence)
+	t.Logf("after a resignation, %s led %v later", third.replica, third.start.Sub(resigned))
+	assert.Less(t, third.start.Sub(resigned), ttl/2, "Close hands over without waiting for the TTL")
+
+	// Never two leaders at once: runs of different replicas never overlap,
+	// and the fence never goes back.
+	runs := log.all()
+	for i := 1; i < len(runs); i++ {
+		a, b := runs[i-1], runs[i]
+		require.GreaterOrEqual(t, b.fence, a.fence, "fences in time order")
+		if a.replica != b.replica {
+			require.False(t, b.start.Before(a.end), "%s and %s led at once", a.replica, b.replica)
+		}
+	}
+	require.Positive(t, events.count(pglease.EventElected))
+}
+
+func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	counter := &statementCounter{}
+	pool := newPool(t, "", counter)
+	table := newTable(t, pool)
+	var mu sync.Mutex
+	var elected []pglease.Event
+	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet),
+		pglease.WithLeaderKey("leader-of-"+table), pglease.WithHook(func(ev pglease.Event) {
+			if ev.Kind == pglease.EventElected {
+				mu.Lock()
+				elected = append(elected, ev)
+				mu.Unlock()
+			}
+		}))
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(quiet),
+		pglease.WithLeaderKey("leader-of-"+table))
+	t.Cleanup(func() { _ = follower.Close(context.Background()) })
+
+	require.NoError(t, e.IsLeader(ctx))
+	counter.reset()
+	for range 100 {
+		require.NoError(t, e.IsLeader(ctx))
+	}
+	assert.Zero(t, counter.get("claim"), "a fresh leader asks nobody")
+	err := follower.IsLeader(ctx)
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	lease, ok := e.Leader()
+	require.True(t, ok)
+	mu.Lock()
+	require.Len(t, elected, 1)
+	assert.Equal(t, lease.Fence(), elected[0].Fence, "the election is reported with the new fence")
+	assert.Equal(t, "leader-of-"+table, elected[0].Key)
+	mu.Unlock()
+
+	require.NoError(t, e.Close(ctx))
+	require.NoError(t, follower.IsLeader(ctx), "resigned: the follower leads at once")
+}
