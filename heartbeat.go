@@ -64,8 +64,6 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 	now := time.Now()
 	var (
 		leases   []*Lease
-		keys     []string
-		fences   []int64
 		deadline time.Time
 	)
 	for _, ls := range l.snapshot() {
@@ -77,8 +75,6 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 			continue
 		}
 		leases = append(leases, ls)
-		keys = append(keys, ls.key)
-		fences = append(fences, ls.fence)
 		if deadline.IsZero() || trust.Before(deadline) {
 			deadline = trust
 		}
@@ -92,7 +88,7 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	got, err := l.extendRows(qctx, keys, fences)
+	got, err := l.proto.extend(qctx, l.db, leases)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
 		return true // Close: it releases what is held
@@ -107,9 +103,8 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 		return false
 	}
 	for _, ls := range leases {
-		row, ok := got[ls.key]
-		if ok && row.fence == ls.fence {
-			ls.extend(row.expiresAt, sent)
+		if expiresAt, ok := got[ls]; ok {
+			ls.extend(expiresAt, sent)
 			continue
 		}
 		ls.lose("heartbeat found the row re-claimed or lapsed")
@@ -118,28 +113,33 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 	return true
 }
 
-type extended struct {
-	fence     int64
-	expiresAt time.Time
-}
-
-// extendRows runs heartbeatSQL and collects what it extended, by key.
-func (l *Locker) extendRows(ctx context.Context, keys []string, fences []int64) (map[string]extended, error) {
-	rows, err := l.db.Query(ctx, l.heartbeatSQL, l.cfg.holder, l.cfg.ttl.Seconds(), keys, fences)
+// extend runs heartbeatSQL for leases and returns the new expiry of each
+// lease whose row still matched.
+func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]time.Time, error) {
+	keys := make([]string, len(leases))
+	fences := make([]int64, len(leases))
+	byKey := make(map[string]*Lease, len(leases))
+	for i, ls := range leases {
+		keys[i], fences[i], byKey[ls.key] = ls.key, ls.fence, ls
+	}
+	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, p.ttl, keys, fences)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	got := make(map[string]extended, len(keys))
+	got := make(map[*Lease]time.Time, len(leases))
 	for rows.Next() {
 		var (
-			key string
-			row extended
+			key       string
+			fence     int64
+			expiresAt time.Time
 		)
-		if err := rows.Scan(&key, &row.fence, &row.expiresAt); err != nil {
+		if err := rows.Scan(&key, &fence, &expiresAt); err != nil {
 			return nil, err
 		}
-		got[key] = row
+		if ls := byKey[key]; ls != nil && ls.fence == fence {
+			got[ls] = expiresAt
+		}
 	}
 	return got, rows.Err()
 }

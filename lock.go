@@ -39,6 +39,7 @@ const releaseSQL = `UPDATE {table}
 type Lease struct {
 	locker     *Locker
 	key        string
+	holder     string // the holder column of this mandate
 	fence      int64
 	acquiredAt time.Time
 
@@ -56,8 +57,9 @@ type Lease struct {
 // Key is the key the lease is on.
 func (ls *Lease) Key() string { return ls.key }
 
-// Holder is the holder the lease was claimed for.
-func (ls *Lease) Holder() string { return ls.locker.cfg.holder }
+// Holder is the holder column of this mandate: the Locker's holder, or with
+// WithoutFenceColumn the identifier forged for this one claim.
+func (ls *Lease) Holder() string { return ls.holder }
 
 // Fence is the fencing token the database issued for this claim. Fences of a
 // key only grow. Pass it to every downstream write, and let the downstream
@@ -131,6 +133,11 @@ func (ls *Lease) Unlock(ctx context.Context) error {
 	return ls.locker.release(ctx, ls, ErrReleased)
 }
 
+func (p *fenced) release(ctx context.Context, db DB, ls *Lease) (bool, error) {
+	tag, err := db.Exec(ctx, p.releaseSQL, ls.key, p.holder, ls.fence, p.minHold)
+	return err == nil && tag.RowsAffected() > 0, err
+}
+
 // release expires the lease's row, ordered after any heartbeat round in
 // flight, and ends the lease with ended (ErrReleased or ErrClosed) or with
 // the loss.
@@ -173,13 +180,13 @@ func (l *Locker) releaseRow(ctx context.Context, ls *Lease) error {
 	defer func() { <-l.round }()
 
 	prior := ls.lostErr()
-	tag, err := l.db.Exec(ctx, l.releaseSQL, ls.key, l.cfg.holder, ls.fence, l.cfg.minHold.Seconds())
+	released, err := l.proto.release(ctx, l.db, ls)
 	switch {
 	case prior != nil:
 		return prior
 	case err != nil:
 		return err
-	case tag.RowsAffected() == 0:
+	case !released:
 		return fmt.Errorf("row taken by a later mandate or lapsed: %w", ErrLost)
 	}
 	return nil

@@ -52,6 +52,24 @@ ON CONFLICT (key) DO UPDATE
  WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
 RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
 
+// claimed is what a claim statement returned.
+type claimed struct {
+	holder     string
+	fence      int64
+	acquiredAt time.Time
+	expiresAt  time.Time
+	live       bool
+}
+
+func (p *fenced) claim(ctx context.Context, db DB, key string) (claimed, bool, error) {
+	c := claimed{holder: p.holder}
+	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, p.ttl).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, false, nil
+	}
+	return c, err == nil, err
+}
+
 // Locker claims leases on one table for one holder and keeps them alive
 // with a single background heartbeat goroutine, started by the first claim
 // and stopped by Close. It is safe for concurrent use.
@@ -59,7 +77,7 @@ type Locker struct {
 	db  DB
 	cfg config
 
-	claimSQL, heartbeatSQL, releaseSQL string
+	proto protocol // the statements, with or without the fence column
 
 	// round is a one-slot semaphore held by each heartbeat round and each
 	// release, so that a heartbeat already in flight can never re-arm a lease
@@ -87,15 +105,17 @@ func NewLocker(db DB, opts ...Option) *Locker {
 		panic(err.Error())
 	}
 	t, _ := parseTable(cfg.table) // checked by newConfig
+	var proto protocol = newFenced(t, cfg)
+	if cfg.noFence {
+		proto = newUnfenced(t, cfg)
+	}
 	return &Locker{
-		db:           db,
-		cfg:          cfg,
-		claimSQL:     t.render(claimSQL),
-		heartbeatSQL: t.render(heartbeatSQL),
-		releaseSQL:   t.render(releaseSQL),
-		round:        make(chan struct{}, 1),
-		leases:       make(map[string]*Lease),
-		closing:      make(chan struct{}),
+		db:      db,
+		cfg:     cfg,
+		proto:   proto,
+		round:   make(chan struct{}, 1),
+		leases:  make(map[string]*Lease),
+		closing: make(chan struct{}),
 	}
 }
 
@@ -131,38 +151,32 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	}
 
 	sent := time.Now()
-	var (
-		fence      int64
-		acquiredAt time.Time
-		expiresAt  time.Time
-		live       bool
-	)
-	err := l.db.QueryRow(ctx, l.claimSQL, key, l.cfg.holder, l.cfg.ttl.Seconds()).
-		Scan(&fence, &acquiredAt, &expiresAt, &live)
+	c, ok, err := l.proto.claim(ctx, l.db, key)
 	took := time.Since(sent)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		err = fmt.Errorf("pglease: claim %q: %w", key, ErrHeld)
-		l.emit(Event{Kind: EventContended, Key: key, Err: err, Took: took})
-		return nil, err
 	case err != nil:
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Took: took})
 		return nil, err
-	case !live:
+	case !ok:
+		err = fmt.Errorf("pglease: claim %q: %w", key, ErrHeld)
+		l.emit(Event{Kind: EventContended, Key: key, Err: err, Took: took})
+		return nil, err
+	case !c.live:
 		// The claim waited on the row lock past its own expiry. The row
 		// carries our holder but is already expired: it is nobody's lease.
 		err = fmt.Errorf("pglease: claim %q: expired while waiting on the row lock for %v: %w", key, took, ErrLost)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: fence, Err: err, Took: took})
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
 	}
 
 	lease := &Lease{
 		locker:     l,
 		key:        key,
-		fence:      fence,
-		acquiredAt: acquiredAt,
-		expiresAt:  expiresAt,
+		holder:     c.holder,
+		fence:      c.fence,
+		acquiredAt: c.acquiredAt,
+		expiresAt:  c.expiresAt,
 		trustUntil: sent.Add(l.cfg.ttl),
 		done:       make(chan struct{}),
 	}
@@ -173,13 +187,13 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		_ = l.release(rctx, lease, ErrClosed)
 		cancel()
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: fence, Err: err, Took: took})
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
 	}
 	if prev != nil {
-		prev.lose("re-claimed by the same holder with a greater fence")
+		prev.lose("re-claimed by the same holder")
 	}
-	l.emit(Event{Kind: EventAcquired, Key: key, Fence: fence, Took: took})
+	l.emit(Event{Kind: EventAcquired, Key: key, Fence: c.fence, Took: took})
 	return lease, nil
 }
 

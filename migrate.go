@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	_ "embed" // SchemaSQL
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -39,6 +40,17 @@ const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - mak
 // Transaction-scoped, so it also works behind PgBouncer in transaction mode.
 const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 
+// SchemaSQL is the content of schema.sql: the DDL that Migrate runs for the
+// default table name, with a comment on the grants the runtime role needs,
+// for teams that apply DDL with a migration tool (goose, golang-migrate,
+// atlas) rather than from the service. For another table name use Schema.
+//
+//go:embed schema.sql
+var SchemaSQL string
+
+// errNoFenceDDL: the table of WithoutFenceColumn belongs to someone else.
+var errNoFenceDDL = errors.New("pglease: WithoutFenceColumn works on an existing table that pglease must not alter: Migrate and Schema do not apply")
+
 // schemaStatements is the DDL Migrate runs, in order.
 var schemaStatements = []string{createSequenceSQL, createTableSQL}
 
@@ -49,6 +61,9 @@ func Schema(opts ...Option) (string, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return "", err
+	}
+	if cfg.noFence {
+		return "", errNoFenceDDL
 	}
 	t, _ := parseTable(cfg.table)
 	var b strings.Builder
@@ -73,6 +88,9 @@ func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return err
+	}
+	if cfg.noFence {
+		return errNoFenceDDL
 	}
 	t, _ := parseTable(cfg.table)
 	if err := migrate(ctx, db, t, cfg); err != nil {

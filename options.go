@@ -43,6 +43,7 @@ type config struct {
 	retention time.Duration
 	timeout   time.Duration
 	leaderKey string
+	noFence   bool
 	logger    *slog.Logger
 	hooks     []func(Event)
 	errs      []error
@@ -156,6 +157,20 @@ func WithLeaderKey(key string) Option {
 	}
 }
 
+// WithoutFenceColumn makes the Locker work on an existing lease table that
+// it cannot alter: columns key (unique), holder (text) and expires_at
+// (timestamptz), optionally acquired_at (timestamptz), and no fence. Each
+// claim then writes a holder identifier forged for that one mandate (the
+// replica's holder, '#', a random suffix), and "is this still my mandate?"
+// becomes equality on it. There is no order between mandates: Fence returns
+// 0, so downstream fencing needs the fence column. A replica may still
+// re-claim its own live lease (by holder prefix), and a previous mandate's
+// late heartbeat or release touches nothing. Migrate and Schema refuse this
+// mode; the table is checked at the first claim.
+func WithoutFenceColumn() Option {
+	return func(c *config) { c.noFence = true }
+}
+
 // WithLogger sets where the Locker reports. Contention and routine events
 // are logged at debug level; failed claims, lost leases and failed releases
 // at error level. The default is slog.Default(). To silence it, pass
@@ -215,6 +230,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.holder == "" {
 		c.holder = defaultHolder()
+	}
+	if c.noFence && strings.Contains(c.holder, forgeSep) {
+		c.fail("WithHolder(%q): with WithoutFenceColumn the holder must not contain %q, which separates the forged suffix", c.holder, forgeSep)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

@@ -60,7 +60,13 @@ type replica struct {
 
 func newReplica(t *testing.T, table, name string, opts ...pglease.Option) *replica {
 	t.Helper()
-	pool := newPool(t, "", nil)
+	return newReplicaOn(t, "", table, name, opts...)
+}
+
+// newReplicaOn is newReplica connected to dsn (the shared server when empty).
+func newReplicaOn(t *testing.T, dsn, table, name string, opts ...pglease.Option) *replica {
+	t.Helper()
+	pool := newPool(t, dsn, nil)
 	db := newFaultyDB(pool)
 	locker := newLocker(t, db, table, name, opts...)
 	sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
@@ -91,13 +97,19 @@ func recordingJob(r *replica, name string, log *runLog, work time.Duration) gocr
 // started. It returns the number of runs of each tick.
 func runSkewedSchedulers(t *testing.T, minHold time.Duration, ticks int) map[int]int {
 	t.Helper()
-	const period = time.Second
 	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	return runSkewedSchedulersOn(t, "", newTable(t, pool), ticks, pglease.WithMinHold(minHold))
+}
+
+// runSkewedSchedulersOn is runSkewedSchedulers on a given server and table,
+// with more Locker options.
+func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...pglease.Option) map[int]int {
+	t.Helper()
+	const period = time.Second
 	log := newRunLog()
 	base := time.Now().Add(500 * time.Millisecond)
 	for i, skew := range []time.Duration{0, 150 * time.Millisecond, 300 * time.Millisecond} {
-		r := newReplica(t, table, fmt.Sprintf("replica-%d", i+1), pglease.WithTTL(5*time.Second), pglease.WithMinHold(minHold))
+		r := newReplicaOn(t, dsn, table, fmt.Sprintf("replica-%d", i+1), append([]pglease.Option{pglease.WithTTL(5 * time.Second)}, opts...)...)
 		_, err := r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
 			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
 		require.NoError(t, err)

@@ -1,0 +1,25 @@
+-- pglease schema, for migration tools (goose, golang-migrate, atlas...).
+--
+-- This is exactly the DDL that pglease.Migrate runs for the default table
+-- name "lease" (a test fails if the two drift apart). Paste it into a
+-- migration when the service's role may not run DDL, and give that role
+-- only what it needs at run time:
+--
+--   GRANT SELECT, INSERT, UPDATE ON lease TO app;
+--   GRANT USAGE ON SEQUENCE lease_fence_seq TO app;
+--
+-- For another table name, print the DDL with pglease.Schema(WithTable(...)):
+-- the sequence must be named "<table>_fence_seq", beside the table.
+-- Do not add an index on expires_at: without one every update is a HOT
+-- update and the table stays a few pages forever.
+-- Expired rows are purged by Migrate; without it, run
+-- `pglease purge -older-than 24h` (cmd/pglease) from a scheduled job.
+CREATE SEQUENCE IF NOT EXISTS "lease_fence_seq" AS bigint;
+CREATE TABLE IF NOT EXISTS "lease" (
+    key         text        PRIMARY KEY,
+    holder      text        NOT NULL,
+    fence       bigint      NOT NULL DEFAULT nextval('"lease_fence_seq"'),
+    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at  timestamptz NOT NULL,
+    CHECK (expires_at > acquired_at)
+);

@@ -1,0 +1,268 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// legacyTable creates, as another owner, the lease table an older library
+// left behind (no fence column), and a runtime role that may only SELECT,
+// INSERT and UPDATE it. It returns the table and the runtime role's DSN.
+func legacyTable(t *testing.T, columns string) (string, string) {
+	t.Helper()
+	ctx := ctxT(t)
+	admin := newPool(t, "", nil)
+	n := tableSeq.Add(1)
+	table := fmt.Sprintf("legacy_lease%d", n)
+	owner, runtime := fmt.Sprintf("legacy_owner%d", n), fmt.Sprintf("legacy_rt%d", n)
+	for _, stmt := range []string{
+		fmt.Sprintf(`CREATE ROLE %s NOLOGIN`, owner),
+		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'legacy-secret'`, runtime),
+		fmt.Sprintf(`CREATE TABLE %s (%s)`, table, columns),
+		fmt.Sprintf(`ALTER TABLE %s OWNER TO %s`, table, owner),
+		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON %s TO %s`, table, runtime),
+	} {
+		_, err := admin.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), fmt.Sprintf(`DROP TABLE %s; DROP ROLE %s; DROP OWNED BY %s; DROP ROLE %s`, table, owner, runtime, runtime))
+	})
+	cfg, err := pgx.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	return table, strings.Replace(server.DSN(), cfg.User+"@", runtime+":legacy-secret@", 1)
+}
+
+const legacyColumns = `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL, acquired_at timestamptz`
+
+func TestWithoutFenceColumnLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := newPool(t, dsn, nil)
+	l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+
+	first, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	second, err := l.Claim(ctx, "job")
+	require.NoError(t, err, "a replica re-claims its own live lease")
+	assert.Zero(t, second.Fence(), "no fence column, no fence")
+	assert.True(t, strings.HasPrefix(second.Holder(), "replica-1#"))
+	assert.NotEqual(t, first.Holder(), second.Holder(), "one holder identifier per mandate")
+
+	require.ErrorIs(t, first.Unlock(ctx), pglease.ErrLost, "the first mandate's release is late")
+	row, ok := readLegacyRow(t, pool, table, "job")
+	require.True(t, ok)
+	assert.Equal(t, second.Holder(), row.Holder)
+	assert.True(t, row.Live)
+
+	// The heartbeat keeps the second mandate alive across TTLs.
+	start := second.ExpiresAt()
+	require.Eventually(t, func() bool { return second.ExpiresAt().Sub(start) > 2*time.Second }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, second.Err())
+	other := newLocker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
+	_, err = other.Claim(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	require.NoError(t, second.Unlock(ctx))
+	_, err = other.Claim(ctx, "job")
+	require.NoError(t, err, "released")
+}
+
+func TestWithoutFenceColumnStolenRowIsDetectedAsLost(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table, dsn := legacyTable(t, `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL`)
+	pool := newPool(t, dsn, nil)
+	const ttl = time.Second
+	l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
+		pglease.WithMinHold(500*time.Millisecond))
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'replica-9#feed' WHERE key = 'job'`, table))
+	require.NoError(t, err)
+	waitDone(t, lease, ttl)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
+	row, _ := readLegacyRow(t, pool, table, "job")
+	assert.Equal(t, "replica-9#feed", row.Holder, "the new mandate's row is untouched")
+	assert.True(t, row.Live)
+
+	// Min hold works without an acquired_at column: counted from the claim.
+	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = clock_timestamp() WHERE key = 'job'`, table))
+	require.NoError(t, err)
+	again, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	require.NoError(t, again.Unlock(ctx))
+	row, _ = readLegacyRow(t, pool, table, "job")
+	assert.Equal(t, again.AcquiredAt().Add(500*time.Millisecond).UnixMicro(), row.ExpiresAt.UnixMicro())
+}
+
+func TestWithoutFenceColumnRunsEveryTickExactlyOnceAcrossThreeSkewedSchedulers(t *testing.T) {
+	t.Parallel()
+	table, dsn := legacyTable(t, legacyColumns)
+	const ticks = 10
+	perTick := runSkewedSchedulersOn(t, dsn, table, ticks, pglease.WithoutFenceColumn(), pglease.WithMinHold(500*time.Millisecond))
+	for k := 0; k < ticks; k++ {
+		assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
+	}
+}
+
+// oldLocker is the older internal library a rolling deploy replaces: a plain
+// holder, re-entrant by holder equality, released by expiring at now().
+type oldLocker struct {
+	pool   *pgxpool.Pool
+	table  string
+	holder string
+}
+
+type oldLock struct {
+	*oldLocker
+	key string
+}
+
+func (o *oldLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	tag, err := o.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS t (key, holder, expires_at) VALUES ($1, $2, now() + interval '5 seconds')
+		ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+		WHERE t.holder = EXCLUDED.holder OR t.expires_at < now()`, o.table), key, o.holder)
+	if err != nil {
+		return nil, err
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, errors.New("held")
+	}
+	return oldLock{o, key}, nil
+}
+
+func (o oldLock) Unlock(ctx context.Context) error {
+	_, err := o.pool.Exec(context.WithoutCancel(ctx), fmt.Sprintf(`UPDATE %s SET expires_at = now() WHERE key = $1 AND holder = $2`, o.table), o.key, o.holder)
+	return err
+}
+
+func TestWithoutFenceColumnRollingDeployWithOldPlainHolderReplicasNeverRunsATickTwice(t *testing.T) {
+	t.Parallel()
+	table, dsn := legacyTable(t, legacyColumns)
+	const period, ticks = time.Second, 8
+	log := newRunLog()
+	base := time.Now().Add(500 * time.Millisecond)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	scheds := map[string]gocron.Scheduler{}
+	for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
+		name := fmt.Sprintf("new-%d", i)
+		var locker gocron.Locker
+		if i%2 == 0 {
+			name = fmt.Sprintf("old-%d", i)
+			locker = &oldLocker{pool: newPool(t, dsn, nil), table: table, holder: name}
+		} else {
+			locker = newLocker(t, newPool(t, dsn, nil), table, name, pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
+		}
+		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Shutdown() })
+		scheds[name] = s
+		_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() {
+			x := run{replica: name, start: time.Now()}
+			log.started <- x
+			time.Sleep(400 * time.Millisecond) // longer than the skew: replicas contend while it runs
+			x.end = time.Now()
+			log.add(x)
+		}), gocron.WithName("report"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
+		require.NoError(t, err)
+		s.Start()
+	}
+	tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / period) }
+	limit := time.After((ticks + 5) * period)
+	for done := false; !done; {
+		select {
+		case x := <-log.started:
+			done = tickOf(x.start) > ticks
+			if tickOf(x.start) == ticks/2 && x.replica == "old-0" {
+				// The deploy goes on: the old replica that fires first is
+				// replaced, so new ones take the ticks from now on.
+				wg.Go(func() { _ = scheds["old-0"].Shutdown() })
+			}
+		case <-limit:
+			t.Fatal("the schedulers stopped ticking")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // let the last counted runs finish
+	runs := log.all()
+	perTick := map[int]int{}
+	kinds := map[string]int{}
+	for i, x := range runs {
+		perTick[tickOf(x.start)]++
+		kinds[x.replica[:3]]++
+		if i > 0 {
+			require.False(t, x.start.Before(runs[i-1].end), "%s and %s ran at once", runs[i-1].replica, x.replica)
+		}
+	}
+	for k := 0; k < ticks; k++ {
+		assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
+	}
+	assert.Positive(t, kinds["old"], "old replicas ran ticks")
+	assert.Positive(t, kinds["new"], "new replicas ran ticks")
+	t.Logf("runs by old replicas: %d, by new ones: %d", kinds["old"], kinds["new"])
+}
+
+func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	cases := map[string]struct{ columns, want string }{
+		"no holder":       {`key text PRIMARY KEY, expires_at timestamptz NOT NULL`, "no column holder"},
+		"short holder":    {`key text PRIMARY KEY, holder varchar(12) NOT NULL, expires_at timestamptz NOT NULL`, "too short"},
+		"naive timestamp": {`key text PRIMARY KEY, holder text NOT NULL, expires_at timestamp NOT NULL`, "expires_at is timestamp without time zone, not timestamptz"},
+		"no unique key":   {`key text, holder text NOT NULL, expires_at timestamptz NOT NULL`, "no unique index"},
+		"extra not null":  {`key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL, owner_team text NOT NULL`, "owner_team is NOT NULL without a default"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			table, dsn := legacyTable(t, tc.columns)
+			pool := newPool(t, dsn, nil)
+			l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
+			ctx := ctxT(t)
+			_, err := l.Claim(ctx, "job")
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "cannot be used WithoutFenceColumn")
+			var rows int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&rows))
+			require.Zero(t, rows)
+		})
+	}
+	pool := newPool(t, "", nil)
+	l := newLocker(t, pool, "no_such_legacy_table", "replica-1", pglease.WithoutFenceColumn())
+	_, err := l.Claim(ctx, "job")
+	require.ErrorContains(t, err, "table no_such_legacy_table does not exist")
+
+	require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithoutFenceColumn()), "Migrate and Schema do not apply")
+	_, err = pglease.Schema(pglease.WithoutFenceColumn())
+	require.Error(t, err)
+	require.Contains(t, panicMessage(func() {
+		pglease.NewLocker(pool, pglease.WithoutFenceColumn(), pglease.WithHolder("a#b"))
+	}), "must not contain \"#\"")
+}
+
+func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (leaseRow, bool) {
+	t.Helper()
+	var r leaseRow
+	err := db.QueryRow(context.Background(), fmt.Sprintf(`SELECT holder, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`, table), key).
+		Scan(&r.Holder, &r.ExpiresAt, &r.Live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false
+	}
+	require.NoError(t, err)
+	return r, true
+}
