@@ -51,7 +51,7 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 		return fmt.Errorf("pglease: is leader: %w", err)
 	}
 	e.lease = lease
-	e.locker.emit(Event{Kind: EventElected, Key: e.key, Fence: lease.Fence()})
+	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	return nil
 }
 

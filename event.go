@@ -66,7 +66,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind   EventKind
 	Key    string // empty for heartbeat rounds
-	Holder string
+	Holder string // the Locker's holder; for a lease, its holder column (see WithoutFenceColumn)
 	Fence  int64         // 0 when no lease was issued
 	Err    error         // the cause, for failures and losses
 	Took   time.Duration // the round trip of the claim, heartbeat or release
@@ -88,7 +88,9 @@ func (k EventKind) level() slog.Level {
 
 // emit logs e and hands it to every hook.
 func (l *Locker) emit(e Event) {
-	e.Holder = l.cfg.holder
+	if e.Holder == "" {
+		e.Holder = l.cfg.holder
+	}
 	lvl := e.Kind.level()
 	if log := l.cfg.logger; log.Enabled(context.Background(), lvl) {
 		attrs := []slog.Attr{

@@ -153,14 +153,17 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 
 	err := l.releaseRow(ctx, ls)
 	if err == nil {
-		ls.end(ended)
-		l.emit(Event{Kind: EventReleased, Key: ls.key, Fence: ls.fence})
+		// Reported only if the release ended the lease: one that ran out of
+		// trust meanwhile was reported lost already.
+		if ls.end(ended) {
+			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence})
+		}
 	} else {
 		// Ended either way: the lease is no longer extended, so at worst its
 		// row lapses at its expiry. A lease already lost keeps its cause.
 		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
 		ls.end(err)
-		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Fence: ls.fence, Err: err})
+		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
 	}
 	ls.mu.Lock()
 	ls.releaseErr = err
@@ -225,7 +228,7 @@ func (ls *Lease) extend(expiresAt, sent time.Time) {
 func (ls *Lease) lose(why string) {
 	err := fmt.Errorf("pglease: lease %q fence %d: %s: %w", ls.key, ls.fence, why, ErrLost)
 	if ls.end(err) {
-		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Fence: ls.fence, Err: err})
+		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
 	}
 }
 

@@ -180,20 +180,21 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		trustUntil: sent.Add(l.cfg.ttl),
 		done:       make(chan struct{}),
 	}
+	// Reported before the lease becomes visible to the heartbeat and Close,
+	// so that its end can never be reported before its start.
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: c.holder, Fence: c.fence, Took: took})
 	prev, err := l.register(lease)
 	if err != nil {
-		// Close ran while the claim was in flight: give the row back.
+		// Close ran while the claim was in flight: give the row back (the
+		// release is reported like any other).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 		_ = l.release(rctx, lease, ErrClosed)
 		cancel()
-		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
-		return nil, err
+		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
 	}
 	if prev != nil {
 		prev.lose("re-claimed by the same holder")
 	}
-	l.emit(Event{Kind: EventAcquired, Key: key, Fence: c.fence, Took: took})
 	return lease, nil
 }
 
