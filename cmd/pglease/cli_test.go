@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+func TestMigrateIsIdempotentAndCreatesATableALockerCanUse(t *testing.T) {
+	t.Parallel()
+	table := freshTable()
+	for range 2 {
+		out := ok(t, "migrate", "-table", table, "-retention", "1h")
+		assert.Contains(t, out, "table "+table+" and sequence "+table+"_fence_seq are ready")
+	}
+	l := newLocker(t, newPool(t), table, "a")
+	_, err := l.Claim(ctxT(t), "job")
+	require.NoError(t, err)
+}
+
+func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := migrated(t)
+	l := newLocker(t, pool, table, "replica-a")
+	b, err := l.Claim(ctx, "b-job")
+	require.NoError(t, err)
+	a, err := l.Claim(ctx, "a-job")
+	require.NoError(t, err)
+	insertRow(t, pool, table, "c-job", "replica-gone", 2*time.Hour, -time.Hour)
+
+	out := ok(t, "status", "-table", table)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	assert.Equal(t, []string{"KEY", "HOLDER", "FENCE", "ACQUIRED", "EXPIRES", "IN", "STATE"}, strings.Fields(lines[0]))
+	for i, want := range []struct {
+		key, holder string
+		fence       int64
+		state       string
+	}{
+		{"a-job", "replica-a", a.Fence(), "live"},
+		{"b-job", "replica-a", b.Fence(), "live"},
+		{"c-job", "replica-gone", 0, "expired"},
+	} {
+		f := strings.Fields(lines[i+1])
+		require.Len(t, f, 6, lines[i+1])
+		assert.Equal(t, want.key, f[0])
+		assert.Equal(t, want.holder, f[1])
+		if want.fence != 0 {
+			assert.Equal(t, fmt.Sprint(want.fence), f[2])
+		}
+		assert.Equal(t, want.state, f[5])
+	}
+	assert.True(t, strings.HasPrefix(strings.Fields(lines[3])[4], "-"), "an expired key expires in a negative time: %s", lines[3])
+
+	var rows []statusRow
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-table", table, "-json")), &rows))
+	require.Len(t, rows, 3)
+	assert.Equal(t, "a-job", rows[0].Key)
+	assert.Equal(t, a.Fence(), rows[0].Fence)
+	assert.Equal(t, "replica-a", rows[0].Holder)
+	assert.True(t, rows[0].Live)
+	assert.InDelta(t, l.TTL().Seconds(), rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
+	assert.Equal(t, a.AcquiredAt().UnixMicro(), rows[0].AcquiredAt.UnixMicro())
+	assert.Equal(t, "b-job", rows[1].Key)
+	assert.Equal(t, "c-job", rows[2].Key)
+	assert.False(t, rows[2].Live)
+	assert.InDelta(t, -3600, rows[2].ExpiresInSeconds, 10)
+}
+
+func TestStatusJSONOfAnEmptyTableIsAnEmptyArray(t *testing.T) {
+	t.Parallel()
+	table := migrated(t)
+	assert.JSONEq(t, "[]", ok(t, "status", "-json", "-table", table))
+}
+
+func TestReleaseOfALiveKeyMakesItClaimableByAnotherHolderAndItsHolderLosesIt(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := migrated(t)
+	a := newLocker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	b := newLocker(t, pool, table, "replica-b")
+	lease, err := a.Claim(ctx, "nightly")
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, "nightly")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+
+	out := ok(t, "release", "-table", table, "nightly")
+	assert.Contains(t, out, `released key "nightly"`)
+	assert.Contains(t, out, `holder "replica-a"`)
+	assert.Contains(t, out, fmt.Sprintf("fence %d", lease.Fence()))
+
+	r := readRow(t, pool, table, "nightly")
+	assert.False(t, r.live, "expired now")
+	assert.Equal(t, "replica-a", r.holder, "holder untouched")
+	assert.Equal(t, lease.Fence(), r.fence, "fence untouched")
+	assert.True(t, r.expiresAt.After(r.acquiredAt), "the CHECK holds")
+
+	taken, err := b.Claim(ctx, "nightly")
+	require.NoError(t, err, "another holder can claim the released key")
+	assert.Greater(t, taken.Fence(), lease.Fence(), "with a greater fence")
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the former holder did not notice the loss")
+	}
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+}
+
+func TestReleaseOfAnExpiredKeyChangesNothingAndOfAMissingKeyExitsOne(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	table := migrated(t)
+	insertRow(t, pool, table, "old", "replica-gone", 2*time.Hour, -time.Hour)
+	before := readRow(t, pool, table, "old")
+
+	out := ok(t, "release", "-table", table, "old")
+	assert.Contains(t, out, `key "old" was not live`)
+	assert.Equal(t, before, readRow(t, pool, table, "old"), "an expired row is left as it was")
+
+	insertRow(t, pool, table, "-dash", "replica-gone", 2*time.Hour, -time.Hour)
+	r := runCmd(t, "release", "-table", table, "-dsn", server.DSN(), "--", "-dash")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `key "-dash" was not live`, "after --, a key may start with a dash")
+
+	r = runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "never-claimed")
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, `key "never-claimed" not found in table `+table)
+	assert.Empty(t, r.stdout)
+}
+
+func TestReleaseKeepsTheCheckConstraintWhenTheServerClockIsBehindTheClaim(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	table := migrated(t)
+	// acquired_at an hour ahead of clock_timestamp(): as if the server's
+	// clock had been set back since the claim. clock_timestamp() alone
+	// would violate CHECK (expires_at > acquired_at).
+	insertRow(t, pool, table, "ahead", "replica-a", -time.Hour, 2*time.Hour)
+
+	r := runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "ahead")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "the server clock is behind the claim's acquired_at")
+	row := readRow(t, pool, table, "ahead")
+	assert.Equal(t, row.acquiredAt.Add(time.Microsecond), row.expiresAt, "one microsecond after acquired_at, the smallest expiry the CHECK allows")
+}
+
+func TestPurgeDeletesOnlyRowsExpiredLongerAgoAndPrintsHowMany(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	table := migrated(t)
+	insertRow(t, pool, table, "old1", "h", 3*time.Hour, -2*time.Hour)
+	insertRow(t, pool, table, "old2", "h", 3*time.Hour, -90*time.Minute)
+	insertRow(t, pool, table, "recent", "h", time.Hour, -10*time.Minute)
+	insertRow(t, pool, table, "live", "h", time.Minute, time.Hour)
+
+	assert.Equal(t, fmt.Sprintf("purged 2 rows of %s expired more than 1h0m0s ago\n", table), ok(t, "purge", "-table", table, "-older-than", "1h"))
+	assert.Contains(t, ok(t, "purge", "-table", table, "-older-than", "1h"), "purged 0 rows")
+	assert.Contains(t, ok(t, "purge", "-table", table, "-older-than", "0s"), "purged 1 rows")
+
+	var rows []statusRow
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-json", "-table", table)), &rows))
+	require.Len(t, rows, 1)
+	assert.Equal(t, "live", rows[0].Key, "a live lease is never purged")
+}
+
+func TestBadUsageExitsTwoWithAMessageAndSendsNothing(t *testing.T) {
+	t.Parallel()
+	dsn := server.DSN()
+	for name, args := range map[string][]string{
+		"no command":                {},
+		"unknown command":           {"frobnicate", "-dsn", dsn},
+		"unknown flag":              {"status", "-dsn", dsn, "-verbose"},
+		"bad duration":              {"purge", "-dsn", dsn, "-older-than", "soon"},
+		"purge without -older-than": {"purge", "-dsn", dsn},
+		"negative -older-than":      {"purge", "-dsn", dsn, "-older-than", "-1h"},
+		"negative -retention":       {"migrate", "-dsn", dsn, "-retention", "-1h"},
+		"release without key":       {"release", "-dsn", dsn},
+		"release with two keys":     {"release", "-dsn", dsn, "a", "b"},
+		"status with an argument":   {"status", "-dsn", dsn, "extra"},
+		"table with a semicolon":    {"status", "-dsn", dsn, "-table", "lease; DROP TABLE lease"},
+		"table with three parts":    {"status", "-dsn", dsn, "-table", "a.b.c"},
+		"empty table":               {"status", "-dsn", dsn, "-table", ""},
+		"zero timeout":              {"status", "-dsn", dsn, "-timeout", "0s"},
+		"unparsable dsn":            {"status", "-dsn", "postgres://u:pw@host:notaport/db"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := runCmd(t, args...)
+			assert.Equal(t, exitUsage, r.code, "stderr: %s", r.stderr)
+			assert.NotEmpty(t, r.stderr, "a usage error says what is wrong")
+			assert.Empty(t, r.stdout)
+		})
+	}
+}
+
+func TestHelpPrintsTheExitCodesAndExitsZero(t *testing.T) {
+	t.Parallel()
+	r := runCmd(t, "-h")
+	assert.Equal(t, exitOK, r.code)
+	assert.Contains(t, r.stdout, "Exit status:\n  0  success\n  1  operational failure")
+	assert.Contains(t, r.stdout, "2  usage error")
+
+	r = runCmd(t, "purge", "-h")
+	assert.Equal(t, exitOK, r.code)
+	assert.Contains(t, r.stderr, "Usage: pglease purge")
+	assert.Contains(t, r.stderr, "-older-than duration")
+	assert.Contains(t, r.stderr, "Exit status: 0 success, 1 operational failure, 2 usage error.")
+}
+
+func TestWithoutDsnTheEnvironmentIsUsedAndWithoutEitherItIsAUsageError(t *testing.T) {
+	table := migrated(t)
+	t.Setenv(envDSN, server.DSN())
+	r := runCmd(t, "status", "-json", "-table", table)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.JSONEq(t, "[]", r.stdout)
+
+	t.Setenv(envDSN, "")
+	r = runCmd(t, "status", "-table", table)
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "no database: give -dsn or set PGLEASE_DATABASE_URL")
+}
+
+// closedPort returns a 127.0.0.1 port that nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(ctxT(t), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	return port
+}
+
+func TestUnreachableDatabaseExitsOneAndNeverPrintsThePassword(t *testing.T) {
+	t.Parallel()
+	port := closedPort(t)
+	const secret = "S3cret-pw-1234"
+	for _, dsn := range []string{
+		fmt.Sprintf("postgres://ops:%s@127.0.0.1:%d/leases?connect_timeout=5", secret, port),
+		fmt.Sprintf("host=127.0.0.1 port=%d user=ops password=%s dbname=leases connect_timeout=5", port, secret),
+	} {
+		for _, args := range [][]string{{"status"}, {"status", "-json"}, {"migrate"}, {"purge", "-older-than", "1h"}, {"release", "k"}} {
+			r := runCmd(t, append(args, "-dsn", dsn)...)
+			assert.Equal(t, exitFail, r.code, "%v: %s", args, r.stderr)
+			assert.Contains(t, r.stderr, "connecting to ops@127.0.0.1:", args)
+			assert.NotContains(t, r.stderr, secret, args)
+			assert.Empty(t, r.stdout, args)
+		}
+	}
+	r := runCmd(t, "status", "-dsn", "postgres://ops:"+secret+"@127.0.0.1:notaport/leases")
+	assert.Equal(t, exitUsage, r.code)
+	assert.NotContains(t, r.stderr, secret, "not even when the string cannot be parsed")
+}
+
+func TestMissingTableExitsOneAndSaysHowToCreateIt(t *testing.T) {
+	t.Parallel()
+	table := freshTable()
+	r := runCmd(t, "status", "-dsn", server.DSN(), "-table", table)
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, "pglease migrate -table "+table)
+}
+
+func TestRuntimeGrantsAreEnoughForStatusAndReleaseButNotForPurgeOrMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := migrated(t)
+	role := fmt.Sprintf("pglease_cli_%d", tableSeq.Add(1))
+	for _, stmt := range []string{
+		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'cli-secret'`, role),
+		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON %s TO %s`, table, role),
+		fmt.Sprintf(`GRANT USAGE ON SEQUENCE %s_fence_seq TO %s`, table, role),
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	cfg, err := pgx.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	runtimeDSN := fmt.Sprintf("host=%s port=%d user=%s password=cli-secret dbname=%s sslmode=disable",
+		cfg.Host, cfg.Port, role, cfg.Database)
+
+	l := newLocker(t, pool, table, "replica-a")
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	insertRow(t, pool, table, "old", "h", 3*time.Hour, -2*time.Hour)
+
+	as := func(args ...string) result { return runCmd(t, append(args, "-dsn", runtimeDSN, "-table", table)...) }
+	r := as("status", "-json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"key": "job"`)
+	r = as("release", "job")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, fmt.Sprintf("fence %d", lease.Fence()))
+
+	r = as("purge", "-older-than", "1h")
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, "permission denied")
+	assert.Contains(t, r.stderr, "purge DELETE on the table")
+	r = as("migrate")
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, "permission denied")
+	assert.NotContains(t, r.stderr, "cli-secret")
+}

@@ -1,0 +1,172 @@
+// Command pglease is the operator's tool for a pglease lease table: create
+// it, look at it, purge old rows, and force a lease to expire.
+//
+// Usage:
+//
+//	pglease <command> [flags] [args]
+//
+//	migrate          create the fence sequence and the table if missing, purge old rows
+//	status [-json]   list every key: holder, fence, acquired, expires in, live or expired
+//	purge            delete rows expired longer ago than -older-than
+//	release KEY      expire the lease on KEY now, so that any holder can claim it
+//
+// Every command takes -dsn (default $PGLEASE_DATABASE_URL), -table (default
+// "lease") and -timeout. Exit status: 0 success, 1 operational failure
+// (database error, key not found), 2 usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes, for scripts.
+const (
+	exitOK    = 0 // the command did what was asked
+	exitFail  = 1 // operational failure: database error, key not found
+	exitUsage = 2 // bad command, flag or argument
+)
+
+const usageText = `pglease: the operator's tool for a pglease lease table.
+
+Usage:
+  pglease <command> [flags] [args]
+
+Commands:
+  migrate          create the fence sequence and the table if missing (idempotent),
+                   then purge rows expired longer ago than -retention
+  status           list every key, sorted: holder, fence, acquired, expires in,
+                   live or expired (-json for machine output)
+  purge            delete rows expired longer ago than -older-than; prints how many
+  release KEY      expire the lease on KEY now: its holder loses it at its next
+                   heartbeat, and any holder can claim it (with a greater fence)
+
+Flags of every command:
+  -dsn string      PostgreSQL connection string (default $PGLEASE_DATABASE_URL)
+  -table string    lease table, "name" or "schema.name" (default "lease")
+  -timeout dur     bound of the whole command (default 30s)
+
+Run "pglease <command> -h" for the flags of one command.
+
+Exit status:
+  0  success
+  1  operational failure: database unreachable or refusing, table missing,
+     key not found
+  2  usage error: unknown command, bad flag or argument
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand. Its own flags are added to the common ones;
+// check validates them once parsed, and do runs the command.
+type command struct {
+	name    string
+	args    string // the positional arguments, for the usage line
+	nargs   int
+	summary string
+	flags   func(fs *flag.FlagSet, c *cli) // optional
+	check   func(c *cli) error             // optional
+	do      func(ctx context.Context, c *cli) error
+}
+
+var commands = []command{migrateCommand, statusCommand, purgeCommand, releaseCommand}
+
+// run is the whole program, testable in-process: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == args[0] {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "pglease: unknown command %q\n\n%s", args[0], usageText)
+		return exitUsage
+	}
+
+	c := &cli{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("pglease "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: pglease %s [flags] %s\n\n%s\n\nFlags:\n", cmd.name, cmd.args, cmd.summary)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExit status: 0 success, 1 operational failure, 2 usage error.\n")
+	}
+	c.commonFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs, c)
+	}
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage // the flag package has printed the error and usage
+	}
+	if len(pos) != cmd.nargs {
+		fmt.Fprintf(stderr, "pglease %s: want %d argument(s) %s, got %d\n", cmd.name, cmd.nargs, cmd.args, len(pos))
+		fs.Usage()
+		return exitUsage
+	}
+	c.args = pos
+	if err := c.checkCommon(); err != nil {
+		fmt.Fprintf(stderr, "pglease %s: %v\n", cmd.name, err)
+		return exitUsage
+	}
+	if cmd.check != nil {
+		if err := cmd.check(c); err != nil {
+			fmt.Fprintf(stderr, "pglease %s: %v\n", cmd.name, err)
+			return exitUsage
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := cmd.do(ctx, c); err != nil {
+		fmt.Fprintf(stderr, "pglease %s: %s\n", cmd.name, c.scrub(err.Error()))
+		return exitFail
+	}
+	return exitOK
+}
+
+// parseInterspersed parses flags before and after the positional
+// arguments (pglease release KEY -table t), which the flag package alone
+// stops at. After "--" everything is positional, for a key that starts
+// with "-".
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

@@ -1,0 +1,44 @@
+// Package pgleaseprom exports what a pglease Locker does as Prometheus
+// metrics: claims by outcome, leases held, leases lost, heartbeat round
+// latency and failures, and releases by outcome.
+//
+// It plugs into the Locker's hook, so the core package keeps no metrics
+// dependency:
+//
+//	m := pgleaseprom.New(pgleaseprom.Opts{})
+//	prometheus.MustRegister(m)
+//	locker := pglease.NewLocker(pool, pglease.WithHook(m.Hook))
+//
+// One Metrics may serve several Lockers (of one process, or on several
+// tables): their counts add up.
+//
+// # Why Prometheus
+//
+// Most services that schedule jobs with gocron are scraped by Prometheus,
+// and github.com/prometheus/client_golang is the library they already link;
+// an OpenTelemetry meter provider can also read Prometheus collectors
+// through its bridge, while the reverse needs an SDK and an exporter. The
+// client's testutil package also lets tests read a metric back exactly.
+//
+// # Metrics
+//
+// With the default namespace "pglease":
+//
+//	pglease_claims_total{outcome}            acquired | held (another holder's live lease) | error
+//	pglease_leases_held                      leases held now
+//	pglease_leases_lost_total                leases that ended without being released
+//	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat round
+//	pglease_heartbeat_failures_total         failed heartbeat rounds (retried until the trust deadline)
+//	pglease_releases_total{outcome}          released | lost (a later mandate owned the key) | error
+//
+// A rising pglease_claims_total{outcome="error"} is the alert to have: a
+// claim that fails skips the job, and gocron logs nothing about it.
+//
+// # Keys as labels
+//
+// By default no metric carries the lease key: keys are job names, and a
+// label per key multiplies every series by the number of jobs. Opts.PerKey
+// adds a "key" label to the claim, held, lost and release metrics (not to
+// the heartbeat ones, which cover all the leases of a Locker in one round).
+// Use it only with a small, fixed set of job names.
+package pgleaseprom

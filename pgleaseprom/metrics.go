@@ -1,0 +1,185 @@
+package pgleaseprom
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pglease/pglease"
+)
+
+// DefaultNamespace prefixes every metric name when Opts.Namespace is empty.
+const DefaultNamespace = "pglease"
+
+// DefaultHeartbeatBuckets are the upper bounds, in seconds, of the heartbeat
+// latency histogram when Opts.HeartbeatBuckets is empty: 1 ms doubling up
+// to about 8 s. A heartbeat round is one UPDATE, so most rounds fall in the
+// first few buckets; the long tail shows a database that is struggling.
+var DefaultHeartbeatBuckets = prometheus.ExponentialBuckets(0.001, 2, 14)
+
+// Label values of the outcome label.
+const (
+	outcomeAcquired = "acquired" // claims: a lease was issued
+	outcomeHeld     = "held"     // claims: another holder's lease is live (ErrHeld)
+	outcomeError    = "error"    // claims and releases: any other failure
+	outcomeReleased = "released" // releases: the row was expired in place
+	outcomeLost     = "lost"     // releases: a later mandate owned the key (ErrLost)
+)
+
+// Opts configures New. The zero value is ready to use.
+type Opts struct {
+	// Namespace prefixes every metric name. The default is DefaultNamespace.
+	Namespace string
+	// Subsystem goes between the namespace and the name. The default is
+	// none.
+	Subsystem string
+	// ConstLabels are added to every metric, for instance to tell two
+	// Metrics apart in one registry.
+	ConstLabels prometheus.Labels
+	// PerKey adds a "key" label (the job name) to the claim, held, lost and
+	// release metrics. Off by default: every key is a new series.
+	PerKey bool
+	// HeartbeatBuckets are the heartbeat latency histogram's upper bounds,
+	// in seconds. The default is DefaultHeartbeatBuckets.
+	HeartbeatBuckets []float64
+}
+
+// Metrics is a prometheus.Collector fed by the events of one or more
+// Lockers through Hook. Register it once, then pass Hook to WithHook.
+type Metrics struct {
+	perKey            bool
+	claims            *prometheus.CounterVec
+	held              *prometheus.GaugeVec
+	lost              *prometheus.CounterVec
+	heartbeat         prometheus.Histogram
+	heartbeatFailures prometheus.Counter
+	releases          *prometheus.CounterVec
+	leases            leaseSet
+}
+
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// New returns Metrics configured by opts. It registers nothing: pass it to
+// a registry's Register or MustRegister.
+func New(opts Opts) *Metrics {
+	ns := opts.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	buckets := opts.HeartbeatBuckets
+	if len(buckets) == 0 {
+		buckets = DefaultHeartbeatBuckets
+	}
+	var keyLabel []string
+	if opts.PerKey {
+		keyLabel = []string{"key"}
+	}
+	withOutcome := append([]string{"outcome"}, keyLabel...)
+	name := func(n string) (string, string, string) { return ns, opts.Subsystem, n }
+	counter := func(n, help string, labels []string) *prometheus.CounterVec {
+		ns, sub, n := name(n)
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: n, Help: help, ConstLabels: opts.ConstLabels,
+		}, labels)
+	}
+
+	m := &Metrics{
+		perKey: opts.PerKey,
+		claims: counter("claims_total",
+			"Claims of a lease, by outcome: acquired, held (another holder's lease is live) or error.", withOutcome),
+		lost: counter("leases_lost_total",
+			"Leases that ended without being released: taken by a later mandate, lapsed, or past their trust deadline.", keyLabel),
+		releases: counter("releases_total",
+			"Releases (Unlock or Close), by outcome: released, lost (a later mandate owned the key) or error.", withOutcome),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: opts.Subsystem, Name: "leases_held", ConstLabels: opts.ConstLabels,
+			Help: "Leases held now: acquired and not yet released or lost.",
+		}, keyLabel),
+		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: opts.Subsystem, Name: "heartbeat_duration_seconds", ConstLabels: opts.ConstLabels,
+			Help:    "Round trip of each successful heartbeat round, which extends all the leases of a Locker in one statement.",
+			Buckets: buckets,
+		}),
+		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: opts.Subsystem, Name: "heartbeat_failures_total", ConstLabels: opts.ConstLabels,
+			Help: "Heartbeat rounds that failed; they are retried until each lease's trust deadline.",
+		}),
+		leases: newLeaseSet(),
+	}
+	if !opts.PerKey {
+		// Every series exists from the start, at zero, so that rate() and
+		// alerts see the first failure.
+		for _, o := range []string{outcomeAcquired, outcomeHeld, outcomeError} {
+			m.claims.WithLabelValues(o)
+		}
+		for _, o := range []string{outcomeReleased, outcomeLost, outcomeError} {
+			m.releases.WithLabelValues(o)
+		}
+		m.lost.WithLabelValues()
+		m.held.WithLabelValues()
+	}
+	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases}
+}
+
+// Hook records one event. Pass it to pglease.WithHook; it is safe for
+// concurrent use by several Lockers and returns quickly.
+func (m *Metrics) Hook(e pglease.Event) {
+	switch e.Kind {
+	case pglease.EventAcquired:
+		m.claims.WithLabelValues(m.labels(e, outcomeAcquired)...).Inc()
+		m.leases.acquired(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+	case pglease.EventContended:
+		m.claims.WithLabelValues(m.labels(e, outcomeHeld)...).Inc()
+	case pglease.EventClaimFailed:
+		m.claims.WithLabelValues(m.labels(e, outcomeError)...).Inc()
+		if e.Fence != 0 {
+			// The claim got a row but handed out no lease; any release
+			// event for that fence came before this one.
+			m.leases.forget(idOf(e))
+		}
+	case pglease.EventExtended:
+		m.heartbeat.Observe(e.Took.Seconds())
+	case pglease.EventHeartbeatFailed:
+		m.heartbeatFailures.Inc()
+	case pglease.EventLost:
+		m.lost.WithLabelValues(m.labels(e)...).Inc()
+		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+	case pglease.EventReleased:
+		m.releases.WithLabelValues(m.labels(e, outcomeReleased)...).Inc()
+		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+	case pglease.EventReleaseFailed:
+		outcome := outcomeError
+		if errors.Is(e.Err, pglease.ErrLost) {
+			outcome = outcomeLost
+		}
+		m.releases.WithLabelValues(m.labels(e, outcome)...).Inc()
+		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+	}
+}
+
+// labels are the label values of a series: the given ones, then the key
+// when PerKey is set.
+func (m *Metrics) labels(e pglease.Event, values ...string) []string {
+	if m.perKey {
+		return append(values, e.Key)
+	}
+	return values
+}

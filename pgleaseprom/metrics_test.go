@@ -1,0 +1,283 @@
+package pgleaseprom_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseprom"
+)
+
+func newMetrics(t *testing.T, opts pgleaseprom.Opts) (*pgleaseprom.Metrics, *prometheus.Registry) {
+	t.Helper()
+	m := pgleaseprom.New(opts)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	return m, reg
+}
+
+func outcome(o string) map[string]string { return map[string]string{"outcome": o} }
+
+func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := newTable(t, pool)
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+
+	a := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	b := newLocker(t, pool, table, "b", pglease.WithHook(m.Hook))
+	noTable := newLocker(t, pool, fmt.Sprintf("leaseprom_missing%d", tableSeq.Add(1)), "c", pglease.WithHook(m.Hook))
+
+	assert.Zero(t, value(t, reg, "pglease_claims_total", outcome("error")), "every outcome is exported at zero from the start")
+
+	_, err := a.Claim(ctx, "job")
+	require.NoError(t, err)
+	for range 2 {
+		_, err = b.Claim(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld)
+	}
+	_, err = noTable.Claim(ctx, "job")
+	require.Error(t, err, "the table does not exist")
+
+	assert.Equal(t, 1.0, value(t, reg, "pglease_claims_total", outcome("acquired")))
+	assert.Equal(t, 2.0, value(t, reg, "pglease_claims_total", outcome("held")))
+	assert.Equal(t, 1.0, value(t, reg, "pglease_claims_total", outcome("error")))
+	assert.Equal(t, 1.0, value(t, reg, "pglease_leases_held", nil))
+
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems, "metric names, units and help follow Prometheus conventions")
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				assert.NotEqual(t, "key", l.GetName(), "%s has no key label unless PerKey is set", f.GetName())
+			}
+		}
+	}
+}
+
+func TestLeasesHeldGaugeCountsEachLeaseOnceThroughReleaseLossAndUnlockOfTheLostLease(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := newTable(t, pool)
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	l := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook),
+		pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	held := func() float64 { return value(t, reg, "pglease_leases_held", nil) }
+
+	leases := map[string]*pglease.Lease{}
+	for _, key := range []string{"k1", "k2", "k3"} {
+		lease, err := l.Claim(ctx, key)
+		require.NoError(t, err)
+		leases[key] = lease
+	}
+	assert.Equal(t, 3.0, held())
+
+	require.NoError(t, leases["k1"].Unlock(ctx))
+	assert.Equal(t, 2.0, held())
+	assert.Equal(t, 1.0, value(t, reg, "pglease_releases_total", outcome("released")))
+
+	// Another holder takes k2's row behind the Locker's back; the next
+	// heartbeat finds it gone and the lease is lost.
+	_, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'thief' WHERE key = 'k2'`, pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+	select {
+	case <-leases["k2"].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stolen lease was not found lost")
+	}
+	require.ErrorIs(t, leases["k2"].Err(), pglease.ErrLost)
+	assert.Equal(t, 1.0, value(t, reg, "pglease_leases_lost_total", nil))
+	assert.Equal(t, 1.0, held())
+
+	// Unlocking the lost lease reports ErrLost: a release outcome, not a
+	// second decrement of the gauge.
+	require.ErrorIs(t, leases["k2"].Unlock(ctx), pglease.ErrLost)
+	assert.Equal(t, 1.0, value(t, reg, "pglease_releases_total", outcome("lost")))
+	assert.Equal(t, 1.0, held(), "k3 is still held")
+
+	require.NoError(t, l.Close(ctx))
+	assert.Equal(t, 0.0, held())
+	assert.Equal(t, 2.0, value(t, reg, "pglease_releases_total", outcome("released")))
+	assert.Equal(t, 0.0, value(t, reg, "pglease_releases_total", outcome("error")))
+}
+
+func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := newTable(t, pool)
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	db := &failingHeartbeats{DB: pool}
+	l := newLocker(t, db, table, "a", pglease.WithHook(m.Hook),
+		pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond))
+
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, _ := histogram(t, reg, "pglease_heartbeat_duration_seconds")
+		return n >= 3
+	}, 10*time.Second, 10*time.Millisecond, "three heartbeat rounds are observed")
+	_, sum := histogram(t, reg, "pglease_heartbeat_duration_seconds")
+	assert.Positive(t, sum, "each round's round trip took some time")
+	assert.Zero(t, value(t, reg, "pglease_heartbeat_failures_total", nil))
+
+	db.fail.Store(true)
+	require.Eventually(t, func() bool {
+		return value(t, reg, "pglease_heartbeat_failures_total", nil) >= 2
+	}, 10*time.Second, 10*time.Millisecond, "failed rounds are counted")
+	db.fail.Store(false)
+	before, _ := histogram(t, reg, "pglease_heartbeat_duration_seconds")
+	require.Eventually(t, func() bool {
+		n, _ := histogram(t, reg, "pglease_heartbeat_duration_seconds")
+		return n > before
+	}, 10*time.Second, 10*time.Millisecond, "heartbeats succeed again")
+	require.NoError(t, lease.Err(), "an outage shorter than the TTL loses nothing")
+	assert.Zero(t, value(t, reg, "pglease_leases_lost_total", nil))
+	assert.Equal(t, 1.0, value(t, reg, "pglease_leases_held", nil))
+}
+
+func TestPerKeyLabelsClaimHeldLostAndReleaseSeriesWithTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := newTable(t, pool)
+	m, reg := newMetrics(t, pgleaseprom.Opts{
+		Namespace: "app", Subsystem: "jobs", PerKey: true, ConstLabels: prometheus.Labels{"service": "billing"},
+	})
+	a := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	b := newLocker(t, pool, table, "b", pglease.WithHook(m.Hook))
+	series := func(labels ...string) map[string]string {
+		out := map[string]string{"service": "billing"}
+		for i := 0; i+1 < len(labels); i += 2 {
+			out[labels[i]] = labels[i+1]
+		}
+		return out
+	}
+
+	alpha, err := a.Claim(ctx, "alpha")
+	require.NoError(t, err)
+	_, err = a.Claim(ctx, "beta")
+	require.NoError(t, err)
+	_, err = b.Claim(ctx, "alpha")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	require.NoError(t, alpha.Unlock(ctx))
+
+	assert.Equal(t, 1.0, value(t, reg, "app_jobs_claims_total", series("outcome", "acquired", "key", "alpha")))
+	assert.Equal(t, 1.0, value(t, reg, "app_jobs_claims_total", series("outcome", "acquired", "key", "beta")))
+	assert.Equal(t, 1.0, value(t, reg, "app_jobs_claims_total", series("outcome", "held", "key", "alpha")))
+	assert.Equal(t, 0.0, value(t, reg, "app_jobs_leases_held", series("key", "alpha")), "alpha was released")
+	assert.Equal(t, 1.0, value(t, reg, "app_jobs_leases_held", series("key", "beta")))
+	assert.Equal(t, 1.0, value(t, reg, "app_jobs_releases_total", series("outcome", "released", "key", "alpha")))
+}
+
+func TestLeasesHeldGaugeNeverDriftsWhenALeaseEndsBeforeItsAcquiredEventOrEndsTwice(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	held := func() float64 { return value(t, reg, "pglease_leases_held", nil) }
+	ev := func(kind pglease.EventKind, fence int64) pglease.Event {
+		e := pglease.Event{Kind: kind, Key: "job", Holder: "a", Fence: fence}
+		if kind == pglease.EventReleaseFailed {
+			e.Err = fmt.Errorf("unlock: %w", pglease.ErrLost)
+		}
+		return e
+	}
+
+	// The heartbeat or Close ended the lease between its registration and
+	// its Acquired event.
+	m.Hook(ev(pglease.EventLost, 1))
+	m.Hook(ev(pglease.EventAcquired, 1))
+	assert.Equal(t, 0.0, held(), "a lease whose end came first is not counted as held")
+
+	// Close overtook a claim: the row is released, the claim fails, and no
+	// Acquired event is ever sent for that fence.
+	m.Hook(ev(pglease.EventReleased, 2))
+	m.Hook(ev(pglease.EventClaimFailed, 2))
+	assert.Equal(t, 0.0, held())
+
+	// Lost, then unlocked: two ends for one lease.
+	m.Hook(ev(pglease.EventAcquired, 3))
+	m.Hook(ev(pglease.EventLost, 3))
+	m.Hook(ev(pglease.EventReleaseFailed, 3))
+	assert.Equal(t, 0.0, held())
+
+	// The same key and fence from another holder is another lease.
+	m.Hook(ev(pglease.EventAcquired, 4))
+	other := ev(pglease.EventAcquired, 4)
+	other.Holder = "b"
+	m.Hook(other)
+	assert.Equal(t, 2.0, held())
+	m.Hook(ev(pglease.EventReleased, 4))
+	assert.Equal(t, 1.0, held())
+
+	// Many repeated ends are remembered only boundedly and change nothing.
+	for f := int64(100); f < 3000; f++ {
+		m.Hook(ev(pglease.EventAcquired, f))
+		m.Hook(ev(pglease.EventLost, f))
+		m.Hook(ev(pglease.EventReleaseFailed, f))
+	}
+	assert.Equal(t, 1.0, held())
+	assert.Equal(t, 2900.0+1, value(t, reg, "pglease_releases_total", outcome("lost")))
+}
+
+func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	m.Hook(pglease.Event{Kind: pglease.EventKind(99), Key: "job", Holder: "a", Fence: 1, Took: time.Second})
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	n := 0
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			n++
+			assert.Zero(t, s.GetCounter().GetValue()+s.GetGauge().GetValue()+float64(s.GetHistogram().GetSampleCount()),
+				"%s%v", f.GetName(), s.GetLabel())
+		}
+	}
+	assert.Equal(t, 10, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures")
+}
+
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer pool.Close()
+
+	m := pgleaseprom.New(pgleaseprom.Opts{})
+	prometheus.MustRegister(m) // served by promhttp.Handler() with the rest
+	locker := pglease.NewLocker(pool, pglease.WithHook(m.Hook))
+	defer func() { _ = locker.Close(ctx) }()
+
+	scheduler, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer func() { _ = scheduler.Shutdown() }()
+	_, err = scheduler.NewJob(gocron.DurationJob(time.Hour), gocron.NewTask(func() {}), gocron.WithName("nightly-report"))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	scheduler.Start()
+	// ... serve until the service stops; the deferred calls shut down.
+}

@@ -1,0 +1,200 @@
+package pglease_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// stripComments drops the leading "--" comment block of schema.sql.
+func stripComments(sql string) string {
+	lines := strings.SplitAfter(sql, "\n")
+	i := 0
+	for i < len(lines) && strings.HasPrefix(lines[i], "--") {
+		i++
+	}
+	return strings.Join(lines[i:], "")
+}
+
+func TestSchemaSQLIsExactlyTheDDLMigrateRunsForTheDefaultTable(t *testing.T) {
+	t.Parallel()
+	want, err := pglease.Schema()
+	require.NoError(t, err)
+
+	onDisk, err := os.ReadFile("schema.sql")
+	require.NoError(t, err)
+	assert.Equal(t, string(onDisk), pglease.SchemaSQL, "SchemaSQL embeds schema.sql")
+
+	body := stripComments(pglease.SchemaSQL)
+	assert.Equal(t, want, body, "schema.sql, after its comment, is what Migrate runs: regenerate it from pglease.Schema()")
+	assert.Contains(t, body, `CREATE TABLE IF NOT EXISTS "lease"`)
+}
+
+// catalogQueries describe a lease table and its sequence as the server
+// stores them, in a stable order. Each takes the schema name as $1 and
+// returns one text column. They run with search_path = pg_catalog, so
+// pg_get_expr and pg_get_constraintdef qualify every name with its schema,
+// which describeLeaseTable then replaces by a placeholder.
+var catalogQueries = map[string]string{
+	"table": `SELECT format('relkind=%s persistence=%s', c.relkind, c.relpersistence)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relname = 'lease'`,
+	"columns": `SELECT format('%s %s notnull=%s default=%s identity=%s generated=%s collation=%s',
+              a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+              coalesce(pg_get_expr(d.adbin, d.adrelid), '-'), a.attidentity, a.attgenerated,
+              coalesce(co.collname, '-'))
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  LEFT JOIN pg_collation co ON co.oid = a.attcollation
+ WHERE n.nspname = $1 AND c.relname = 'lease' AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attnum`,
+	"constraints": `SELECT format('%s %s %s', con.conname, con.contype, pg_get_constraintdef(con.oid))
+  FROM pg_constraint con
+  JOIN pg_class c ON c.oid = con.conrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relname = 'lease'
+ ORDER BY con.conname`,
+	"indexes": `SELECT pg_get_indexdef(i.indexrelid)
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relname = 'lease'
+ ORDER BY 1`,
+	"sequence": `SELECT format('%s type=%s start=%s increment=%s min=%s max=%s cache=%s cycle=%s',
+              c.relname, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
+              s.seqmin, s.seqmax, s.seqcache, s.seqcycle)
+  FROM pg_sequence s
+  JOIN pg_class c ON c.oid = s.seqrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1
+ ORDER BY c.relname`,
+}
+
+// describeLeaseTable returns the catalog description of schema.lease and the
+// sequences of schema, with the schema name replaced by "<schema>".
+func describeLeaseTable(t *testing.T, conn *pgx.Conn, schema string) map[string][]string {
+	t.Helper()
+	ctx := ctxT(t)
+	_, err := conn.Exec(ctx, `SET search_path = pg_catalog`)
+	require.NoError(t, err)
+	out := make(map[string][]string, len(catalogQueries))
+	for what, q := range catalogQueries {
+		rows, err := conn.Query(ctx, q, schema)
+		require.NoError(t, err, what)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err, what)
+		for i, l := range lines {
+			lines[i] = strings.ReplaceAll(l, schema+".", "<schema>.")
+		}
+		out[what] = lines
+	}
+	return out
+}
+
+func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	conn, err := pgx.Connect(ctx, server.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+
+	n := tableSeq.Add(1)
+	byFile, byMigrate := fmt.Sprintf("s_schemasql_file%d", n), fmt.Sprintf("s_schemasql_migrate%d", n)
+	for _, s := range []string{byFile, byMigrate} {
+		_, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize())
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{s}.Sanitize()+" CASCADE")
+		})
+	}
+
+	// As a migration tool would: the file as is, in the schema the
+	// connection's search_path points at.
+	_, err = conn.Exec(ctx, "SET search_path = "+pgx.Identifier{byFile}.Sanitize())
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, pglease.SchemaSQL)
+	require.NoError(t, err)
+	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(byMigrate+".lease")))
+
+	fromFile := describeLeaseTable(t, conn, byFile)
+	fromMigrate := describeLeaseTable(t, conn, byMigrate)
+	for what := range catalogQueries {
+		assert.Equal(t, fromMigrate[what], fromFile[what], "%s of the table created by schema.sql and by Migrate", what)
+	}
+
+	// The comparison is only worth something if it saw the real objects.
+	assert.Equal(t, []string{"relkind=r persistence=p"}, fromFile["table"], "an ordinary LOGGED table")
+	assert.Contains(t, fromFile["columns"],
+		"fence bigint notnull=t default=nextval('<schema>.lease_fence_seq'::regclass) identity= generated= collation=-",
+		"the fence comes from the sequence beside the table")
+	assert.Contains(t, fromFile["columns"],
+		"acquired_at timestamp with time zone notnull=t default=clock_timestamp() identity= generated= collation=-")
+	assert.Len(t, fromFile["columns"], 5)
+	assert.Contains(t, fromFile["constraints"], "lease_check c CHECK ((expires_at > acquired_at))")
+	assert.Contains(t, fromFile["constraints"], "lease_pkey p PRIMARY KEY (key)")
+	assert.Len(t, fromFile["indexes"], 1, "only the primary key: no index on expires_at")
+	assert.Equal(t, []string{"lease_fence_seq type=bigint start=1 increment=1 min=1 max=9223372036854775807 cache=1 cycle=f"},
+		fromFile["sequence"])
+}
+
+func TestSchemaSQLWithTheDocumentedRuntimeGrantsIsEnoughForALocker(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	n := tableSeq.Add(1)
+	schema, role := fmt.Sprintf("s_grants%d", n), fmt.Sprintf("pglease_grants_%d", n)
+
+	conn, err := pgx.Connect(ctx, server.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	// The owner applies schema.sql; the runtime role gets the grants that
+	// schema.sql's comment documents, plus USAGE on the schema it lives in.
+	for _, stmt := range []string{
+		"CREATE SCHEMA " + schema,
+		"SET search_path = " + schema,
+		pglease.SchemaSQL,
+		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'grants-secret'`, role),
+		fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, schema, role),
+		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON lease TO %s`, role),
+		fmt.Sprintf(`GRANT USAGE ON SEQUENCE lease_fence_seq TO %s`, role),
+	} {
+		_, err := conn.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA %s CASCADE; DROP OWNED BY %s; DROP ROLE %s`, schema, role, role))
+	})
+
+	cfg, err := pgxpool.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "grants-secret"
+	rtPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer rtPool.Close()
+
+	table := schema + ".lease"
+	events := newEventLog()
+	l := newLocker(t, rtPool, table, "rt", pglease.WithTTL(time.Second),
+		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err, "claim: INSERT, UPDATE and nextval on the sequence")
+	events.waitFor(t, pglease.EventExtended, 5*time.Second)
+	require.NoError(t, lease.Err(), "heartbeat: UPDATE")
+	require.NoError(t, lease.Unlock(ctx), "release: UPDATE")
+	again, err := l.Claim(ctx, "k")
+	require.NoError(t, err, "re-claim of an expired row: ON CONFLICT DO UPDATE")
+	assert.Greater(t, again.Fence(), lease.Fence())
+	assert.Zero(t, events.count(pglease.EventHeartbeatFailed), "no heartbeat was refused")
+}
