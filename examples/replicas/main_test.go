@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pglease/pglease/internal/pgserver"
+)
+
+// server is the PostgreSQL the demo runs against in these tests (-dsn).
+var server *pgserver.Server
+
+func TestMain(m *testing.M) {
+	server = pgserver.ForTestMain(pgserver.Options{})
+	code := m.Run()
+	if err := server.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "closing the test server:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// demoOutput is what one run of the demo printed and returned.
+type demoOutput struct {
+	code           int
+	stdout, stderr string
+}
+
+// runDemo runs the demo in-process and checks that it leaves no goroutine
+// behind: schedulers shut down, Lockers and pools closed.
+func runDemo(t *testing.T, ctx context.Context, args ...string) demoOutput {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	out := demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	t.Logf("exit %d\n%s\nstderr:\n%s", out.code, out.stdout, out.stderr)
+	goleak.VerifyNone(t, ignore)
+	return out
+}
+
+// count reads a number from the summary, by its label.
+func (o demoOutput) count(t *testing.T, label string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(label) + `\s+(\d+)`).FindStringSubmatch(o.stdout)
+	require.NotNil(t, m, "summary line %q", label)
+	n, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	return n
+}
+
+// timelineRun is one run line of the timeline.
+type timelineRun struct {
+	tick    int64
+	replica string
+	fence   int64
+}
+
+var runLine = regexp.MustCompile(`(?m)^\s*-?\d+\.\d+s\s+(-?\d+)\s+(\S+)\s+(\d+)\s+\d+ms`)
+
+func (o demoOutput) runs(t *testing.T) []timelineRun {
+	t.Helper()
+	var runs []timelineRun
+	for _, m := range runLine.FindAllStringSubmatch(o.stdout, -1) {
+		tick, err := strconv.ParseInt(m[1], 10, 64)
+		require.NoError(t, err)
+		fence, err := strconv.ParseInt(m[3], 10, 64)
+		require.NoError(t, err)
+		runs = append(runs, timelineRun{tick: tick, replica: m[2], fence: fence})
+	}
+	return runs
+}
+
+func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing.T) {
+	const ttl, period = 2 * time.Second, time.Second
+	out := runDemo(t, context.Background(), "-dsn", server.DSN(), "-table", "demo_min_hold",
+		"-duration", "10s", "-ttl", ttl.String(), "-period", period.String())
+
+	require.Equal(t, 0, out.code)
+	assert.Equal(t, 0, out.count(t, "double runs"), "min hold 500ms covers the 300ms start skew")
+	assert.Equal(t, 0, out.count(t, "missed otherwise"), "only the failover may miss ticks")
+	// The killed replica's lease lapses at most one TTL after its last
+	// renewal, which came before the kill; the tick after that is taken.
+	assert.LessOrEqual(t, out.count(t, "missed while failing over"), int(ttl/period)+1)
+	assert.Equal(t, 1, out.count(t, "takeovers"))
+	assert.Equal(t, 1, out.count(t, "leases lost"), "the killed replica's lease, never released")
+	assert.Contains(t, out.stderr, "release_failed", "pglease logs the release the killed replica could not make")
+
+	killed := regexp.MustCompile(`(?m)^.*\s(\S+)\s+(\d+)\s+\d+ms\s+KILLED mid-run`).FindStringSubmatch(out.stdout)
+	require.NotNil(t, killed, "a KILLED line")
+	takeover := regexp.MustCompile(`TAKEOVER from (\S+): fence (\d+) -> (\d+)`).FindStringSubmatch(out.stdout)
+	require.NotNil(t, takeover, "a TAKEOVER line")
+	assert.Equal(t, killed[1], takeover[1], "taken over from the killed replica")
+	assert.Equal(t, killed[2], takeover[2], "the takeover names the killed run's fence")
+	before, _ := strconv.ParseInt(takeover[2], 10, 64)
+	after, _ := strconv.ParseInt(takeover[3], 10, 64)
+	assert.Greater(t, after, before, "the new holder's fence is greater")
+
+	// Fences only grow from tick to tick, whoever runs it.
+	runs := out.runs(t)
+	require.NotEmpty(t, runs)
+	for i := 1; i < len(runs); i++ {
+		assert.Greater(t, runs[i].tick, runs[i-1].tick, "one run per tick, in tick order: %v", runs[i])
+		assert.Greater(t, runs[i].fence, runs[i-1].fence, "fences grow: %v", runs[i])
+	}
+}
+
+// Without min hold, the replica that ran the tick releases the key as soon
+// as its run ends, and a replica whose timer fires later claims the free
+// key and runs the same tick again (gocron issue 841). The replicas' timers
+// are spread evenly over the skew (150ms apart here) and a run takes at
+// most a tenth of the period (50ms), so the key is free again well before
+// the next replica's timer fires: the double runs come every tick, not by
+// chance.
+func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
+	out := runDemo(t, context.Background(), "-dsn", server.DSN(), "-table", "demo_no_min_hold",
+		"-min-hold", "0", "-duration", "4s", "-period", "500ms", "-ttl", "1s", "-skew", "300ms")
+
+	assert.Equal(t, 0, out.code, "double runs are expected without min hold: not a failure")
+	assert.Positive(t, out.count(t, "double runs"))
+	assert.Contains(t, out.stdout, "DOUBLE RUN: tick")
+}
+
+// With -replica, each process runs one replica; two of them on the same
+// table and -dsn agree on tick numbers without talking to each other, and
+// share the ticks: each tick is run by exactly one of them.
+func TestDemoReplicasInSeparateProcessesRunEachTickOnce(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	names := []string{"east", "west"}
+	outs := make([]demoOutput, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), []string{"-dsn", server.DSN(), "-table", "demo_processes",
+				"-replica", name, "-duration", "4s", "-ttl", "2s"}, &stdout, &stderr)
+			outs[i] = demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String()}
+		})
+	}
+	wg.Wait()
+	goleak.VerifyNone(t, ignore)
+
+	ranges := regexp.MustCompile(`ticks (\d+)\.\.(\d+) of the hour's grid`)
+	first, last := int64(0), int64(1<<62)
+	byTick := map[int64][]timelineRun{}
+	for _, out := range outs {
+		t.Logf("exit %d\n%s\nstderr:\n%s", out.code, out.stdout, out.stderr)
+		require.Equal(t, 0, out.code)
+		m := ranges.FindStringSubmatch(out.stdout)
+		require.NotNil(t, m, "the tick range in the summary")
+		lo, _ := strconv.ParseInt(m[1], 10, 64)
+		hi, _ := strconv.ParseInt(m[2], 10, 64)
+		first, last = max(first, lo), min(last, hi)
+		for _, r := range out.runs(t) {
+			byTick[r.tick] = append(byTick[r.tick], r)
+		}
+	}
+	require.LessOrEqual(t, first, last, "both processes counted common ticks")
+	for k := first; k <= last; k++ {
+		assert.Len(t, byTick[k], 1, "tick %d runs exactly once across the processes: %v", k, byTick[k])
+	}
+	ticks := slices.Sorted(func(yield func(int64) bool) {
+		for k := range byTick {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for i := 1; i < len(ticks); i++ {
+		assert.Greater(t, byTick[ticks[i]][0].fence, byTick[ticks[i-1]][0].fence, "fences grow across processes")
+	}
+}
+
+// Ctrl-C (a cancelled context) stops the demo early and cleanly: schedulers
+// shut down, Lockers closed, no goroutine left, the summary printed. It
+// also takes the server from PGLEASE_DATABASE_URL when -dsn is not given.
+func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
+	t.Setenv(pgserver.EnvDatabaseURL, server.DSN())
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	out := runDemo(t, ctx, "-table", "demo_interrupted", "-duration", "25s")
+
+	require.Equal(t, 0, out.code)
+	assert.Contains(t, out.stdout, "PostgreSQL from "+pgserver.EnvDatabaseURL)
+	assert.Contains(t, out.stdout, "interrupted: stopping the replicas")
+	ticks := out.count(t, "ticks")
+	assert.Positive(t, ticks)
+	assert.Less(t, ticks, 25, "stopped before the end of its duration")
+	assert.Equal(t, 0, out.count(t, "double runs"))
+}
+
+func TestDemoRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-skew", "1s", "-period", "1s"},
+		{"-min-hold", "5s", "-ttl", "3s"},
+		{"-replicas", "0"},
+		{"-duration", "100ms"},
+		{"extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, 2, run(context.Background(), args, &stdout, &stderr), "%v", args)
+		assert.NotEmpty(t, stderr.String(), "%v says why", args)
+	}
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pglease/pglease"
+)
+
+// timeline records the runs of every replica, prints one line per event,
+// and counts what the summary reports. Its methods are safe for concurrent
+// use: replicas call them from their runs, Lockers from their hooks.
+type timeline struct {
+	out    io.Writer
+	t0     time.Time // tick k is scheduled at t0 + k*period
+	period time.Duration
+	origin time.Time // elapsed times are counted from here: the first tick
+	ttl    time.Duration
+	width  int // of the replica column
+
+	mu        sync.Mutex
+	byTick    map[int64][]*jobRun
+	contended map[string][]int64 // by replica: the ticks its claims found the lease held
+	killRun   *jobRun            // the run its replica was killed in
+	killedAt  time.Time
+	takeover  *jobRun // the first run by another replica after the kill
+	lost      int
+}
+
+// replicaStats is what one replica did over the counted ticks.
+type replicaStats struct {
+	runs, contended int
+}
+
+// jobRun is one run of the job.
+type jobRun struct {
+	replica string
+	fence   int64
+	tick    int64
+	start   time.Time
+	marks   []string
+	killed  bool // its line was printed at the kill
+}
+
+func newTimeline(out io.Writer, period, ttl time.Duration, names []string) *timeline {
+	tl := &timeline{
+		out:       out,
+		period:    period,
+		ttl:       ttl,
+		width:     len("replica"),
+		byTick:    make(map[int64][]*jobRun),
+		contended: make(map[string][]int64),
+	}
+	for _, n := range names {
+		tl.width = max(tl.width, len(n))
+	}
+	return tl
+}
+
+// setBase sets t0 and the first tick, before any scheduler starts.
+func (tl *timeline) setBase(t0 time.Time, firstTick int64) {
+	tl.t0 = t0
+	tl.origin = t0.Add(time.Duration(firstTick) * tl.period)
+}
+
+// tickOf numbers the tick a run belongs to: k = floor((start - t0) / period).
+// t0 is the common base all replicas' schedules are offset from, by less
+// than one period (the skew), so the runs of one scheduled slot fall in the
+// same tick whichever replica made them, and two runs in one tick are a
+// double run: the same piece of work done twice.
+func (tl *timeline) tickOf(t time.Time) int64 {
+	return floorDiv(t.Sub(tl.t0), tl.period)
+}
+
+func (tl *timeline) header() {
+	tl.line("elapsed", "tick", "replica", "fence", "run", "")
+	tl.line(strings.Repeat("-", 8), strings.Repeat("-", 5), strings.Repeat("-", tl.width), strings.Repeat("-", 6), strings.Repeat("-", 6), "")
+}
+
+// line prints one aligned line; the caller holds mu, or is alone.
+func (tl *timeline) line(elapsed, tick, replica, fence, took, note string) {
+	s := fmt.Sprintf("%8s  %5s  %-*s  %6s  %6s  %s", elapsed, tick, tl.width, replica, fence, took, note)
+	fmt.Fprintln(tl.out, strings.TrimRight(s, " "))
+}
+
+func (tl *timeline) elapsed(t time.Time) string {
+	return fmt.Sprintf("%.3fs", t.Sub(tl.origin).Seconds())
+}
+
+// begin records the start of a run, and marks it as a double run or as the
+// takeover after a kill.
+func (tl *timeline) begin(replica string, fence int64, start time.Time) *jobRun {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	rn := &jobRun{replica: replica, fence: fence, tick: tl.tickOf(start), start: start}
+	if others := tl.byTick[rn.tick]; len(others) > 0 {
+		o := others[0]
+		rn.marks = append(rn.marks, fmt.Sprintf("DOUBLE RUN: tick %d already ran on %s (fence %d)", rn.tick, o.replica, o.fence))
+	}
+	if tl.killRun != nil && tl.takeover == nil && replica != tl.killRun.replica {
+		tl.takeover = rn
+		rn.marks = append(rn.marks, fmt.Sprintf("TAKEOVER from %s: fence %d -> %d, %s after the kill",
+			tl.killRun.replica, tl.killRun.fence, fence, start.Sub(tl.killedAt).Round(10*time.Millisecond)))
+	}
+	tl.byTick[rn.tick] = append(tl.byTick[rn.tick], rn)
+	return rn
+}
+
+// end prints the line of a run that has returned err, unless the run's
+// replica was killed during it.
+func (tl *timeline) end(rn *jobRun, err error) {
+	took := time.Since(rn.start).Round(time.Millisecond)
+	marks := rn.marks
+	switch {
+	case err == nil:
+	case errors.Is(err, pglease.ErrLost):
+		marks = append(marks, "aborted: its lease was lost")
+	case errors.Is(err, context.Canceled):
+		marks = append(marks, "aborted: its scheduler shut down")
+	default:
+		marks = append(marks, "aborted: "+err.Error())
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if rn.killed {
+		return
+	}
+	tl.line(tl.elapsed(rn.start), fmt.Sprint(rn.tick), rn.replica, fmt.Sprint(rn.fence), took.String(), strings.Join(marks, "; "))
+}
+
+// killed prints the line of rn, in the middle of which its replica is
+// being killed; the run column shows how long it had run.
+func (tl *timeline) killed(rn *jobRun) {
+	now := time.Now()
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.killRun, tl.killedAt = rn, now
+	rn.killed = true
+	marks := append(rn.marks, "KILLED mid-run: database access cut, scheduler shut down, lease not released")
+	tl.line(tl.elapsed(rn.start), fmt.Sprint(rn.tick), rn.replica, fmt.Sprint(rn.fence),
+		now.Sub(rn.start).Round(time.Millisecond).String(), strings.Join(marks, "; "))
+}
+
+// event is every Locker's hook. Contention is normal between replicas: it
+// is only counted. A lease that ends without a release gets a line.
+func (tl *timeline) event(e pglease.Event) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	switch e.Kind {
+	case pglease.EventContended:
+		tl.contended[e.Holder] = append(tl.contended[e.Holder], tl.tickOf(time.Now()))
+	case pglease.EventLost, pglease.EventReleaseFailed:
+		tl.lost++
+		why := e.Err.Error()
+		if errors.Is(e.Err, errKilled) {
+			why = fmt.Sprintf("Unlock could not reach the database; the row stays held until its TTL (%v) runs out", tl.ttl)
+		}
+		now := time.Now()
+		tl.line(tl.elapsed(now), fmt.Sprint(tl.tickOf(now)), e.Holder, fmt.Sprint(e.Fence), "", "LEASE LOST: "+why)
+	}
+}
+
+// summary is what the demo observed over its complete ticks.
+type summary struct {
+	firstTick, ticks int64
+	runs             int
+	uncounted        int     // runs in ticks cut short by the stop
+	doubles          int     // ticks that ran more than once
+	extraRuns        int     // runs beyond the first in those ticks
+	missedFailover   []int64 // ticks with no run, after the kill and before the takeover
+	missedOther      []int64
+	takeover         *jobRun
+	killRun          *jobRun
+	lost             int
+	stats            map[string]replicaStats
+	minHold          time.Duration
+}
+
+// failed reports a double run with the min hold on: what pglease's
+// WithMinHold exists to prevent, so the demo doubles as a check.
+func (s summary) failed() bool { return s.minHold > 0 && s.doubles > 0 }
+
+// summarize counts ticks firstTick .. firstTick+ticks-1: the ticks every
+// replica's timer had fired for before the schedulers were shut down.
+func (tl *timeline) summarize(firstTick, ticks int64, minHold time.Duration) summary {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	s := summary{
+		firstTick: firstTick,
+		ticks:     ticks,
+		takeover:  tl.takeover,
+		killRun:   tl.killRun,
+		lost:      tl.lost,
+		stats:     make(map[string]replicaStats),
+		minHold:   minHold,
+	}
+	counted := func(k int64) bool { return k >= firstTick && k < firstTick+ticks }
+	for k, runs := range tl.byTick {
+		if !counted(k) {
+			s.uncounted += len(runs)
+			continue
+		}
+		for _, rn := range runs {
+			st := s.stats[rn.replica]
+			st.runs++
+			s.stats[rn.replica] = st
+		}
+	}
+	for name, ticks := range tl.contended {
+		st := s.stats[name]
+		for _, k := range ticks {
+			if counted(k) {
+				st.contended++
+			}
+		}
+		s.stats[name] = st
+	}
+	for k := firstTick; k < firstTick+ticks; k++ {
+		n := len(tl.byTick[k])
+		s.runs += n
+		switch {
+		case n > 1:
+			s.doubles++
+			s.extraRuns += n - 1
+		case n == 0 && tl.failingOver(k):
+			s.missedFailover = append(s.missedFailover, k)
+		case n == 0:
+			s.missedOther = append(s.missedOther, k)
+		}
+	}
+	return s
+}
+
+// failingOver reports whether tick k fell after the kill and before the
+// takeover: while the killed replica's lease was still running out.
+func (tl *timeline) failingOver(k int64) bool {
+	return tl.killRun != nil && k > tl.killRun.tick && (tl.takeover == nil || k < tl.takeover.tick)
+}
+
+// print writes the summary table for the replicas of this process.
+func (s summary) print(w io.Writer, cfg config, reps []*replica) {
+	hold := cfg.minHold.String()
+	if cfg.minHold == 0 {
+		hold = "off"
+	}
+	fmt.Fprintf(w, "\nsummary: %d ticks of %v, %s, min hold %s, TTL %v, start skew up to %v\n",
+		s.ticks, cfg.period, plural(len(reps), "replica"), hold, cfg.ttl, cfg.skew)
+
+	width := len("replica")
+	for _, r := range reps {
+		width = max(width, len(r.name))
+	}
+	fmt.Fprintf(w, "  %-*s  %7s  %5s  %9s  %s\n", width, "replica", "start", "runs", "contended", "state")
+	for _, r := range reps {
+		st := s.stats[r.name]
+		state := "alive"
+		if s.killRun != nil && s.killRun.replica == r.name {
+			state = fmt.Sprintf("killed in tick %d", s.killRun.tick)
+		}
+		fmt.Fprintf(w, "  %-*s  %7s  %5d  %9d  %s\n", width, r.name, offsetString(r.offset), st.runs, st.contended, state)
+	}
+	fmt.Fprintln(w)
+
+	row := func(label string, n int, note string) {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-26s %5d  %s", label, n, note), " "))
+	}
+	if cfg.replica != "" {
+		row("ticks", int(s.ticks), fmt.Sprintf("ticks %d..%d of the hour's grid", s.firstTick, s.firstTick+s.ticks-1))
+		row("runs here", s.runs, "the other runs were made by replicas in other processes")
+		row("leases lost", s.lost, "")
+		return
+	}
+	ticksNote := ""
+	if s.uncounted > 0 {
+		ticksNote = fmt.Sprintf("not counted: %s in the tick cut short by the stop", plural(s.uncounted, "run"))
+	}
+	row("ticks", int(s.ticks), ticksNote)
+	row("runs", s.runs, "")
+	doubleNote := "two runs in one tick"
+	if s.doubles > 0 {
+		doubleNote = fmt.Sprintf("%d extra runs", s.extraRuns)
+		if s.minHold == 0 {
+			doubleNote += ": with min hold off, a replica whose timer fires later runs the tick again (gocron issue 841)"
+		}
+	}
+	row("double runs", s.doubles, doubleNote)
+	failoverNote := ""
+	if len(s.missedFailover) > 0 {
+		failoverNote = fmt.Sprintf("%s: the killed replica's lease had to run out (TTL %v)", tickRange(s.missedFailover), cfg.ttl)
+	}
+	row("missed while failing over", len(s.missedFailover), failoverNote)
+	row("missed otherwise", len(s.missedOther), tickRange(s.missedOther))
+	takeovers, takeoverNote := 0, ""
+	if s.takeover != nil {
+		takeovers = 1
+		takeoverNote = fmt.Sprintf("%s in tick %d with fence %d > %d", s.takeover.replica, s.takeover.tick, s.takeover.fence, s.killRun.fence)
+	} else if s.killRun != nil {
+		takeoverNote = "none before the end: run longer than the TTL after the kill"
+	}
+	row("takeovers", takeovers, takeoverNote)
+	row("leases lost", s.lost, "")
+	fmt.Fprintln(w)
+	switch {
+	case s.failed():
+		fmt.Fprintf(w, "FAIL: %d ticks ran twice although the min hold (%v) was on\n", s.doubles, s.minHold)
+	case s.doubles > 0:
+		fmt.Fprintln(w, "as expected without min hold, ticks ran twice; run again without -min-hold 0 to see them prevented")
+	default:
+		fmt.Fprintln(w, "ok: no tick ran twice")
+	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// offsetString writes a start offset in milliseconds: "+150ms".
+func offsetString(d time.Duration) string {
+	return fmt.Sprintf("+%dms", d.Milliseconds())
+}
+
+// tickRange writes ticks compactly: "tick 7", "ticks 7-9", "ticks 3, 7-9".
+func tickRange(ticks []int64) string {
+	if len(ticks) == 0 {
+		return ""
+	}
+	var parts []string
+	for i := 0; i < len(ticks); {
+		j := i
+		for j+1 < len(ticks) && ticks[j+1] == ticks[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, fmt.Sprint(ticks[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ticks[i], ticks[j]))
+		}
+		i = j + 1
+	}
+	if len(ticks) == 1 {
+		return "tick " + parts[0]
+	}
+	return "ticks " + strings.Join(parts, ", ")
+}
