@@ -65,8 +65,8 @@ func (k EventKind) String() string {
 // Event is one report from a Locker, given to every hook of WithHook.
 type Event struct {
 	Kind   EventKind
-	Key    string // empty for heartbeat rounds
-	Holder string // the Locker's holder; for a lease, its holder column (see WithoutFenceColumn)
+	Key    string        // empty for heartbeat rounds
+	Holder string        // the Locker's holder; for a lease, its holder column (see WithoutFenceColumn)
 	Fence  int64         // 0 when no lease was issued
 	Err    error         // the cause, for failures and losses
 	Took   time.Duration // the round trip of the claim, heartbeat or release

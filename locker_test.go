@@ -57,6 +57,8 @@ func TestMigrateCreatesTheTableAndSequenceIdempotentlyUnderAnyTableName(t *testi
 
 	for _, name := range []string{fmt.Sprintf("other%d", n), schema + ".other", fmt.Sprintf("Mixed_Case$%d", n)} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
 			for range 3 {
 				require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(name)))
 			}
@@ -242,9 +244,9 @@ func TestFenceOnlyGrowsAcrossHoldersReclaimsReleasesAndPurge(t *testing.T) {
 		last = lease.Fence()
 		return lease
 	}
-	x := grows(a.Claim(ctx, "k"))
+	grows(a.Claim(ctx, "k"))
 	grows(a.Claim(ctx, "k")) // re-entrant
-	x = grows(a.Claim(ctx, "k"))
+	x := grows(a.Claim(ctx, "k"))
 	require.NoError(t, x.Unlock(ctx))
 	x = grows(b.Claim(ctx, "k")) // another holder after a release
 	require.NoError(t, x.Unlock(ctx))
@@ -512,14 +514,12 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 		{"nil option", []pglease.Option{nil}, "nil Option"},
 	}
 	for _, tc := range badOptions {
-		t.Run(tc.name, func(t *testing.T) {
-			opts := append([]pglease.Option{pglease.WithTable(table)}, tc.opts...)
-			msg := panicMessage(func() { pglease.NewLocker(pool, opts...) })
-			require.Contains(t, msg, tc.want, "NewLocker panics naming the problem")
-			require.True(t, strings.HasPrefix(msg, "pglease: "), msg)
-			err := pglease.Migrate(ctx, pool, opts...)
-			require.ErrorContains(t, err, tc.want, "Migrate returns the same error")
-		})
+		opts := append([]pglease.Option{pglease.WithTable(table)}, tc.opts...)
+		msg := panicMessage(func() { pglease.NewLocker(pool, opts...) })
+		require.Contains(t, msg, tc.want, "%s: NewLocker panics naming the problem", tc.name)
+		require.True(t, strings.HasPrefix(msg, "pglease: "), msg)
+		err := pglease.Migrate(ctx, pool, opts...)
+		require.ErrorContains(t, err, tc.want, "%s: Migrate returns the same error", tc.name)
 	}
 
 	require.Contains(t, panicMessage(func() { pglease.NewLocker(nil) }), "db is nil")
@@ -534,15 +534,13 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 		"invalid UTF8": "job\xc3\x28",
 		"1 MB":         strings.Repeat("k", 1<<20),
 	} {
-		t.Run("key/"+name, func(t *testing.T) {
-			lease, err := l.Claim(ctx, key)
-			require.Error(t, err)
-			require.Nil(t, lease)
-			require.Contains(t, err.Error(), "pglease: claim")
-			require.Less(t, len(err.Error()), 300, "a huge key is not echoed whole")
-			_, err = l.Lock(ctx, key)
-			require.Error(t, err)
-		})
+		lease, err := l.Claim(ctx, key)
+		require.Error(t, err, name)
+		require.Nil(t, lease, name)
+		require.Contains(t, err.Error(), "pglease: claim", name)
+		require.Less(t, len(err.Error()), 300, "%s: a huge key is not echoed whole", name)
+		_, err = l.Lock(ctx, key)
+		require.Error(t, err, name)
 	}
 
 	// Keys are data, never SQL.
@@ -553,7 +551,7 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 	before[hostile] = leaseRow{Holder: "bad-keys", Fence: lease.Fence()}
 
 	after := snapshotTable(t, pool, table)
-	require.Equal(t, len(before), len(after), "nothing but the hostile-but-valid key was written")
+	require.Len(t, after, len(before), "nothing but the hostile-but-valid key was written")
 	for key, row := range before {
 		require.Equal(t, row.Holder, after[key].Holder, key)
 		require.Equal(t, row.Fence, after[key].Fence, key)

@@ -216,12 +216,6 @@ func (f *faultyDB) hold(kind string) (release func()) {
 	}
 }
 
-func (f *faultyDB) attempts(kind string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.seen[kind]
-}
-
 func (f *faultyDB) before(ctx context.Context, sql string) error {
 	kind := statementKind(sql)
 	f.mu.Lock()

@@ -40,7 +40,7 @@ type demoOutput struct {
 
 // runDemo runs the demo in-process and checks that it leaves no goroutine
 // behind: schedulers shut down, Lockers and pools closed.
-func runDemo(t *testing.T, ctx context.Context, args ...string) demoOutput {
+func runDemo(ctx context.Context, t *testing.T, args ...string) demoOutput {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	var stdout, stderr bytes.Buffer
@@ -85,7 +85,7 @@ func (o demoOutput) runs(t *testing.T) []timelineRun {
 
 func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing.T) {
 	const ttl, period = 2 * time.Second, time.Second
-	out := runDemo(t, context.Background(), "-dsn", server.DSN(), "-table", "demo_min_hold",
+	out := runDemo(context.Background(), t, "-dsn", server.DSN(), "-table", "demo_min_hold",
 		"-duration", "10s", "-ttl", ttl.String(), "-period", period.String())
 
 	require.Equal(t, 0, out.code)
@@ -125,7 +125,7 @@ func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing
 // the next replica's timer fires: the double runs come every tick, not by
 // chance.
 func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
-	out := runDemo(t, context.Background(), "-dsn", server.DSN(), "-table", "demo_no_min_hold",
+	out := runDemo(context.Background(), t, "-dsn", server.DSN(), "-table", "demo_no_min_hold",
 		"-min-hold", "0", "-duration", "4s", "-period", "500ms", "-ttl", "1s", "-skew", "300ms")
 
 	assert.Equal(t, 0, out.code, "double runs are expected without min hold: not a failure")
@@ -190,7 +190,7 @@ func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
 	t.Setenv(pgserver.EnvDatabaseURL, server.DSN())
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
-	out := runDemo(t, ctx, "-table", "demo_interrupted", "-duration", "25s")
+	out := runDemo(ctx, t, "-table", "demo_interrupted", "-duration", "25s")
 
 	require.Equal(t, 0, out.code)
 	assert.Contains(t, out.stdout, "PostgreSQL from "+pgserver.EnvDatabaseURL)

@@ -141,7 +141,7 @@ func (tl *timeline) killed(rn *jobRun) {
 	defer tl.mu.Unlock()
 	tl.killRun, tl.killedAt = rn, now
 	rn.killed = true
-	marks := append(rn.marks, "KILLED mid-run: database access cut, scheduler shut down, lease not released")
+	marks := append(append([]string(nil), rn.marks...), "KILLED mid-run: database access cut, scheduler shut down, lease not released")
 	tl.line(tl.elapsed(rn.start), fmt.Sprint(rn.tick), rn.replica, fmt.Sprint(rn.fence),
 		now.Sub(rn.start).Round(time.Millisecond).String(), strings.Join(marks, "; "))
 }

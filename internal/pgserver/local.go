@@ -44,7 +44,7 @@ func findBinDir() (string, error) {
 		pathDirs = append(pathDirs, filepath.Dir(p))
 	}
 	var pgConfigDir string
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+	if out, err := exec.CommandContext(context.Background(), "pg_config", "--bindir").Output(); err == nil {
 		pgConfigDir = strings.TrimSpace(string(out))
 	}
 	versionDirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
@@ -180,7 +180,8 @@ func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, 
 	}
 	l.logf("pgserver: local PostgreSQL ready on 127.0.0.1:%d after %s (dir %s)",
 		l.port, time.Since(began).Round(time.Millisecond), dir)
-	return l, l.dsn(), nil
+	dsn := l.dsn()
+	return l, dsn, nil
 }
 
 // postgresUser returns the credentials of user "postgres": PostgreSQL
@@ -210,7 +211,8 @@ func (l *localServer) prepare(cmd *exec.Cmd) {
 		}
 		env = append(env, kv)
 	}
-	cmd.Env = append(env, "HOME="+l.dir, "LC_ALL=C")
+	env = append(env, "HOME="+l.dir, "LC_ALL=C")
+	cmd.Env = env
 	// Setpgid: a signal to our process group (Ctrl-C) does not reach the
 	// server; we stop it ourselves. Pdeathsig: the server dies with us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: l.cred}
@@ -244,7 +246,7 @@ func (l *localServer) launch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgserver: %w", err)
 	}
-	cmd := exec.Command(filepath.Join(l.bin, "postgres"), l.args()...)
+	cmd := exec.CommandContext(context.Background(), filepath.Join(l.bin, "postgres"), l.args()...) // stopped by signals, not a context
 	l.prepare(cmd)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -344,7 +346,7 @@ func (l *localServer) close() error {
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: finding a free port: %w", err)
 	}

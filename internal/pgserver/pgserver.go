@@ -267,8 +267,8 @@ func (s *Server) Close() error {
 // connection string. The caller closes the server after m.Run.
 func ForTestMain(opts Options) *Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	srv, err := Start(ctx, opts)
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -128,7 +128,7 @@ func TestServerLifecycle(t *testing.T) {
 
 	if l, ok := srv.be.(*localServer); ok {
 		// Start waits while the port is briefly taken by someone else.
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(l.port))
+		ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(l.port))
 		require.NoError(t, err)
 		release := time.AfterFunc(time.Second, func() { _ = ln.Close() })
 		defer release.Stop()
@@ -163,7 +163,7 @@ func TestServerLifecycle(t *testing.T) {
 	if dir != "" {
 		require.NoDirExists(t, dir)
 		addr := strings.TrimSuffix(strings.TrimPrefix(dsn, "postgres://postgres@"), "/postgres?sslmode=disable")
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", addr)
 		if err == nil {
 			_ = c.Close()
 		}
