@@ -68,7 +68,8 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-table", table, "-json")), &rows))
 	require.Len(t, rows, 3)
 	assert.Equal(t, "a-job", rows[0].Key)
-	assert.Equal(t, a.Fence(), rows[0].Fence)
+	require.NotNil(t, rows[0].Fence)
+	assert.Equal(t, a.Fence(), *rows[0].Fence)
 	assert.Equal(t, "replica-a", rows[0].Holder)
 	assert.True(t, rows[0].Live)
 	assert.InDelta(t, l.TTL().Seconds(), rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
@@ -315,4 +316,39 @@ func TestRuntimeGrantsAreEnoughForStatusAndReleaseButNotForPurgeOrMigrate(t *tes
 	assert.Equal(t, exitFail, r.code)
 	assert.Contains(t, r.stderr, "permission denied")
 	assert.NotContains(t, r.stderr, "cli-secret")
+}
+
+func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := freshTable()
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`, table))
+	require.NoError(t, err)
+	l := newLocker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithTTL(2*time.Second))
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+
+	var rows []statusRow
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-table", table, "-json")), &rows))
+	require.Len(t, rows, 1)
+	assert.Equal(t, lease.Holder(), rows[0].Holder)
+	assert.Nil(t, rows[0].Fence, "no fence column: null")
+	assert.Nil(t, rows[0].AcquiredAt, "no acquired_at column: null")
+	assert.True(t, rows[0].Live)
+	lines := strings.Split(strings.TrimSpace(ok(t, "status", "-table", table)), "\n")
+	require.Len(t, lines, 2)
+	assert.Equal(t, []string{"job", lease.Holder(), "-", "-"}, strings.Fields(lines[1])[:4])
+
+	out := ok(t, "release", "-table", table, "job")
+	assert.Contains(t, out, "fence none")
+	assert.Contains(t, out, lease.Holder())
+	select {
+	case <-lease.Done():
+	case <-time.After(l.TTL()):
+		t.Fatal("the holder did not find its lease lost")
+	}
+	other := newLocker(t, pool, table, "replica-b", pglease.WithoutFenceColumn())
+	_, err = other.Claim(ctx, "job")
+	require.NoError(t, err, "claimable at once")
 }

@@ -11,9 +11,10 @@ import (
 
 // releaseLockSQL reads the key's row and locks it for the rest of the
 // transaction, so that what is printed is what was released: no claim or
-// heartbeat can change the row in between.
-const releaseLockSQL = `SELECT holder, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live
-  FROM {table} WHERE key = $1 FOR UPDATE`
+// heartbeat can change the row in between. fence and acquired_at go through
+// to_jsonb so that a table without them (WithoutFenceColumn) works too.
+const releaseLockSQL = `SELECT holder, (to_jsonb(t) ->> 'fence')::bigint, expires_at, expires_at > clock_timestamp() AS live
+  FROM {table} AS t WHERE key = $1 FOR UPDATE`
 
 // forceExpireSQL expires a live lease in place, as a release does, without
 // touching holder or fence: the next claim, by any holder, takes a new
@@ -27,10 +28,13 @@ const releaseLockSQL = `SELECT holder, fence, acquired_at, expires_at, expires_a
 // lease is then expired for every claim (expires_at <= clock_timestamp()),
 // and its holder's next heartbeat, which requires expires_at >
 // clock_timestamp(), finds it lost.
-const forceExpireSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond')
- WHERE key = $1 AND fence = $2
-RETURNING expires_at, expires_at <= clock_timestamp() AS expired`
+//
+// The row is locked by releaseLockSQL, so holder still names the mandate
+// that was read; acquired_at is read through to_jsonb for tables without it.
+const forceExpireSQL = `UPDATE {table} AS t
+   SET expires_at = GREATEST(clock_timestamp(), (to_jsonb(t) ->> 'acquired_at')::timestamptz + interval '1 microsecond')
+ WHERE key = $1 AND holder = $2
+RETURNING expires_at, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at <= clock_timestamp() AS expired`
 
 var releaseCommand = command{
 	name:  "release",
@@ -53,12 +57,12 @@ var releaseCommand = command{
 
 func forceExpire(ctx context.Context, c *cli, tx pgx.Tx, key string) error {
 	var (
-		holder                string
-		fence                 int64
-		acquiredAt, expiresAt time.Time
-		live                  bool
+		holder    string
+		fence     *int64
+		expiresAt time.Time
+		live      bool
 	)
-	err := tx.QueryRow(ctx, c.render(releaseLockSQL), key).Scan(&holder, &fence, &acquiredAt, &expiresAt, &live)
+	err := tx.QueryRow(ctx, c.render(releaseLockSQL), key).Scan(&holder, &fence, &expiresAt, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("key %q not found in table %s", key, c.table)
 	}
@@ -66,24 +70,33 @@ func forceExpire(ctx context.Context, c *cli, tx pgx.Tx, key string) error {
 		return err
 	}
 	if !live {
-		fmt.Fprintf(c.stdout, "key %q was not live: holder %q, fence %d, expired at %s; nothing changed\n",
-			key, holder, fence, expiresAt.UTC().Format(timeFormat))
+		fmt.Fprintf(c.stdout, "key %q was not live: holder %q, fence %s, expired at %s; nothing changed\n",
+			key, holder, fenceText(fence), expiresAt.UTC().Format(timeFormat))
 		return nil
 	}
 	var (
-		newExpiry time.Time
-		expired   bool
+		newExpiry  time.Time
+		acquiredAt *time.Time
+		expired    bool
 	)
-	if err := tx.QueryRow(ctx, c.render(forceExpireSQL), key, fence).Scan(&newExpiry, &expired); err != nil {
+	if err := tx.QueryRow(ctx, c.render(forceExpireSQL), key, holder).Scan(&newExpiry, &acquiredAt, &expired); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "released key %q: holder %q, fence %d, was live until %s; now expires at %s\n",
-		key, holder, fence, expiresAt.UTC().Format(timeFormat), newExpiry.UTC().Format(timeFormat))
-	if !expired {
+	fmt.Fprintf(c.stdout, "released key %q: holder %q, fence %s, was live until %s; now expires at %s\n",
+		key, holder, fenceText(fence), expiresAt.UTC().Format(timeFormat), newExpiry.UTC().Format(timeFormat))
+	if !expired && acquiredAt != nil {
 		// Only when acquired_at is ahead of the server's clock (the clock
 		// was set back since the claim): the CHECK keeps the expiry after it.
 		fmt.Fprintf(c.stderr, "pglease release: the server clock is behind the claim's acquired_at (%s): the key stays held until then\n",
 			acquiredAt.UTC().Format(timeFormat))
 	}
 	return nil
+}
+
+// fenceText prints a fence, or "none" for a table without fence column.
+func fenceText(fence *int64) string {
+	if fence == nil {
+		return "none"
+	}
+	return fmt.Sprint(*fence)
 }

@@ -16,18 +16,20 @@ import (
 // evaluated once) so that every row is judged against the same instant,
 // and on the database clock, the only one pglease trusts. Keys are sorted
 // byte-wise (COLLATE "C") so that the order does not depend on the
-// database's locale.
+// database's locale. fence and acquired_at are read through to_jsonb of the
+// row, so that a table without them (pglease.WithoutFenceColumn) lists too,
+// with nulls.
 const statusSQL = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, holder, fence, acquired_at, expires_at, server.now
-  FROM {table}, server
+SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
+  FROM {table} AS t, server
  ORDER BY key COLLATE "C"`
 
 // statusRow is one key as status -json prints it.
 type statusRow struct {
 	Key              string    `json:"key"`
 	Holder           string    `json:"holder"`
-	Fence            int64     `json:"fence"`
-	AcquiredAt       time.Time `json:"acquired_at"`
+	Fence            *int64     `json:"fence"`       // null on a table without fence column
+	AcquiredAt       *time.Time `json:"acquired_at"` // null on a table without acquired_at
 	ExpiresAt        time.Time `json:"expires_at"`
 	ExpiresInSeconds float64   `json:"expires_in_seconds"` // negative once expired
 	Live             bool      `json:"live"`
@@ -92,8 +94,15 @@ func printStatus(c *cli, rows []statusRow) error {
 			state = "live"
 		}
 		in := time.Duration(r.ExpiresInSeconds * float64(time.Second)).Round(time.Millisecond)
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%v\t%s\n",
-			printable(r.Key), printable(r.Holder), r.Fence, r.AcquiredAt.UTC().Format(timeFormat), in, state)
+		fence, acquired := "-", "-"
+		if r.Fence != nil {
+			fence = fmt.Sprint(*r.Fence)
+		}
+		if r.AcquiredAt != nil {
+			acquired = r.AcquiredAt.UTC().Format(timeFormat)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\n",
+			printable(r.Key), printable(r.Holder), fence, acquired, in, state)
 	}
 	return w.Flush()
 }
