@@ -32,12 +32,15 @@
 //
 // The Locker trusts a lease until its trust deadline: the local monotonic
 // time at which the last successful claim or heartbeat was sent, plus the
-// TTL. The server computed that statement's expiry later than it was sent,
-// so the trust deadline never falls after the server's expiry (assuming the
-// two clocks tick at the same rate over one TTL). A failed heartbeat is
-// retried every quarter interval; if the deadline passes first, the lease is
-// declared lost locally, database reachable or not. The heartbeat interval
-// must be below TTL/2, so a single failed round is always retried in time.
+// TTL, minus a margin of a tenth of the TTL (at most a second). The server
+// computed that statement's expiry later than it was sent, so the trust
+// deadline falls before the server's expiry by at least the margin, which
+// absorbs a timer firing late on a loaded machine and a local clock running
+// up to 10% fast over one TTL. A timer per lease ends it at that deadline,
+// database reachable or not, even while the heartbeat goroutine waits behind
+// a release that hangs. A failed heartbeat is retried every quarter
+// interval. The heartbeat interval must be below TTL/2, so a single failed
+// round is always retried in time.
 //
 // # Release
 //
@@ -46,9 +49,10 @@
 // ErrLost. With WithMinHold the release keeps the lease until
 // acquired_at + min hold, so a replica whose scheduler fires a few
 // milliseconds later cannot run the same tick again; the holder itself may
-// re-claim. Release and heartbeat rounds are ordered by one semaphore: a
-// heartbeat already in flight completes before the release is sent, so it
-// cannot re-arm a lease that was just released.
+// re-claim. Releases and heartbeat rounds are ordered by a gate: a
+// heartbeat already in flight completes before a release is sent, so it
+// cannot re-arm a lease that was just released, while releases of different
+// leases run side by side.
 //
 // # One WAL flush per job run
 //
@@ -78,6 +82,11 @@
 //     On resume the heartbeat finds another fence and reports the loss;
 //     the late release touches nothing.
 //   - Server restart: leases survive if it is back within the trust window.
+//
+// # Contexts
+//
+// Every method that takes a context panics on a nil one, naming the method,
+// before anything is sent or changed.
 //
 // # What fencing protects
 //

@@ -38,6 +38,7 @@ func NewElector(db DB, opts ...Option) *Elector {
 // this replica becomes the leader, reported as EventElected with the new
 // fence, and an error wrapping ErrHeld while another replica leads.
 func (e *Elector) IsLeader(ctx context.Context) error {
+	mustContext(ctx, "IsLeader")
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.lease != nil && e.lease.Err() == nil {

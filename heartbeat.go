@@ -27,9 +27,9 @@ const minRetry = 10 * time.Millisecond
 
 // heartbeat is the Locker's one background goroutine. Every interval it
 // extends all held leases in one statement. After a failed round it retries
-// sooner (interval/4), and it always wakes at the earliest trust deadline so
-// that a lease nobody could extend is declared lost on time, database
-// reachable or not.
+// sooner (interval/4). It does not declare leases lost at their trust
+// deadline: each lease's own timer does (Lease.trust), so that a round or a
+// release stuck on an unreachable database delays no loss.
 func (l *Locker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	timer := time.NewTimer(l.cfg.heartbeat)
@@ -44,9 +44,6 @@ func (l *Locker) heartbeat(ctx context.Context, done chan<- struct{}) {
 		if !l.heartbeatRound(ctx) {
 			wait = max(l.cfg.heartbeat/4, minRetry)
 		}
-		if next := l.earliestTrustDeadline(); !next.IsZero() {
-			wait = min(wait, max(time.Until(next), 0))
-		}
 		timer.Reset(wait)
 	}
 }
@@ -54,12 +51,10 @@ func (l *Locker) heartbeat(ctx context.Context, done chan<- struct{}) {
 // heartbeatRound extends every held lease once. It reports false when the
 // statement failed and should be retried soon.
 func (l *Locker) heartbeatRound(ctx context.Context) bool {
-	select {
-	case l.round <- struct{}{}:
-	case <-ctx.Done():
-		return true
+	if l.gate.enter(ctx, true) != nil {
+		return true // Close
 	}
-	defer func() { <-l.round }()
+	defer l.gate.leave(true)
 
 	now := time.Now()
 	var (
@@ -142,19 +137,4 @@ func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease
 		}
 	}
 	return got, rows.Err()
-}
-
-// earliestTrustDeadline is the soonest trust deadline among held leases, or
-// zero when none is held.
-func (l *Locker) earliestTrustDeadline() time.Time {
-	var first time.Time
-	for _, ls := range l.snapshot() {
-		ls.mu.Lock()
-		held, trust := ls.err == nil, ls.trustUntil
-		ls.mu.Unlock()
-		if held && (first.IsZero() || trust.Before(first)) {
-			first = trust
-		}
-	}
-	return first
 }

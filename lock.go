@@ -44,9 +44,10 @@ type Lease struct {
 	acquiredAt time.Time
 
 	mu         sync.Mutex
-	expiresAt  time.Time // server time, from the last claim or heartbeat
-	trustUntil time.Time // local monotonic: sent_at + TTL of that statement
-	err        error     // nil while held
+	expiresAt  time.Time   // server time, from the last claim or heartbeat
+	trustUntil time.Time   // local monotonic: sent_at + TTL - margin of that statement
+	trustTimer *time.Timer // ends the lease at trustUntil, whatever else is going on
+	err        error       // nil while held
 	done       chan struct{}
 	released   bool  // a release was attempted
 	releaseErr error // its outcome, returned by later Unlocks
@@ -96,6 +97,7 @@ func (ls *Lease) Err() error {
 // the lease ends, with the lease's Err as its cause (context.Cause). A job
 // should do its work under it. Call cancel when done.
 func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	mustContext(parent, "Lease.Context")
 	ctx, cancel := context.WithCancelCause(parent)
 	ls.checkTrust(time.Now())
 	ls.mu.Lock()
@@ -128,6 +130,7 @@ func (ls *Lease) Context(parent context.Context) (context.Context, context.Cance
 // ignores what Unlock returns. Unlock after a release returns its outcome
 // again and sends nothing.
 func (ls *Lease) Unlock(ctx context.Context) error {
+	mustContext(ctx, "Unlock")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.locker.cfg.timeout)
 	defer cancel()
 	return ls.locker.release(ctx, ls, ErrReleased)
@@ -175,12 +178,10 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 // its trust deadline while the database was unreachable) is still released
 // if its row is still ours, to free the key early; it reports ErrLost anyway.
 func (l *Locker) releaseRow(ctx context.Context, ls *Lease) error {
-	select {
-	case l.round <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the heartbeat round in flight: %w", context.Cause(ctx))
+	if err := l.gate.enter(ctx, false); err != nil {
+		return fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
 	}
-	defer func() { <-l.round }()
+	defer l.gate.leave(false)
 
 	prior := ls.lostErr()
 	released, err := l.proto.release(ctx, l.db, ls)
@@ -214,13 +215,28 @@ func (ls *Lease) checkTrust(now time.Time) {
 	}
 }
 
+// trust sets the trust deadline from the send time of the last successful
+// claim or heartbeat, and arms the timer that ends the lease at it. The
+// timer, not the heartbeat goroutine, ends the lease: the heartbeat may be
+// waiting behind a release that hangs on an unreachable database.
+func (ls *Lease) trust(sent time.Time) {
+	ttl := ls.locker.cfg.ttl
+	ls.trustUntil = sent.Add(ttl - trustMargin(ttl))
+	wait := time.Until(ls.trustUntil)
+	if ls.trustTimer == nil {
+		ls.trustTimer = time.AfterFunc(wait, func() { ls.checkTrust(time.Now()) })
+	} else {
+		ls.trustTimer.Reset(wait)
+	}
+}
+
 // extend records a successful heartbeat sent at sent.
 func (ls *Lease) extend(expiresAt, sent time.Time) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.err == nil {
 		ls.expiresAt = expiresAt
-		ls.trustUntil = sent.Add(ls.locker.cfg.ttl)
+		ls.trust(sent)
 	}
 }
 
@@ -241,6 +257,7 @@ func (ls *Lease) end(err error) bool {
 		return false
 	}
 	ls.err = err
+	ls.trustTimer.Stop()
 	close(ls.done)
 	watchers := ls.watchers
 	ls.watchers = nil

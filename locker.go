@@ -79,10 +79,10 @@ type Locker struct {
 
 	proto protocol // the statements, with or without the fence column
 
-	// round is a one-slot semaphore held by each heartbeat round and each
-	// release, so that a heartbeat already in flight can never re-arm a lease
-	// that Unlock has just released.
-	round chan struct{}
+	// gate lets a heartbeat round run alone and releases together, so that
+	// a heartbeat already in flight can never re-arm a lease that Unlock has
+	// just released.
+	gate roundGate
 
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
@@ -113,7 +113,6 @@ func NewLocker(db DB, opts ...Option) *Locker {
 		db:      db,
 		cfg:     cfg,
 		proto:   proto,
-		round:   make(chan struct{}, 1),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
@@ -141,6 +140,7 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 //
 // Claim uses ctx as given; Lock adds the Locker's timeout.
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
+	mustContext(ctx, "Claim")
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
@@ -177,9 +177,11 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		fence:      c.fence,
 		acquiredAt: c.acquiredAt,
 		expiresAt:  c.expiresAt,
-		trustUntil: sent.Add(l.cfg.ttl),
 		done:       make(chan struct{}),
 	}
+	lease.mu.Lock()
+	lease.trust(sent)
+	lease.mu.Unlock()
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
 	l.emit(Event{Kind: EventAcquired, Key: key, Holder: c.holder, Fence: c.fence, Took: took})
@@ -203,6 +205,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 // reported through the logger and hooks (gocron never logs them);
 // contention stays at debug level.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	mustContext(ctx, "Lock")
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	lease, err := l.Claim(ctx, key)
@@ -231,6 +234,7 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 // timeout. Close is idempotent; later calls wait for the first and return
 // nil.
 func (l *Locker) Close(ctx context.Context) error {
+	mustContext(ctx, "Close")
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -314,6 +318,15 @@ func (l *Locker) snapshot() []*Lease {
 		out = append(out, lease)
 	}
 	return out
+}
+
+// mustContext panics on a nil context before anything changes: passing nil
+// is a programming error in Go, and failing deep inside the driver would name
+// nothing (or, in Close, leave the Locker half closed).
+func mustContext(ctx context.Context, method string) {
+	if ctx == nil {
+		panic("pglease: " + method + ": nil Context")
+	}
 }
 
 func checkKey(key string) error {

@@ -490,7 +490,7 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 		opts []pglease.Option
 		want string
 	}{
-		{"TTL zero", []pglease.Option{pglease.WithTTL(0)}, "WithTTL(0s): TTL must be positive"},
+		{"TTL zero", []pglease.Option{pglease.WithTTL(0)}, "WithTTL(0s): TTL must be at least MinTTL (10ms)"},
 		{"TTL negative", []pglease.Option{pglease.WithTTL(-time.Second)}, "WithTTL(-1s)"},
 		{"heartbeat half TTL", []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(30 * time.Second)}, "must be less than TTL/2"},
 		{"heartbeat zero", []pglease.Option{pglease.WithHeartbeatInterval(0)}, "WithHeartbeatInterval(0s)"},

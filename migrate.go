@@ -82,6 +82,7 @@ func Schema(opts ...Option) (string, error) {
 // the only code that runs DDL; at run time a Locker needs only SELECT,
 // INSERT and UPDATE on the table and USAGE on its sequence.
 func Migrate(ctx context.Context, db DB, opts ...Option) error {
+	mustContext(ctx, "Migrate")
 	if isNil(db) {
 		return errors.New("pglease: migrate: db is nil")
 	}

@@ -25,6 +25,20 @@ const (
 	Retention = 24 * time.Hour
 )
 
+// MinTTL is the shortest TTL WithTTL accepts: a lease shorter than a few
+// round trips could never be claimed and used.
+const MinTTL = 10 * time.Millisecond
+
+// maxTrustMargin caps the trust margin (see trustMargin).
+const maxTrustMargin = time.Second
+
+// trustMargin is how much sooner than the TTL a Locker stops trusting a
+// lease: a tenth of the TTL, at most a second. The trust deadline,
+// sent_at + TTL - margin, then falls before the server's expiry even when
+// the timer that ends the lease fires late on a loaded machine, or the
+// local clock runs up to 10% fast over one TTL.
+func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustMargin) }
+
 // MaxKeyLen is the longest key, in bytes, that Claim accepts. Keys are the
 // table's primary key; a B-tree entry cannot hold much more than 2 kB, and a
 // job name longer than this is a mistake.
@@ -70,8 +84,8 @@ func WithHolder(id string) Option {
 // default is DefaultTTL (60s).
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
-			c.fail("WithTTL(%v): TTL must be positive", d)
+		if d < MinTTL {
+			c.fail("WithTTL(%v): TTL must be at least MinTTL (%v)", d, MinTTL)
 			return
 		}
 		c.ttl = d

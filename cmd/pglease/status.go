@@ -26,13 +26,13 @@ SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquire
 
 // statusRow is one key as status -json prints it.
 type statusRow struct {
-	Key              string    `json:"key"`
-	Holder           string    `json:"holder"`
+	Key              string     `json:"key"`
+	Holder           string     `json:"holder"`
 	Fence            *int64     `json:"fence"`       // null on a table without fence column
 	AcquiredAt       *time.Time `json:"acquired_at"` // null on a table without acquired_at
-	ExpiresAt        time.Time `json:"expires_at"`
-	ExpiresInSeconds float64   `json:"expires_in_seconds"` // negative once expired
-	Live             bool      `json:"live"`
+	ExpiresAt        time.Time  `json:"expires_at"`
+	ExpiresInSeconds float64    `json:"expires_in_seconds"` // negative once expired
+	Live             bool       `json:"live"`
 }
 
 var statusCommand = command{

@@ -1,0 +1,612 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgserver"
+)
+
+// Fault injection with real parts: a TCP proxy between a Locker's pool and
+// PostgreSQL (internal/faultproxy), backends terminated server-side, row
+// locks held by other transactions, and server restarts. Each test logs its
+// measured figures on lines starting with "figures:".
+
+// newProxy puts a fault proxy in front of the server at dsn (the shared
+// server when empty), closed at cleanup.
+func newProxy(t *testing.T, dsn string) *faultproxy.Proxy {
+	t.Helper()
+	if dsn == "" {
+		dsn = server.DSN()
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	p, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// appPool connects to dsn (the shared server when empty), through p when it
+// is not nil, with application_name set to app so that the test can find
+// the pool's backends in pg_stat_activity. Closed at cleanup.
+func appPool(t *testing.T, dsn string, p *faultproxy.Proxy, app string) *pgxpool.Pool {
+	t.Helper()
+	if dsn == "" {
+		dsn = server.DSN()
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	if p != nil {
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+var appSeq = 0
+var appMu sync.Mutex
+
+// appName returns an application_name unique to this test binary.
+func appName(prefix string) string {
+	appMu.Lock()
+	defer appMu.Unlock()
+	appSeq++
+	return fmt.Sprintf("%s_%d", prefix, appSeq)
+}
+
+// lockRow takes the row lock of key in another transaction, as a long
+// report or a stuck migration would; the returned function ends that
+// transaction (commit or rollback).
+func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit bool)) {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	var fence int64
+	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT fence FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key).Scan(&fence))
+	var once sync.Once
+	end = func(commit bool) {
+		once.Do(func() {
+			if commit {
+				require.NoError(t, tx.Commit(context.Background()))
+			} else {
+				require.NoError(t, tx.Rollback(context.Background()))
+			}
+		})
+	}
+	t.Cleanup(func() { end(false) })
+	return end
+}
+
+// blockedBackend waits until a backend of application app is waiting on a
+// lock while running a statement that contains fragment, and returns its pid.
+func blockedBackend(t *testing.T, db pglease.DB, app, fragment string) int32 {
+	t.Helper()
+	var pid int32
+	require.Eventually(t, func() bool {
+		err := db.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock' AND strpos(query, $2) > 0 LIMIT 1`, app, fragment).Scan(&pid)
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "a statement of %s containing %q blocked on a lock", app, fragment)
+	return pid
+}
+
+// backendWaiting reports whether backend pid is still waiting on a lock.
+func backendWaiting(t *testing.T, db pglease.DB, pid int32) bool {
+	t.Helper()
+	var waiting bool
+	require.NoError(t, db.QueryRow(context.Background(),
+		`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')`, pid).Scan(&waiting))
+	return waiting
+}
+
+// backendGone waits until backend pid has exited: a statement it was
+// running has then either taken effect or not, for good.
+func backendGone(t *testing.T, db pglease.DB, pid int32) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var alive bool
+		return db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive) == nil && !alive
+	}, 20*time.Second, 5*time.Millisecond, "backend %d exits", pid)
+}
+
+// serverPassed waits until the database clock is past at.
+func serverPassed(t *testing.T, db pglease.DB, at time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var past bool
+		return db.QueryRow(context.Background(), `SELECT clock_timestamp() > $1`, at).Scan(&past) == nil && past
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// lastTrusted asks lease.Err as often as it can until the lease is declared
+// lost, and returns the last instant Err was still nil and the first one it
+// was not.
+func lastTrusted(t *testing.T, lease *pglease.Lease, limit time.Duration) (trusted, lost time.Time) {
+	t.Helper()
+	give := time.Now().Add(limit)
+	for {
+		asked := time.Now()
+		if lease.Err() != nil {
+			return trusted, asked
+		}
+		trusted = asked
+		if asked.After(give) {
+			t.Fatalf("lease %q still trusted after %v", lease.Key(), limit)
+		}
+	}
+}
+
+func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	proxy := newProxy(t, "")
+	// 25-100 ms each way: every statement takes 50-200 ms.
+	proxy.SetLatency(62*time.Millisecond, 38*time.Millisecond, 1)
+	const ttl, interval = 2 * time.Second, 300 * time.Millisecond
+	events := newEventLog()
+	a := newLocker(t, appPool(t, "", proxy, appName("latency")), table, "slow-replica",
+		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))
+	b := newLocker(t, direct, table, "fast-replica", pglease.WithTTL(ttl))
+
+	var leases []*pglease.Lease
+	for i := range 10 {
+		lease, err := a.Claim(ctx, fmt.Sprintf("k%d", i))
+		require.NoError(t, err)
+		leases = append(leases, lease)
+	}
+	for ev := events.waitFor(t, pglease.EventExtended, ttl); ev.Leases < len(leases); {
+		ev = events.waitFor(t, pglease.EventExtended, ttl) // rounds that ran while claiming
+	}
+	start := time.Now()
+	var worst time.Duration
+	rounds := 0
+	for time.Since(start) < 2*ttl { // across two TTLs of heartbeats
+		ev := events.waitFor(t, pglease.EventExtended, ttl)
+		require.Equal(t, len(leases), ev.Leases, "every lease extended in each round")
+		worst = max(worst, ev.Took)
+		rounds++
+		_, err := b.Claim(ctx, "k0")
+		require.ErrorIs(t, err, pglease.ErrHeld)
+	}
+	assert.Zero(t, events.count(pglease.EventLost))
+	assert.Zero(t, events.count(pglease.EventHeartbeatFailed))
+	for _, lease := range leases {
+		require.NoError(t, lease.Err())
+		row, _ := readRow(t, direct, table, lease.Key())
+		require.Equal(t, lease.Fence(), row.Fence)
+		require.True(t, row.Live)
+	}
+	for _, lease := range leases {
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	assert.Less(t, worst, ttl/2, "the injected latency stays well inside the trust margin")
+	t.Logf("figures: latency 50-200ms per statement, %d heartbeat rounds over %v, slowest round %v, TTL %v, losses 0",
+		rounds, time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond), ttl)
+}
+
+func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderIn(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	proxy := newProxy(t, "")
+	const ttl, interval = time.Second, 200 * time.Millisecond
+	events := newEventLog()
+	a := newLocker(t, appPool(t, "", proxy, appName("blackhole")), table, "partitioned",
+		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook), pglease.WithTimeout(time.Second))
+	// b's own heartbeat is far away, so its row only changes if someone else
+	// changes it.
+	b := newLocker(t, direct, table, "survivor", pglease.WithTTL(30*time.Second))
+
+	lease, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+
+	proxy.SetMode(faultproxy.Blackhole)
+	trusted, lost := lastTrusted(t, lease, 3*ttl)
+	waitDone(t, lease, time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	row, _ := readRow(t, direct, table, "k")
+	require.Equal(t, lease.Fence(), row.Fence)
+	require.True(t, trusted.Before(row.ExpiresAt),
+		"trusted locally until %v, after the server expiry %v", trusted, row.ExpiresAt)
+
+	// Another replica takes over once the server lets it, not before.
+	var next *pglease.Lease
+	require.Eventually(t, func() bool {
+		next, err = b.Claim(ctx, "k")
+		return err == nil
+	}, 3*ttl, 5*time.Millisecond)
+	require.Greater(t, next.Fence(), lease.Fence())
+	require.False(t, next.AcquiredAt().Before(row.ExpiresAt), "claimed at %v, old lease expired at %v", next.AcquiredAt(), row.ExpiresAt)
+	taken, _ := readRow(t, direct, table, "k")
+
+	// The network heals: the old holder's heartbeat and Unlock touch nothing.
+	proxy.SetMode(faultproxy.Forward)
+	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
+	_, err = a.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the partitioned replica is back and sees the new mandate")
+	extended := events.count(pglease.EventExtended)
+	_, err = a.Claim(ctx, "other") // gives a's heartbeat something to do again
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > extended }, 5*time.Second, 10*time.Millisecond)
+	after, _ := readRow(t, direct, table, "k")
+	require.Equal(t, taken, leaseRow{Holder: after.Holder, Fence: after.Fence, AcquiredAt: after.AcquiredAt, ExpiresAt: after.ExpiresAt, Live: taken.Live})
+	require.NoError(t, next.Err())
+	t.Logf("figures: blackhole > TTL %v: Err() last nil %v before the server expiry (next poll %v later), takeover %v after that expiry, fence %d -> %d, dropped %d bytes",
+		ttl, row.ExpiresAt.Sub(trusted), lost.Sub(trusted), next.AcquiredAt().Sub(row.ExpiresAt), lease.Fence(), next.Fence(), proxy.Stats().DroppedBytes)
+}
+
+func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"pg_terminate_backend", "proxy reset"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			cut := func(t *testing.T, direct *pgxpool.Pool, proxy *faultproxy.Proxy, pid int32) {
+				if how == "proxy reset" {
+					require.Positive(t, proxy.ResetAll())
+					return
+				}
+				var ok bool
+				require.NoError(t, direct.QueryRow(context.Background(), `SELECT pg_terminate_backend($1)`, pid).Scan(&ok))
+				require.True(t, ok)
+			}
+			t.Run("claim", func(t *testing.T) {
+				t.Parallel()
+				ctx := ctxT(t)
+				direct := newPool(t, "", nil)
+				table := newTable(t, direct)
+				proxy := newProxy(t, "")
+				app := appName("midclaim")
+				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(2*time.Second))
+				seed, err := a.Claim(ctx, "k")
+				require.NoError(t, err)
+				require.NoError(t, seed.Unlock(ctx))
+
+				end := lockRow(t, direct, table, "k")
+				type result struct {
+					lease *pglease.Lease
+					err   error
+				}
+				got := make(chan result, 1)
+				go func() {
+					lease, err := a.Claim(ctx, "k")
+					got <- result{lease, err}
+				}()
+				pid := blockedBackend(t, direct, app, "INSERT INTO")
+				cut(t, direct, proxy, pid)
+				r := <-got
+				require.Error(t, r.err)
+				require.NotErrorIs(t, r.err, pglease.ErrHeld, "a cut connection is a failure, not contention")
+				require.Nil(t, r.lease)
+				_, held := a.Held("k")
+				require.False(t, held)
+				end(true)
+				// A proxy reset leaves the statement queued on the server
+				// until pgx's cancel request reaches it; if the row lock is
+				// freed first, the claim commits for a client that is gone,
+				// and the row carries a's holder until its expiry.
+				backendGone(t, direct, pid)
+				row, _ := readRow(t, direct, table, "k")
+				orphan := row.Fence != seed.Fence()
+				next, err := a.Claim(ctx, "k")
+				require.NoError(t, err, "the next claim works")
+				require.Greater(t, next.Fence(), max(seed.Fence(), row.Fence))
+				t.Logf("figures: %s mid-claim: claim error %q; orphan statement ran after the client left: %v (row fence %d, seed %d)",
+					how, r.err, orphan, row.Fence, seed.Fence())
+			})
+			t.Run("heartbeat", func(t *testing.T) {
+				t.Parallel()
+				ctx := ctxT(t)
+				direct := newPool(t, "", nil)
+				table := newTable(t, direct)
+				proxy := newProxy(t, "")
+				app := appName("midheartbeat")
+				events := newEventLog()
+				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(3*time.Second),
+					pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+				lease, err := a.Claim(ctx, "k")
+				require.NoError(t, err)
+				end := lockRow(t, direct, table, "k")
+				pid := blockedBackend(t, direct, app, "unnest(")
+				cut(t, direct, proxy, pid)
+				events.waitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
+				end(false)
+				before := events.count(pglease.EventExtended)
+				require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > before }, 3*time.Second, 5*time.Millisecond)
+				require.NoError(t, lease.Err(), "a cut shorter than the trust window loses nothing")
+				row, _ := readRow(t, direct, table, "k")
+				require.Equal(t, lease.Fence(), row.Fence)
+				require.NoError(t, lease.Unlock(ctx))
+			})
+			t.Run("release", func(t *testing.T) {
+				t.Parallel()
+				ctx := ctxT(t)
+				direct := newPool(t, "", nil)
+				table := newTable(t, direct)
+				proxy := newProxy(t, "")
+				app := appName("midrelease")
+				const ttl = 2 * time.Second
+				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl))
+				b := newLocker(t, direct, table, "b", pglease.WithTTL(ttl))
+				lease, err := a.Claim(ctx, "k")
+				require.NoError(t, err)
+				end := lockRow(t, direct, table, "k")
+				unlocked := make(chan error, 1)
+				go func() { unlocked <- lease.Unlock(ctx) }()
+				pid := blockedBackend(t, direct, app, "GREATEST(")
+				cut(t, direct, proxy, pid)
+				uerr := <-unlocked
+				require.Error(t, uerr, "a release whose outcome is unknown is never reported as done")
+				require.Error(t, lease.Err(), "the lease is over either way")
+				end(false)
+				backendGone(t, direct, pid)
+				row, _ := readRow(t, direct, table, "k")
+				require.Equal(t, lease.Fence(), row.Fence)
+				orphan := !row.Live
+				// Whatever happened to the release, the key is free again by
+				// the old lease's expiry at the latest.
+				var next *pglease.Lease
+				require.Eventually(t, func() bool {
+					next, err = b.Claim(ctx, "k")
+					return err == nil
+				}, 3*ttl, 10*time.Millisecond)
+				require.Greater(t, next.Fence(), lease.Fence())
+				t.Logf("figures: %s mid-release: Unlock error %q; release applied anyway (orphan): %v, row live after: %v",
+					how, uerr, orphan, row.Live)
+			})
+		})
+	}
+}
+
+func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	srv := privateServer(t)
+	pool := newPool(t, srv.DSN(), nil)
+	table := newTable(t, pool)
+	const ttl, interval = 3 * time.Second, 300 * time.Millisecond
+	events := newEventLog()
+	var lockers []*pglease.Locker
+	for i := range 3 {
+		lockers = append(lockers, newLocker(t, pool, table, fmt.Sprintf("r%d", i),
+			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook), pglease.WithTimeout(2*time.Second)))
+	}
+	var (
+		highest        int64 // the greatest fence issued so far
+		held           []*pglease.Lease
+		survived, lost int
+	)
+	claimAll := func(round int) {
+		held = held[:0]
+		for i, l := range lockers {
+			for k := range 3 {
+				key := fmt.Sprintf("r%d-k%d", i, k)
+				var lease *pglease.Lease
+				require.Eventually(t, func() bool {
+					var err error
+					lease, err = l.Claim(ctx, key)
+					return err == nil
+				}, 10*time.Second, 50*time.Millisecond, "round %d: claims work again", round)
+				require.Greater(t, lease.Fence(), highest, "round %d: a fence is above every fence issued before it", round)
+				highest = lease.Fence()
+				held = append(held, lease)
+			}
+		}
+	}
+	// Every lease held before the restart is either still held, with its
+	// row intact and live, or lost; none is believed without its row.
+	check := func(mode pgserver.Mode) {
+		for _, lease := range held {
+			row, _ := readRow(t, pool, table, lease.Key())
+			if err := lease.Err(); err != nil {
+				require.ErrorIs(t, err, pglease.ErrLost, "after a %s restart", mode)
+				lost++
+				continue
+			}
+			require.Equal(t, lease.Fence(), row.Fence, "after a %s restart", mode)
+			require.True(t, row.Live, "a lease still believed has a live row after a %s restart", mode)
+			survived++
+		}
+	}
+
+	claimAll(0)
+	for round, mode := range []pgserver.Mode{pgserver.Fast, pgserver.Immediate, pgserver.Immediate} {
+		before := events.count(pglease.EventExtended)
+		require.NoError(t, srv.Restart(ctx, mode))
+		require.Eventually(t, func() bool { return events.count(pglease.EventExtended) >= before+2*len(lockers) }, 2*ttl, 10*time.Millisecond,
+			"heartbeats resume after a %s restart", mode)
+		check(mode)
+		claimAll(round + 1) // re-entrant claims: each replaces the lease it held
+	}
+
+	// A server down longer than the TTL: every lease is lost, and the fences
+	// after it still grow.
+	require.NoError(t, srv.Stop(pgserver.Immediate))
+	for _, lease := range held {
+		waitDone(t, lease, 2*ttl)
+		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+		lost++
+	}
+	require.NoError(t, srv.Start(ctx))
+	claimAll(9)
+	t.Logf("figures: 3 restarts (fast, immediate x2) + 1 outage > TTL: %d leases survived, %d declared lost, 0 fences issued twice or lower (highest %d)",
+		survived, lost, highest)
+}
+
+func TestHeartbeatBlockedByARowLockPastTheTTLCannotReArmTheNextMandatesReleasedRow(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	app := appName("rowlock")
+	proxy := newProxy(t, "")
+	const ttl = time.Second
+	a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
+		pglease.WithTimeout(time.Second))
+	lease, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+
+	tx, err := direct.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	tbl := pgx.Identifier{table}.Sanitize()
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, tbl))
+	require.NoError(t, err)
+	pid := blockedBackend(t, direct, app, "unnest(")
+	// At the trust deadline pgx gives up on the statement and sends a
+	// cancel request on a new connection. Drop it, as a partition would:
+	// the heartbeat then stays queued on the server, the worst case.
+	proxy.SetMode(faultproxy.Blackhole)
+
+	trusted, _ := lastTrusted(t, lease, 3*ttl)
+	waitDone(t, lease, time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	row, _ := readRow(t, direct, table, "k")
+	require.True(t, trusted.Before(row.ExpiresAt), "trusted until %v, server expiry %v", trusted, row.ExpiresAt)
+	// A backend waiting on a lock does not notice that its client left.
+	require.True(t, backendWaiting(t, direct, pid), "the abandoned heartbeat is still queued on the server")
+	serverPassed(t, direct, row.ExpiresAt)
+
+	// While the heartbeat waits, the next mandate takes the expired row and
+	// releases it with a 30 s min hold, as claimSQL and releaseSQL do: the
+	// released row stays live, which is what a heartbeat guarded by holder
+	// and expiry alone would re-arm for a full TTL.
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'next', fence = nextval(%s), acquired_at = clock_timestamp(),
+		expires_at = clock_timestamp() + interval '60 seconds' WHERE key = 'k' AND expires_at <= clock_timestamp()`,
+		tbl, "'"+pgx.Identifier{table + "_fence_seq"}.Sanitize()+"'"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '30 seconds') WHERE key = 'k'`, tbl))
+	require.NoError(t, err)
+	var next leaseRow
+	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT holder, fence, acquired_at, expires_at FROM %s WHERE key = 'k'`, tbl)).
+		Scan(&next.Holder, &next.Fence, &next.AcquiredAt, &next.ExpiresAt))
+	require.NoError(t, tx.Commit(ctx))
+	// The network heals (pgx's cancel request was lost with it), and the
+	// queued heartbeat runs once the lock is free.
+	proxy.SetMode(faultproxy.Forward)
+	backendGone(t, direct, pid)
+
+	after, _ := readRow(t, direct, table, "k")
+	require.True(t, after.Live)
+	after.Live = false
+	require.Equal(t, next, after, "the late heartbeat left the next mandate's released row untouched")
+	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
+	_, err = a.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	final, _ := readRow(t, direct, table, "k")
+	final.Live = false
+	require.Equal(t, next, final)
+	t.Logf("figures: heartbeat blocked by a row lock past the TTL: trusted until %v before the server expiry; the abandoned heartbeat ran after the next mandate's release and left it untouched",
+		row.ExpiresAt.Sub(trusted))
+}
+
+func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	proxy := newProxy(t, "")
+	app := appName("paused")
+	const ttl = time.Second
+	events := newEventLog()
+	a := newLocker(t, appPool(t, "", proxy, app), table, "paused", pglease.WithTTL(ttl),
+		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook), pglease.WithTimeout(time.Second))
+	b := newLocker(t, direct, table, "next", pglease.WithTTL(30*time.Second))
+	lease, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+
+	// Everything the holder sends from now on is held, as if its process
+	// were stopped after writing to its sockets, or its link congested.
+	proxy.SetMode(faultproxy.Stall)
+	waitDone(t, lease, 3*ttl)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	var next *pglease.Lease
+	require.Eventually(t, func() bool {
+		next, err = b.Claim(ctx, "k")
+		return err == nil
+	}, 3*ttl, 5*time.Millisecond)
+	require.Greater(t, next.Fence(), lease.Fence())
+	taken, _ := readRow(t, direct, table, "k")
+
+	// Resume: the held heartbeat reaches the server after the takeover.
+	proxy.SetMode(faultproxy.Forward)
+	require.Eventually(t, func() bool { return proxy.Stats().LateBytes > 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var busy int
+		return direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'`, app).Scan(&busy) == nil && busy == 0
+	}, 5*time.Second, 5*time.Millisecond, "the late statements have run")
+	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
+	after, _ := readRow(t, direct, table, "k")
+	require.Equal(t, taken, after, "the next mandate is untouched")
+	require.NoError(t, next.Err())
+	t.Logf("figures: paused holder: %d bytes delivered late after the takeover, next mandate fence %d untouched", proxy.Stats().LateBytes, next.Fence())
+}
+
+func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	db := newFaultyDB(pool)
+	const ttl, timeout = time.Second, 4 * time.Second
+	a := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(timeout))
+	b := newLocker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
+	working, err := a.Claim(ctx, "working")
+	require.NoError(t, err)
+	finished, err := a.Claim(ctx, "finished")
+	require.NoError(t, err)
+	jobCtx, cancel := working.Context(ctx)
+	defer cancel()
+
+	// The network to the database goes bad: heartbeats fail, and the
+	// release of the job that just finished hangs until its timeout.
+	db.setFail("heartbeat", errors.New("network unreachable"))
+	open := db.hold("release")
+	defer open()
+	go func() { _ = finished.Unlock(ctx) }()
+	require.Equal(t, "release", <-db.enter)
+
+	// Another replica takes the working job's key once the server lets it.
+	var next *pglease.Lease
+	require.Eventually(t, func() bool {
+		next, err = b.Claim(ctx, "working")
+		return err == nil
+	}, 3*ttl, 5*time.Millisecond)
+	takenAt := time.Now()
+	// Done and the job's context, not Err (which checks the deadline when
+	// called), are what a job running under the lease watches.
+	select {
+	case <-jobCtx.Done():
+	default:
+		<-jobCtx.Done()
+		t.Fatalf("the job's context was still live when another replica took its key, and ended %v later: "+
+			"the heartbeat goroutine, which declares leases lost, waited for the hanging release", time.Since(takenAt))
+	}
+	require.ErrorIs(t, working.Err(), pglease.ErrLost)
+	require.Greater(t, next.Fence(), working.Fence())
+}

@@ -1,0 +1,226 @@
+package pglease_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgserver"
+)
+
+// runtimeRole creates a login role with grants on table, and returns a
+// pool connected as it; dropped at cleanup.
+func runtimeRole(t *testing.T, admin *pgxpool.Pool, table string, grants ...string) *pgxpool.Pool {
+	t.Helper()
+	ctx := ctxT(t)
+	role := fmt.Sprintf("pglease_role_%d", tableSeq.Add(1))
+	stmts := []string{fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'role-pw'`, role)}
+	for _, g := range grants {
+		stmts = append(stmts, fmt.Sprintf(g, role))
+	}
+	for _, stmt := range stmts {
+		_, err := admin.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	cfg, err := pgxpool.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "role-pw"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestRuntimeRoleWithoutOwnershipDDLOrDeleteRunsClaimHeartbeatUnlockAndGocron(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	admin := newPool(t, "", nil)
+	table := newTable(t, admin)
+	tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
+	rt := runtimeRole(t, admin, table,
+		`GRANT SELECT, INSERT, UPDATE ON `+tbl+` TO %s`,
+		`GRANT USAGE ON SEQUENCE `+seq+` TO %s`)
+
+	events := newEventLog()
+	l := newLocker(t, rt, table, "least", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	for range 3 {
+		events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	}
+	require.NoError(t, lease.Err())
+	require.NoError(t, lease.Unlock(ctx))
+	row, _ := readRow(t, admin, table, "k")
+	require.False(t, row.Live)
+
+	// The gocron path: Lock, the job sees its lease, Unlock.
+	sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
+	require.NoError(t, err)
+	defer func() { _ = sched.Shutdown() }()
+	fences := make(chan int64, 1)
+	_, err = sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func() {
+		if lease, ok := l.Held("job"); ok {
+			fences <- lease.Fence()
+		}
+	}), gocron.WithName("job"))
+	require.NoError(t, err)
+	sched.Start()
+	select {
+	case f := <-fences:
+		require.Greater(t, f, lease.Fence())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not run under its lease")
+	}
+	require.Eventually(t, func() bool { r, _ := readRow(t, admin, table, "job"); return !r.Live }, 5*time.Second, 10*time.Millisecond, "gocron's Unlock released it")
+	assert.Zero(t, events.count(pglease.EventClaimFailed)+events.count(pglease.EventReleaseFailed)+events.count(pglease.EventLost))
+}
+
+func TestMigrateAsALesserRoleNamesTheMissingPrivilege(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	admin := newPool(t, "", nil)
+	table := newTable(t, admin)
+	tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
+	runtime := []string{`GRANT SELECT, INSERT, UPDATE ON ` + tbl + ` TO %s`, `GRANT USAGE ON SEQUENCE ` + seq + ` TO %s`}
+	for _, tc := range []struct {
+		name   string
+		grants []string
+		server string // what PostgreSQL says is missing
+	}{
+		{"runtime grants only", runtime, "permission denied for schema public"},
+		{"CREATE on the schema but no DELETE", append(runtime, `GRANT CREATE ON SCHEMA public TO %s`), "permission denied for table " + table},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := runtimeRole(t, admin, table, tc.grants...)
+			before := fullSnapshot(t, admin, table)
+			err := pglease.Migrate(ctx, pool, pglease.WithTable(table))
+			require.Error(t, err)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "the driver's error is kept")
+			require.Equal(t, "42501", pgErr.Code)
+			require.Contains(t, err.Error(), tc.server)
+			require.Contains(t, err.Error(), "Migrate needs CREATE on the schema and DELETE on the table")
+			require.Contains(t, err.Error(), "SELECT, INSERT, UPDATE on the table and USAGE on the sequence")
+			require.Equal(t, before, fullSnapshot(t, admin, table))
+		})
+	}
+}
+
+// lockedBuffer is a concurrency-safe log sink.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	// A server of our own that asks for passwords (SCRAM) from every role
+	// but the superuser.
+	srv, err := pgserver.Start(ctx, pgserver.Options{Private: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	admin := newPool(t, srv.DSN(), nil)
+	var hba string
+	require.NoError(t, admin.QueryRow(ctx, `SHOW hba_file`).Scan(&hba))
+	_, err = admin.Exec(ctx, fmt.Sprintf(`COPY (SELECT unnest(ARRAY['host all postgres 127.0.0.1/32 trust', 'host all all 127.0.0.1/32 scram-sha-256'])) TO %s`,
+		"'"+strings.ReplaceAll(hba, "'", "''")+"'"))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `CREATE ROLE app LOGIN PASSWORD 'the-right-one'`)
+	require.NoError(t, err)
+
+	const secret = "Sup3r:Secr3t/p@ss%w0rd"
+	cfg, err := pgx.ParseConfig(srv.DSN())
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedPort := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	dsn := func(port int) string {
+		return fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=2", url.QueryEscape(secret), port, cfg.Database)
+	}
+	for _, tc := range []struct {
+		name, dsn, says string
+	}{
+		{"wrong password", dsn(int(cfg.Port)), "password authentication failed"},
+		{"unreachable port", dsn(closedPort), "connect"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs lockedBuffer
+			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			events := newEventLog()
+			pool, err := pgxpool.New(ctx, tc.dsn)
+			require.NoError(t, err)
+			defer pool.Close()
+			// Require the server to have refused the password before
+			// looking: a check that cannot fail proves nothing.
+			require.Eventually(t, func() bool {
+				c, err := pgx.Connect(ctx, tc.dsn)
+				if err == nil {
+					_ = c.Close(ctx)
+				}
+				return err != nil && strings.Contains(err.Error(), tc.says)
+			}, 10*time.Second, 50*time.Millisecond)
+
+			l := pglease.NewLocker(pool, pglease.WithHolder("h"), pglease.WithLogger(logger), pglease.WithHook(events.hook), pglease.WithTimeout(3*time.Second))
+			var errs []error
+			_, err = l.Claim(ctx, "k")
+			errs = append(errs, err)
+			_, err = l.Lock(ctx, "k")
+			errs = append(errs, err)
+			errs = append(errs, pglease.Migrate(ctx, pool))
+			require.NoError(t, l.Close(ctx))
+			for _, e := range errs {
+				require.Error(t, e)
+				require.Contains(t, e.Error(), tc.says)
+			}
+			events.mu.Lock()
+			for _, e := range events.events {
+				if e.Err != nil {
+					errs = append(errs, e.Err)
+				}
+			}
+			events.mu.Unlock()
+			require.Contains(t, logs.String(), tc.says, "the failure is logged")
+			for _, leak := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret)} {
+				require.NotContains(t, logs.String(), leak)
+				for _, e := range errs {
+					require.NotContains(t, fmt.Sprintf("%v %+v %#v", e, e, e), leak)
+				}
+			}
+			t.Logf("figures: %s: %d errors and %d bytes of logs checked, password absent; e.g. %v", tc.name, len(errs), len(logs.String()), errs[0])
+		})
+	}
+}
