@@ -1,0 +1,135 @@
+// Command bench runs pglease's storage study and heartbeat scaling study on
+// a durable private PostgreSQL (fsync, synchronous_commit and autovacuum
+// on), and writes their tables, CSV data and SVG plots:
+//
+//	go run ./bench             # the full study, written to docs/bench
+//	go run ./bench -quick -out "$(mktemp -d)"   # a short run, for CI
+//
+// The storage study runs a fixed number of claim/release cycles over a few
+// keys, releasing either by expiring the row in place (pglease) or by
+// DELETE (and a fresh INSERT on the next claim), and samples the table's
+// size, dead tuples, HOT updates, WAL and vacuums every 1% of the cycles.
+// The heartbeat study times one round of pglease's batched heartbeat
+// against one UPDATE per lease, for 1 to 10,000 leases.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/pgserver"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type settings struct {
+	quick  bool
+	out    string
+	cycles int
+	keys   int
+	sizes  []int
+	reps   int
+}
+
+func main() {
+	var s settings
+	flag.BoolVar(&s.quick, "quick", false, "a short run (for CI): fewer cycles, heartbeat sizes up to 1,000")
+	flag.StringVar(&s.out, "out", filepath.Join("docs", "bench"), "directory for results.md, the CSV files and the SVG plots")
+	flag.IntVar(&s.cycles, "cycles", 0, "claim/release cycles per release style (default 200000, or 5000 with -quick)")
+	flag.IntVar(&s.keys, "keys", 50, "keys the cycles go round")
+	flag.Parse()
+	s.sizes, s.reps = []int{1, 10, 100, 1000, 10000}, 3
+	if s.quick {
+		s.sizes, s.reps = []int{1, 10, 100, 1000}, 1
+	}
+	if s.cycles == 0 {
+		s.cycles = 200000
+		if s.quick {
+			s.cycles = 5000
+		}
+	}
+	if s.cycles < 1 || s.keys < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -cycles and -keys must be positive")
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, s)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, s settings) error {
+	started := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Printf("[%6.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, args...))
+	}
+	if err := os.MkdirAll(s.out, 0o755); err != nil {
+		return err
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	pool, err := pgxpool.New(ctx, srv.DSN())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	env, err := describe(ctx, pool)
+	if err != nil {
+		return err
+	}
+	logf("%s PostgreSQL %s, fsync=%s synchronous_commit=%s autovacuum=%s (naptime %s)",
+		srv.Kind(), env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
+	if err := checkStatements(ctx, srv.DSN()); err != nil {
+		return err
+	}
+
+	logf("heartbeat study: %v leases", s.sizes)
+	beats, err := studyHeartbeat(ctx, pool, s.sizes, s.reps)
+	if err != nil {
+		return fmt.Errorf("heartbeat study: %w", err)
+	}
+	for _, b := range beats {
+		logf("  %-40s %6d leases: %10.3f ms/round", b.Style, b.Leases, b.Round.Seconds()*1000)
+	}
+
+	logf("storage study: %d cycles over %d keys for each release style", s.cycles, s.keys)
+	runs, err := studyStorage(ctx, srv.DSN(), s.cycles, s.keys, func(msg string) { logf("  %s", msg) })
+	if err != nil {
+		return fmt.Errorf("storage study: %w", err)
+	}
+
+	if err := plotStorage(s.out, runs); err != nil {
+		return fmt.Errorf("plotting: %w", err)
+	}
+	if err := plotDeadTuples(s.out, runs); err != nil {
+		return fmt.Errorf("plotting: %w", err)
+	}
+	if err := plotHeartbeat(s.out, beats); err != nil {
+		return fmt.Errorf("plotting: %w", err)
+	}
+	if err := writeCSV(s.out, runs, beats); err != nil {
+		return err
+	}
+	report := markdown(env, s, runs, beats)
+	if err := os.WriteFile(filepath.Join(s.out, "results.md"), []byte(report), 0o644); err != nil {
+		return err
+	}
+	fmt.Print("\n" + report)
+	logf("done; wrote results.md, storage.csv, heartbeat.csv, storage.svg, dead_tuples.svg, heartbeat.svg to %s", s.out)
+	return nil
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// environment is what a reader needs to compare these numbers with theirs.
+type environment struct {
+	CPUs       int
+	CPU        string
+	Go         string
+	PG         string
+	Fsync      string
+	SyncCommit string
+	Autovacuum string
+	Naptime    string
+}
+
+func describe(ctx context.Context, pool *pgxpool.Pool) (environment, error) {
+	env := environment{CPUs: runtime.NumCPU(), CPU: cpuModel(), Go: runtime.Version()}
+	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+	       current_setting('synchronous_commit'), current_setting('autovacuum'), current_setting('autovacuum_naptime')`).
+		Scan(&env.PG, &env.Fsync, &env.SyncCommit, &env.Autovacuum, &env.Naptime)
+	return env, err
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "unknown".
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if name, value, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(name) == "model name" {
+			return strings.TrimSpace(value)
+		}
+	}
+	return "unknown"
+}
+
+// writeCSV writes every sample and every heartbeat point, for other plots.
+func writeCSV(dir string, runs []storageRun, beats []beatPoint) error {
+	rows := [][]string{{"style", "cycle", "elapsed_s", "heap_bytes", "index_bytes", "n_live_tup", "n_dead_tup",
+		"n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "vacuum_count", "autovacuum_count", "wal_bytes"}}
+	for _, r := range runs {
+		for _, s := range r.Samples {
+			rows = append(rows, []string{r.Style, itoa(s.Cycle), strconv.FormatFloat(s.Elapsed.Seconds(), 'f', 3, 64),
+				i64(s.HeapBytes), i64(s.IndexBytes), i64(s.LiveTuples), i64(s.DeadTuples), i64(s.Inserts), i64(s.Updates),
+				i64(s.HOTUpdates), i64(s.Deletes), i64(s.Vacuums), i64(s.Autovacuums), i64(s.WALBytes)})
+		}
+	}
+	if err := writeRows(filepath.Join(dir, "storage.csv"), rows); err != nil {
+		return err
+	}
+	rows = [][]string{{"style", "leases", "statements", "round_ms", "rounds"}}
+	for _, b := range beats {
+		rows = append(rows, []string{b.Style, itoa(b.Leases), itoa(b.Statements),
+			strconv.FormatFloat(b.Round.Seconds()*1000, 'f', 4, 64), itoa(b.Rounds)})
+	}
+	return writeRows(filepath.Join(dir, "heartbeat.csv"), rows)
+}
+
+func writeRows(path string, rows [][]string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func itoa(n int) string   { return strconv.Itoa(n) }
+func i64(n int64) string  { return strconv.FormatInt(n, 10) }
+func kib(n int64) string  { return strconv.FormatFloat(float64(n)/1024, 'f', 0, 64) }
+func ms(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) }
+
+// markdown renders the results as the tables of docs/BENCHMARKS.md.
+func markdown(env environment, s settings, runs []storageRun, beats []beatPoint) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s, PostgreSQL %s (fsync=%s, synchronous_commit=%s, autovacuum=%s, autovacuum_naptime=%s).\n\n",
+		env.CPUs, env.CPU, env.Go, env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
+
+	fmt.Fprintf(&b, "### Storage: %d claim/release cycles over %d keys\n\n", s.cycles, s.keys)
+	b.WriteString("| release style | table (final / max) | index (final / max) | dead tuples (final / max) | HOT updates | WAL per cycle | vacuums (manual + auto) | cycles/s |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		last := r.last()
+		hot := "n/a (no updates)"
+		if last.Updates > 0 {
+			hot = fmt.Sprintf("%.1f%% of %d", 100*r.HOTRatio(), last.Updates)
+		}
+		fmt.Fprintf(&b, "| %s | %s / %s KiB | %s / %s KiB | %d / %d | %s | %.0f B | %d + %d | %.0f |\n",
+			r.Style, kib(last.HeapBytes), kib(r.MaxHeapBytes()), kib(last.IndexBytes), kib(r.MaxIndexBytes()),
+			last.DeadTuples, r.MaxDeadTuples(), hot, r.WALPerCycle(), last.Vacuums, last.Autovacuums, r.CyclesPerSecond())
+	}
+
+	b.WriteString("\n### Heartbeat: one round over every lease a Locker holds (median)\n\n")
+	b.WriteString("| leases | " + strings.Join(beatStyles(beats), " | ") + " | per-lease / batched |\n")
+	b.WriteString("|---|" + strings.Repeat("---|", len(beatStyles(beats))+1) + "\n")
+	for _, n := range beatSizes(beats) {
+		row := []string{itoa(n)}
+		var batched, perLease float64
+		for _, style := range beatStyles(beats) {
+			for _, p := range beats {
+				if p.Style == style && p.Leases == n {
+					row = append(row, fmt.Sprintf("%s ms (%d stmt)", ms(p.Round.Seconds()*1000), p.Statements))
+					switch style {
+					case beatBatched:
+						batched = p.Round.Seconds()
+					case beatPerLease:
+						perLease = p.Round.Seconds()
+					}
+				}
+			}
+		}
+		row = append(row, fmt.Sprintf("%.1fx", perLease/batched))
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+func beatStyles(beats []beatPoint) []string {
+	var out []string
+	for _, p := range beats {
+		if !slices.Contains(out, p.Style) {
+			out = append(out, p.Style)
+		}
+	}
+	return out
+}
+
+func beatSizes(beats []beatPoint) []int {
+	var out []int
+	for _, p := range beats {
+		if !slices.Contains(out, p.Leases) {
+			out = append(out, p.Leases)
+		}
+	}
+	return out
+}
