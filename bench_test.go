@@ -507,6 +507,7 @@ type heartbeatRound struct {
 // on the heartbeat goroutine between rounds, so the statement count it
 // snapshots is exact for the rounds up to its own.
 func benchLockerRounds(b *testing.B, n int) {
+	b.Helper()
 	tracer := &stmtTracer{}
 	pool := benchPool(b, server.DSN(), 8, tracer)
 	table := benchTable(b, pool, "locker_heartbeat")

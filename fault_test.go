@@ -253,7 +253,8 @@ func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderI
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > extended }, 5*time.Second, 10*time.Millisecond)
 	after, _ := readRow(t, direct, table, "k")
-	require.Equal(t, taken, leaseRow{Holder: after.Holder, Fence: after.Fence, AcquiredAt: after.AcquiredAt, ExpiresAt: after.ExpiresAt, Live: taken.Live})
+	got := leaseRow{Holder: after.Holder, Fence: after.Fence, AcquiredAt: after.AcquiredAt, ExpiresAt: after.ExpiresAt, Live: taken.Live}
+	require.Equal(t, taken, got)
 	require.NoError(t, next.Err())
 	t.Logf("figures: blackhole > TTL %v: Err() last nil %v before the server expiry (next poll %v later), takeover %v after that expiry, fence %d -> %d, dropped %d bytes",
 		ttl, row.ExpiresAt.Sub(trusted), lost.Sub(trusted), next.AcquiredAt().Sub(row.ExpiresAt), lease.Fence(), next.Fence(), proxy.Stats().DroppedBytes)
@@ -265,6 +266,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			cut := func(t *testing.T, direct *pgxpool.Pool, proxy *faultproxy.Proxy, pid int32) {
+				t.Helper()
 				if how == "proxy reset" {
 					require.Positive(t, proxy.ResetAll())
 					return

@@ -95,7 +95,6 @@ func TestRuntimeRoleWithoutOwnershipDDLOrDeleteRunsClaimHeartbeatUnlockAndGocron
 
 func TestMigrateAsALesserRoleNamesTheMissingPrivilege(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
 	admin := newPool(t, "", nil)
 	table := newTable(t, admin)
 	tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
@@ -109,6 +108,8 @@ func TestMigrateAsALesserRoleNamesTheMissingPrivilege(t *testing.T) {
 		{"CREATE on the schema but no DELETE", append(runtime, `GRANT CREATE ON SCHEMA public TO %s`), "permission denied for table " + table},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
 			pool := runtimeRole(t, admin, table, tc.grants...)
 			before := fullSnapshot(t, admin, table)
 			err := pglease.Migrate(ctx, pool, pglease.WithTable(table))
@@ -164,7 +165,7 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 	const secret = "Sup3r:Secr3t/p@ss%w0rd"
 	cfg, err := pgx.ParseConfig(srv.DSN())
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedPort := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
@@ -178,6 +179,8 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 		{"unreachable port", dsn(closedPort), "connect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
 			var logs lockedBuffer
 			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			events := newEventLog()
@@ -195,12 +198,9 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 			}, 10*time.Second, 50*time.Millisecond)
 
 			l := pglease.NewLocker(pool, pglease.WithHolder("h"), pglease.WithLogger(logger), pglease.WithHook(events.hook), pglease.WithTimeout(3*time.Second))
-			var errs []error
-			_, err = l.Claim(ctx, "k")
-			errs = append(errs, err)
-			_, err = l.Lock(ctx, "k")
-			errs = append(errs, err)
-			errs = append(errs, pglease.Migrate(ctx, pool))
+			_, claimErr := l.Claim(ctx, "k")
+			_, lockErr := l.Lock(ctx, "k")
+			errs := []error{claimErr, lockErr, pglease.Migrate(ctx, pool)}
 			require.NoError(t, l.Close(ctx))
 			for _, e := range errs {
 				require.Error(t, e)

@@ -25,6 +25,7 @@
 package faultproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -103,7 +104,7 @@ func New(upstream string) (*Proxy, error) {
 		rnd:      rand.New(rand.NewSource(1)),
 		done:     make(chan struct{}),
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
@@ -215,7 +216,7 @@ func (p *Proxy) Start() error {
 	if running {
 		return nil
 	}
-	ln, err := net.Listen("tcp", p.addr)
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", p.addr)
 	if err != nil {
 		return fmt.Errorf("faultproxy: listening again on %s: %w", p.addr, err)
 	}
@@ -263,7 +264,7 @@ func (p *Proxy) serve(ln net.Listener) {
 }
 
 func (p *Proxy) accept(client net.Conn) {
-	server, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	server, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", p.upstream)
 	if err != nil {
 		_ = client.Close()
 		return
