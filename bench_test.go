@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,41 +22,22 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/rawsql"
 )
 
-// The baselines send pglease's own statements, copied here from locker.go,
-// lock.go and heartbeat.go. TestBenchmarkBaselinesSendTheLockersExactStatements
-// fails as soon as a copy drifts from what a Locker really sends.
+// The baselines send pglease's own statements (internal/rawsql).
+// TestBenchmarkBaselinesSendTheLockersExactStatements fails as soon as a copy
+// drifts from what a Locker really sends.
 const (
-	benchClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
-VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
-
-	benchReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
-
-	benchHeartbeatSQL = `UPDATE {table} AS l
-   SET expires_at = clock_timestamp() + make_interval(secs => $2)
-  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
- WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
-   AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.fence, l.expires_at`
+	benchClaimSQL     = rawsql.Claim
+	benchReleaseSQL   = rawsql.Release
+	benchHeartbeatSQL = rawsql.Heartbeat
 )
 
 // naiveReleaseSQL is the release without its set_config clause: it commits
 // synchronously, waiting for the WAL flush like any other statement. It is
 // the baseline of BenchmarkReleaseCommit.
-const naiveReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()`
+const naiveReleaseSQL = rawsql.NaiveRelease
 
 // perLeaseHeartbeatSQL extends one lease, with the same guard as the batched
 // heartbeat: the baseline a heartbeat without arrays would send per lease.
@@ -75,13 +55,7 @@ RETURNING key, fence`
 
 // renderSQL fills a statement template for table the way pglease does, so
 // that the raw baseline sends byte for byte the same text.
-func renderSQL(tmpl, table string) string {
-	seq := pgx.Identifier{table + "_fence_seq"}.Sanitize()
-	return strings.NewReplacer(
-		"{table}", pgx.Identifier{table}.Sanitize(),
-		"{seqlit}", "'"+strings.ReplaceAll(seq, "'", "''")+"'",
-	).Replace(tmpl)
-}
+func renderSQL(tmpl, table string) string { return rawsql.Render(tmpl, table) }
 
 // benchTTL is the TTL of every benchmark lease: long enough that no lease
 // lapses and no heartbeat fires during a claim/release benchmark.

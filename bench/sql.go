@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -11,33 +10,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/rawsql"
 )
 
-// pglease's statements, copied from locker.go, lock.go and heartbeat.go so
-// that the baselines can send them raw. checkStatements refuses to run the
-// study if a copy has drifted from what a Locker sends.
+// pglease's statements, sent raw by the baselines (internal/rawsql).
+// checkStatements refuses to run the study if a copy has drifted from what a
+// Locker sends.
 const (
-	claimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
-VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
-
-	releaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
-
-	heartbeatSQL = `UPDATE {table} AS l
-   SET expires_at = clock_timestamp() + make_interval(secs => $2)
-  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
- WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
-   AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.fence, l.expires_at`
+	claimSQL     = rawsql.Claim
+	releaseSQL   = rawsql.Release
+	heartbeatSQL = rawsql.Heartbeat
 )
 
 // deleteReleaseSQL is the release of the DELETE design the storage study
@@ -62,13 +44,7 @@ SELECT 'k' || g, $1, clock_timestamp() + interval '1 hour' FROM generate_series(
 RETURNING key, fence`
 
 // render fills a statement template for table the way pglease does.
-func render(tmpl, table string) string {
-	seq := pgx.Identifier{table + "_fence_seq"}.Sanitize()
-	return strings.NewReplacer(
-		"{table}", pgx.Identifier{table}.Sanitize(),
-		"{seqlit}", "'"+strings.ReplaceAll(seq, "'", "''")+"'",
-	).Replace(tmpl)
-}
+func render(tmpl, table string) string { return rawsql.Render(tmpl, table) }
 
 // recorder is a pgx tracer that keeps every statement text sent.
 type recorder struct {

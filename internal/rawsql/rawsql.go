@@ -1,0 +1,52 @@
+// Package rawsql holds copies of pglease's statements, so that benchmarks
+// and the bench program can send them raw through a pool as the baseline a
+// Locker is measured against. The copies are checked against what a Locker
+// really sends (TestBenchmarkBaselinesSendTheLockersExactStatements, and
+// the bench program before it runs), so they cannot drift unnoticed.
+package rawsql
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Claim is the claim statement of locker.go.
+const Claim = `INSERT INTO {table} AS lease (key, holder, expires_at)
+VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+
+// NaiveRelease is the release of lock.go without its set_config clause: it
+// commits synchronously, waiting for the WAL flush like any statement.
+const NaiveRelease = `UPDATE {table}
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+ WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()`
+
+// Release is the release statement of lock.go: NaiveRelease committing
+// without waiting for the WAL flush.
+const Release = NaiveRelease + `
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+
+// Heartbeat is the heartbeat statement of heartbeat.go.
+const Heartbeat = `UPDATE {table} AS l
+   SET expires_at = clock_timestamp() + make_interval(secs => $2)
+  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
+ WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
+   AND l.expires_at > clock_timestamp()
+RETURNING l.key, l.fence, l.expires_at`
+
+// Render fills a statement template for an unqualified table name the way
+// pglease does, so that the raw baseline sends byte for byte the same text.
+func Render(tmpl, table string) string {
+	seq := pgx.Identifier{table + "_fence_seq"}.Sanitize()
+	return strings.NewReplacer(
+		"{table}", pgx.Identifier{table}.Sanitize(),
+		"{seqlit}", "'"+strings.ReplaceAll(seq, "'", "''")+"'",
+	).Replace(tmpl)
+}
