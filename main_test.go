@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
@@ -28,20 +27,7 @@ var server *pgserver.Server
 
 func TestMain(m *testing.M) {
 	server = pgserver.ForTestMain(pgserver.Options{})
-	code := m.Run()
-	if err := server.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "closing the test server:", err)
-		code = 1
-	}
-	if code == 0 {
-		// After every pool and Locker is closed, and the server with them:
-		// nothing pglease started may still run.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(server.AfterTests(m.Run()))
 }
 
 var tableSeq atomic.Int64

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -24,12 +23,7 @@ var server *pgserver.Server
 
 func TestMain(m *testing.M) {
 	server = pgserver.ForTestMain(pgserver.Options{})
-	code := m.Run()
-	if err := server.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "closing the test server:", err)
-		code = 1
-	}
-	os.Exit(code)
+	os.Exit(server.AfterTests(m.Run()))
 }
 
 // demoOutput is what one run of the demo printed and returned.

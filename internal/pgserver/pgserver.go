@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 )
 
 // EnvDatabaseURL names the environment variable holding the connection
@@ -264,7 +265,7 @@ func (s *Server) Close() error {
 // ForTestMain starts a server for a test binary, or prints why it could not
 // and exits 1 (never skips: a test run without a database must fail loudly).
 // It prints one line to stderr naming the kind of server and its redacted
-// connection string. The caller closes the server after m.Run.
+// connection string. Pass m.Run's result to AfterTests.
 func ForTestMain(opts Options) *Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	srv, err := Start(ctx, opts)
@@ -351,4 +352,29 @@ func Redact(dsn string) string {
 		}
 	}
 	return prefix + urlPasswordParam.ReplaceAllString(rest, "${1}"+redacted)
+}
+
+// AfterTests ends a test binary's use of the server that ForTestMain
+// started: it closes the server, then, if the tests passed, fails the run
+// when any goroutine is left behind (goleak). It returns the exit code:
+//
+//	func TestMain(m *testing.M) {
+//		server = pgserver.ForTestMain(pgserver.Options{})
+//		os.Exit(server.AfterTests(m.Run()))
+//	}
+func (s *Server) AfterTests(code int) int {
+	if err := s.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgserver: closing the test server:", err)
+		code = 1
+	}
+	if code == 0 {
+		// Only with a Docker daemon: the connection to testcontainers'
+		// reaper lives as long as the test binary.
+		reaper := goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1")
+		if err := goleak.Find(reaper); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
 }
