@@ -54,6 +54,7 @@ type Metrics struct {
 	heartbeat         prometheus.Histogram
 	heartbeatFailures prometheus.Counter
 	releases          *prometheus.CounterVec
+	elections         prometheus.Counter
 	leases            leaseSet
 }
 
@@ -104,6 +105,10 @@ func New(opts Opts) *Metrics {
 			Namespace: ns, Subsystem: opts.Subsystem, Name: "heartbeat_failures_total", ConstLabels: opts.ConstLabels,
 			Help: "Heartbeat rounds that failed; they are retried until each lease's trust deadline.",
 		}),
+		elections: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: opts.Subsystem, Name: "elections_total", ConstLabels: opts.ConstLabels,
+			Help: "Times an Elector of this process became the leader.",
+		}),
 		leases: newLeaseSet(),
 	}
 	if !opts.PerKey {
@@ -136,7 +141,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases}
+	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases, m.elections}
 }
 
 // Hook records one event. Pass it to pglease.WithHook; it is safe for
@@ -159,6 +164,8 @@ func (m *Metrics) Hook(e pglease.Event) {
 		m.heartbeat.Observe(e.Took.Seconds())
 	case pglease.EventHeartbeatFailed:
 		m.heartbeatFailures.Inc()
+	case pglease.EventElected:
+		m.elections.Inc()
 	case pglease.EventLost:
 		m.lost.WithLabelValues(m.labels(e)...).Inc()
 		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))

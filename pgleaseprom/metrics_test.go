@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -236,6 +237,26 @@ func TestLeasesHeldGaugeNeverDriftsWhenALeaseEndsBeforeItsAcquiredEventOrEndsTwi
 	assert.Equal(t, 2900.0+1, value(t, reg, "pglease_releases_total", outcome("lost")))
 }
 
+func TestElectionsAreCountedWhenAnElectorBecomesTheLeader(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := newTable(t, pool)
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	quiet := pglease.WithLogger(slog.New(slog.DiscardHandler))
+	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithHook(m.Hook), quiet)
+	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithHook(m.Hook), quiet)
+	defer func() { _ = follower.Close(ctx) }()
+
+	require.NoError(t, leader.IsLeader(ctx))
+	require.NoError(t, leader.IsLeader(ctx), "still leading: no new election")
+	require.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld)
+	assert.Equal(t, 1.0, value(t, reg, "pglease_elections_total", nil))
+	require.NoError(t, leader.Close(ctx))
+	require.NoError(t, follower.IsLeader(ctx))
+	assert.Equal(t, 2.0, value(t, reg, "pglease_elections_total", nil))
+}
+
 func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
@@ -250,7 +271,7 @@ func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 				"%s%v", f.GetName(), s.GetLabel())
 		}
 	}
-	assert.Equal(t, 10, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures")
+	assert.Equal(t, 11, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures, elections")
 }
 
 func ExampleNew() {
