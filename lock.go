@@ -257,7 +257,9 @@ func (ls *Lease) end(err error) bool {
 		return false
 	}
 	ls.err = err
-	ls.trustTimer.Stop()
+	if ls.trustTimer != nil {
+		ls.trustTimer.Stop()
+	}
 	close(ls.done)
 	watchers := ls.watchers
 	ls.watchers = nil

@@ -169,6 +169,15 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
 	}
+	trustUntil := sent.Add(l.cfg.ttl - trustMargin(l.cfg.ttl))
+	if !time.Now().Before(trustUntil) {
+		// Live on the server, but the round trip ate the whole trust
+		// window: the Locker could not vouch for it for a moment. The row
+		// lapses at its expiry; this holder's next claim takes it back.
+		err := fmt.Errorf("pglease: claim %q: took %v, longer than the trust window: %w", key, took, ErrLost)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
+		return nil, err
+	}
 
 	lease := &Lease{
 		locker:     l,
@@ -177,11 +186,9 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		fence:      c.fence,
 		acquiredAt: c.acquiredAt,
 		expiresAt:  c.expiresAt,
+		trustUntil: trustUntil,
 		done:       make(chan struct{}),
 	}
-	lease.mu.Lock()
-	lease.trust(sent)
-	lease.mu.Unlock()
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
 	l.emit(Event{Kind: EventAcquired, Key: key, Holder: c.holder, Fence: c.fence, Took: took})
@@ -197,6 +204,13 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	if prev != nil {
 		prev.lose("re-claimed by the same holder")
 	}
+	// Armed once the lease is registered, so that the timer's loss is
+	// always reported after the acquisition and forgets a registered lease.
+	lease.mu.Lock()
+	if lease.err == nil {
+		lease.trust(sent)
+	}
+	lease.mu.Unlock()
 	return lease, nil
 }
 

@@ -586,3 +586,32 @@ func snapshotTable(t *testing.T, db pglease.DB, table string) map[string]leaseRo
 	require.NoError(t, rows.Err())
 	return out
 }
+
+func TestClaimWhoseRoundTripOutlastsTheTrustWindowHandsOutNothing(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	db := newFaultyDB(pool)
+	const ttl = 300 * time.Millisecond
+	events := newEventLog()
+	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	open := db.hold("claim") // the claim is on its way longer than the TTL
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(ctx, "k")
+		claimed <- err
+	}()
+	<-db.enter
+	time.Sleep(ttl) // the point of the test: a round trip longer than the trust window
+	open()
+	err := <-claimed
+	require.ErrorIs(t, err, pglease.ErrLost)
+	require.ErrorContains(t, err, "longer than the trust window")
+	_, ok := l.Held("k")
+	require.False(t, ok, "no lease is handed out")
+	assert.Zero(t, events.count(pglease.EventAcquired))
+	again, err := l.Claim(ctx, "k")
+	require.NoError(t, err, "the holder takes its row back at once")
+	require.NoError(t, again.Err())
+}
