@@ -44,9 +44,10 @@
 //
 // # Release
 //
-// Unlock expires the row in place rather than deleting it, guarded by holder
-// and fence: a previous mandate's late release touches nothing and returns
-// ErrLost. With WithMinHold the release keeps the lease until
+// Unlock ends the lease locally first (from the moment the release is on its
+// way the server may let another holder in), then expires the row in place
+// rather than deleting it, guarded by holder and fence: a previous mandate's
+// late release touches nothing and returns ErrLost. With WithMinHold the release keeps the lease until
 // acquired_at + min hold, so a replica whose scheduler fires a few
 // milliseconds later cannot run the same tick again; the holder itself may
 // re-claim. Releases and heartbeat rounds are ordered by a gate: a
@@ -87,6 +88,19 @@
 //
 // Every method that takes a context panics on a nil one, naming the method,
 // before anything is sent or changed.
+//
+// # Model
+//
+// model/lease.pml is a SPIN model of this protocol; docs/MODEL.md says what
+// it proves (no two believed mandates at once, late operations touch no
+// newer mandate, fences only grow, the key is eventually claimed) within
+// which bounds, and which assumptions each guarantee needs: PostgreSQL
+// serves a row's lock waiters in order, and a replica's clock runs slow by
+// no more than the trust margin over one TTL. One behaviour no guarantee
+// forbids: a heartbeat abandoned at its trust deadline may still run on the
+// server after the lease's release and, with a min hold, keep the row for
+// one more TTL. Nobody believes in that lease any more; the key is only
+// idle longer.
 //
 // # What fencing protects
 //

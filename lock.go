@@ -82,8 +82,10 @@ func (ls *Lease) ExpiresAt() time.Time {
 func (ls *Lease) Done() <-chan struct{} { return ls.done }
 
 // Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
-// was lost (taken by a later mandate, lapsed, or past its trust deadline),
-// ErrReleased after Unlock, or ErrClosed after the Locker's Close. A lease
+// was lost (taken by a later mandate, lapsed, or past its trust deadline)
+// before it was given up; otherwise it is ErrReleased once Unlock was
+// called, or ErrClosed once the Locker's Close was, whatever the release
+// then found (Unlock and Close return that). A lease
 // past its local trust deadline is lost even if the heartbeat has not yet
 // noticed.
 func (ls *Lease) Err() error {
@@ -141,9 +143,13 @@ func (p *fenced) release(ctx context.Context, db DB, ls *Lease) (bool, error) {
 	return err == nil && tag.RowsAffected() > 0, err
 }
 
-// release expires the lease's row, ordered after any heartbeat round in
-// flight, and ends the lease with ended (ErrReleased or ErrClosed) or with
-// the loss.
+// release ends the lease with ended (ErrReleased or ErrClosed), then
+// expires its row, ordered after any heartbeat round in flight.
+//
+// The lease ends before the release is sent: once it is on its way the
+// server may let another holder in, so from that moment nobody may believe
+// in it (Err, Held, Done and Context all say so). A lease already lost keeps
+// its loss, and Unlock returns it.
 func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	ls.mu.Lock()
 	if ls.released {
@@ -154,18 +160,19 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	ls.released = true
 	ls.mu.Unlock()
 
-	err := l.releaseRow(ctx, ls)
+	prior := ls.lostErr()
+	endedHere := prior == nil && ls.end(ended)
+	err := l.releaseRow(ctx, ls, prior)
 	if err == nil {
-		// Reported only if the release ended the lease: one that ran out of
-		// trust meanwhile was reported lost already.
-		if ls.end(ended) {
+		// Reported only if this release ended the lease: one that ran out
+		// of trust meanwhile was reported lost already.
+		if endedHere {
 			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence})
 		}
 	} else {
-		// Ended either way: the lease is no longer extended, so at worst its
-		// row lapses at its expiry. A lease already lost keeps its cause.
+		// The lease is no longer extended either way, so at worst its row
+		// lapses at its expiry.
 		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
-		ls.end(err)
 		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
 	}
 	ls.mu.Lock()
@@ -174,16 +181,16 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	return err
 }
 
-// releaseRow sends releaseSQL. A lease already lost locally (for instance past
-// its trust deadline while the database was unreachable) is still released
-// if its row is still ours, to free the key early; it reports ErrLost anyway.
-func (l *Locker) releaseRow(ctx context.Context, ls *Lease) error {
+// releaseRow sends releaseSQL. A lease lost before (prior), for instance
+// past its trust deadline while the database was unreachable, is still
+// released if its row is still ours, to free the key early; it reports the
+// loss anyway.
+func (l *Locker) releaseRow(ctx context.Context, ls *Lease, prior error) error {
 	if err := l.gate.enter(ctx, false); err != nil {
 		return fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
 	}
 	defer l.gate.leave(false)
 
-	prior := ls.lostErr()
 	released, err := l.proto.release(ctx, l.db, ls)
 	switch {
 	case prior != nil:
