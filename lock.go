@@ -255,8 +255,9 @@ func (ls *Lease) lose(why string) {
 	}
 }
 
-// end moves the lease to its final state once: it records err, closes Done,
-// drops the lease from its Locker and cancels the contexts of Context.
+// end moves the lease to its final state once: it records err, cancels the
+// contexts of Context, drops the lease from its Locker and, last, closes
+// Done, so that whoever sees Done closed also finds those contexts ended.
 func (ls *Lease) end(err error) bool {
 	ls.mu.Lock()
 	if ls.err != nil {
@@ -267,14 +268,14 @@ func (ls *Lease) end(err error) bool {
 	if ls.trustTimer != nil {
 		ls.trustTimer.Stop()
 	}
-	close(ls.done)
 	watchers := ls.watchers
 	ls.watchers = nil
 	ls.mu.Unlock()
 
-	ls.locker.forget(ls)
 	for _, cancel := range watchers {
 		cancel(err)
 	}
+	ls.locker.forget(ls)
+	close(ls.done)
 	return true
 }
