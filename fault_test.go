@@ -277,11 +277,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 			}
 			t.Run("claim", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				direct := newPool(t, "", nil)
-				table := newTable(t, direct)
-				proxy := newProxy(t, "")
-				app := appName("midclaim")
+				ctx, direct, table, proxy, app := cutSetup(t, "midclaim")
 				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(2*time.Second))
 				seed, err := a.Claim(ctx, "k")
 				require.NoError(t, err)
@@ -321,11 +317,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 			})
 			t.Run("heartbeat", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				direct := newPool(t, "", nil)
-				table := newTable(t, direct)
-				proxy := newProxy(t, "")
-				app := appName("midheartbeat")
+				ctx, direct, table, proxy, app := cutSetup(t, "midheartbeat")
 				events := newEventLog()
 				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(3*time.Second),
 					pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
@@ -345,11 +337,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 			})
 			t.Run("release", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				direct := newPool(t, "", nil)
-				table := newTable(t, direct)
-				proxy := newProxy(t, "")
-				app := appName("midrelease")
+				ctx, direct, table, proxy, app := cutSetup(t, "midrelease")
 				const ttl = 2 * time.Second
 				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl))
 				b := newLocker(t, direct, table, "b", pglease.WithTTL(ttl))
@@ -611,4 +599,12 @@ func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t 
 	}
 	require.ErrorIs(t, working.Err(), pglease.ErrLost)
 	require.Greater(t, next.Fence(), working.Fence())
+}
+
+// cutSetup gives a mid-statement cut test its context, a direct pool, a
+// table, a fault proxy and the application name its Locker's pool uses.
+func cutSetup(t *testing.T, name string) (context.Context, *pgxpool.Pool, string, *faultproxy.Proxy, string) {
+	t.Helper()
+	direct := newPool(t, "", nil)
+	return ctxT(t), direct, newTable(t, direct), newProxy(t, ""), appName(name)
 }
