@@ -89,8 +89,7 @@ type Locker struct {
 	closed   bool
 	stop     context.CancelFunc // stops the heartbeat; nil until started
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
-	closeErr error
-	closing  chan struct{} // closed when Close has finished
+	closing  chan struct{}      // closed when Close has finished
 }
 
 // NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
@@ -279,9 +278,8 @@ func (l *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	l.closeErr = errors.Join(errs...)
 	close(l.closing)
-	return l.closeErr
+	return errors.Join(errs...)
 }
 
 func (l *Locker) isClosed() bool {

@@ -160,12 +160,11 @@ type faultyDB struct {
 	mu    sync.Mutex
 	fail  map[string]error         // kind -> error returned instead of running
 	gate  map[string]chan struct{} // kind -> statement waits until closed
-	seen  map[string]int           // kind -> statements attempted
 	enter chan string              // receives the kind of each gated statement
 }
 
 func newFaultyDB(db pglease.DB) *faultyDB {
-	return &faultyDB{DB: db, fail: map[string]error{}, gate: map[string]chan struct{}{}, seen: map[string]int{}, enter: make(chan string, 100)}
+	return &faultyDB{DB: db, fail: map[string]error{}, gate: map[string]chan struct{}{}, enter: make(chan string, 100)}
 }
 
 func (f *faultyDB) setFail(kind string, err error) {
@@ -205,7 +204,6 @@ func (f *faultyDB) hold(kind string) (release func()) {
 func (f *faultyDB) before(ctx context.Context, sql string) error {
 	kind := statementKind(sql)
 	f.mu.Lock()
-	f.seen[kind]++
 	err, gate := f.fail[kind], f.gate[kind]
 	f.mu.Unlock()
 	if err != nil {
