@@ -19,8 +19,8 @@ import (
 
 // Run briefly, in CI for instance:
 //
-//	go test -run '^$' -fuzz FuzzClaimKey -fuzztime 10s .
-//	go test -run '^$' -fuzz FuzzTableName -fuzztime 10s .
+//	go test -run '^$' -fuzz FuzzClaimKey -fuzztime 40000x .
+//	go test -run '^$' -fuzz FuzzTableName -fuzztime 4000x .
 //
 // Without -fuzz, go test runs the seed corpus below.
 
