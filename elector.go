@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/go-co-op/gocron/v2"
@@ -27,8 +28,9 @@ type Elector struct {
 // NewLocker, plus WithLeaderKey; WithMinHold is ignored, so that Close hands
 // leadership over at once. Invalid options panic, naming the option.
 func NewElector(db DB, opts ...Option) *Elector {
-	l := NewLocker(db, opts...)
-	l.cfg.minHold = 0
+	// Applied last, before NewLocker builds the protocol (which copies the
+	// min hold into the release statement's arguments) and validates it.
+	l := NewLocker(db, append(slices.Clip(opts), WithMinHold(0))...)
 	return &Elector{locker: l, key: l.cfg.leaderKey}
 }
 

@@ -164,3 +164,30 @@ func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 	require.NoError(t, e.Close(ctx))
 	require.NoError(t, follower.IsLeader(ctx), "resigned: the follower leads at once")
 }
+
+func TestElectorIgnoresMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	const key = "leader"
+	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet),
+		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute), pglease.WithMinHold(30*time.Second))
+	t.Cleanup(func() { _ = leader.Close(context.Background()) })
+	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(quiet),
+		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute))
+	t.Cleanup(func() { _ = follower.Close(context.Background()) })
+
+	require.NoError(t, leader.IsLeader(ctx))
+	require.NoError(t, leader.Close(ctx))
+	row, ok := readRow(t, pool, table, key)
+	require.True(t, ok)
+	assert.False(t, row.Live, "resigned leadership expires at once (expires_at %v, acquired_at %v)", row.ExpiresAt, row.AcquiredAt)
+	require.NoError(t, follower.IsLeader(ctx), "the follower leads at once")
+
+	// Ignored altogether: a min hold that NewLocker would reject (longer
+	// than the TTL) is no error either.
+	require.NotPanics(t, func() {
+		_ = pglease.NewElector(pool, pglease.WithTable(table), pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Hour))
+	})
+}
