@@ -22,6 +22,10 @@ var _ gocron.Lock = (*Lease)(nil)
 //     otherwise expires it now. No "- interval '1 second'": the CHECK
 //     (expires_at > acquired_at) would reject a release within a second of
 //     the claim.
+//   - The hold is at least 1 microsecond (timestamptz's resolution): after
+//     the server's clock steps back, clock_timestamp() can fall at or before
+//     acquired_at, and the CHECK would fail the release. The row then stays
+//     held until the clock has caught up with acquired_at.
 //   - set_config('synchronous_commit', 'off', true) makes this one statement
 //     commit without waiting for the WAL flush (the setting is read at
 //     commit, before the transaction-local value is reverted). A release lost
@@ -29,7 +33,7 @@ var _ gocron.Lock = (*Lease)(nil)
 //     safety. Claims and heartbeats stay synchronous, and the next
 //     synchronous commit flushes the WAL up to and including this release.
 const releaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
  WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 

@@ -48,9 +48,10 @@ RETURNING l.key, l.holder, l.expires_at`
 
 // unfencedReleaseSQL is releaseSQL matching on the forged holder, with the
 // min hold counted from the acquired time the claim returned ($3, a server
-// time), since the table may have no acquired_at column.
+// time), since the table may have no acquired_at column. The expiry is at
+// least $3 + 1 microsecond, as in releaseSQL, whatever the clock does.
 const unfencedReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), $3::timestamptz + make_interval(secs => $4))
+   SET expires_at = GREATEST(clock_timestamp(), $3::timestamptz + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
  WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 

@@ -25,7 +25,7 @@ RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live
 // NaiveRelease is the release of lock.go without its set_config clause: it
 // commits synchronously, waiting for the WAL flush like any statement.
 const NaiveRelease = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
  WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()`
 
 // Release is the release statement of lock.go: NaiveRelease committing
