@@ -24,11 +24,14 @@
 //
 // # Heartbeat and the trust window
 //
-// A Locker runs one background goroutine. Every heartbeat interval it
-// extends all the leases it holds in one UPDATE that matches each row on
-// holder, fence and "not yet expired". A lease missing from the result has
-// been taken by a later mandate or has lapsed: it is lost at once, its Done
-// channel closes and its Err wraps ErrLost. A lost lease never comes back.
+// A Locker runs one background goroutine. Every heartbeat interval, timed
+// from the start of the previous round, it extends all the leases it holds
+// in one statement that matches each row on holder, fence and "not yet
+// expired". A row locked by another transaction is skipped, not waited for,
+// and retried a quarter interval later: it costs its own lease at most,
+// never the others. A lease whose row no longer matches has been taken by a
+// later mandate or has lapsed: it is lost at once, its Done channel closes
+// and its Err wraps ErrLost. A lost lease never comes back.
 //
 // The Locker trusts a lease until its trust deadline: the local monotonic
 // time at which the last successful claim or heartbeat was sent, plus the

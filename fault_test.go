@@ -97,6 +97,32 @@ func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit
 	return end
 }
 
+// lockTable takes an EXCLUSIVE lock on table in another transaction, as a
+// migration or an operator's LOCK TABLE would: reads go on, and every
+// statement that locks or writes a row waits, the heartbeat included (it
+// skips locked rows, but cannot skip a table lock). The returned function
+// ends that transaction (commit or rollback).
+func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commit bool)) {
+	t.Helper()
+	ctx := ctxT(t)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+	var once sync.Once
+	end := func(commit bool) {
+		once.Do(func() {
+			if commit {
+				require.NoError(t, tx.Commit(context.Background()))
+			} else {
+				require.NoError(t, tx.Rollback(context.Background()))
+			}
+		})
+	}
+	t.Cleanup(func() { end(false) })
+	return tx, end
+}
+
 // blockedBackend waits until a backend of application app is waiting on a
 // lock while running a statement that contains fragment, and returns its pid.
 func blockedBackend(t *testing.T, db pglease.DB, app, fragment string) int32 {
@@ -323,7 +349,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 					pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
 				lease, err := a.Claim(ctx, "k")
 				require.NoError(t, err)
-				end := lockRow(t, direct, table, "k")
+				_, end := lockTable(t, direct, table)
 				pid := blockedBackend(t, direct, app, "unnest(")
 				cut(t, direct, proxy, pid)
 				events.waitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
@@ -446,7 +472,7 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 		survived, lost, highest)
 }
 
-func TestHeartbeatBlockedByARowLockPastTheTTLCannotReArmTheNextMandatesReleasedRow(t *testing.T) {
+func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesReleasedRow(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	direct := newPool(t, "", nil)
@@ -459,12 +485,8 @@ func TestHeartbeatBlockedByARowLockPastTheTTLCannotReArmTheNextMandatesReleasedR
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 
-	tx, err := direct.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	tx, commit := lockTable(t, direct, table)
 	tbl := pgx.Identifier{table}.Sanitize()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, tbl))
-	require.NoError(t, err)
 	pid := blockedBackend(t, direct, app, "unnest(")
 	// At the trust deadline pgx gives up on the statement and sends a
 	// cancel request on a new connection. Drop it, as a partition would:
@@ -494,7 +516,7 @@ func TestHeartbeatBlockedByARowLockPastTheTTLCannotReArmTheNextMandatesReleasedR
 	var next leaseRow
 	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT holder, fence, acquired_at, expires_at FROM %s WHERE key = 'k'`, tbl)).
 		Scan(&next.Holder, &next.Fence, &next.AcquiredAt, &next.ExpiresAt))
-	require.NoError(t, tx.Commit(ctx))
+	commit(true)
 	// The network heals (pgx's cancel request was lost with it), and the
 	// queued heartbeat runs once the lock is free.
 	proxy.SetMode(faultproxy.Forward)
@@ -510,7 +532,7 @@ func TestHeartbeatBlockedByARowLockPastTheTTLCannotReArmTheNextMandatesReleasedR
 	final, _ := readRow(t, direct, table, "k")
 	final.Live = false
 	require.Equal(t, next, final)
-	t.Logf("figures: heartbeat blocked by a row lock past the TTL: trusted until %v before the server expiry; the abandoned heartbeat ran after the next mandate's release and left it untouched",
+	t.Logf("figures: heartbeat blocked by a table lock past the TTL: trusted until %v before the server expiry; the abandoned heartbeat ran after the next mandate's release and left it untouched",
 		row.ExpiresAt.Sub(trusted))
 }
 

@@ -4,35 +4,87 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // heartbeatSQL extends every lease of the Locker in one statement per round,
-// whatever their number.
+// whatever their number, and reports on each lease: extended (with its new
+// expiry), locked, or lost.
 //
 //   - The guard (holder, fence, not expired) extends only the very mandate
 //     the Locker holds: a row re-claimed by anyone, the same holder included,
 //     has another fence, and a lapsed row is not revived.
-//   - A lease missing from RETURNING is lost, for good.
+//   - FOR UPDATE SKIP LOCKED: a row locked by another transaction (an
+//     operator's open transaction, another replica's claim in flight) is
+//     skipped, not waited for. A plain UPDATE would wait on it, and one row
+//     locked past the trust window would cost every lease of the Locker.
+//   - locked tells a skipped row from a lost one without waiting: the last
+//     committed version of the row (the statement's snapshot, read without a
+//     lock) still matches the guard. Such a lease is retried, and is lost
+//     only at its own trust deadline. A lease is declared lost only when its
+//     row provably no longer matches: re-claimed or lapsed, it never comes
+//     back. Both answers come from the same statement, so a round stays one
+//     statement and one round trip even when rows are locked.
+//   - GREATEST(..., l.expires_at): a heartbeat never moves an expiry back.
+//     After the server's clock steps back, clock_timestamp() + TTL can fall
+//     at or before acquired_at; the row as stored satisfies the CHECK
+//     (expires_at > acquired_at), so an expiry never below it does too, and
+//     no row can make the round fail (SQLSTATE 23514) for the others.
+//   - set_config raises synchronous_commit to on for this transaction when
+//     the session, role or database default is off or local, and keeps a
+//     stronger setting (remote_write, on, remote_apply). The setting is read
+//     at commit: an extension acknowledged before its WAL is flushed could
+//     vanish in a crash while the holder keeps trusting it for a full TTL.
 //   - clock_timestamp(), not now(): the server's time when the row is
 //     updated, not when the transaction started.
-const heartbeatSQL = `UPDATE {table} AS l
-   SET expires_at = clock_timestamp() + make_interval(secs => $2)
-  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
- WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
-   AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.fence, l.expires_at`
+const heartbeatSQL = `WITH h AS (
+  SELECT * FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
+), mine AS (
+  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
+   WHERE l.holder = $1 AND l.expires_at > clock_timestamp()
+     FOR UPDATE OF l SKIP LOCKED
+), extended AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
+    FROM mine
+   WHERE l.key = mine.key
+     AND set_config('synchronous_commit',
+           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+                ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
+  RETURNING l.key, l.expires_at
+)
+SELECT h.key, h.fence, e.expires_at,
+       COALESCE(e.key IS NULL AND c.holder = $1 AND c.fence = h.fence
+                AND c.expires_at > clock_timestamp(), false) AS locked
+  FROM h LEFT JOIN extended AS e ON e.key = h.key
+         LEFT JOIN {table} AS c ON c.key = h.key`
 
 // minRetry is the shortest wait before retrying a failed heartbeat round.
 const minRetry = 10 * time.Millisecond
 
+// extension is what a heartbeat round found for one lease. A lease the
+// round reports nothing for is lost.
+type extension struct {
+	expiresAt time.Time // the new server expiry, if extended
+	locked    bool      // not extended: the row is locked by another transaction, and still matched as last committed
+}
+
 // heartbeat is the Locker's one background goroutine. Every interval it
-// extends all held leases in one statement. After a failed round it retries
-// sooner (interval/4). It does not declare leases lost at their trust
+// extends all held leases in one statement. Rounds are timed from their
+// start, so that slow rounds do not stretch the period until leases lapse.
+// After a failed round it retries every lease sooner (interval/4); leases a
+// round skipped because their rows were locked are retried alone as soon,
+// until the next full round. It does not declare leases lost at their trust
 // deadline: each lease's own timer does (Lease.trust), so that a round or a
-// release stuck on an unreachable database delays no loss.
+// release stuck on an unreachable database delays no loss, and a row locked
+// past it costs that lease alone.
 func (l *Locker) heartbeat(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	timer := time.NewTimer(l.cfg.heartbeat)
+	interval, retry := l.cfg.heartbeat, l.retryAfter()
+	due := time.Now().Add(interval) // the next round of every lease
+	var locked []*Lease             // retried alone until then
+	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
 		select {
@@ -40,28 +92,51 @@ func (l *Locker) heartbeat(ctx context.Context, done chan<- struct{}) {
 			return
 		case <-timer.C:
 		}
-		wait := l.cfg.heartbeat
-		if !l.heartbeatRound(ctx) {
-			wait = max(l.cfg.heartbeat/4, minRetry)
+		start := time.Now()
+		var only []*Lease // nil: every lease
+		if start.Before(due) && len(locked) > 0 {
+			only = locked
 		}
-		timer.Reset(wait)
+		skipped, ok := l.heartbeatRound(ctx, only)
+		switch {
+		case !ok:
+			due, locked = start.Add(retry), nil
+		case only == nil:
+			due, locked = start.Add(interval), skipped
+		default:
+			locked = skipped
+		}
+		next := due
+		if soon := start.Add(retry); len(locked) > 0 && soon.Before(due) {
+			next = soon
+		}
+		timer.Reset(time.Until(next))
 	}
 }
 
-// heartbeatRound extends every held lease once. It reports false when the
-// statement failed and should be retried soon.
-func (l *Locker) heartbeatRound(ctx context.Context) bool {
+// retryAfter is how soon a failed round is retried, and a lease whose row
+// was locked: interval/4.
+func (l *Locker) retryAfter() time.Duration { return max(l.cfg.heartbeat/4, minRetry) }
+
+// heartbeatRound extends the given leases, or every held lease when only
+// is nil, once. It returns the leases it skipped because their rows were
+// locked, and reports false when the statement failed and should be
+// retried soon.
+func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*Lease, ok bool) {
 	if l.gate.enter(ctx, true) != nil {
-		return true // Close
+		return nil, true // Close
 	}
 	defer l.gate.leave(true)
 
+	if only == nil {
+		only = l.snapshot()
+	}
 	now := time.Now()
 	var (
 		leases   []*Lease
 		deadline time.Time
 	)
-	for _, ls := range l.snapshot() {
+	for _, ls := range only {
 		ls.checkTrust(now)
 		ls.mu.Lock()
 		held, trust := ls.err == nil, ls.trustUntil
@@ -75,18 +150,25 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 		}
 	}
 	if len(leases) == 0 {
-		return true
+		return nil, true
 	}
 
-	// The round may not outlive the earliest trust deadline: past it that
-	// lease must be declared lost, whatever the network does.
+	// The round gives up at the earliest trust deadline, so that a reply
+	// that never comes does not hold up the retry of the other leases; the
+	// lease itself is lost at that deadline by its own timer. It runs at
+	// least until its retry would start anyway (retryAfter from its start):
+	// giving up sooner would retry no sooner, and would fail the round for
+	// every lease because one of them, locked for a while, is about to lapse.
+	sent := time.Now()
+	if floor := sent.Add(l.retryAfter()); deadline.Before(floor) {
+		deadline = floor
+	}
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	sent := time.Now()
 	got, err := l.proto.extend(qctx, l.db, leases)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
-		return true // Close: it releases what is held
+		return nil, true // Close: it releases what is held
 	}
 	if err != nil {
 		err = fmt.Errorf("pglease: heartbeat of %d leases: %w", len(leases), err)
@@ -95,45 +177,67 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 		for _, ls := range leases {
 			ls.checkTrust(now)
 		}
-		return false
+		return nil, false
 	}
+	extended := 0
 	for _, ls := range leases {
-		if expiresAt, ok := got[ls]; ok {
-			ls.extend(expiresAt, sent)
-			continue
+		switch e, found := got[ls]; {
+		case !found:
+			ls.lose("heartbeat found the row re-claimed or lapsed")
+		case e.locked:
+			skipped = append(skipped, ls)
+		default:
+			ls.extend(e.expiresAt, sent)
+			extended++
 		}
-		ls.lose("heartbeat found the row re-claimed or lapsed")
 	}
-	l.emit(Event{Kind: EventExtended, Took: took, Leases: len(got)})
-	return true
+	l.emit(Event{Kind: EventExtended, Took: took, Leases: extended})
+	return skipped, true
 }
 
-// extend runs heartbeatSQL for leases and returns the new expiry of each
-// lease whose row still matched.
-func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]time.Time, error) {
+// extend runs heartbeatSQL for leases and reports on each lease whose row
+// still matched.
+func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
 	keys := make([]string, len(leases))
 	fences := make([]int64, len(leases))
-	byKey := make(map[string]*Lease, len(leases))
 	for i, ls := range leases {
-		keys[i], fences[i], byKey[ls.key] = ls.key, ls.fence, ls
+		keys[i], fences[i] = ls.key, ls.fence
 	}
 	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, p.ttl, keys, fences)
 	if err != nil {
 		return nil, err
 	}
+	return readRound(rows, leases, func(ls *Lease, fence int64) bool { return ls.fence == fence })
+}
+
+// readRound reads what a heartbeat statement reported for each lease: its
+// key, its mandate (fence or holder), its new expiry (NULL unless extended)
+// and whether its row was locked. A lease reported neither extended nor
+// locked is left out: it is lost.
+func readRound[M any](rows pgx.Rows, leases []*Lease, same func(*Lease, M) bool) (map[*Lease]extension, error) {
 	defer rows.Close()
-	got := make(map[*Lease]time.Time, len(leases))
+	byKey := make(map[string]*Lease, len(leases))
+	for _, ls := range leases {
+		byKey[ls.key] = ls
+	}
+	got := make(map[*Lease]extension, len(leases))
 	for rows.Next() {
 		var (
 			key       string
-			fence     int64
-			expiresAt time.Time
+			mandate   M
+			expiresAt *time.Time
+			locked    bool
 		)
-		if err := rows.Scan(&key, &fence, &expiresAt); err != nil {
+		if err := rows.Scan(&key, &mandate, &expiresAt, &locked); err != nil {
 			return nil, err
 		}
-		if ls := byKey[key]; ls != nil && ls.fence == fence {
-			got[ls] = expiresAt
+		ls := byKey[key]
+		switch {
+		case ls == nil || !same(ls, mandate):
+		case expiresAt != nil:
+			got[ls] = extension{expiresAt: *expiresAt}
+		case locked:
+			got[ls] = extension{locked: true}
 		}
 	}
 	return got, rows.Err()

@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	"time"
 )
 
 // protocol is the SQL a Locker speaks to its table. The default, fenced,
@@ -14,9 +13,10 @@ import (
 type protocol interface {
 	// claim takes key; ok is false when another holder's lease is live.
 	claim(ctx context.Context, db DB, key string) (c claimed, ok bool, err error)
-	// extend runs one heartbeat round and returns the new server expiry of
-	// each lease whose row still matched; the others are lost.
-	extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]time.Time, error)
+	// extend runs one heartbeat round and reports on each lease whose row
+	// still matched: extended to a new server expiry, or locked by another
+	// transaction and to be retried. The others are lost.
+	extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error)
 	// release expires the lease's row; false when the row no longer matched.
 	release(ctx context.Context, db DB, ls *Lease) (bool, error)
 }

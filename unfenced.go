@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -38,13 +37,30 @@ ON CONFLICT (key) DO UPDATE
  WHERE starts_with(lease.holder, $4) OR lease.expires_at <= clock_timestamp()
 RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live`
 
-// unfencedHeartbeatSQL is heartbeatSQL matching each row on its forged holder.
-const unfencedHeartbeatSQL = `UPDATE {table} AS l
-   SET expires_at = clock_timestamp() + make_interval(secs => $1)
-  FROM unnest($2::text[], $3::text[]) AS h(key, holder)
- WHERE l.key = h.key AND l.holder = h.holder
-   AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.holder, l.expires_at`
+// unfencedHeartbeatSQL is heartbeatSQL matching each row on its forged
+// holder: it skips locked rows, never moves an expiry back and commits
+// synchronously, for the same reasons. It does not read acquired_at, which
+// the table may lack.
+const unfencedHeartbeatSQL = `WITH h AS (
+  SELECT * FROM unnest($2::text[], $3::text[]) AS h(key, holder)
+), mine AS (
+  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder
+   WHERE l.expires_at > clock_timestamp()
+     FOR UPDATE OF l SKIP LOCKED
+), extended AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $1), l.expires_at)
+    FROM mine
+   WHERE l.key = mine.key
+     AND set_config('synchronous_commit',
+           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+                ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
+  RETURNING l.key, l.expires_at
+)
+SELECT h.key, h.holder, e.expires_at,
+       COALESCE(e.key IS NULL AND c.holder = h.holder AND c.expires_at > clock_timestamp(), false) AS locked
+  FROM h LEFT JOIN extended AS e ON e.key = h.key
+         LEFT JOIN {table} AS c ON c.key = h.key`
 
 // unfencedReleaseSQL is releaseSQL matching on the forged holder, with the
 // min hold counted from the acquired time the claim returned ($3, a server
@@ -108,32 +124,17 @@ func (p *unfenced) claim(ctx context.Context, db DB, key string) (claimed, bool,
 	return c, err == nil, err
 }
 
-func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]time.Time, error) {
+func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
 	keys := make([]string, len(leases))
 	holders := make([]string, len(leases))
-	byKey := make(map[string]*Lease, len(leases))
 	for i, ls := range leases {
-		keys[i], holders[i], byKey[ls.key] = ls.key, ls.holder, ls
+		keys[i], holders[i] = ls.key, ls.holder
 	}
 	rows, err := db.Query(ctx, p.hbSQL, p.ttl, keys, holders)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	got := make(map[*Lease]time.Time, len(leases))
-	for rows.Next() {
-		var (
-			key, holder string
-			expiresAt   time.Time
-		)
-		if err := rows.Scan(&key, &holder, &expiresAt); err != nil {
-			return nil, err
-		}
-		if ls := byKey[key]; ls != nil && ls.holder == holder {
-			got[ls] = expiresAt
-		}
-	}
-	return got, rows.Err()
+	return readRound(rows, leases, func(ls *Lease, holder string) bool { return ls.holder == holder })
 }
 
 func (p *unfenced) release(ctx context.Context, db DB, ls *Lease) (bool, error) {

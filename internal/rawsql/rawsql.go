@@ -34,12 +34,27 @@ const Release = NaiveRelease + `
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 
 // Heartbeat is the heartbeat statement of heartbeat.go.
-const Heartbeat = `UPDATE {table} AS l
-   SET expires_at = clock_timestamp() + make_interval(secs => $2)
-  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
- WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
-   AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.fence, l.expires_at`
+const Heartbeat = `WITH h AS (
+  SELECT * FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
+), mine AS (
+  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
+   WHERE l.holder = $1 AND l.expires_at > clock_timestamp()
+     FOR UPDATE OF l SKIP LOCKED
+), extended AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
+    FROM mine
+   WHERE l.key = mine.key
+     AND set_config('synchronous_commit',
+           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+                ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
+  RETURNING l.key, l.expires_at
+)
+SELECT h.key, h.fence, e.expires_at,
+       COALESCE(e.key IS NULL AND c.holder = $1 AND c.fence = h.fence
+                AND c.expires_at > clock_timestamp(), false) AS locked
+  FROM h LEFT JOIN extended AS e ON e.key = h.key
+         LEFT JOIN {table} AS c ON c.key = h.key`
 
 // Render fills a statement template for an unqualified table name the way
 // pglease does, so that the raw baseline sends byte for byte the same text.
