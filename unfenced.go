@@ -55,12 +55,14 @@ const unfencedHeartbeatSQL = `WITH h AS (
      AND set_config('synchronous_commit',
            CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
                 ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
-  RETURNING l.key, l.expires_at
+  RETURNING l.key, l.holder, l.expires_at
 )
-SELECT h.key, h.holder, e.expires_at,
-       COALESCE(e.key IS NULL AND c.holder = h.holder AND c.expires_at > clock_timestamp(), false) AS locked
-  FROM h LEFT JOIN extended AS e ON e.key = h.key
-         LEFT JOIN {table} AS c ON c.key = h.key`
+SELECT key, holder, expires_at FROM extended
+UNION ALL
+SELECT c.key, c.holder, NULL
+  FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder
+ WHERE c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM extended)`
 
 // unfencedReleaseSQL is releaseSQL matching on the forged holder, with the
 // min hold counted from the acquired time the claim returned ($3, a server

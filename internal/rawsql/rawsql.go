@@ -48,13 +48,14 @@ const Heartbeat = `WITH h AS (
      AND set_config('synchronous_commit',
            CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
                 ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
-  RETURNING l.key, l.expires_at
+  RETURNING l.key, l.fence, l.expires_at
 )
-SELECT h.key, h.fence, e.expires_at,
-       COALESCE(e.key IS NULL AND c.holder = $1 AND c.fence = h.fence
-                AND c.expires_at > clock_timestamp(), false) AS locked
-  FROM h LEFT JOIN extended AS e ON e.key = h.key
-         LEFT JOIN {table} AS c ON c.key = h.key`
+SELECT key, fence, expires_at FROM extended
+UNION ALL
+SELECT c.key, c.fence, NULL
+  FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
+ WHERE c.holder = $1 AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM extended)`
 
 // Render fills a statement template for an unqualified table name the way
 // pglease does, so that the raw baseline sends byte for byte the same text.
