@@ -266,3 +266,63 @@ func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (leaseRow, bo
 	require.NoError(t, err)
 	return r, true
 }
+
+func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := newPool(t, dsn, nil)
+	insert := func(key, holder string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ($1, $2, clock_timestamp() + interval '1 hour')`, table), key, holder)
+		require.NoError(t, err)
+	}
+	// Plain holders of replicas of an older library, live, that share the
+	// new replica's holder and '#' but were not forged by this mode.
+	foreign := map[string]string{
+		"plain":        "host-1#worker",
+		"not hex":      "host-1#0123456789abcdeg",
+		"too short":    "host-1#0123456789abcde",
+		"too long":     "host-1#0123456789abcdef0",
+		"uppercase":    "host-1#0123456789ABCDEF",
+		"two suffixes": "host-1#0123456789abcdef#0123456789abcdef",
+		"newline":      "host-1#0123456789abcde\n",
+		"metachars":    "hXst_1%#0123456789abcdef", // what "h.st_1%" would match as a LIKE or regex pattern
+	}
+	for key, holder := range foreign {
+		insert(key, holder)
+	}
+	l := newLocker(t, pool, table, "host-1", pglease.WithoutFenceColumn())
+	meta := newLocker(t, pool, table, "h.st_1%", pglease.WithoutFenceColumn())
+	for key, holder := range foreign {
+		before, ok := readLegacyRow(t, pool, table, key)
+		require.True(t, ok)
+		for _, claimer := range []*pglease.Locker{l, meta} {
+			_, err := claimer.Claim(ctx, key)
+			require.ErrorIs(t, err, pglease.ErrHeld, "%s: %q is another replica's live lease", key, holder)
+		}
+		after, _ := readLegacyRow(t, pool, table, key)
+		assert.Equal(t, before, after, "%s: the row is untouched", key)
+	}
+
+	// What this mode forged is still its own: re-entrant within the Locker,
+	// and after a restart (a row forged by the previous process).
+	insert("restarted", "host-1#0123456789abcdef")
+	for _, claimer := range []*pglease.Locker{l, meta} {
+		first, err := claimer.Claim(ctx, "own")
+		if claimer == meta {
+			require.ErrorIs(t, err, pglease.ErrHeld, "another replica's forged lease")
+			first, err = claimer.Claim(ctx, "own-meta")
+		}
+		require.NoError(t, err)
+		second, err := claimer.Claim(ctx, first.Key())
+		require.NoError(t, err, "a replica re-claims its own live lease")
+		assert.ErrorIs(t, first.Err(), pglease.ErrLost)
+		row, _ := readLegacyRow(t, pool, table, first.Key())
+		assert.Equal(t, second.Holder(), row.Holder)
+	}
+	again, err := l.Claim(ctx, "restarted")
+	require.NoError(t, err, "the previous process of the same replica forged it")
+	row, _ := readLegacyRow(t, pool, table, "restarted")
+	assert.Equal(t, again.Holder(), row.Holder)
+}
