@@ -318,7 +318,7 @@ func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t 
 		require.NoError(t, err)
 		second, err := claimer.Claim(ctx, first.Key())
 		require.NoError(t, err, "a replica re-claims its own live lease")
-		assert.ErrorIs(t, first.Err(), pglease.ErrLost)
+		require.ErrorIs(t, first.Err(), pglease.ErrLost)
 		row, _ := readLegacyRow(t, pool, table, first.Key())
 		assert.Equal(t, second.Holder(), row.Holder)
 	}
@@ -333,7 +333,6 @@ func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t 
 // row's, but the Locker has not registered it yet.
 type scanGateDB struct {
 	pglease.DB
-	once    sync.Once
 	scanned chan struct{} // closed once the held claim has committed
 	release chan struct{} // close to let the held claim return
 	claims  atomic.Int32
