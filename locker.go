@@ -84,6 +84,9 @@ type Locker struct {
 	// just released.
 	gate roundGate
 
+	// turns lets one claim of a key run at a time (see keyTurns).
+	turns keyTurns
+
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
 	closed   bool
@@ -135,7 +138,8 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // wrapping ErrHeld while another holder's lease is live. A claim by the same
 // holder while its own lease is live succeeds with a greater fence, and the
 // previous Lease for key is then lost. The lease is extended in the
-// background until Unlock, loss, or Close.
+// background until Unlock, loss, or Close. Claims of one key by one Locker
+// run one at a time, so that the lease Held returns is always the row's.
 //
 // Claim uses ctx as given; Lock adds the Locker's timeout.
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
@@ -148,6 +152,14 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
 		return nil, err
 	}
+
+	done, err := l.turns.take(ctx, key)
+	if err != nil {
+		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, err)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		return nil, err
+	}
+	defer done() // after register: the next claim of key commits after this one
 
 	sent := time.Now()
 	c, ok, err := l.proto.claim(ctx, l.db, key)
@@ -289,7 +301,9 @@ func (l *Locker) isClosed() bool {
 }
 
 // register makes lease the newest for its key and starts the heartbeat if
-// it is not running yet. It returns the lease it replaces, if any.
+// it is not running yet. It returns the lease it replaces, if any. Claims
+// of one key take turns (keyTurns), so the lease registered last is the
+// one committed last: the row's mandate, with or without a fence to say so.
 func (l *Locker) register(lease *Lease) (*Lease, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -297,13 +311,7 @@ func (l *Locker) register(lease *Lease) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	prev := l.leases[lease.key]
-	if prev != nil && prev.fence > lease.fence {
-		// A concurrent re-entrant claim of the same key committed after
-		// this one and registered first: this lease is the older mandate.
-		prev = lease
-	} else {
-		l.leases[lease.key] = lease
-	}
+	l.leases[lease.key] = lease
 	if l.stop == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		l.stop, l.loopDone = stop, make(chan struct{})

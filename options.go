@@ -63,14 +63,25 @@ type config struct {
 	errs      []error
 }
 
+// RevokedHolder is the holder `pglease release` writes into the row of a
+// lease it revokes. No Locker may have it (WithHolder refuses it), so no
+// heartbeat, release or re-entrant claim matches the revoked row again, and
+// the key stays held until the expiry its last holder had. It fits any
+// holder column a Locker can use: with WithoutFenceColumn the column must
+// take at least a one-character holder, '#' and a 16-character suffix.
+const RevokedHolder = "pglease:revoked"
+
 // WithHolder sets the identity this replica writes in the holder column. It
 // must be unique per Locker: two Lockers with one holder would take each
 // other's leases as re-entrant claims. The default is hostname-pid-random.
+// RevokedHolder is refused.
 func WithHolder(id string) Option {
 	return func(c *config) {
 		switch {
 		case id == "":
 			c.fail("WithHolder: holder is empty")
+		case id == RevokedHolder:
+			c.fail("WithHolder(%q): this holder is reserved for the leases `pglease release` revokes", id)
 		case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
 			c.fail("WithHolder(%q): holder must be valid UTF-8 without NUL bytes", id)
 		default:
@@ -178,9 +189,11 @@ func WithLeaderKey(key string) Option {
 // replica's holder, '#', a random suffix), and "is this still my mandate?"
 // becomes equality on it. There is no order between mandates: Fence returns
 // 0, so downstream fencing needs the fence column. A replica may still
-// re-claim its own live lease (by holder prefix), and a previous mandate's
-// late heartbeat or release touches nothing. Migrate and Schema refuse this
-// mode; the table is checked at the first claim.
+// re-claim its own live lease (a holder of exactly that shape: its holder,
+// '#', 16 lowercase hex digits), and a previous mandate's late heartbeat or
+// release touches nothing. The holder must not contain '#', so that no
+// other replica's identifiers can have that shape. Migrate and Schema
+// refuse this mode; the table is checked at the first claim.
 func WithoutFenceColumn() Option {
 	return func(c *config) { c.noFence = true }
 }

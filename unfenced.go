@@ -21,9 +21,16 @@ const forgeSep = "#"
 //   - $2 is a holder identifier forged for this mandate alone: a late
 //     heartbeat or release of an earlier mandate carries another one and
 //     matches nothing.
-//   - starts_with(holder, $4), where $4 is the replica's holder and '#',
-//     keeps re-entrant claims working: a replica may take back its own
-//     live lease.
+//   - The conflict arm's first test keeps re-entrant claims working: a
+//     replica may take back its own live lease, and only that. $4 is the
+//     replica's holder and '#'; the row's holder must be exactly what
+//     forge makes of it: that prefix, then forgeLen lowercase hex digits,
+//     nothing more. A prefix test alone would take the live lease of a
+//     replica of an older library whose plain holder merely starts the
+//     same way ("host-1#worker"). The prefix is compared by equality, not
+//     by LIKE or a regular expression, so that no character of a holder
+//     acts as a pattern; COLLATE "C" makes the comparisons bytewise even
+//     when the column has a case-insensitive collation.
 //   - {acq} adds acquired_at when the table has it; its value is evaluated
 //     before any wait on the row lock, as in claimSQL.
 //   - The acquired time handed back is the proposed expiry minus the TTL:
@@ -34,7 +41,10 @@ VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3){acqval})
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
        expires_at = EXCLUDED.expires_at{acqset}
- WHERE starts_with(lease.holder, $4) OR lease.expires_at <= clock_timestamp()
+ WHERE (length(lease.holder) = length($4::text) + 16
+        AND left(lease.holder, length($4::text)) = $4::text COLLATE "C"
+        AND right(lease.holder, 16) ~ '^[0-9a-f]{16}$' COLLATE "C")
+    OR lease.expires_at <= clock_timestamp()
 RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live`
 
 // unfencedHeartbeatSQL is heartbeatSQL matching each row on its forged
@@ -106,9 +116,13 @@ func newUnfenced(t table, cfg config) *unfenced {
 	}
 }
 
+// forgeLen is the length of the suffix forge adds after forgeSep: 16
+// lowercase hex digits, as unfencedClaimSQL checks.
+const forgeLen = 16
+
 // forge returns a holder identifier for one mandate.
 func (p *unfenced) forge() string {
-	var b [8]byte
+	var b [forgeLen / 2]byte
 	_, _ = rand.Read(b[:])
 	return p.replica + forgeSep + hex.EncodeToString(b[:])
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,4 +266,156 @@ func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (leaseRow, bo
 	}
 	require.NoError(t, err)
 	return r, true
+}
+
+func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := newPool(t, dsn, nil)
+	insert := func(key, holder string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ($1, $2, clock_timestamp() + interval '1 hour')`, table), key, holder)
+		require.NoError(t, err)
+	}
+	// Plain holders of replicas of an older library, live, that share the
+	// new replica's holder and '#' but were not forged by this mode.
+	foreign := map[string]string{
+		"plain":        "host-1#worker",
+		"not hex":      "host-1#0123456789abcdeg",
+		"too short":    "host-1#0123456789abcde",
+		"too long":     "host-1#0123456789abcdef0",
+		"uppercase":    "host-1#0123456789ABCDEF",
+		"two suffixes": "host-1#0123456789abcdef#0123456789abcdef",
+		"newline":      "host-1#0123456789abcde\n",
+		"metachars":    "hXst_1%#0123456789abcdef", // what "h.st_1%" would match as a LIKE or regex pattern
+	}
+	for key, holder := range foreign {
+		insert(key, holder)
+	}
+	l := newLocker(t, pool, table, "host-1", pglease.WithoutFenceColumn())
+	meta := newLocker(t, pool, table, "h.st_1%", pglease.WithoutFenceColumn())
+	for key, holder := range foreign {
+		before, ok := readLegacyRow(t, pool, table, key)
+		require.True(t, ok)
+		for _, claimer := range []*pglease.Locker{l, meta} {
+			_, err := claimer.Claim(ctx, key)
+			require.ErrorIs(t, err, pglease.ErrHeld, "%s: %q is another replica's live lease", key, holder)
+		}
+		after, _ := readLegacyRow(t, pool, table, key)
+		assert.Equal(t, before, after, "%s: the row is untouched", key)
+	}
+
+	// What this mode forged is still its own: re-entrant within the Locker,
+	// and after a restart (a row forged by the previous process).
+	insert("restarted", "host-1#0123456789abcdef")
+	for _, claimer := range []*pglease.Locker{l, meta} {
+		first, err := claimer.Claim(ctx, "own")
+		if claimer == meta {
+			require.ErrorIs(t, err, pglease.ErrHeld, "another replica's forged lease")
+			first, err = claimer.Claim(ctx, "own-meta")
+		}
+		require.NoError(t, err)
+		second, err := claimer.Claim(ctx, first.Key())
+		require.NoError(t, err, "a replica re-claims its own live lease")
+		require.ErrorIs(t, first.Err(), pglease.ErrLost)
+		row, _ := readLegacyRow(t, pool, table, first.Key())
+		assert.Equal(t, second.Holder(), row.Holder)
+	}
+	again, err := l.Claim(ctx, "restarted")
+	require.NoError(t, err, "the previous process of the same replica forged it")
+	row, _ := readLegacyRow(t, pool, table, "restarted")
+	assert.Equal(t, again.Holder(), row.Holder)
+}
+
+// scanGateDB holds the first claim after its row has been read, that is
+// after it has committed, until released: the claim's mandate is then the
+// row's, but the Locker has not registered it yet.
+type scanGateDB struct {
+	pglease.DB
+	scanned chan struct{} // closed once the held claim has committed
+	release chan struct{} // close to let the held claim return
+	claims  atomic.Int32
+}
+
+type scanGateRow struct {
+	pgx.Row
+	db   *scanGateDB
+	hold bool
+}
+
+func (d *scanGateDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	row := scanGateRow{Row: d.DB.QueryRow(ctx, sql, args...), db: d}
+	if strings.HasPrefix(sql, "INSERT INTO") {
+		row.hold = d.claims.Add(1) == 1
+	}
+	return row
+}
+
+func (r scanGateRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	if r.hold {
+		close(r.db.scanned)
+		<-r.db.release
+	}
+	return err
+}
+
+func TestWithoutFenceColumnConcurrentReentrantClaimsKeepTheRowsOwnMandate(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := newPool(t, dsn, nil)
+	other := newLocker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
+	opts := []pglease.Option{pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
+
+	// requireRowsMandate checks that the lease l holds is the row's, and
+	// that its Unlock frees the key for another holder at once.
+	requireRowsMandate := func(l *pglease.Locker, key string) {
+		t.Helper()
+		held, ok := l.Held(key)
+		require.True(t, ok, "one of the claims is held")
+		row, _ := readLegacyRow(t, pool, table, key)
+		require.Equal(t, row.Holder, held.Holder(), "the lease held is the row's mandate")
+		require.NoError(t, held.Unlock(ctx))
+		taken, err := other.Claim(ctx, key)
+		require.NoError(t, err, "released: claimable at once")
+		require.NoError(t, taken.Unlock(ctx))
+	}
+
+	// Forced: the first claim commits, then returns only after a second
+	// claim of the same key has had every chance to commit and register.
+	gate := &scanGateDB{DB: pool, scanned: make(chan struct{}), release: make(chan struct{})}
+	l := newLocker(t, gate, table, "replica-1", opts...)
+	first := make(chan error, 1)
+	go func() { _, err := l.Claim(ctx, "forced"); first <- err }()
+	<-gate.scanned
+	second := make(chan error, 1)
+	go func() { _, err := l.Claim(ctx, "forced"); second <- err }()
+	var secondErr error
+	select {
+	case secondErr = <-second: // it ran while the first was in flight
+		close(gate.release)
+	case <-time.After(time.Second): // it waits for the first to return
+		close(gate.release)
+		secondErr = <-second
+	}
+	require.NoError(t, <-first)
+	require.NoError(t, secondErr)
+	requireRowsMandate(l, "forced")
+
+	// Free: many claims of one key at once, round after round.
+	l = newLocker(t, pool, table, "replica-3", opts...)
+	for round := range 20 {
+		key := fmt.Sprintf("free-%d", round)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				_, err := l.Claim(ctx, key)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		requireRowsMandate(l, key)
+	}
 }

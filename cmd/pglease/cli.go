@@ -37,6 +37,7 @@ type cli struct {
 	retention time.Duration    // migrate
 	olderThan requiredDuration // purge
 	jsonOut   bool             // status
+	now       bool             // release
 
 	conn     *pgx.ConnConfig // parsed from dsn
 	password string          // hidden from every message

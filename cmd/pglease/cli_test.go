@@ -98,10 +98,14 @@ func TestReleaseOfALiveKeyMakesItClaimableByAnotherHolderAndItsHolderLosesIt(t *
 	_, err = b.Claim(ctx, "nightly")
 	require.ErrorIs(t, err, pglease.ErrHeld)
 
-	out := ok(t, "release", "-table", table, "nightly")
+	r0 := runCmd(t, "release", "-now", "-dsn", server.DSN(), "-table", table, "nightly")
+	require.Equal(t, exitOK, r0.code, r0.stderr)
+	out := r0.stdout
 	assert.Contains(t, out, `released key "nightly"`)
 	assert.Contains(t, out, `holder "replica-a"`)
 	assert.Contains(t, out, fmt.Sprintf("fence %d", lease.Fence()))
+	assert.Contains(t, r0.stderr, "WARNING", "-now says what it risks")
+	assert.Contains(t, r0.stderr, "two replicas may run the job at once")
 
 	r := readRow(t, pool, table, "nightly")
 	assert.False(t, r.live, "expired now")
@@ -151,7 +155,7 @@ func TestReleaseKeepsTheCheckConstraintWhenTheServerClockIsBehindTheClaim(t *tes
 	// would violate CHECK (expires_at > acquired_at).
 	insertRow(t, pool, table, "ahead", "replica-a", -time.Hour, 2*time.Hour)
 
-	r := runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "ahead")
+	r := runCmd(t, "release", "-now", "-dsn", server.DSN(), "-table", table, "ahead")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "the server clock is behind the claim's acquired_at")
 	row := readRow(t, pool, table, "ahead")
@@ -341,6 +345,7 @@ func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 	assert.Equal(t, []string{"job", lease.Holder(), "-", "-"}, strings.Fields(lines[1])[:4])
 
 	out := ok(t, "release", "-table", table, "job")
+	assert.Contains(t, out, `revoked key "job"`)
 	assert.Contains(t, out, "fence none")
 	assert.Contains(t, out, lease.Holder())
 	select {
@@ -348,7 +353,110 @@ func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 	case <-time.After(l.TTL()):
 		t.Fatal("the holder did not find its lease lost")
 	}
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	_, err = l.Claim(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the revoked holder cannot take its lease back")
 	other := newLocker(t, pool, table, "replica-b", pglease.WithoutFenceColumn())
 	_, err = other.Claim(ctx, "job")
-	require.NoError(t, err, "claimable at once")
+	require.ErrorIs(t, err, pglease.ErrHeld, "nobody else either, before its expiry")
+
+	r := runCmd(t, "release", "-now", "-dsn", server.DSN(), "-table", table, "job")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `released key "job"`)
+	_, err = other.Claim(ctx, "job")
+	require.NoError(t, err, "-now: claimable at once")
+}
+
+func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := migrated(t)
+	lost := make(chan pglease.Event, 10)
+	a := newLocker(t, pool, table, "replica-a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
+		pglease.WithHook(func(e pglease.Event) {
+			if e.Kind == pglease.EventLost {
+				lost <- e
+			}
+		}))
+	b := newLocker(t, pool, table, "replica-b")
+	lease, err := a.Claim(ctx, "nightly")
+	require.NoError(t, err)
+
+	r := runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "nightly")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	_, err = b.Claim(ctx, "nightly")
+	require.ErrorIs(t, err, pglease.ErrHeld, "nobody can claim a revoked key before its expiry")
+	assert.Contains(t, r.stdout, `revoked key "nightly"`)
+	assert.Contains(t, r.stdout, `holder "replica-a"`)
+	assert.Contains(t, r.stdout, fmt.Sprintf("fence %d", lease.Fence()))
+	assert.Contains(t, r.stdout, "any holder may claim it from")
+	assert.Empty(t, r.stderr)
+	revoked := readRow(t, pool, table, "nightly")
+	assert.Equal(t, pglease.RevokedHolder, revoked.holder)
+	assert.Equal(t, lease.Fence(), revoked.fence, "fence untouched")
+	assert.True(t, revoked.live)
+
+	select {
+	case e := <-lost:
+		assert.Equal(t, lease.Fence(), e.Fence)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the holder did not lose the revoked lease at its next heartbeat")
+	}
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	_, err = a.Claim(ctx, "nightly")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the holder cannot take it back")
+	_, err = b.Claim(ctx, "nightly")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	assert.Equal(t, revoked, readRow(t, pool, table, "nightly"), "no heartbeat or claim extended or took the revoked row")
+	r = runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "nightly")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "already revoked")
+
+	var taken *pglease.Lease
+	require.Eventually(t, func() bool {
+		taken, err = b.Claim(ctx, "nightly")
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "claimable once expired")
+	assert.False(t, taken.AcquiredAt().Before(revoked.expiresAt), "not before the revoked lease's expiry")
+	assert.Greater(t, taken.Fence(), lease.Fence(), "with a greater fence")
+
+	assert.Contains(t, panicMessage(func() { pglease.NewLocker(pool, pglease.WithHolder(pglease.RevokedHolder)) }), "reserved")
+}
+
+func TestRevokeSaysWhyItCannotWhenTheHolderColumnIsTooShortAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := freshTable()
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder varchar(10) NOT NULL, expires_at timestamptz NOT NULL);
+		INSERT INTO %[1]s VALUES ('job', 'old-lib-1', clock_timestamp() + interval '1 hour')`, table))
+	require.NoError(t, err)
+
+	r := runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "job")
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, "too short for the revoke marker")
+	assert.Contains(t, r.stderr, "release -now")
+	var holder string
+	var live bool
+	require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT holder, expires_at > clock_timestamp() FROM %s`, table)).Scan(&holder, &live))
+	assert.Equal(t, "old-lib-1", holder)
+	assert.True(t, live, "nothing changed")
+
+	r = runCmd(t, "release", "-h")
+	assert.Equal(t, exitOK, r.code)
+	assert.Contains(t, r.stderr, "Revokes the live lease on KEY")
+	assert.Contains(t, r.stderr, "-now")
+	assert.Contains(t, r.stderr, "UNSAFE")
+}
+
+// panicMessage runs f and returns what it panicked with, or "".
+func panicMessage(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return ""
 }

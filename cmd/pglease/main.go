@@ -1,5 +1,5 @@
 // Command pglease is the operator's tool for a pglease lease table: create
-// it, look at it, purge old rows, and force a lease to expire.
+// it, look at it, purge old rows, and revoke a lease.
 //
 // Usage:
 //
@@ -8,7 +8,9 @@
 //	migrate          create the fence sequence and the table if missing, purge old rows
 //	status [-json]   list every key: holder, fence, acquired, expires in, live or expired
 //	purge            delete rows expired longer ago than -older-than
-//	release KEY      expire the lease on KEY now, so that any holder can claim it
+//	release KEY      revoke the lease on KEY: its holder loses it at its next heartbeat,
+//	                 and any holder can claim it once it would have expired
+//	release -now KEY expire the lease on KEY now (unsafe: two replicas may believe at once)
 //
 // Every command takes -dsn (default $PGLEASE_DATABASE_URL), -table (default
 // "lease") and -timeout. Exit status: 0 success, 1 operational failure
@@ -44,8 +46,14 @@ Commands:
   status           list every key, sorted: holder, fence, acquired, expires in,
                    live or expired (-json for machine output)
   purge            delete rows expired longer ago than -older-than; prints how many
-  release KEY      expire the lease on KEY now: its holder loses it at its next
+  release KEY      revoke the lease on KEY: its holder loses it at its next
                    heartbeat, and any holder can claim it (with a greater fence)
+                   once it would have expired, never while its holder may still
+                   believe in it
+  release -now KEY expire the lease on KEY at once, so that any holder can claim
+                   it now. UNSAFE: its holder believes in it until its next
+                   heartbeat (or up to the old expiry if that fails), so two
+                   replicas may run the job at once; prints that warning
 
 Flags of every command:
   -dsn string      PostgreSQL connection string (default $PGLEASE_DATABASE_URL)
