@@ -64,7 +64,7 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 	for _, ls := range l.snapshot() {
 		ls.checkTrust(now)
 		ls.mu.Lock()
-		held, trust := ls.err == nil, ls.trustUntil
+		held, trust := ls.err == nil, now.Add(ls.trustUntil.left(l, now))
 		ls.mu.Unlock()
 		if !held {
 			continue

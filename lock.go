@@ -45,7 +45,7 @@ type Lease struct {
 
 	mu         sync.Mutex
 	expiresAt  time.Time   // server time, from the last claim or heartbeat
-	trustUntil time.Time   // local monotonic: sent_at + TTL - margin of that statement
+	trustUntil deadline    // sent_at + TTL - margin of the last claim or heartbeat
 	trustTimer *time.Timer // ends the lease at trustUntil, whatever else is going on
 	err        error       // nil while held
 	done       chan struct{}
@@ -211,11 +211,50 @@ func (ls *Lease) lostErr() error {
 	return ls.err
 }
 
-// checkTrust ends the lease once its local trust deadline has passed: past
-// it, the server may already have let another holder in.
+// deadline is a trust deadline reckoned on both local clocks. The monotonic
+// clock is immune to wall-clock steps, but it stands still while the host or
+// VM is suspended, and so do Go's timers: after a resume it would trust a
+// lease the server expired long ago. The wall clock counts the suspend. A
+// lease is trusted until the earlier of the two has passed: a wall clock
+// stepped back leaves the monotonic deadline in force, and one stepped
+// forward (NTP) only ends leases early, which is safe.
+type deadline struct {
+	mono time.Time // with a monotonic reading
+	wall time.Time // wall clock only (Round(0))
+}
+
+// wallOf is the wall-clock reading of t, a time.Now() value of l's, stripped
+// of its monotonic reading so that comparisons use the wall clock. Tests
+// replace it to make a Locker's wall clock jump as it does over a suspend.
+var wallOf = func(_ *Locker, t time.Time) time.Time { return t.Round(0) }
+
+// trustDeadline is the deadline of a claim or heartbeat sent at sent (a
+// time.Now() value): sent + TTL - margin on each clock.
+func (l *Locker) trustDeadline(sent time.Time) deadline {
+	d := l.cfg.ttl - trustMargin(l.cfg.ttl)
+	return deadline{mono: sent.Add(d), wall: wallOf(l, sent).Add(d)}
+}
+
+// left is how long d still holds at now, a time.Now() value of l's: zero or
+// less once either clock has passed it.
+func (d deadline) left(l *Locker, now time.Time) time.Duration {
+	return min(d.mono.Sub(now), d.wall.Sub(wallOf(l, now)))
+}
+
+// minWatch is the shortest slice the trust timer sleeps (see watchSlice).
+const minWatch = 10 * time.Millisecond
+
+// watchSlice is the longest the trust timer sleeps while a lease is held:
+// the trust margin, at least minWatch. A jump of the wall clock, as after a
+// suspend, ends the lease within one slice of the resume, even though the
+// heartbeat may be stuck on a database that is no longer there.
+func watchSlice(ttl time.Duration) time.Duration { return max(trustMargin(ttl), minWatch) }
+
+// checkTrust ends the lease once its local trust deadline has passed on
+// either clock: past it, the server may already have let another holder in.
 func (ls *Lease) checkTrust(now time.Time) {
 	ls.mu.Lock()
-	untrusted := ls.err == nil && !now.Before(ls.trustUntil)
+	untrusted := ls.err == nil && ls.trustUntil.left(ls.locker, now) <= 0
 	ls.mu.Unlock()
 	if untrusted {
 		ls.lose("trust deadline passed without a successful heartbeat")
@@ -227,13 +266,31 @@ func (ls *Lease) checkTrust(now time.Time) {
 // timer, not the heartbeat goroutine, ends the lease: the heartbeat may be
 // waiting behind a release that hangs on an unreachable database.
 func (ls *Lease) trust(sent time.Time) {
-	ttl := ls.locker.cfg.ttl
-	ls.trustUntil = sent.Add(ttl - trustMargin(ttl))
-	wait := time.Until(ls.trustUntil)
+	ls.trustUntil = ls.locker.trustDeadline(sent)
+	ls.arm(time.Now())
+}
+
+// arm sets the trust timer to the trust deadline, or to one watchSlice if
+// that is sooner: Go's timers run on the monotonic clock, so a timer set to
+// the deadline would sleep through a suspend and fire long after the wall
+// clock had passed it. ls.mu is held.
+func (ls *Lease) arm(now time.Time) {
+	wait := min(ls.trustUntil.left(ls.locker, now), watchSlice(ls.locker.cfg.ttl))
 	if ls.trustTimer == nil {
-		ls.trustTimer = time.AfterFunc(wait, func() { ls.checkTrust(time.Now()) })
+		ls.trustTimer = time.AfterFunc(wait, ls.watch)
 	} else {
 		ls.trustTimer.Reset(wait)
+	}
+}
+
+// watch is the trust timer: it ends the lease past its deadline, and
+// otherwise sleeps again.
+func (ls *Lease) watch() {
+	ls.checkTrust(time.Now())
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.err == nil {
+		ls.arm(time.Now())
 	}
 }
 

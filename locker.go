@@ -168,8 +168,8 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
 	}
-	trustUntil := sent.Add(l.cfg.ttl - trustMargin(l.cfg.ttl))
-	if !time.Now().Before(trustUntil) {
+	trustUntil := l.trustDeadline(sent)
+	if trustUntil.left(l, time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust
 		// window: the Locker could not vouch for it for a moment. The row
 		// lapses at its expiry; this holder's next claim takes it back.
