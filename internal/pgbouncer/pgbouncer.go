@@ -72,17 +72,17 @@ type Bouncer struct {
 // New starts a Bouncer in front of the server at upstream (a connection
 // string) and stops it at cleanup. It fails the test if it cannot, saying
 // how to install PgBouncer when it is missing.
-func New(t testing.TB, upstream string, opts Options) *Bouncer {
-	t.Helper()
+func New(tb testing.TB, upstream string, opts Options) *Bouncer {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	b, err := Start(ctx, upstream, opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := b.Close(); err != nil {
-			t.Error(err)
+			tb.Error(err)
 		}
 	})
 	return b
@@ -184,11 +184,10 @@ func Start(ctx context.Context, upstream string, opts Options) (_ *Bouncer, err 
 		if b.port, err = freePort(); err != nil {
 			return nil, err
 		}
-		if err = b.writeConfig(up, opts); err != nil {
+		if err := b.writeConfig(up, opts, cred); err != nil {
 			return nil, err
 		}
-		err = b.launch(ctx, bin, cred)
-		if err == nil {
+		if err = b.launch(ctx, bin, cred); err == nil {
 			return b, nil
 		}
 		if !strings.Contains(err.Error(), "Address already in use") || attempt == portAttempts {
@@ -200,9 +199,10 @@ func Start(ctx context.Context, upstream string, opts Options) (_ *Bouncer, err 
 func (b *Bouncer) configPath() string { return filepath.Join(b.dir, "pgbouncer.ini") }
 func (b *Bouncer) logPath() string    { return filepath.Join(b.dir, "pgbouncer.log") }
 
-// writeConfig writes pgbouncer.ini and userlist.txt. Clients are trusted;
-// the upstream credentials, if any, are in the [databases] entry.
-func (b *Bouncer) writeConfig(up *pgconn.Config, opts Options) error {
+// writeConfig writes pgbouncer.ini and userlist.txt, readable only by the
+// user pgbouncer runs as (cred, when not nil). Clients are trusted; the
+// upstream credentials, if any, are in the [databases] entry.
+func (b *Bouncer) writeConfig(up *pgconn.Config, opts Options, cred *syscall.Credential) error {
 	conn := fmt.Sprintf("host=%s port=%d dbname=%s user=%s", up.Host, up.Port, quote(up.Database), quote(up.User))
 	if up.Password != "" {
 		conn += " password=" + quote(up.Password)
@@ -226,11 +226,15 @@ ignore_startup_parameters = extra_float_digits
 		ini += fmt.Sprintf("max_prepared_statements = %d\n", opts.MaxPreparedStatements)
 	}
 	users := fmt.Sprintf("%q \"\"\n", up.User)
-	if err := os.WriteFile(b.configPath(), []byte(ini), 0o644); err != nil {
-		return fmt.Errorf("pgbouncer: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(b.dir, "userlist.txt"), []byte(users), 0o644); err != nil {
-		return fmt.Errorf("pgbouncer: %w", err)
+	for path, content := range map[string]string{b.configPath(): ini, filepath.Join(b.dir, "userlist.txt"): users} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return fmt.Errorf("pgbouncer: %w", err)
+		}
+		if cred != nil {
+			if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+				return fmt.Errorf("pgbouncer: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -246,7 +250,7 @@ func quote(s string) string {
 // launch runs pgbouncer on b.port and waits until a query goes through it.
 // On failure no process is left.
 func (b *Bouncer) launch(ctx context.Context, bin string, cred *syscall.Credential) error {
-	logFile, err := os.OpenFile(b.logPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	logFile, err := os.OpenFile(b.logPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("pgbouncer: %w", err)
 	}

@@ -29,7 +29,7 @@ func TestBouncerPoolsTransactionsOfManyClientsOverFewServerConnections(t *testin
 		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		require.NoError(t, err)
-		defer conn.Close(ctx)
+		t.Cleanup(func() { _ = conn.Close(ctx) })
 		var pid int32
 		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 		pids[pid] = true
