@@ -22,8 +22,8 @@ func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterAS
 	pool := newPool(t, "", nil)
 	table := newTable(t, pool)
 	// The heartbeat is due only after the bound below, and the monotonic
-	// trust deadline (9s) long after: only the trust timer's slice (1s)
-	// can notice the jump in time.
+	// trust deadline (9s) long after: only the watchdog, every margin
+	// (1s), can notice the jump in time.
 	const ttl, interval, bound = 10 * time.Second, 4 * time.Second, 3 * time.Second
 	events := newEventLog()
 	l := newLocker(t, pool, table, "sleeper", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))

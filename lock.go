@@ -241,14 +241,62 @@ func (d deadline) left(l *Locker, now time.Time) time.Duration {
 	return min(d.mono.Sub(now), d.wall.Sub(wallOf(l, now)))
 }
 
-// minWatch is the shortest slice the trust timer sleeps (see watchSlice).
+// minWatch is the shortest slice the watchdog sleeps (see watchSlice).
 const minWatch = 10 * time.Millisecond
 
-// watchSlice is the longest the trust timer sleeps while a lease is held:
-// the trust margin, at least minWatch. A jump of the wall clock, as after a
-// suspend, ends the lease within one slice of the resume, even though the
-// heartbeat may be stuck on a database that is no longer there.
+// watchSlice is how often the watchdog checks every held lease: the trust
+// margin, at least minWatch. Go's timers run on the monotonic clock, so the
+// timer of a lease sleeps through a suspend and would fire long after the
+// wall clock had passed its deadline; the watchdog ends such a lease within
+// one slice of the resume, even while the heartbeat is stuck on a database
+// that is no longer there. One timer per Locker, not a short timer per
+// lease: a thousand leases cost one wakeup per slice, not a thousand.
 func watchSlice(ttl time.Duration) time.Duration { return max(trustMargin(ttl), minWatch) }
+
+// watch starts the watchdog unless it runs: Claim calls it once the lease
+// is registered. It must not be called with a lease's mu held.
+func (l *Locker) watch() {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watching || l.isClosed() {
+		return
+	}
+	l.watching = true
+	if l.watchdog == nil {
+		l.watchdog = time.AfterFunc(watchSlice(l.cfg.ttl), l.watchRound)
+	} else {
+		l.watchdog.Reset(watchSlice(l.cfg.ttl))
+	}
+}
+
+// watchRound is the watchdog: it checks the trust of every held lease, and
+// sleeps again while any is held.
+func (l *Locker) watchRound() {
+	now := time.Now()
+	for _, ls := range l.snapshot() {
+		ls.checkTrust(now)
+	}
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if !l.watching {
+		return // stopped by unwatch
+	}
+	if len(l.snapshot()) == 0 || l.isClosed() {
+		l.watching = false // the next Claim starts it again
+		return
+	}
+	l.watchdog.Reset(watchSlice(l.cfg.ttl))
+}
+
+// unwatch stops the watchdog: Close calls it once every lease has ended.
+func (l *Locker) unwatch() {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	l.watching = false
+	if l.watchdog != nil {
+		l.watchdog.Stop()
+	}
+}
 
 // checkTrust ends the lease once its local trust deadline has passed on
 // either clock: past it, the server may already have let another holder in.
@@ -264,33 +312,16 @@ func (ls *Lease) checkTrust(now time.Time) {
 // trust sets the trust deadline from the send time of the last successful
 // claim or heartbeat, and arms the timer that ends the lease at it. The
 // timer, not the heartbeat goroutine, ends the lease: the heartbeat may be
-// waiting behind a release that hangs on an unreachable database.
+// waiting behind a release that hangs on an unreachable database. (The
+// timer runs on the monotonic clock; the watchdog covers a wall clock that
+// jumps past the deadline.)
 func (ls *Lease) trust(sent time.Time) {
 	ls.trustUntil = ls.locker.trustDeadline(sent)
-	ls.arm(time.Now())
-}
-
-// arm sets the trust timer to the trust deadline, or to one watchSlice if
-// that is sooner: Go's timers run on the monotonic clock, so a timer set to
-// the deadline would sleep through a suspend and fire long after the wall
-// clock had passed it. ls.mu is held.
-func (ls *Lease) arm(now time.Time) {
-	wait := min(ls.trustUntil.left(ls.locker, now), watchSlice(ls.locker.cfg.ttl))
+	wait := ls.trustUntil.left(ls.locker, time.Now())
 	if ls.trustTimer == nil {
-		ls.trustTimer = time.AfterFunc(wait, ls.watch)
+		ls.trustTimer = time.AfterFunc(wait, func() { ls.checkTrust(time.Now()) })
 	} else {
 		ls.trustTimer.Reset(wait)
-	}
-}
-
-// watch is the trust timer: it ends the lease past its deadline, and
-// otherwise sleeps again.
-func (ls *Lease) watch() {
-	ls.checkTrust(time.Now())
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.err == nil {
-		ls.arm(time.Now())
 	}
 }
 

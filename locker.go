@@ -90,6 +90,10 @@ type Locker struct {
 	stop     context.CancelFunc // stops the heartbeat; nil until started
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
+
+	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
+	watchdog *time.Timer // checks every lease's trust while any is held
+	watching bool        // watchdog armed
 }
 
 // NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
@@ -210,6 +214,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		lease.trust(sent)
 	}
 	lease.mu.Unlock()
+	l.watch()
 	return lease, nil
 }
 
@@ -278,6 +283,7 @@ func (l *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	l.unwatch()
 	close(l.closing)
 	return errors.Join(errs...)
 }
