@@ -46,10 +46,11 @@
 // the lease ends when either has passed it, so the bound above need only
 // hold for one of them. The monotonic clock, and Go's timers with it, stands
 // still while the host or VM is suspended; the wall clock counts the
-// suspend. Timers run on the monotonic clock too, so a watchdog, one timer
-// per Locker, checks every held lease once per margin: after a resume the
-// lease ends within one margin (Err and Held check both clocks at once). A wall clock stepped forward (NTP) ends leases early, which is
-// safe; one stepped back leaves the monotonic deadline in force.
+// suspend. So a watchdog, one timer per Locker, checks every held lease once
+// per margin: after a resume the lease ends within one margin, and Err and
+// Held, which check both clocks, say so at once. A wall clock stepped
+// forward (NTP) ends leases early, which is safe; one stepped back leaves
+// the monotonic deadline in force.
 //
 // The timer ends the lease at its deadline, database reachable or not, even
 // while the heartbeat goroutine waits behind a release that hangs. A failed
