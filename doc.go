@@ -33,17 +33,32 @@
 // later mandate or has lapsed: it is lost at once, its Done channel closes
 // and its Err wraps ErrLost. A lost lease never comes back.
 //
-// The Locker trusts a lease until its trust deadline: the local monotonic
-// time at which the last successful claim or heartbeat was sent, plus the
-// TTL, minus a margin of a tenth of the TTL (at most a second). The server
-// computed that statement's expiry later than it was sent, so the trust
-// deadline falls before the server's expiry by at least the margin, which
-// absorbs a timer firing late on a loaded machine and a local clock running
-// up to 10% fast over one TTL. A timer per lease ends it at that deadline,
-// database reachable or not, even while the heartbeat goroutine waits behind
-// a release that hangs. A failed heartbeat is retried every quarter
-// interval. The heartbeat interval must be below TTL/2, so a single failed
-// round is always retried in time.
+// The Locker trusts a lease until its trust deadline: the local time at
+// which the last successful claim or heartbeat was sent, plus the TTL, minus
+// a margin of a tenth of the TTL (at most a second). The server computed
+// that statement's expiry later than it was sent, so the trust deadline
+// falls before the server's expiry by at least the margin, as long as the
+// local clock does not run slow against the server's. The margin absorbs
+// the rest: over one TTL, the time the local clock loses against the
+// server's plus the lateness of the timer that ends the lease must stay
+// below the margin. That is a clock up to 10% slow for a TTL of 10s or
+// less, and 1s per TTL beyond (1.7% at the default 60s). A fast local clock
+// only ends leases early.
+//
+// The deadline is reckoned on the monotonic clock and on the wall clock, and
+// the lease ends when either has passed it, so the bound above need only
+// hold for one of them. The monotonic clock, and Go's timers with it, stands
+// still while the host or VM is suspended; the wall clock counts the
+// suspend. So a watchdog, one timer per Locker, checks every held lease once
+// per margin: after a resume the lease ends within one margin, and Err and
+// Held, which check both clocks, say so at once. A wall clock stepped
+// forward (NTP) ends leases early, which is safe; one stepped back leaves
+// the monotonic deadline in force.
+//
+// The timer ends the lease at its deadline, database reachable or not, even
+// while the heartbeat goroutine waits behind a release that hangs. A failed
+// heartbeat is retried every quarter interval. The heartbeat interval must
+// be below TTL/2, so a single failed round is always retried in time.
 //
 // # Release
 //

@@ -146,7 +146,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	for _, ls := range only {
 		ls.checkTrust(now)
 		ls.mu.Lock()
-		held, trust := ls.err == nil, ls.trustUntil
+		held, trust := ls.err == nil, now.Add(ls.trustUntil.left(l, now))
 		ls.mu.Unlock()
 		if !held {
 			continue

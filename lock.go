@@ -49,7 +49,7 @@ type Lease struct {
 
 	mu         sync.Mutex
 	expiresAt  time.Time   // server time, from the last claim or heartbeat
-	trustUntil time.Time   // local monotonic: sent_at + TTL - margin of that statement
+	trustUntil deadline    // sent_at + TTL - margin of the last claim or heartbeat
 	trustTimer *time.Timer // ends the lease at trustUntil, whatever else is going on
 	err        error       // nil while held
 	done       chan struct{}
@@ -215,11 +215,98 @@ func (ls *Lease) lostErr() error {
 	return ls.err
 }
 
-// checkTrust ends the lease once its local trust deadline has passed: past
-// it, the server may already have let another holder in.
+// deadline is a trust deadline reckoned on both local clocks. The monotonic
+// clock is immune to wall-clock steps, but it stands still while the host or
+// VM is suspended, and so do Go's timers: after a resume it would trust a
+// lease the server expired long ago. The wall clock counts the suspend. A
+// lease is trusted until the earlier of the two has passed: a wall clock
+// stepped back leaves the monotonic deadline in force, and one stepped
+// forward (NTP) only ends leases early, which is safe.
+type deadline struct {
+	mono time.Time // with a monotonic reading
+	wall time.Time // wall clock only (Round(0))
+}
+
+// wallOf is the wall-clock reading of t, a time.Now() value of l's, stripped
+// of its monotonic reading so that comparisons use the wall clock. Tests
+// replace it to make a Locker's wall clock jump as it does over a suspend.
+var wallOf = func(_ *Locker, t time.Time) time.Time { return t.Round(0) }
+
+// trustDeadline is the deadline of a claim or heartbeat sent at sent (a
+// time.Now() value): sent + TTL - margin on each clock.
+func (l *Locker) trustDeadline(sent time.Time) deadline {
+	d := l.cfg.ttl - trustMargin(l.cfg.ttl)
+	return deadline{mono: sent.Add(d), wall: wallOf(l, sent).Add(d)}
+}
+
+// left is how long d still holds at now, a time.Now() value of l's: zero or
+// less once either clock has passed it.
+func (d deadline) left(l *Locker, now time.Time) time.Duration {
+	return min(d.mono.Sub(now), d.wall.Sub(wallOf(l, now)))
+}
+
+// minWatch is the shortest slice the watchdog sleeps (see watchSlice).
+const minWatch = 10 * time.Millisecond
+
+// watchSlice is how often the watchdog checks every held lease: the trust
+// margin, at least minWatch. Go's timers run on the monotonic clock, so the
+// timer of a lease sleeps through a suspend and would fire long after the
+// wall clock had passed its deadline; the watchdog ends such a lease within
+// one slice of the resume, even while the heartbeat is stuck on a database
+// that is no longer there. One timer per Locker, not a short timer per
+// lease: a thousand leases cost one wakeup per slice, not a thousand.
+func watchSlice(ttl time.Duration) time.Duration { return max(trustMargin(ttl), minWatch) }
+
+// watch starts the watchdog unless it runs: Claim calls it once the lease
+// is registered. It must not be called with a lease's mu held.
+func (l *Locker) watch() {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watching || l.isClosed() {
+		return
+	}
+	l.watching = true
+	if l.watchdog == nil {
+		l.watchdog = time.AfterFunc(watchSlice(l.cfg.ttl), l.watchRound)
+	} else {
+		l.watchdog.Reset(watchSlice(l.cfg.ttl))
+	}
+}
+
+// watchRound is the watchdog: it checks the trust of every held lease, and
+// sleeps again while any is held.
+func (l *Locker) watchRound() {
+	now := time.Now()
+	for _, ls := range l.snapshot() {
+		ls.checkTrust(now)
+	}
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if !l.watching {
+		return // stopped by unwatch
+	}
+	if len(l.snapshot()) == 0 || l.isClosed() {
+		l.watching = false // the next Claim starts it again
+		return
+	}
+	l.watchdog.Reset(watchSlice(l.cfg.ttl))
+}
+
+// unwatch stops the watchdog: Close calls it once every lease has ended.
+func (l *Locker) unwatch() {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	l.watching = false
+	if l.watchdog != nil {
+		l.watchdog.Stop()
+	}
+}
+
+// checkTrust ends the lease once its local trust deadline has passed on
+// either clock: past it, the server may already have let another holder in.
 func (ls *Lease) checkTrust(now time.Time) {
 	ls.mu.Lock()
-	untrusted := ls.err == nil && !now.Before(ls.trustUntil)
+	untrusted := ls.err == nil && ls.trustUntil.left(ls.locker, now) <= 0
 	ls.mu.Unlock()
 	if untrusted {
 		ls.lose("trust deadline passed without a successful heartbeat")
@@ -229,11 +316,12 @@ func (ls *Lease) checkTrust(now time.Time) {
 // trust sets the trust deadline from the send time of the last successful
 // claim or heartbeat, and arms the timer that ends the lease at it. The
 // timer, not the heartbeat goroutine, ends the lease: the heartbeat may be
-// waiting behind a release that hangs on an unreachable database.
+// waiting behind a release that hangs on an unreachable database. (The
+// timer runs on the monotonic clock; the watchdog covers a wall clock that
+// jumps past the deadline.)
 func (ls *Lease) trust(sent time.Time) {
-	ttl := ls.locker.cfg.ttl
-	ls.trustUntil = sent.Add(ttl - trustMargin(ttl))
-	wait := time.Until(ls.trustUntil)
+	ls.trustUntil = ls.locker.trustDeadline(sent)
+	wait := ls.trustUntil.left(ls.locker, time.Now())
 	if ls.trustTimer == nil {
 		ls.trustTimer = time.AfterFunc(wait, func() { ls.checkTrust(time.Now()) })
 	} else {

@@ -93,6 +93,10 @@ type Locker struct {
 	stop     context.CancelFunc // stops the heartbeat; nil until started
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
+
+	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
+	watchdog *time.Timer // checks every lease's trust while any is held
+	watching bool        // watchdog armed
 }
 
 // NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
@@ -180,8 +184,8 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
 	}
-	trustUntil := sent.Add(l.cfg.ttl - trustMargin(l.cfg.ttl))
-	if !time.Now().Before(trustUntil) {
+	trustUntil := l.trustDeadline(sent)
+	if trustUntil.left(l, time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust
 		// window: the Locker could not vouch for it for a moment. The row
 		// lapses at its expiry; this holder's next claim takes it back.
@@ -222,6 +226,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		lease.trust(sent)
 	}
 	lease.mu.Unlock()
+	l.watch()
 	return lease, nil
 }
 
@@ -290,6 +295,7 @@ func (l *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	l.unwatch()
 	close(l.closing)
 	return errors.Join(errs...)
 }

@@ -1,0 +1,214 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgbouncer"
+)
+
+// PgBouncer in transaction pooling mode hands each transaction to any of
+// its server connections, and outside a transaction block every Sync of the
+// extended protocol ends one. Nothing may rely on session state: pglease's
+// statements are single statements or one transaction (Migrate). What the
+// client must choose is how pgx sends them:
+//
+//   - simple_protocol, exec and cache_describe send each statement in one
+//     round trip with one Sync: they work.
+//   - describe_exec parses the unnamed statement, syncs, then binds it: the
+//     Bind may reach another server connection, whose unnamed statement is
+//     another client's ("bind message supplies 3 parameters, but prepared
+//     statement "" requires 4", SQLSTATE 08P01). It does not work, and
+//     max_prepared_statements does not help: it tracks named statements.
+//   - cache_statement, pgx's default, prepares named statements on one
+//     server connection and runs them on any ("prepared statement
+//     "stmtcache_..." already exists", 42P05, or "does not exist"): it needs
+//     PgBouncer 1.21+ with max_prepared_statements.
+
+// bouncerModes are the pgx exec modes tested through PgBouncer, with the
+// PgBouncer settings each needs.
+func bouncerModes(t *testing.T) []struct {
+	name string
+	mode pgx.QueryExecMode
+	opts pgbouncer.Options
+} {
+	t.Helper()
+	_, version, err := pgbouncer.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fewer server connections than the client pool has: transactions of
+	// one client connection do land on different server connections.
+	base := pgbouncer.Options{PoolMode: "transaction", PoolSize: 3}
+	modes := []struct {
+		name string
+		mode pgx.QueryExecMode
+		opts pgbouncer.Options
+	}{
+		{"simple_protocol", pgx.QueryExecModeSimpleProtocol, base},
+		{"exec", pgx.QueryExecModeExec, base},
+		{"cache_describe", pgx.QueryExecModeCacheDescribe, base},
+	}
+	if pgbouncer.AtLeast(version, 1, 21) {
+		prepared := base
+		prepared.MaxPreparedStatements = 100
+		modes = append(modes, struct {
+			name string
+			mode pgx.QueryExecMode
+			opts pgbouncer.Options
+		}{"cache_statement_with_max_prepared_statements", pgx.QueryExecModeCacheStatement, prepared})
+	} else {
+		t.Logf("PgBouncer %v is older than 1.21: pgx's default statement cache is not covered (needs max_prepared_statements)", version)
+	}
+	return modes
+}
+
+// bouncedPool is a pool through b in exec mode, with more client
+// connections than b has server connections. Closed at cleanup.
+func bouncedPool(t *testing.T, b *pgbouncer.Bouncer, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.DSN())
+	require.NoError(t, err)
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// concurrentClaimsSeeOnlyContention runs Lockers side by side on one key
+// each and on one shared key, with a fast heartbeat, so that statements of
+// different client connections interleave on the pooler's few server
+// connections: every error must be ErrHeld, and no lease may be lost.
+func concurrentClaimsSeeOnlyContention(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	ctx := ctxT(t)
+	events := newEventLog()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		runs int
+	)
+	for i := range 6 {
+		l := newLocker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(2*time.Second),
+			pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.hook))
+		wg.Go(func() {
+			for n := 0; n < 60; n++ {
+				key := "shared"
+				if n%2 == 0 {
+					key = fmt.Sprintf("own-%d", i)
+				}
+				lease, err := l.Claim(ctx, key)
+				if err == nil {
+					err = lease.Unlock(ctx)
+				}
+				mu.Lock()
+				runs++
+				if err != nil && !errors.Is(err, pglease.ErrHeld) {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+			if err := l.Close(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs, "of %d claims", runs)
+	require.Zero(t, events.count(pglease.EventLost), "leases lost")
+}
+
+func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionPooling(t *testing.T) {
+	t.Parallel()
+	for _, m := range bouncerModes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
+			b := pgbouncer.New(t, server.DSN(), m.opts)
+			pool := bouncedPool(t, b, m.mode)
+			table := newTable(t, pool) // Migrate, through the pooler
+			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "and again: idempotent")
+
+			const ttl = time.Second
+			opts := []pglease.Option{pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200 * time.Millisecond)}
+			events := newEventLog()
+			a := newLocker(t, pool, table, "a", append(opts, pglease.WithHook(events.hook))...)
+			other := newLocker(t, pool, table, "b", opts...)
+
+			keys := []string{"k1", "k2", "k3", "k4", "k5"}
+			leases := make([]*pglease.Lease, len(keys))
+			for i, key := range keys {
+				lease, err := a.Claim(ctx, key)
+				require.NoError(t, err)
+				leases[i] = lease
+				_, err = other.Claim(ctx, key)
+				require.ErrorIs(t, err, pglease.ErrHeld)
+			}
+
+			// The heartbeat keeps every lease across several TTLs.
+			select {
+			case <-leases[0].Done():
+				t.Fatalf("lease lost through the pooler: %v", leases[0].Err())
+			case <-time.After(3 * ttl):
+			}
+			assert.GreaterOrEqual(t, events.count(pglease.EventExtended), 10, "heartbeat rounds in 3 TTLs")
+			for i, lease := range leases {
+				require.NoError(t, lease.Err())
+				row, ok := readRow(t, pool, table, keys[i])
+				require.True(t, ok)
+				require.True(t, row.Live)
+				require.Equal(t, lease.Fence(), row.Fence)
+				_, err := other.Claim(ctx, keys[i])
+				require.ErrorIs(t, err, pglease.ErrHeld)
+			}
+
+			// Unlock releases at once; the other Locker takes the key over.
+			require.NoError(t, leases[0].Unlock(ctx))
+			next, err := other.Claim(ctx, keys[0])
+			require.NoError(t, err)
+			require.Greater(t, next.Fence(), leases[0].Fence())
+
+			// Close releases the rest, and stops the heartbeat.
+			require.NoError(t, a.Close(ctx))
+			for i, lease := range leases[1:] {
+				require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
+				row, _ := readRow(t, pool, table, keys[i+1])
+				require.False(t, row.Live, "released by Close")
+			}
+			require.NoError(t, other.Close(ctx))
+
+			concurrentClaimsSeeOnlyContention(t, pool, table)
+
+			// An Elector elects one leader and hands over on Close.
+			e1 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(quiet))...)
+			t.Cleanup(func() { _ = e1.Close(context.Background()) })
+			e2 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(quiet))...)
+			t.Cleanup(func() { _ = e2.Close(context.Background()) })
+			require.NoError(t, e1.IsLeader(ctx))
+			require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
+			first, ok := e1.Leader()
+			require.True(t, ok)
+			require.NoError(t, e1.Close(ctx))
+			require.NoError(t, e2.IsLeader(ctx), "leadership handed over on Close, without waiting for the TTL")
+			second, ok := e2.Leader()
+			require.True(t, ok)
+			require.Greater(t, second.Fence(), first.Fence())
+			require.NoError(t, e2.Close(ctx))
+		})
+	}
+}
