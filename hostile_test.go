@@ -66,7 +66,7 @@ func TestHostileInputGetsAClearErrorOrPanicAndWritesNothing(t *testing.T) {
 		{"Migrate quote in table", func() error { return pglease.Migrate(ctx, pool, pglease.WithTable(`x"y`)) }, "only letters, digits", ""},
 		{"Migrate injection in schema", func() error { return pglease.Migrate(ctx, pool, pglease.WithTable(`public;DROP TABLE x.t`)) }, "only letters, digits", ""},
 		{"Migrate NUL in table", func() error { return pglease.Migrate(ctx, pool, pglease.WithTable("t\x00")) }, "only letters, digits", ""},
-		{"Migrate negative retention", func() error { return pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(-1)) }, "must not be negative", ""},
+		{"Migrate negative retention", func() error { return pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(-1)) }, "at least MinRetention", ""},
 		{"Schema bad table", func() error { _, err := pglease.Schema(pglease.WithTable("a.b.c")); return err }, `want "name" or "schema.name"`, ""},
 		{"NewLocker negative TTL", func() error {
 			pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithTTL(math.MinInt64))

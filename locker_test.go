@@ -254,8 +254,11 @@ func TestFenceOnlyGrowsAcrossHoldersReclaimsReleasesAndPurge(t *testing.T) {
 	require.NoError(t, x.Unlock(ctx))
 
 	// Purge the expired row, then claim the key again: the fence must not
-	// restart.
-	require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(0)))
+	// restart. The row is backdated past the shortest purge horizon.
+	_, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET acquired_at = acquired_at - interval '2 hours', expires_at = expires_at - interval '2 hours'`,
+		pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+	require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
 	_, ok := readRow(t, pool, table, "k")
 	require.False(t, ok, "purged")
 	grows(a.Claim(ctx, "k"))
@@ -508,6 +511,8 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 		{"too long", []pglease.Option{pglease.WithTable(strings.Repeat("x", 54))}, "would be truncated"},
 		{"invalid UTF-8", []pglease.Option{pglease.WithTable("le\xffase")}, "not valid UTF-8"},
 		{"negative retention", []pglease.Option{pglease.WithRetention(-time.Hour)}, "WithRetention(-1h0m0s)"},
+		{"zero retention", []pglease.Option{pglease.WithRetention(0)}, "WithRetention(0s): retention must be at least MinRetention (1h0m0s)"},
+		{"retention below the floor", []pglease.Option{pglease.WithRetention(pglease.MinRetention - time.Second)}, "a shorter purge horizon would let a claim stalled in between issue a fence smaller"},
 		{"zero timeout", []pglease.Option{pglease.WithTimeout(0)}, "WithTimeout(0s)"},
 		{"nil logger", []pglease.Option{pglease.WithLogger(nil)}, "WithLogger: logger is nil"},
 		{"nil hook", []pglease.Option{pglease.WithHook(nil)}, "WithHook: hook is nil"},

@@ -32,7 +32,10 @@ const createTableSQL = `CREATE TABLE IF NOT EXISTS {table} (
 
 // purgeSQL deletes rows expired longer than the retention ago. It is the
 // only DELETE pglease runs, and it runs only in Migrate: a purged key that is
-// claimed again gets its fence from the sequence, so it still grows.
+// claimed again gets its fence from the sequence, so it still grows. The
+// retention is never below MinRetention: a claim that drew its fence before
+// a later lease of the key was handed out would otherwise find the row gone
+// and insert the smaller fence (see MinRetention).
 const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
 
 // migrateLockSQL serializes concurrent Migrate calls on one table (two
@@ -76,7 +79,7 @@ func Schema(opts ...Option) (string, error) {
 
 // Migrate creates the fence sequence and the lease table if they do not
 // exist, then purges rows expired longer than the retention ago (Retention,
-// or WithRetention). It runs in one transaction under a transaction-scoped
+// or WithRetention, at least MinRetention). It runs in one transaction under a transaction-scoped
 // advisory lock, so it is idempotent and safe when many replicas run it at
 // once. The schema of a qualified table name must exist already. Migrate is
 // the only code that runs DDL; at run time a Locker needs only SELECT,

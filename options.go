@@ -22,8 +22,24 @@ const (
 	// DefaultLeaderKey is the key an Elector claims.
 	DefaultLeaderKey = "gocron-leader"
 	// Retention is how long Migrate keeps an expired row before purging it.
+	// It may be lowered to MinRetention, no further.
 	Retention = 24 * time.Hour
 )
+
+// MinRetention is the shortest purge horizon WithRetention, Migrate and the
+// CLI accept. A claim draws the fence of its INSERT arm (the column's DEFAULT
+// nextval) when it builds its row, before it looks for a conflicting one,
+// and may stall in between: waiting on a purge's or another claim's
+// transaction, or with its backend descheduled or paused. If in that time a
+// later claim took the key with a greater fence, expired, and was purged,
+// the stalled claim would insert the key again with the smaller fence. A
+// purged row has been expired for at least the horizon, and it expired
+// after the stalled claim drew its fence; so the fence goes backwards only
+// after a stall longer than the horizon. Nothing bounds such a stall in
+// principle, but Lock cancels its claim after WithTimeout (5s by default), a
+// statement_timeout does too, and a claim that returns after its TTL hands
+// out nothing anyway: an hour is far beyond any stall a live server shows.
+const MinRetention = time.Hour
 
 // MinTTL is the shortest TTL WithTTL accepts: a lease shorter than a few
 // round trips could never be claimed and used.
@@ -147,11 +163,13 @@ func WithTable(name string) Option {
 }
 
 // WithRetention sets how long Migrate keeps expired rows before purging
-// them. The default is Retention (24h).
+// them. It must be at least MinRetention (1h): a shorter horizon would let a
+// claim that stalled between drawing its fence and inserting its row issue a
+// fence smaller than one already handed out. The default is Retention (24h).
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
-		if d < 0 {
-			c.fail("WithRetention(%v): retention must not be negative", d)
+		if d < MinRetention {
+			c.fail("WithRetention(%v): retention must be at least MinRetention (%v): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", d, MinRetention)
 			return
 		}
 		c.retention = d

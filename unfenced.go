@@ -33,11 +33,14 @@ const forgeSep = "#"
 //     when the column has a case-insensitive collation.
 //   - {acq} adds acquired_at when the table has it; its value is evaluated
 //     before any wait on the row lock, as in claimSQL.
+//   - The SELECT's WHERE raises synchronous_commit before anything is
+//     written, as in claimSQL: an acknowledged claim survives a crash.
 //   - The acquired time handed back is the proposed expiry minus the TTL:
 //     the server's time when the row was proposed, known even when the
 //     table has no acquired_at column. Release measures the min hold from it.
 const unfencedClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
-VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3){acqval})
+SELECT $1, $2, clock_timestamp() + make_interval(secs => $3){acqval}
+ WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
        expires_at = EXCLUDED.expires_at{acqset}

@@ -33,6 +33,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # Bounds of every run: two replicas, one key, TTL 3 ticks, retention 1 tick,
+# a claim stalls at most 1 tick after drawing its fence (2 in LIMIT_HORIZON),
 # at most 3 mandates before the network heals. Time itself is unbounded.
 common=(-DMAXMID=3)
 
@@ -47,13 +48,14 @@ build() {
 
 if [ "${1:-}" = trail ]; then
 	name=${2:?usage: check.sh trail VARIANT_x|LIMIT_x}
-	flag="-D$name"
-	[ "$name" = LIMIT_W_TTL ] && flag=-DW=3
+	flags=("-D$name")
+	[ "$name" = LIMIT_W_TTL ] && flags=(-DW=3)
+	[ "$name" = LIMIT_HORIZON ] && flags=(-DSTALLMAX=2 -DMINHOLD=0)
 	cflags=(-DSAFETY -DBFS)
-	build "$work/trail" "${common[@]}" "$flag"
+	build "$work/trail" "${common[@]}" "${flags[@]}"
 	cd "$work/trail"
 	./pan -m1000000 -n | grep -E '^pan:[0-9]' || { echo "check: $name has no counterexample" >&2; exit 1; }
-	spin "${common[@]}" "$flag" -t lease.pml | grep -E 'MSC:|assertion' | sed 's/^ *//; s/^MSC: //'
+	spin "${common[@]}" "${flags[@]}" -t lease.pml | grep -E 'MSC:|assertion' | sed 's/^ *//; s/^MSC: //'
 	exit 0
 fi
 
@@ -103,7 +105,7 @@ verify() {
 }
 
 cflags=(-DSAFETY -DCOLLAPSE)
-echo "check: spin $(spin -V | sed -n 's/Spin Version \([^ ]*\).*/\1/p'), TTL 3 ticks, 2 replicas, 1 key, up to 3 mandates"
+echo "check: spin $(spin -V | sed -n 's/Spin Version \([^ ]*\).*/\1/p'), TTL 3 ticks, retention 1 tick, stalls up to 1 tick, 2 replicas, 1 key, up to 3 mandates"
 
 # The correct protocol, with a min hold and without, one per core.
 verify correct-minhold-2 holds "" -DMINHOLD=2 >"$work/a.txt" &
@@ -126,6 +128,7 @@ verify LIMIT_SLOW_CLOCK fails 'al[0]' -DLIMIT_SLOW_CLOCK          # P1 needs clo
 verify LIMIT_RELEASE_WINDOW fails 'al[0]' -DLIMIT_RELEASE_WINDOW  # P1 counts a lease being released as held
 verify LIMIT_OVERTAKE fails 'al[0]' -DLIMIT_OVERTAKE              # P1 needs the row lock served in order
 verify LIMIT_W_TTL fails 'idle<' -DW=3                            # P4's bound of TTL + 1 ticks is tight
+verify LIMIT_HORIZON fails 'rf>lastf' -DSTALLMAX=2 -DMINHOLD=0     # P3 needs a purge horizon longer than any stall
 
 if [ "$failed" != 0 ]; then
 	echo "check: FAILED"

@@ -9,6 +9,9 @@
  * server clock, a replica sending a statement or reading a reply, the network
  * losing one, the server running one (a claim in two steps around its wait
  * on the row lock), a crash, a purge, a WAL flush, the network healing.
+ * A claim draws the fence of its INSERT arm (DEFAULT nextval) when its
+ * VALUES are evaluated, and may then stall, for up to STALLMAX ticks, before
+ * it reaches the row: other statements overtake it meanwhile.
  *
  * Time is kept relative, so the model needs no horizon: every timestamp the
  * server stored is kept as (timestamp - now) in whole server ticks, and every
@@ -26,6 +29,8 @@
  *   LIMIT_SLOW_CLOCK      a replica's clock may run slower than the server's
  *   LIMIT_RELEASE_WINDOW  a lease counts as held until its release returns
  *   LIMIT_OVERTAKE        statements may overtake a claim waiting on the row lock
+ *   LIMIT_HORIZON         the purge horizon is shorter than a claim's stall
+ *                         (spin -DSTALLMAX=2 -DMINHOLD=0, with RET 1)
  */
 
 #ifndef TTL
@@ -36,6 +41,9 @@
 #endif
 #ifndef RET
 #define RET 1           /* purge retention, in ticks */
+#endif
+#ifndef STALLMAX
+#define STALLMAX 1      /* ticks a claim may stall after drawing its fence */
 #endif
 #ifndef MAXMID
 #define MAXMID 4        /* mandates created before the network heals */
@@ -57,6 +65,8 @@
 #define NET  1          /* request on the network */
 #define WAIT 2          /* claim at the server, waiting on the row lock */
 #define REP  3          /* reply on the network */
+#define STALLED 4       /* claim at the server, its row built (fence drawn),
+                           not yet at the row: it can be overtaken */
 
 #define HB  1
 #define REL 2
@@ -73,7 +83,9 @@ bool  rl;               /* ghost: this mandate's row has lapsed */
 /* ---- the row as last flushed to the WAL: what a crash comes back to ---- */
 bool dx; byte dh, df; short da, de; byte dm; bool dl;
 
-byte seq;               /* the fence sequence: last value handed out */
+byte seq;               /* the fence sequence: last value handed out. Only
+                           the order of fences matters, so a value drawn and
+                           never written is taken out again (discard) */
 byte mids;              /* ghost: mandates created */
 byte lastf;             /* ghost: greatest fence issued for the key */
 
@@ -81,6 +93,8 @@ byte lastf;             /* ghost: greatest fence issued for the key */
 byte  cst[N];           /* IDLE, NET, WAIT, REP */
 short csent[N];         /* send time - local clock */
 short ct1[N];           /* time its VALUES were evaluated - now */
+byte  cvf[N];           /* the fence its VALUES drew (DEFAULT nextval) */
+byte  cstall[N];        /* ticks it has stalled */
 bool  crlive[N];        /* reply: a row came back and live = true */
 byte  crf[N], crm[N];   /* reply: fence; ghost mandate */
 byte  wq[N]; byte wn;   /* the row-lock queue of waiting claims, FIFO */
@@ -113,6 +127,7 @@ bool claimedHealed;     /* a lease was handed out since the network healed */
 byte idle;              /* ticks since healing with the key unused */
 
 byte j;                 /* loop index */
+bool fresh;             /* ghost, within a claim's step: it wrote a new fence */
 
 /* a mandate believes itself valid: held, within its trust deadline, and
  * (unless LIMIT_RELEASE_WINDOW) not being released */
@@ -134,9 +149,14 @@ byte j;                 /* loop index */
 /* other statements on the row queue behind a waiting claim */
 #ifdef LIMIT_OVERTAKE
 #define NOWAIT true
+#define OWNNOWAIT(i) true
 #else
 #define NOWAIT (wn == 0)
+#define OWNNOWAIT(i) (cst[i] != STALLED)
 #endif
+
+/* time moves on only while no claim has stalled for STALLMAX ticks */
+#define STALLOK (!(cst[0] == STALLED && cstall[0] >= STALLMAX) && !(cst[1] == STALLED && cstall[1] >= STALLMAX))
 
 /* acquired_at set by DO UPDATE, relative to now: EXCLUDED.acquired_at is t1 */
 #ifdef VARIANT_C
@@ -154,10 +174,30 @@ byte j;                 /* loop index */
 
 #define max(a, b) ((a) > (b) -> (a) : (b))
 
-/* P3: fences issued for the key strictly increase, across purges too */
+/* P3: fences handed out for the key strictly increase, across purges too */
 inline issue(f) {
 	assert(f > lastf);
 	lastf = f
+}
+
+/* renumber: fence v, drawn and never written, is taken out of the order */
+#define DOWN(x) if :: x > v -> x-- :: else -> skip fi
+inline discard(v) {
+	d_step {
+		DOWN(rf); DOWN(df); DOWN(lastf); DOWN(ofe);
+		DOWN(lf[0]); DOWN(lf[1]); DOWN(pf[0]); DOWN(pf[1]);
+		DOWN(rfe[0]); DOWN(rfe[1]); DOWN(crf[0]); DOWN(crf[1]);
+		DOWN(cvf[0]); DOWN(cvf[1]);
+		seq--
+	}
+}
+
+/* claim i no longer needs the fence its VALUES drew */
+inline dropDraw(i) {
+	if
+	:: cvf[i] != 0 -> discard(cvf[i]); cvf[i] = 0
+	:: else -> skip
+	fi
 }
 
 /* The claim of replica i leaves the row-lock queue and runs now (t2). Its
@@ -166,14 +206,13 @@ inline claimRuns(i) {
 	crlive[i] = 0;
 	if
 	:: !rx ->
-		/* INSERT: fence DEFAULT nextval, acquired_at DEFAULT clock_timestamp() */
-		seq++;
+		/* INSERT: the fence its VALUES drew, acquired_at = t1 */
 #ifdef VARIANT_A
 		rf = 1;
 #else
-		rf = seq;
+		rf = cvf[i]; cvf[i] = 0;
 #endif
-		issue(rf);
+		fresh = 1;
 		rx = 1; rh = i + 1;
 		ra = max(ct1[i], LOWA); re = max(ct1[i] + TTL, LOWE);
 		mids++; rm = mids; rl = (re <= 0);
@@ -187,13 +226,13 @@ inline claimRuns(i) {
 #ifdef VARIANT_B
 		if
 		:: rh == i + 1 && re > 0 -> skip    /* re-entrant: the fence is kept */
-		:: else -> seq++; rf = seq; issue(rf)
+		:: else -> seq++; rf = seq; fresh = 1
 		fi;
 #else
 #ifdef VARIANT_A
-		rf = rf + 1; issue(rf);
+		rf = rf + 1; fresh = 1;
 #else
-		seq++; rf = seq; issue(rf);
+		seq++; rf = seq; fresh = 1;
 #endif
 #endif
 		rh = i + 1;
@@ -203,11 +242,14 @@ inline claimRuns(i) {
 		FLUSH
 	:: else -> skip                     /* another holder's live lease: no row */
 	fi;
+	dropDraw(i);                        /* the DO UPDATE arm, or no row */
 	printf("MSC: claim of %d runs, waited %d: row holder %d fence %d expires %d, live %d\n", i, -ct1[i], rh, rf, re, crlive[i]);
 	if
-	:: crlive[i] -> crf[i] = rf; crm[i] = rm
+	:: crlive[i] -> crf[i] = rf; crm[i] = rm;
+		if :: fresh -> issue(rf) :: else -> skip fi
 	:: else -> skip                     /* no row, or live = false: nothing */
 	fi;
+	fresh = 0;
 	ct1[i] = 0
 }
 
@@ -251,7 +293,8 @@ inline clearRound(i) {
 }
 
 inline clearClaim(i) {
-	cst[i] = IDLE; csent[i] = 0; ct1[i] = 0; crlive[i] = 0; crf[i] = 0; crm[i] = 0
+	dropDraw(i);
+	cst[i] = IDLE; csent[i] = 0; ct1[i] = 0; crlive[i] = 0; crf[i] = 0; crm[i] = 0; cstall[i] = 0
 }
 
 /* the client of replica i stops waiting for its heartbeat or release: the
@@ -300,6 +343,7 @@ inline tick() {
 	fi;
 	for (j : 0 .. N - 1) {
 		if :: cst[j] == WAIT -> ct1[j] = max(ct1[j] - 1, LOWT1) :: else -> skip fi;
+		if :: cst[j] == STALLED -> ct1[j] = max(ct1[j] - 1, LOWT1); cstall[j]++ :: else -> skip fi;
 		/* each replica's clock moves by 1, or by 2 when it runs fast */
 		if
 		:: localTick(j, 1)
@@ -417,15 +461,24 @@ proctype link(byte i)
 		fi;
 		roundGivesUp(i)
 	   }
-	   /* a claim arrives: VALUES (clock_timestamp() + ttl) are evaluated
-	    * now (t1), then it queues on the row lock */
+	   /* a claim arrives: its VALUES are evaluated now (t1), drawing the
+	    * INSERT arm's fence; it may stall before it reaches the row */
 	   :: atomic {
-		cst[i] == NET -> ct1[i] = 0; wq[wn] = i; wn++; cst[i] = WAIT;
-		printf("MSC: claim of %d arrives (VALUES evaluated)\n", i)
+		cst[i] == NET -> ct1[i] = 0; cst[i] = STALLED; cstall[i] = 0;
+#ifndef VARIANT_A
+		seq++; cvf[i] = seq;
+#endif
+		printf("MSC: claim of %d arrives (VALUES evaluated, fence %d drawn)\n", i, cvf[i])
 	   }
-	   /* a heartbeat or release runs */
+	   /* it reaches the row, and queues on the row lock */
 	   :: atomic {
-		NOWAIT && rst[i] == NET ->
+		cst[i] == STALLED -> wq[wn] = i; wn++; cst[i] = WAIT; cstall[i] = 0;
+		printf("MSC: claim of %d reaches the row\n", i)
+	   }
+	   /* a heartbeat or release runs (not past its own replica's stalled
+	    * claim: that is LIMIT_OVERTAKE) */
+	   :: atomic {
+		NOWAIT && OWNNOWAIT(i) && rst[i] == NET ->
 		roundRuns(i, rk[i], rfe[i], rmi[i], okv);
 		rok[i] = okv && rk[i] == HB; okv = 0; rst[i] = REP
 	   }
@@ -441,10 +494,11 @@ proctype env()
 	do
 	:: if
 	   :: atomic {
-		!healed ||
-		(cst[0] == IDLE && cst[1] != NET && cst[1] != WAIT &&
+		STALLOK &&
+		(!healed ||
+		(cst[0] == IDLE && cst[1] != NET && cst[1] != WAIT && cst[1] != STALLED &&
 		 rst[0] == IDLE && rst[1] != NET && ost == IDLE &&
-		 (tried0 || B(0) || claimedHealed)) ->
+		 (tried0 || B(0) || claimedHealed))) ->
 		tick()
 	   }
 	   /* the claim at the head of the row-lock queue runs */
@@ -457,7 +511,7 @@ proctype env()
 	   }
 	   /* the statement a client gave up on runs, or is lost */
 	   :: atomic {
-		NOWAIT && ost == NET ->
+		NOWAIT && OWNNOWAIT(oi) && ost == NET ->
 		printf("MSC: a statement nobody waits for runs\n");
 		roundRuns(oi, okd, ofe, omi, okv);
 		okv = 0; ost = IDLE; oi = 0; okd = 0; ofe = 0; omi = 0

@@ -173,12 +173,34 @@ func TestPurgeDeletesOnlyRowsExpiredLongerAgoAndPrintsHowMany(t *testing.T) {
 
 	assert.Equal(t, fmt.Sprintf("purged 2 rows of %s expired more than 1h0m0s ago\n", table), ok(t, "purge", "-table", table, "-older-than", "1h"))
 	assert.Contains(t, ok(t, "purge", "-table", table, "-older-than", "1h"), "purged 0 rows")
-	assert.Contains(t, ok(t, "purge", "-table", table, "-older-than", "0s"), "purged 1 rows")
 
 	var rows []statusRow
 	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-json", "-table", table)), &rows))
-	require.Len(t, rows, 1)
-	assert.Equal(t, "live", rows[0].Key, "a live lease is never purged")
+	require.Len(t, rows, 2)
+	assert.ElementsMatch(t, []string{"live", "recent"}, []string{rows[0].Key, rows[1].Key},
+		"a live lease and a row expired less than the horizon ago are never purged")
+}
+
+func TestPurgeAndMigrateRefuseAHorizonBelowMinRetentionAndSayWhy(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	table := migrated(t)
+	insertRow(t, pool, table, "recent", "h", time.Hour, -10*time.Minute)
+	for _, args := range [][]string{
+		{"purge", "-table", table, "-older-than", "0s"},
+		{"purge", "-table", table, "-older-than", "59m59s"},
+		{"migrate", "-table", table, "-retention", "0s"},
+		{"migrate", "-table", table, "-retention", "10m"},
+	} {
+		r := runCmd(t, append(args, "-dsn", server.DSN())...)
+		assert.Equal(t, exitUsage, r.code, "%v: stderr: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "must be at least 1h0m0s (pglease.MinRetention)", "%v", args)
+		assert.Contains(t, r.stderr, "a fence smaller than one already handed out", "%v: the refusal says why", args)
+		assert.Empty(t, r.stdout)
+	}
+	var rows []statusRow
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-json", "-table", table)), &rows))
+	require.Len(t, rows, 1, "nothing was purged")
 }
 
 func TestBadUsageExitsTwoWithAMessageAndSendsNothing(t *testing.T) {
@@ -192,6 +214,8 @@ func TestBadUsageExitsTwoWithAMessageAndSendsNothing(t *testing.T) {
 		"purge without -older-than": {"purge", "-dsn", dsn},
 		"negative -older-than":      {"purge", "-dsn", dsn, "-older-than", "-1h"},
 		"negative -retention":       {"migrate", "-dsn", dsn, "-retention", "-1h"},
+		"-older-than below 1h":      {"purge", "-dsn", dsn, "-older-than", "30m"},
+		"-retention below 1h":       {"migrate", "-dsn", dsn, "-retention", "30m"},
 		"release without key":       {"release", "-dsn", dsn},
 		"release with two keys":     {"release", "-dsn", dsn, "a", "b"},
 		"status with an argument":   {"status", "-dsn", dsn, "extra"},

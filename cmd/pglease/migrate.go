@@ -17,13 +17,10 @@ var migrateCommand = command{
 		"safe to run from several places at once. Needs CREATE on the schema and DELETE\n" +
 		"on the table: run it as the table's owner.",
 	flags: func(fs *flag.FlagSet, c *cli) {
-		fs.DurationVar(&c.retention, "retention", pglease.Retention, "purge rows expired longer ago than this")
+		fs.DurationVar(&c.retention, "retention", pglease.Retention, "purge rows expired longer ago than this (at least 1h)")
 	},
 	check: func(c *cli) error {
-		if c.retention < 0 {
-			return fmt.Errorf("-retention %v: must not be negative", c.retention)
-		}
-		return nil
+		return checkHorizon("-retention", c.retention)
 	},
 	do: func(ctx context.Context, c *cli) error {
 		return c.withConn(ctx, func(conn *pgx.Conn) error {

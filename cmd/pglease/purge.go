@@ -8,28 +8,31 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease"
 )
 
 // purgeSQL deletes rows expired longer ago than $1 seconds, as Migrate's
 // purge does. Only expired rows can match: a live lease is never deleted.
 // A key purged and claimed again keeps growing fences, since they come
-// from the sequence.
+// from the sequence, as long as the horizon is at least
+// pglease.MinRetention (see there): the check refuses a shorter one.
 const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
 
 var purgeCommand = command{
 	name: "purge",
-	summary: "Deletes the rows that expired longer ago than -older-than (required; 0 deletes\n" +
-		"every expired row) and prints how many. Live leases are never touched. Needs\n" +
-		"DELETE on the table. Migrate purges with a 24h horizon; this is for tables whose\n" +
-		"schema is applied by a migration tool, or for a different horizon.",
+	summary: "Deletes the rows that expired longer ago than -older-than (required, at least\n" +
+		"1h) and prints how many. Live leases are never touched. Needs DELETE on the\n" +
+		"table. Migrate purges with a 24h horizon; this is for tables whose schema is\n" +
+		"applied by a migration tool, or for a different horizon.",
 	flags: func(fs *flag.FlagSet, c *cli) {
 		fs.Var(&c.olderThan, "older-than", "delete rows expired longer ago than this `duration` (required)")
 	},
 	check: func(c *cli) error {
-		if !c.olderThan.set || c.olderThan.d < 0 {
-			return errors.New("-older-than is required and must not be negative, e.g. -older-than 24h")
+		if !c.olderThan.set {
+			return errors.New("-older-than is required, e.g. -older-than 24h")
 		}
-		return nil
+		return checkHorizon("-older-than", c.olderThan.d)
 	},
 	do: func(ctx context.Context, c *cli) error {
 		return c.withConn(ctx, func(conn *pgx.Conn) error {
@@ -41,6 +44,14 @@ var purgeCommand = command{
 			return nil
 		})
 	},
+}
+
+// checkHorizon refuses a purge horizon below pglease.MinRetention, saying why.
+func checkHorizon(flag string, d time.Duration) error {
+	if d < pglease.MinRetention {
+		return fmt.Errorf("%s %v: must be at least %v (pglease.MinRetention): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", flag, d, pglease.MinRetention)
+	}
+	return nil
 }
 
 // requiredDuration is a duration flag that knows whether it was given.
