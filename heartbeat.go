@@ -55,9 +55,8 @@ const heartbeatSQL = `WITH h AS (
      SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
     FROM mine
    WHERE l.key = mine.key
-     AND set_config('synchronous_commit',
-           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
-                ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
+     AND l.expires_at > clock_timestamp()
+     AND ` + raiseSyncCommitSQL + ` IS NOT NULL
   RETURNING l.key, l.fence, l.expires_at
 )
 SELECT key, fence, expires_at FROM extended

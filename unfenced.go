@@ -39,7 +39,8 @@ const forgeSep = "#"
 //     the server's time when the row was proposed, known even when the
 //     table has no acquired_at column. Release measures the min hold from it.
 const unfencedClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
-SELECT $1, $2, clock_timestamp() + make_interval(secs => $3){acqval}
+SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
+  FROM (SELECT clock_timestamp() AS t) AS clock
  WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
@@ -57,7 +58,7 @@ RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock
 const unfencedHeartbeatSQL = `WITH h AS (
   SELECT * FROM unnest($2::text[], $3::text[]) AS h(key, holder)
 ), mine AS (
-  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder
+  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder COLLATE "C"
    WHERE l.expires_at > clock_timestamp()
      FOR UPDATE OF l SKIP LOCKED
 ), extended AS (
@@ -65,15 +66,14 @@ const unfencedHeartbeatSQL = `WITH h AS (
      SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $1), l.expires_at)
     FROM mine
    WHERE l.key = mine.key
-     AND set_config('synchronous_commit',
-           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
-                ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
+     AND l.expires_at > clock_timestamp()
+     AND ` + raiseSyncCommitSQL + ` IS NOT NULL
   RETURNING l.key, l.holder, l.expires_at
 )
 SELECT key, holder, expires_at FROM extended
 UNION ALL
 SELECT c.key, c.holder, NULL
-  FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder
+  FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder COLLATE "C"
  WHERE c.expires_at > clock_timestamp()
    AND c.key NOT IN (SELECT key FROM extended)`
 
@@ -83,7 +83,7 @@ SELECT c.key, c.holder, NULL
 // least $3 + 1 microsecond, as in releaseSQL, whatever the clock does.
 const unfencedReleaseSQL = `UPDATE {table}
    SET expires_at = GREATEST(clock_timestamp(), $3::timestamptz + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
- WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()
+ WHERE key = $1 AND holder = $2 COLLATE "C" AND expires_at > clock_timestamp()
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 
 // columnsSQL lists the table's columns, to check it has what this mode
@@ -182,7 +182,7 @@ func (p *unfenced) check(ctx context.Context, db DB) (string, error) {
 	}
 	acq, acqval, acqset := "", "", ""
 	if hasAcquired {
-		acq, acqval, acqset = ", acquired_at", ", clock_timestamp()", ",\n       acquired_at = EXCLUDED.acquired_at"
+		acq, acqval, acqset = ", acquired_at", ", clock.t", ",\n       acquired_at = EXCLUDED.acquired_at"
 	}
 	p.claimSQL = strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(p.t.render(unfencedClaimSQL))
 	p.checked = true

@@ -11,8 +11,28 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// raiseSyncCommit is raiseSyncCommitSQL of locker.go.
+const raiseSyncCommit = `set_config('synchronous_commit',
+         CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+              ELSE current_setting('synchronous_commit') END, true)`
+
 // Claim is the claim statement of locker.go.
-const Claim = `INSERT INTO {table} AS lease (key, holder, expires_at)
+const Claim = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
+SELECT $1, $2, clock.t, clock.t + make_interval(secs => $3)
+  FROM (SELECT clock_timestamp() AS t) AS clock
+ WHERE ` + raiseSyncCommit + ` IS NOT NULL
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+
+// PrevClaim is the claim statement before claims were made durable
+// whatever the server's default and took their times from one clock
+// reading: the baseline that measures what that costs.
+const PrevClaim = `INSERT INTO {table} AS lease (key, holder, expires_at)
 VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
 ON CONFLICT (key) DO UPDATE
    SET holder      = EXCLUDED.holder,
@@ -45,9 +65,8 @@ const Heartbeat = `WITH h AS (
      SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
     FROM mine
    WHERE l.key = mine.key
-     AND set_config('synchronous_commit',
-           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
-                ELSE current_setting('synchronous_commit') END, true) IS NOT NULL
+     AND l.expires_at > clock_timestamp()
+     AND ` + raiseSyncCommit + ` IS NOT NULL
   RETURNING l.key, l.fence, l.expires_at
 )
 SELECT key, fence, expires_at FROM extended
@@ -56,6 +75,16 @@ SELECT c.key, c.fence, NULL
   FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
  WHERE c.holder = $1 AND c.expires_at > clock_timestamp()
    AND c.key NOT IN (SELECT key FROM extended)`
+
+// PrevHeartbeat is the heartbeat statement before rounds skipped locked
+// rows: one UPDATE that waits on every row it matches. The baseline that
+// measures what skipping costs.
+const PrevHeartbeat = `UPDATE {table} AS l
+   SET expires_at = clock_timestamp() + make_interval(secs => $2)
+  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
+ WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
+   AND l.expires_at > clock_timestamp()
+RETURNING l.key, l.fence, l.expires_at`
 
 // Render fills a statement template for an unqualified table name the way
 // pglease does, so that the raw baseline sends byte for byte the same text.
