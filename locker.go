@@ -241,10 +241,11 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 	return lease, true
 }
 
-// Close stops the heartbeat, releases every lease still held (each lease's
-// Err then wraps ErrClosed), and waits for the background goroutine to end.
-// Releases run even if ctx is already cancelled, bounded by the Locker's
-// timeout. Close is idempotent; later calls wait for the first and return
+// Close stops the heartbeat, releases every lease still held in one
+// statement (each lease's Err then wraps ErrClosed, and each outcome is
+// reported as for Unlock), and waits for the background goroutine to end.
+// The release runs even if ctx is already cancelled, bounded by the
+// Locker's timeout. Leases a later mandate took are not an error. Close is idempotent; later calls wait for the first and return
 // nil.
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
@@ -273,8 +274,8 @@ func (l *Locker) Close(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()
 	var errs []error
-	for _, lease := range held {
-		if err := l.release(rctx, lease, ErrClosed); err != nil && !errors.Is(err, ErrLost) {
+	for _, err := range l.releaseAll(rctx, held, ErrClosed) {
+		if err != nil && !errors.Is(err, ErrLost) {
 			errs = append(errs, err)
 		}
 	}
