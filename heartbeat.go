@@ -83,7 +83,7 @@ func (l *Locker) heartbeatRound(ctx context.Context) bool {
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	got, err := l.proto.extend(qctx, l.db, leases)
+	got, err := l.proto.extend(qctx, l.conns.heartbeat, leases)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
 		return true // Close: it releases what is held

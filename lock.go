@@ -215,7 +215,7 @@ func (l *Locker) releaseRow(ctx context.Context, r releasing) error {
 	}
 	defer l.gate.leave(false)
 
-	released, err := l.proto.release(ctx, l.db, r.ls)
+	released, err := l.proto.release(ctx, l.conns.release, r.ls)
 	return releaseOutcome(r.prior, err, released)
 }
 
@@ -248,7 +248,11 @@ func (ls *Lease) checkTrust(now time.Time) {
 	untrusted := ls.err == nil && !now.Before(ls.trustUntil)
 	ls.mu.Unlock()
 	if untrusted {
-		ls.lose("trust deadline passed without a successful heartbeat")
+		why := "trust deadline passed without a successful heartbeat"
+		if cause := ls.locker.conns.cause(); cause != "" {
+			why += ": " + cause
+		}
+		ls.lose(why)
 	}
 }
 

@@ -74,10 +74,10 @@ func (p *fenced) claim(ctx context.Context, db DB, key string) (claimed, bool, e
 // with a single background heartbeat goroutine, started by the first claim
 // and stopped by Close. It is safe for concurrent use.
 type Locker struct {
-	db  DB
 	cfg config
 
 	proto protocol // the statements, with or without the fence column
+	conns *conns   // the connections they run on
 
 	// gate lets a heartbeat round run alone and releases together, so that
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
@@ -95,6 +95,12 @@ type Locker struct {
 // NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
 // a message that names what is wrong: they are programming errors, found at
 // start-up. NewLocker sends nothing to the database.
+//
+// On a *pgxpool.Pool of two connections or more, the Locker keeps one of
+// them from its first claim until Close, for its heartbeat and releases:
+// jobs that fill a pool shared with the Locker then cannot starve the
+// heartbeat and make every lease lost. Count it when sizing the pool, and
+// close the Locker before the pool (pgxpool's Close waits for it).
 func NewLocker(db DB, opts ...Option) *Locker {
 	if isNil(db) {
 		panic("pglease: NewLocker: db is nil")
@@ -109,9 +115,9 @@ func NewLocker(db DB, opts ...Option) *Locker {
 		proto = newUnfenced(t, cfg)
 	}
 	return &Locker{
-		db:      db,
 		cfg:     cfg,
 		proto:   proto,
+		conns:   newConns(db),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
@@ -150,7 +156,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	}
 
 	sent := time.Now()
-	c, ok, err := l.proto.claim(ctx, l.db, key)
+	c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
 	took := time.Since(sent)
 	switch {
 	case err != nil:
@@ -279,6 +285,7 @@ func (l *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	l.conns.close()
 	close(l.closing)
 	return errors.Join(errs...)
 }

@@ -131,5 +131,5 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) (map[*Lease
 	for i, r := range batch {
 		leases[i] = r.ls
 	}
-	return l.proto.releaseAll(ctx, l.db, leases)
+	return l.proto.releaseAll(ctx, l.conns.release, leases)
 }
