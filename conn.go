@@ -20,17 +20,21 @@ type pooler interface {
 // conns hands out the connections a Locker's statements run on.
 //
 // On a pool shared with the application's jobs, jobs that hold every
-// connection past the trust window would otherwise make every lease lost
-// while the database is fine: the heartbeat would wait in the pool's queue
-// behind them. So a Locker on a *pgxpool.Pool (of two connections or more)
-// keeps one of them, the reserve, from its first claim until Close: the
-// connection of that claim, never handed back, so no job can take it in
-// between. Heartbeat rounds run on it, and so do releases while it is free.
-// A broken reserve is dropped and the next round takes a new connection from
-// the pool. Every wait for a pool connection is timed on its own, so a
+// connection past the trust window make every lease lost while the
+// database is fine: the heartbeat waits in the pool's queue behind them.
+// Every wait for a pool connection is therefore timed on its own, so that a
 // failure says "waited 4.9s for a connection from the pool (10 of 10 in
 // use)" instead of looking like a database failure, and a lease lost while
 // the heartbeat waits says so.
+//
+// With WithKeptConnection, a Locker on a *pgxpool.Pool (of two connections
+// or more) also keeps one of them, the reserve, from its first claim until
+// Close: the connection of that claim, never handed back in between, so no
+// job can take it. Heartbeat rounds run on it, and so do releases while it
+// is free. A broken reserve is dropped and the next round takes a new
+// connection from the pool. It is not the default because pgxpool's Close
+// waits for every connection taken from it: a pool closed before its
+// Locker would hang.
 //
 // Any other DB (a *pgx.Conn, a wrapper) is used as given.
 type conns struct {
@@ -57,12 +61,12 @@ const (
 	useRelease              // the reserve when free, else a pool connection
 )
 
-func newConns(db DB) *conns {
+func newConns(db DB, keep bool) *conns {
 	c := &conns{db: db, slot: make(chan struct{}, 1)}
 	if p, ok := db.(pooler); ok {
 		c.pool = p
 		// A pool of one would leave claims nothing.
-		c.reserve = p.Stat().MaxConns() >= 2
+		c.reserve = keep && p.Stat().MaxConns() >= 2
 	}
 	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
 	return c

@@ -95,12 +95,6 @@ type Locker struct {
 // NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
 // a message that names what is wrong: they are programming errors, found at
 // start-up. NewLocker sends nothing to the database.
-//
-// On a *pgxpool.Pool of two connections or more, the Locker keeps one of
-// them from its first claim until Close, for its heartbeat and releases:
-// jobs that fill a pool shared with the Locker then cannot starve the
-// heartbeat and make every lease lost. Count it when sizing the pool, and
-// close the Locker before the pool (pgxpool's Close waits for it).
 func NewLocker(db DB, opts ...Option) *Locker {
 	if isNil(db) {
 		panic("pglease: NewLocker: db is nil")
@@ -117,7 +111,7 @@ func NewLocker(db DB, opts ...Option) *Locker {
 	return &Locker{
 		cfg:     cfg,
 		proto:   proto,
-		conns:   newConns(db),
+		conns:   newConns(db, cfg.keepConn),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}

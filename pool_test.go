@@ -51,7 +51,7 @@ func hogPool(t *testing.T, pool *pgxpool.Pool, n int) (stop func()) {
 	return stop
 }
 
-func TestJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testing.T) {
+func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	direct := newPool(t, "", nil)
@@ -59,7 +59,7 @@ func TestJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testi
 	pool := sharedPool(t, appName("starve"))
 	const ttl = time.Second
 	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook))
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook), pglease.WithKeptConnection())
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
@@ -88,7 +88,7 @@ func TestJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testi
 		size, 2*ttl, events.count(pglease.EventExtended)-before)
 }
 
-func TestALeaseLostWhileTheHeartbeatWaitsForAPoolConnectionNamesTheWait(t *testing.T) {
+func TestWithKeptConnectionALeaseLostWhileTheHeartbeatWaitsForANewConnectionNamesTheWait(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	direct := newPool(t, "", nil)
@@ -97,7 +97,7 @@ func TestALeaseLostWhileTheHeartbeatWaitsForAPoolConnectionNamesTheWait(t *testi
 	pool := sharedPool(t, app)
 	const ttl = time.Second
 	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook))
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook), pglease.WithKeptConnection())
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	events.waitFor(t, pglease.EventExtended, ttl)
@@ -113,6 +113,14 @@ func TestALeaseLostWhileTheHeartbeatWaitsForAPoolConnectionNamesTheWait(t *testi
 	_, err = direct.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
 
+	requireLossNamesThePoolWait(t, lease, events, ttl)
+}
+
+// requireLossNamesThePoolWait waits for lease to be lost and checks that
+// the loss, its event and a heartbeat failure name the wait for a pool
+// connection.
+func requireLossNamesThePoolWait(t *testing.T, lease *pglease.Lease, events *eventLog, ttl time.Duration) {
+	t.Helper()
 	waitDone(t, lease, 3*ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	assert.Regexp(t, `waited [0-9.]+m?s for a connection from the pool \(\d+ of \d+ in use\)`, lease.Err().Error(),
@@ -125,6 +133,22 @@ func TestALeaseLostWhileTheHeartbeatWaitsForAPoolConnectionNamesTheWait(t *testi
 	require.Len(t, lost, 1)
 	assert.True(t, waitNamed(lost[0]), "the EventLost error names the wait: %s", lost[0])
 	t.Logf("figures: lost: %s", lost[0])
+}
+
+func TestJobsHoldingEveryConnectionOfASharedPoolMakeTheLossNameThePoolWait(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	pool := sharedPool(t, appName("starvednamed")) // the README's setup, no option
+	const ttl = time.Second
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	size := int(pool.Stat().MaxConns())
+	hogPool(t, pool, size)
+	requireLossNamesThePoolWait(t, lease, events, ttl)
 }
 
 func waitNamed(msg string) bool { return containsAll(msg, "waited", "for a connection from the pool") }
