@@ -171,7 +171,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	}
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	got, err := l.proto.extend(qctx, l.db, leases)
+	got, err := l.proto.extend(qctx, l.conns.heartbeat, leases)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
 		return nil, true // Close: it releases what is held

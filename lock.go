@@ -155,22 +155,46 @@ func (p *fenced) release(ctx context.Context, db DB, ls *Lease) (bool, error) {
 // in it (Err, Held, Done and Context all say so). A lease already lost keeps
 // its loss, and Unlock returns it.
 func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
+	r, first := ls.startRelease(ended)
+	if !first {
+		return r.err
+	}
+	return l.finishRelease(r, l.releaseRow(ctx, r))
+}
+
+// releasing is one lease on its way out.
+type releasing struct {
+	ls        *Lease
+	prior     error // the loss that had ended it before, if any
+	endedHere bool  // this release ended it
+	err       error // when not first: the outcome of the release already made
+}
+
+// startRelease marks the lease released and ends it with ended unless it
+// had ended already. first is false when a release was attempted before:
+// r.err is then its outcome.
+func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
 	ls.mu.Lock()
 	if ls.released {
 		err := ls.releaseErr
 		ls.mu.Unlock()
-		return err
+		return releasing{ls: ls, err: err}, false
 	}
 	ls.released = true
 	ls.mu.Unlock()
 
 	prior := ls.lostErr()
-	endedHere := prior == nil && ls.end(ended)
-	err := l.releaseRow(ctx, ls, prior)
+	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended)}, true
+}
+
+// finishRelease reports the outcome err of the release r, records it for
+// later Unlocks, and returns it wrapped.
+func (l *Locker) finishRelease(r releasing, err error) error {
+	ls := r.ls
 	if err == nil {
 		// Reported only if this release ended the lease: one that ran out
 		// of trust meanwhile was reported lost already.
-		if endedHere {
+		if r.endedHere {
 			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence})
 		}
 	} else {
@@ -185,17 +209,23 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	return err
 }
 
-// releaseRow sends releaseSQL. A lease lost before (prior), for instance
+// releaseRow sends releaseSQL. A lease lost before (r.prior), for instance
 // past its trust deadline while the database was unreachable, is still
 // released if its row is still ours, to free the key early; it reports the
 // loss anyway.
-func (l *Locker) releaseRow(ctx context.Context, ls *Lease, prior error) error {
+func (l *Locker) releaseRow(ctx context.Context, r releasing) error {
 	if err := l.gate.enter(ctx, false); err != nil {
 		return fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
 	}
 	defer l.gate.leave(false)
 
-	released, err := l.proto.release(ctx, l.db, ls)
+	released, err := l.proto.release(ctx, l.conns.release, r.ls)
+	return releaseOutcome(r.prior, err, released)
+}
+
+// releaseOutcome is what a release reports: the earlier loss, the failure
+// of the statement, or ErrLost when the row no longer matched.
+func releaseOutcome(prior, err error, released bool) error {
 	switch {
 	case prior != nil:
 		return prior
@@ -309,7 +339,11 @@ func (ls *Lease) checkTrust(now time.Time) {
 	untrusted := ls.err == nil && ls.trustUntil.left(ls.locker, now) <= 0
 	ls.mu.Unlock()
 	if untrusted {
-		ls.lose("trust deadline passed without a successful heartbeat")
+		why := "trust deadline passed without a successful heartbeat"
+		if cause := ls.locker.conns.cause(); cause != "" {
+			why += ": " + cause
+		}
+		ls.lose(why)
 	}
 }
 

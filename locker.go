@@ -97,10 +97,10 @@ func (p *fenced) claim(ctx context.Context, db DB, key string) (claimed, bool, e
 // with a single background heartbeat goroutine, started by the first claim
 // and stopped by Close. It is safe for concurrent use.
 type Locker struct {
-	db  DB
 	cfg config
 
 	proto protocol // the statements, with or without the fence column
+	conns *conns   // the connections they run on
 
 	// gate lets a heartbeat round run alone and releases together, so that
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
@@ -139,9 +139,9 @@ func NewLocker(db DB, opts ...Option) *Locker {
 		proto = newUnfenced(t, cfg)
 	}
 	return &Locker{
-		db:      db,
 		cfg:     cfg,
 		proto:   proto,
+		conns:   newConns(db, cfg.keepConn),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
@@ -189,7 +189,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	defer done() // after register: the next claim of key commits after this one
 
 	sent := time.Now()
-	c, ok, err := l.proto.claim(ctx, l.db, key)
+	c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
 	took := time.Since(sent)
 	switch {
 	case err != nil:
@@ -281,10 +281,11 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 	return lease, true
 }
 
-// Close stops the heartbeat, releases every lease still held (each lease's
-// Err then wraps ErrClosed), and waits for the background goroutine to end.
-// Releases run even if ctx is already cancelled, bounded by the Locker's
-// timeout. Close is idempotent; later calls wait for the first and return
+// Close stops the heartbeat, releases every lease still held in one
+// statement (each lease's Err then wraps ErrClosed, and each outcome is
+// reported as for Unlock), and waits for the background goroutine to end.
+// The release runs even if ctx is already cancelled, bounded by the
+// Locker's timeout. Leases a later mandate took are not an error. Close is idempotent; later calls wait for the first and return
 // nil.
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
@@ -313,12 +314,13 @@ func (l *Locker) Close(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()
 	var errs []error
-	for _, lease := range held {
-		if err := l.release(rctx, lease, ErrClosed); err != nil && !errors.Is(err, ErrLost) {
+	for _, err := range l.releaseAll(rctx, held, ErrClosed) {
+		if err != nil && !errors.Is(err, ErrLost) {
 			errs = append(errs, err)
 		}
 	}
 	l.unwatch()
+	l.conns.close()
 	close(l.closing)
 	return errors.Join(errs...)
 }

@@ -144,6 +144,8 @@ func statementKind(sql string) string {
 	switch {
 	case strings.HasPrefix(sql, "INSERT INTO"):
 		return "claim"
+	case strings.HasPrefix(sql, "UPDATE") && strings.Contains(sql, "'synchronous_commit', 'off'"):
+		return "release" // one or many (Close): the only statements that commit asynchronously
 	case strings.Contains(sql, "unnest("):
 		return "heartbeat"
 	case strings.HasPrefix(sql, "UPDATE") && strings.Contains(sql, "GREATEST("):

@@ -77,6 +77,7 @@ type config struct {
 	timeout   time.Duration
 	leaderKey string
 	noFence   bool
+	keepConn  bool
 	logger    *slog.Logger
 	hooks     []func(Event)
 	errs      []error
@@ -217,6 +218,20 @@ func WithLeaderKey(key string) Option {
 // refuse this mode; the table is checked at the first claim.
 func WithoutFenceColumn() Option {
 	return func(c *config) { c.noFence = true }
+}
+
+// WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections
+// or more) keep one connection of it from its first claim until Close, and
+// run its heartbeat and releases on it. Jobs that share the pool and hold
+// every connection past the trust window then cannot starve the heartbeat
+// and make every lease lost while the database is fine. Without it, such a
+// loss says how long the heartbeat waited for a pool connection. Count the
+// kept connection when sizing the pool, and close the Locker before the
+// pool: pgxpool's Close waits until the kept connection is given back. A
+// separate small pool for the Locker avoids both. It is ignored for any
+// other DB.
+func WithKeptConnection() Option {
+	return func(c *config) { c.keepConn = true }
 }
 
 // WithLogger sets where the Locker reports. Contention and routine events

@@ -1,0 +1,176 @@
+package pglease_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// sharedPool is the README's setup: one pgxpool of the default size for the
+// jobs and the Locker, its backends named app. Closed at cleanup.
+func sharedPool(t *testing.T, app string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// hogPool starts n jobs that each take a connection of pool and keep it
+// until the returned function is called, which waits for them to give it
+// back. Jobs that find the pool full wait in its queue.
+func hogPool(t *testing.T, pool *pgxpool.Pool, n int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return // stopped while waiting
+			}
+			<-ctx.Done()
+			conn.Release()
+		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	pool := sharedPool(t, appName("starve"))
+	const ttl = time.Second
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook), pglease.WithKeptConnection())
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+
+	size := int(pool.Stat().MaxConns())
+	stop := hogPool(t, pool, size)
+	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == int32(size) }, 5*time.Second, 5*time.Millisecond,
+		"the jobs hold every other connection")
+	before := events.count(pglease.EventExtended)
+
+	select { // twice the trust window with every connection taken by jobs
+	case <-lease.Done():
+		t.Fatalf("lease lost while jobs held the pool: %v", lease.Err())
+	case <-time.After(2 * ttl):
+	}
+	require.NoError(t, lease.Err())
+	assert.Greater(t, events.count(pglease.EventExtended), before+2, "heartbeat rounds ran")
+	assert.Zero(t, events.count(pglease.EventHeartbeatFailed))
+	row, _ := readRow(t, direct, table, "k")
+	require.Equal(t, lease.Fence(), row.Fence)
+	require.True(t, row.Live)
+
+	stop()
+	require.NoError(t, l.Close(ctx))
+	assert.Zero(t, pool.Stat().AcquiredConns(), "Close gives the kept connection back to the pool")
+	t.Logf("figures: pool of %d shared with jobs holding all they could for %v; %d heartbeat rounds, no loss",
+		size, 2*ttl, events.count(pglease.EventExtended)-before)
+}
+
+func TestWithKeptConnectionALeaseLostWhileTheHeartbeatWaitsForANewConnectionNamesTheWait(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	app := appName("starvedloss")
+	pool := sharedPool(t, app)
+	const ttl = time.Second
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook), pglease.WithKeptConnection())
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	events.waitFor(t, pglease.EventExtended, ttl)
+
+	// Jobs take every connection and queue for more; then the heartbeat's
+	// own connection dies, and the pool's next one goes to a queued job.
+	size := int(pool.Stat().MaxConns())
+	hogPool(t, pool, size+1)
+	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == int32(size) }, 5*time.Second, 5*time.Millisecond)
+	var pid int32
+	require.NoError(t, direct.QueryRow(ctx,
+		`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%unnest(%'`, app).Scan(&pid))
+	_, err = direct.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+
+	requireLossNamesThePoolWait(t, lease, events, ttl)
+}
+
+// requireLossNamesThePoolWait waits for lease to be lost and checks that
+// the loss, its event and a heartbeat failure name the wait for a pool
+// connection.
+func requireLossNamesThePoolWait(t *testing.T, lease *pglease.Lease, events *eventLog, ttl time.Duration) {
+	t.Helper()
+	waitDone(t, lease, 3*ttl)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	assert.Regexp(t, `waited [0-9.]+m?s for a connection from the pool \(\d+ of \d+ in use\)`, lease.Err().Error(),
+		"the loss names the wait for a pool connection, not a database failure")
+	var lost, failed []string
+	require.Eventually(t, func() bool {
+		lost, failed = events.errs(pglease.EventLost), events.errs(pglease.EventHeartbeatFailed)
+		return len(lost) > 0 && slices.ContainsFunc(failed, waitNamed)
+	}, 2*ttl, 5*time.Millisecond, "a heartbeat failure names the wait for a pool connection; lost %q, heartbeat failures %q", lost, failed)
+	require.Len(t, lost, 1)
+	assert.True(t, waitNamed(lost[0]), "the EventLost error names the wait: %s", lost[0])
+	t.Logf("figures: lost: %s", lost[0])
+}
+
+func TestJobsHoldingEveryConnectionOfASharedPoolMakeTheLossNameThePoolWait(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	direct := newPool(t, "", nil)
+	table := newTable(t, direct)
+	pool := sharedPool(t, appName("starvednamed")) // the README's setup, no option
+	const ttl = time.Second
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook))
+	lease, err := l.Claim(ctx, "k")
+	require.NoError(t, err)
+	size := int(pool.Stat().MaxConns())
+	hogPool(t, pool, size)
+	requireLossNamesThePoolWait(t, lease, events, ttl)
+}
+
+func waitNamed(msg string) bool { return containsAll(msg, "waited", "for a connection from the pool") }
+
+// errs lists the errors of the events of kind so far.
+func (e *eventLog) errs(kind pglease.EventKind) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.events {
+		if ev.Kind == kind && ev.Err != nil {
+			out = append(out, ev.Err.Error())
+		}
+	}
+	return out
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
