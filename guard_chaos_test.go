@@ -25,6 +25,26 @@ var (
 	guardChaosSeed = flag.Int64("guardchaos.seed", 0, "seed of TestGuardChaos's faults (0: from the clock)")
 )
 
+// commitOrderedLedgerDDL creates a ledger whose rows are numbered in commit
+// order: a deferred constraint trigger gives each row its number from a
+// sequence at COMMIT, after every statement of the transaction. A
+// transaction that waits on a row lock before its commit thus gets its
+// number late, which an id drawn at INSERT would not show. The trigger runs
+// before the commit is durable, so two transactions committing at once may
+// be numbered in either order; a guarded one still holds the lease row then,
+// so no later mandate's claim, hence no later mandate's write, can come
+// between.
+const commitOrderedLedgerDDL = `CREATE TABLE %[1]s (id bigserial PRIMARY KEY,
+	key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL, token text NOT NULL UNIQUE, seq bigint);
+CREATE SEQUENCE %[1]s_commit;
+CREATE FUNCTION %[1]s_number() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE %[1]s SET seq = nextval('%[1]s_commit') WHERE id = NEW.id;
+	RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER number_at_commit AFTER INSERT ON %[1]s
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION %[1]s_number()`
+
 // guardTx is one guarded transaction attempted by a job run, as the job saw
 // it end.
 type guardTx struct {
@@ -50,7 +70,7 @@ type guardIncarnation struct {
 // work. Meanwhile the replicas' proxies stall past the TTL (a paused
 // process: its heartbeat and its Guard arrive late), reset every
 // connection, and replicas crash and restart with a new holder. Checked
-// offline: in every key's ledger, in insertion order, fences never go down;
+// offline: in every key's ledger, in commit order, fences never go down;
 // every transaction refused by Guard left no row; every transaction that
 // committed left its row.
 func TestGuardChaosNoKeysLedgerHasAWriteOfAnOlderMandateAfterANewerOne(t *testing.T) {
@@ -72,8 +92,7 @@ func TestGuardChaosNoKeysLedgerHasAWriteOfAnOlderMandateAfterANewerOne(t *testin
 	admin := newPool(t, "", nil)
 	table := newTable(t, admin)
 	ledger := fmt.Sprintf("ledger_t%d", tableSeq.Add(1))
-	_, err := admin.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s (id bigserial PRIMARY KEY,
-		key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL, token text NOT NULL UNIQUE)`, ledger))
+	_, err := admin.Exec(context.Background(), fmt.Sprintf(commitOrderedLedgerDDL, ledger))
 	require.NoError(t, err)
 	insert := fmt.Sprintf(`INSERT INTO %s (key, holder, fence, token) VALUES ($1, $2, $3, $4)`, ledger)
 
@@ -213,7 +232,7 @@ func TestGuardChaosNoKeysLedgerHasAWriteOfAnOlderMandateAfterANewerOne(t *testin
 	for _, e := range rows {
 		written[e.token] = true
 		require.GreaterOrEqual(t, e.fence, last[e.key],
-			"key %s: a write of fence %d (row %d) after a write of fence %d", e.key, e.fence, e.id, last[e.key])
+			"key %s: a write of fence %d (committed %d-th) after a write of fence %d", e.key, e.fence, e.id, last[e.key])
 		last[e.key] = e.fence
 	}
 	count := map[string]int{}
@@ -245,7 +264,7 @@ type ledgerTokenRow struct {
 
 func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerTokenRow {
 	t.Helper()
-	rows, err := db.Query(context.Background(), fmt.Sprintf(`SELECT id, key, fence, token FROM %s ORDER BY id`, ledger))
+	rows, err := db.Query(context.Background(), fmt.Sprintf(`SELECT seq, key, fence, token FROM %s ORDER BY seq`, ledger))
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledgerTokenRow, error) {
 		var e ledgerTokenRow
