@@ -419,3 +419,57 @@ func TestGuardOnTheElectorsLeadershipLease(t *testing.T) {
 	require.ErrorIs(t, err, pglease.ErrLost, "a leader that resigned guards nothing")
 	assert.Len(t, readLedger(t, pool, ledger), 1)
 }
+
+// A guarded transaction holds the lease row, and so this holder's own
+// heartbeat of that row, until it ends. Held for less than the trust window
+// left (TTL - margin since the last heartbeat, at worst TTL - margin -
+// interval), the lease survives; held longer, the lease is lost locally,
+// and the commit is still safe: the row stayed locked, so no later mandate
+// could begin. The figures (how long the heartbeat was held back) are logged.
+func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl      = 2 * time.Second
+		interval = 400 * time.Millisecond
+	)
+	for _, hold := range []time.Duration{interval, ttl + interval} {
+		t.Run(hold.String(), func(t *testing.T) {
+			ctx := ctxT(t)
+			pool := newPool(t, "", nil)
+			table := newTable(t, pool)
+			ledger := newLedger(t, pool)
+			events := newEventLog()
+			l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			events.waitFor(t, pglease.EventExtended, 5*time.Second) // the hold starts right after a heartbeat
+
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
+			require.NoError(t, err)
+			require.NoError(t, lease.Guard(ctx, tx))
+			guarded := time.Now()
+			select {
+			case <-lease.Done():
+			case <-time.After(hold): // the job's transaction stays open this long
+			}
+			require.NoError(t, tx.Commit(ctx), "a guarded commit is safe even past the lease's trust window")
+			committed := time.Since(guarded)
+
+			if hold < ttl-interval {
+				ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+				require.NoError(t, lease.Err(), "a short guard costs the lease nothing")
+				t.Logf("figures: guard held %v: lease kept; the heartbeat after it took %v", committed.Round(time.Millisecond), ev.Took.Round(time.Millisecond))
+				return
+			}
+			require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+			t.Logf("figures: guard held %v (TTL %v, interval %v): lease lost locally, %v after the hold began; the commit went through",
+				committed.Round(time.Millisecond), ttl, interval, committed.Round(time.Millisecond))
+			r, ok := readRow(t, pool, table, "job")
+			require.True(t, ok)
+			assert.Equal(t, lease.Fence(), r.Fence, "nobody took the row while it was guarded")
+		})
+	}
+}
