@@ -130,12 +130,18 @@ func run(ctx context.Context, args []string, out io.Writer) (int, error) {
 	proxies := make([]*faultproxy.Proxy, cfg.replicas)
 	paused := make([]*pauseFlag, cfg.replicas)
 	var wg sync.WaitGroup
+	var closers []func() // run last first: Lockers, then pools, then proxies
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
 	for r := range cfg.replicas {
 		p, err := faultproxy.New(net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port))))
 		if err != nil {
 			return 1, err
 		}
-		defer p.Close()
+		closers = append(closers, p.Close)
 		proxies[r], paused[r] = p, &pauseFlag{}
 		pc, err := pgxpool.ParseConfig(dsn)
 		if err != nil {
@@ -146,11 +152,11 @@ func run(ctx context.Context, args []string, out io.Writer) (int, error) {
 		if err != nil {
 			return 1, err
 		}
-		defer pool.Close()
+		closers = append(closers, pool.Close)
 		l := pglease.NewLocker(pool, pglease.WithTable("ledger_lease"), pglease.WithHolder(fmt.Sprintf("replica-%d", r+1)),
 			pglease.WithTTL(cfg.ttl), pglease.WithHeartbeatInterval(cfg.ttl/4), pglease.WithTimeout(cfg.ttl),
 			pglease.WithLogger(slog.New(slog.DiscardHandler))) // the pauses make losses on purpose
-		defer l.Close(context.WithoutCancel(ctx))
+		closers = append(closers, func() { _ = l.Close(context.WithoutCancel(ctx)) })
 		rng := rand.New(rand.NewSource(cfg.seed + int64(r)))
 		wg.Go(func() {
 			for rctx.Err() == nil {
