@@ -82,17 +82,17 @@ type failoverFindings struct {
 	failovers       []pgcluster.Failover
 	claims          int
 	mandates        int
-	heldAtCrash     int   // leases believed when the primary died
-	survived        int   // of those, rows on the new primary with their fence and at least their known expiry
-	superseded      int   // rows re-claimed by the same holder in a claim the crash left unacknowledged
-	missing         int   // acknowledged leases whose row, fence or expiry the new primary does not have
-	lostExtensions  int   // of those, rows with their fence but an earlier expiry: an acknowledged heartbeat lost
-	exposed         int   // missing leases whose holder still believed after the new primary's expiry of them
+	heldAtCrash     int // leases believed when the primary died
+	survived        int // of those, rows on the new primary with their fence and at least their known expiry
+	superseded      int // rows re-claimed by the same holder in a claim the crash left unacknowledged
+	missing         int // acknowledged leases whose row, fence or expiry the new primary does not have
+	lostExtensions  int // of those, rows with their fence but an earlier expiry: an acknowledged heartbeat lost
+	exposed         int // missing leases whose holder still believed after the new primary's expiry of them
 	worstExposure   time.Duration
-	missingNotLost  int   // of those, leases not reported lost afterwards
-	reissuedFences  int   // fence values acquired twice
-	inversions      int   // a mandate of a key with a fence not above the previous one
-	overlaps        int   // two mandates of a key believed at once
+	missingNotLost  int // of those, leases not reported lost afterwards
+	reissuedFences  int // fence values acquired twice
+	inversions      int // a mandate of a key with a fence not above the previous one
+	overlaps        int // two mandates of a key believed at once
 	worstGap        time.Duration
 	lostEvents      int64
 	problemExamples []string

@@ -141,7 +141,7 @@ func NewLocker(db DB, opts ...Option) *Locker {
 	return &Locker{
 		db:      db,
 		cfg:     cfg,
-		proto:   proto,
+		proto:   retrySerialization(proto),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
