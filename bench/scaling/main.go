@@ -175,7 +175,7 @@ func serverCPU(postmaster int) (float64, error) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
 			continue // exited meanwhile
 		}

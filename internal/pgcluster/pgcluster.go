@@ -419,7 +419,8 @@ func (c *Cluster) prepare(cmd *exec.Cmd) {
 		}
 		env = append(env, kv)
 	}
-	cmd.Env = append(env, "HOME="+c.root, "LC_ALL=C")
+	env = append(env, "HOME="+c.root, "LC_ALL=C")
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: c.cred}
 }
 
