@@ -140,7 +140,7 @@ func NewLocker(db DB, opts ...Option) *Locker {
 	}
 	return &Locker{
 		cfg:     cfg,
-		proto:   proto,
+		proto:   retrySerialization(proto),
 		conns:   newConns(db, cfg.keepConn),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
