@@ -107,7 +107,11 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 			acq, exp time.Time
 			live     bool
 		)
-		err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(&fence, &acq, &exp, &live)
+		dest := []any{&fence, &acq, &exp, &live}
+		if claimSQL != rawsql.PrevClaim {
+			dest = append(dest, new(uint32)) // tableoid
+		}
+		err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(dest...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
@@ -117,7 +121,7 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 		if !live {
 			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
-		if _, err := db.Exec(ctx, release, key, holder, fence, 0.0); err != nil {
+		if _, err := db.Exec(ctx, release, holder, 0.0, []string{key}, []int64{fence}); err != nil {
 			return true, err
 		}
 		return true, nil

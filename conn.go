@@ -48,10 +48,15 @@ type conns struct {
 
 	mu        sync.Mutex
 	held      *pgxpool.Conn // the reserve; nil until the first claim, once broken, and after close
+	idleSince time.Time     // when the reserve was last put back
 	closed    bool
 	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
 	starved   error     // the heartbeat's last wait for a pool connection, if it failed
 }
+
+// maxIdleUnchecked is how long the reserve may idle before it is checked
+// with a ping before its next use, as pgxpool checks its own connections.
+const maxIdleUnchecked = time.Second
 
 type use int
 
@@ -109,8 +114,19 @@ func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 // caller holds the slot.
 func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 	c.mu.Lock()
-	conn := c.held
+	conn, idle := c.held, time.Since(c.idleSince)
 	c.mu.Unlock()
+	if conn != nil && idle > maxIdleUnchecked && conn.Ping(ctx) != nil {
+		// Closed while it idled (idle_session_timeout, a firewall, a
+		// pooler, a restart): pgxpool would not have handed it out either.
+		c.mu.Lock()
+		if c.held == conn {
+			c.held = nil
+		}
+		c.mu.Unlock()
+		conn.Release() // pgxpool destroys a broken connection
+		conn = nil
+	}
 	if conn == nil {
 		var err error
 		if conn, err = c.acquire(ctx, u == useHeartbeat); err != nil {
@@ -142,6 +158,7 @@ func (c *conns) putBack(conn *pgxpool.Conn) {
 		}
 		conn.Release() // pgxpool destroys a broken connection
 	}
+	c.idleSince = time.Now()
 	c.mu.Unlock()
 	<-c.slot
 }
@@ -157,7 +174,7 @@ func (c *conns) keep(conn *pgxpool.Conn) {
 	}
 	c.mu.Lock()
 	if c.held == nil && !c.closed && !broken(conn) {
-		c.held, conn = conn, nil
+		c.held, conn, c.idleSince = conn, nil, time.Now()
 	}
 	c.mu.Unlock()
 	<-c.slot

@@ -22,14 +22,16 @@ import (
 //     by anyone, this holder included, carries another fence; a lapsed row
 //     fails expires_at > clock_timestamp(), the server's clock, evaluated
 //     after any wait on the row lock (READ COMMITTED rechecks the WHERE on
-//     the newest version of the row).
+//     the newest version of the row). tableoid is the table the claim
+//     wrote to: a transaction whose search_path resolves the name to
+//     another table (a tenant's schema, another database) matches nothing.
 //   - 1 / count(*) divides by zero when no row matched: the statement fails
 //     (SQLSTATE 22012), which aborts the transaction, so that its COMMIT can
 //     only roll back even if the caller ignores Guard's error. count(*) is
 //     not a constant, so the division cannot be folded at plan time.
 const guardSQL = `SELECT 1 / count(*) FROM (
   SELECT 1 FROM {table}
-   WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
+   WHERE key = $1 AND holder = $2 COLLATE "C" AND fence = $3 AND tableoid = $4 AND expires_at > clock_timestamp()
      FOR SHARE
 ) AS mandate`
 
@@ -37,7 +39,7 @@ const guardSQL = `SELECT 1 / count(*) FROM (
 // this one mandate is matched instead of a fence.
 const unfencedGuardSQL = `SELECT 1 / count(*) FROM (
   SELECT 1 FROM {table}
-   WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()
+   WHERE key = $1 AND holder = $2 COLLATE "C" AND tableoid = $3 AND expires_at > clock_timestamp()
      FOR SHARE
 ) AS mandate`
 
@@ -72,7 +74,12 @@ const (
 // Call Guard in the outermost transaction, or in a savepoint (a pgx nested
 // transaction) that is released (committed), never in one that is then
 // rolled back: PostgreSQL releases the row locks of a rolled-back
-// savepoint, and the guard with them.
+// savepoint, and the guard with them. For the same reason the abort that a
+// lost mandate causes holds only in the outermost transaction: a savepoint
+// rolled back after a failed Guard (pgx.BeginFunc on a Tx does that on any
+// error) clears it, and the outer commit then lands unless its caller
+// heeded the error. Do not Unlock the lease before the guarded transaction
+// ends: its row stays locked until then, and the release waits for it.
 //
 // Under REPEATABLE READ or SERIALIZABLE, a heartbeat that extended the row
 // after tx took its snapshot makes Guard fail with a serialization failure
@@ -94,7 +101,7 @@ func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: Guard needs the open transaction whose commit it guards", ls.key, ls.fence)
 	}
 	var one int
-	err := tx.QueryRow(ctx, ls.locker.guardSQL(), ls.guardArgs()...).Scan(&one)
+	err := queryGuard(ctx, tx, ls.locker.guardSQL(), ls.guardArgs()...).Scan(&one)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -124,9 +131,20 @@ func (l *Locker) guardSQL() string {
 
 func (ls *Lease) guardArgs() []any {
 	if ls.locker.cfg.noFence {
-		return []any{ls.key, ls.holder}
+		return []any{ls.key, ls.holder, ls.table}
 	}
-	return []any{ls.key, ls.holder, ls.fence}
+	return []any{ls.key, ls.holder, ls.fence, ls.table}
+}
+
+// queryGuard sends the guard statement on tx. A wrapper around a nil
+// transaction passes isNilTx and then panics inside; that is a nil tx too.
+func queryGuard(ctx context.Context, tx pgx.Tx, sql string, args ...any) (row pgx.Row) {
+	defer func() {
+		if r := recover(); r != nil {
+			row = errRow{errors.New("tx is nil (a wrapper around a nil transaction): Guard needs the open transaction whose commit it guards")}
+		}
+	}()
+	return tx.QueryRow(ctx, sql, args...)
 }
 
 func isNilTx(tx pgx.Tx) bool {

@@ -144,7 +144,7 @@ func statementKind(sql string) string {
 	switch {
 	case strings.HasPrefix(sql, "INSERT INTO"):
 		return "claim"
-	case strings.HasPrefix(sql, "UPDATE") && strings.Contains(sql, "'synchronous_commit', 'off'"):
+	case strings.Contains(sql, "'synchronous_commit', 'off'"):
 		return "release" // one or many (Close): the only statements that commit asynchronously
 	case strings.Contains(sql, "unnest("):
 		return "heartbeat"

@@ -46,17 +46,9 @@ func (r serializationRetry) extend(ctx context.Context, db DB, leases []*Lease) 
 	return got, err
 }
 
-func (r serializationRetry) release(ctx context.Context, db DB, ls *Lease) (released bool, err error) {
+func (r serializationRetry) release(ctx context.Context, db DB, leases []*Lease) (released map[*Lease]bool, err error) {
 	err = retryOn40001(ctx, func() error {
-		released, err = r.protocol.release(ctx, db, ls)
-		return err
-	})
-	return released, err
-}
-
-func (r serializationRetry) releaseAll(ctx context.Context, db DB, leases []*Lease) (released map[*Lease]bool, err error) {
-	err = retryOn40001(ctx, func() error {
-		released, err = r.protocol.releaseAll(ctx, db, leases)
+		released, err = r.protocol.release(ctx, db, leases)
 		return err
 	})
 	return released, err
