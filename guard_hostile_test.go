@@ -16,7 +16,6 @@ import (
 	"github.com/pglease/pglease/internal/pgbouncer"
 )
 
-
 // Guarantee: heartbeat.go promises "a release stuck on an unreachable
 // database delays no loss, and a row locked past it costs that lease
 // alone". Guard makes a lease row lockable by the application for as long
