@@ -28,6 +28,9 @@ import (
 //     session, as a database or role default would set it. The previous
 //     claim then skipped the WAL flush and could be lost in a crash: the
 //     ratio is the price of a claim that survives one.
+//   - release: a claim + release cycle with the release that skips locked
+//     rows (a CTE over arrays, also used by Close), against the previous
+//     single-row UPDATE, with the same claim.
 //   - heartbeat/leases=N: one round of the heartbeat that skips locked rows
 //     and reports them, against the previous plain UPDATE, with no row
 //     locked by anyone.
@@ -45,6 +48,14 @@ func BenchmarkHardeningCost(b *testing.B) {
 			runInterleaved(b, variant{"now", now}, variant{"prev", prev}, []string{"job"})
 		})
 	}
+
+	b.Run("release", func(b *testing.B) {
+		pool := hardeningPool(b, srv.DSN(), "on")
+		table := benchTable(b, pool, "hardening")
+		now := []cycle{claimCycle(pool, table, "now", rawsql.Claim)}
+		prev := []cycle{prevReleaseCycle(pool, table, "prev")}
+		runInterleaved(b, variant{"now", now}, variant{"prev", prev}, []string{"job"})
+	})
 
 	sizes := []int{10, 1000}
 	if testing.Short() {
@@ -125,5 +136,26 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 			return true, err
 		}
 		return true, nil
+	}
+}
+
+// prevReleaseCycle is claimCycle with today's claim and the previous
+// release statement.
+func prevReleaseCycle(db pglease.DB, table, holder string) cycle {
+	claim := renderSQL(rawsql.Claim, table)
+	release := renderSQL(rawsql.PrevRelease, table)
+	ttl := benchTTL.Seconds()
+	return func(ctx context.Context, key string) (bool, error) {
+		var (
+			fence    int64
+			acq, exp time.Time
+			live     bool
+			oid      uint32
+		)
+		if err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(&fence, &acq, &exp, &live, &oid); err != nil {
+			return false, err
+		}
+		_, err := db.Exec(ctx, release, key, holder, fence, 0.0)
+		return true, err
 	}
 }

@@ -71,6 +71,14 @@ SELECT c.key, c.fence, false
 const releaseAsync = `
      AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
 
+// PrevRelease is the release statement before releases skipped locked
+// rows: a plain UPDATE of one row that waits on its lock. Its arguments are
+// the key, the holder, the fence and the min hold in seconds.
+const PrevRelease = `UPDATE {table}
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+ WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+
 // NaiveRelease is Release without its set_config clause: it commits
 // synchronously, waiting for the WAL flush like any statement.
 var NaiveRelease = strings.Replace(Release, releaseAsync, "", 1)
