@@ -75,7 +75,8 @@ UNION ALL
 SELECT c.key, c.holder, NULL
   FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder COLLATE "C"
  WHERE c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)`
+   AND c.key NOT IN (SELECT key FROM extended)
+   AND (SELECT count(*) FROM extended) < cardinality($2::text[])`
 
 // columnsSQL lists the table's columns, to check it has what this mode
 // needs. to_regclass resolves the name as the statements will.

@@ -104,7 +104,8 @@ UNION ALL
 SELECT c.key, c.fence, NULL
   FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
  WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)`
+   AND c.key NOT IN (SELECT key FROM extended)
+   AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
 
 // PrevHeartbeat is the heartbeat statement before rounds skipped locked
 // rows: one UPDATE that waits on every row it matches. The baseline that
