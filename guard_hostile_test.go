@@ -183,9 +183,9 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 	require.ErrorIs(t, gerr, pglease.ErrLost)
 	t.Logf("guard (ignored by the caller): %v", gerr)
 	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", first.Fence())
-	assert.Error(t, err, "a write after the failed Guard went through")
+	require.Error(t, err, "a write after the failed Guard went through")
 	cerr := tx.Commit(ctx)
-	assert.Error(t, cerr, "the outer transaction of a failed Guard committed")
+	require.Error(t, cerr, "the outer transaction of a failed Guard committed")
 
 	for _, e := range readLedger(t, pool, ledger) {
 		assert.NotEqual(t, first.Fence(), e.fence, "a write of fence %d landed after fence %d's", first.Fence(), later.Fence())
@@ -248,7 +248,7 @@ func TestGuardCancelledWhileWaitingOnAClaimInFlightLeavesNothingToCommit(t *test
 	t.Logf("guard: %v", gerr)
 	cerr := tx.Commit(ctx)
 	t.Logf("commit: %v", cerr)
-	assert.Error(t, cerr)
+	require.Error(t, cerr)
 	require.NoError(t, claimInFlight.Rollback(ctx))
 	assert.Empty(t, readLedger(t, pool, ledger))
 }
@@ -260,6 +260,7 @@ func TestGuardThroughPgBouncerInTransactionMode(t *testing.T) {
 	t.Parallel()
 	for _, m := range bouncerModes(t) {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t)
 			b := pgbouncer.New(t, server.DSN(), m.opts)
 			pool := bouncedPool(t, b, m.mode)
@@ -301,7 +302,7 @@ func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 	var gerr error
 	require.NotPanics(t, func() { gerr = lease.Guard(ctx, wrappedTx{}) })
 	require.Error(t, gerr)
-	require.False(t, errors.Is(gerr, pglease.ErrLost))
+	require.NotErrorIs(t, gerr, pglease.ErrLost)
 }
 
 // Guarantee: Lock "claims key within the Locker's timeout", and a claim that

@@ -33,7 +33,7 @@ func startFakeClockServer(t *testing.T) *fakeClock {
 	if _, err := os.Stat(libfaketime); err != nil {
 		t.Fatalf("libfaketime is needed: apt-get install -y faketime libfaketime: %v", err)
 	}
-	dir, err := os.MkdirTemp("", "pglease-faketime")
+	dir, err := os.MkdirTemp("", "pglease-faketime") //nolint:usetesting // the postgres user reads it: t.TempDir is under a root-only parent
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
