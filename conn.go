@@ -44,7 +44,8 @@ type conns struct {
 
 	claim, heartbeat, release DB // the DB each kind of statement runs on
 
-	slot chan struct{} // holds the reserve while a statement uses it
+	slot   chan struct{} // holds the reserve while a statement uses it
+	single chan struct{} // held by the statement in flight on a DB that is not a pool
 
 	mu        sync.Mutex
 	held      *pgxpool.Conn // the reserve; nil until the first claim, once broken, and after close
@@ -67,7 +68,7 @@ const (
 )
 
 func newConns(db DB, keep bool) *conns {
-	c := &conns{db: db, slot: make(chan struct{}, 1)}
+	c := &conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
 	if p, ok := db.(pooler); ok {
 		c.pool = p
 		// A pool of one would leave claims nothing.
@@ -81,7 +82,17 @@ func newConns(db DB, keep bool) *conns {
 // the statement is done.
 func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 	if c.pool == nil {
-		return c.db, func() {}, nil
+		// One connection (a *pgx.Conn) serves one statement at a time: the
+		// heartbeat and the callers' claims and releases take turns, or
+		// they would collide on it ("conn busy") and race in its statement
+		// cache. A wrapper that is a pool of its own is serialized too:
+		// correct, if slower.
+		select {
+		case c.single <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("waiting for the connection, busy with another statement of this Locker: %w", context.Cause(ctx))
+		}
+		return c.db, func() { <-c.single }, nil
 	}
 	if c.reserve {
 		switch u {
