@@ -1,7 +1,6 @@
 package pglease_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -78,5 +77,5 @@ func TestHeartbeatUnderAGenericPlanSkipsLockedRowsWhateverTheirNumber(t *testing
 			extendedPast(k, expiry(k))
 		}
 	}
-	require.Zero(t, events.count(pglease.EventLost), fmt.Sprintf("no lease lost, %d heartbeat failures", events.count(pglease.EventHeartbeatFailed)))
+	require.Zero(t, events.count(pglease.EventLost), "no lease lost, %d heartbeat failures", events.count(pglease.EventHeartbeatFailed))
 }
