@@ -159,7 +159,7 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	if !first {
 		return r.err
 	}
-	return l.finishRelease(r, l.releaseRow(ctx, r))
+	return l.finishRelease(r, l.sendRelease(ctx, r))
 }
 
 // releasing is one lease on its way out.

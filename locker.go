@@ -110,6 +110,12 @@ type Locker struct {
 	// turns lets one claim of a key run at a time (see keyTurns).
 	turns keyTurns
 
+	// claims and releases send the claims and releases that arrive while
+	// another of their statements is in flight together, in one (see
+	// coalescer); claims is nil when the protocol sends them one by one.
+	claims   *coalescer[claimCall, claimOutcome]
+	releases *coalescer[releasing, releaseResult]
+
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
 	closed   bool
@@ -138,13 +144,15 @@ func NewLocker(db DB, opts ...Option) *Locker {
 	if cfg.noFence {
 		proto = newUnfenced(t, cfg)
 	}
-	return &Locker{
+	l := &Locker{
 		cfg:     cfg,
 		proto:   proto,
 		conns:   newConns(db, cfg.keepConn),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
+	l.claims, l.releases = l.newClaims(), l.newReleases()
+	return l
 }
 
 func isNil(db DB) bool {
@@ -186,10 +194,9 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
 		return nil, err
 	}
-	defer done() // after register: the next claim of key commits after this one
+	defer func() { done() }() // after register: the next claim of key commits after this one
 
-	sent := time.Now()
-	c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
+	c, ok, sent, err := l.sendClaim(ctx, key, &done)
 	took := time.Since(sent)
 	switch {
 	case err != nil:
