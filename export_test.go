@@ -41,6 +41,15 @@ func init() {
 // later statement. l must have no claim in flight. It returns each claim's
 // outcome, in the order of keys.
 func ClaimBurst(ctx context.Context, l *Locker, keys []string) ([]*Lease, []error) {
+	ctxs := make([]context.Context, len(keys))
+	for i := range ctxs {
+		ctxs[i] = ctx
+	}
+	return ClaimBurstEach(ctxs, l, keys)
+}
+
+// ClaimBurstEach is ClaimBurst with a context of its own for each claim.
+func ClaimBurstEach(ctxs []context.Context, l *Locker, keys []string) ([]*Lease, []error) {
 	c := l.claims
 	queued := make(chan struct{}, len(keys))
 	c.mu.Lock()
@@ -58,7 +67,7 @@ func ClaimBurst(ctx context.Context, l *Locker, keys []string) ([]*Lease, []erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			leases[i], errs[i] = l.Claim(ctx, key)
+			leases[i], errs[i] = l.Claim(ctxs[i], key)
 		}()
 	}
 	distinct := map[string]bool{}
@@ -68,7 +77,7 @@ func ClaimBurst(ctx context.Context, l *Locker, keys []string) ([]*Lease, []erro
 	for range distinct {
 		select {
 		case <-queued:
-		case <-ctx.Done():
+		case <-ctxs[0].Done():
 		}
 	}
 	c.release()
