@@ -120,7 +120,8 @@ func unlockAll(b *testing.B, ctx context.Context, leases []*pglease.Lease) {
 // BenchmarkJobCycleCoalescing measures the steady job run (Claim, then
 // Unlock, on one key per goroutine, one Locker for all) on a durable
 // private server, with coalescing ("coalesced") and with one statement per
-// claim and release ("per-claim"): coalescing must cost this cycle nothing.
+// claim and release ("per-claim"), and the two alternating ("interleaved"):
+// coalescing must cost this cycle nothing.
 func BenchmarkJobCycleCoalescing(b *testing.B) {
 	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
 	require.NoError(b, err)
@@ -148,5 +149,20 @@ func BenchmarkJobCycleCoalescing(b *testing.B) {
 				runCycles(b, tracer, cycles, keys, nil)
 			})
 		}
+		// The two alternating, cycle by cycle, on one pool and table:
+		// per-claim/coalesced is how many times faster coalescing makes the
+		// cycle under the same load.
+		b.Run(fmt.Sprintf("goroutines=%d/interleaved", goroutines), func(b *testing.B) {
+			pool := benchPool(b, srv.DSN(), int32(goroutines)+2, nil)
+			table := benchTable(b, pool, "cycle")
+			on := benchLocker(b, pool, table, "coalesced")
+			off := benchLocker(b, pool, table, "per-claim")
+			pglease.SetCoalescing(off, false)
+			x, y := make([]cycle, goroutines), make([]cycle, goroutines)
+			for g := range keys {
+				x[g], y[g] = lockerCycle(off), lockerCycle(on)
+			}
+			runInterleaved(b, variant{"per-claim", x}, variant{"coalesced", y}, keys)
+		})
 	}
 }

@@ -7,11 +7,12 @@ import (
 )
 
 // coalescer sends the statements of one kind (claims, releases) of a
-// Locker the way a database commits a group: a call that finds nothing in
-// flight is sent at once, alone, so that an idle Locker adds no delay; calls
-// made while a statement is in flight wait for it, and then go out together
-// in the next one. A burst of B calls costs two statements, not B, and a
-// steady stream costs one statement per round trip.
+// Locker the way a database commits a group: a call that finds fewer than
+// limit statements in flight is sent at once, alone, so that an idle Locker
+// adds no delay and a few calls at once run in parallel as before; calls
+// made while limit statements are in flight wait for the first of them to
+// return, and then go out together in one statement. A burst of B calls
+// costs at most limit + 1 statements, not B.
 //
 // Each call is judged on its own in the statement (one row each), and each
 // caller gets its own result. Two calls that must not share a statement
@@ -21,13 +22,15 @@ type coalescer[Q, R any] struct {
 	// send sends one statement for qs and returns one result per q, in
 	// order. ctx ends only once every caller in qs has stopped waiting.
 	send func(ctx context.Context, qs []Q) []R
+	// limit is how many statements may be in flight at once.
+	limit int
 	// orphan, if not nil, gets the result of a call whose caller stopped
 	// waiting after it was sent.
 	orphan func(Q, R)
 
 	mu      sync.Mutex
-	busy    bool // a statement in flight, or a burst held (hold)
-	held    bool
+	flying  int  // statements in flight
+	held    bool // calls queue until release (tests)
 	queue   []*call[Q, R]
 	onQueue func() // called with mu held whenever a call is queued (tests)
 }
@@ -48,8 +51,8 @@ type call[Q, R any] struct {
 // orphan gets its result once the statement returns.
 func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (r R, handedOff bool, err error) {
 	c.mu.Lock()
-	if !c.busy {
-		c.busy = true
+	if !c.held && c.flying < c.limit {
+		c.flying++
 		c.mu.Unlock()
 		r = c.send(ctx, []Q{q})[0]
 		c.next()
@@ -87,25 +90,23 @@ func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (r R, handedOff bool, err
 	return r, true, context.Cause(ctx)
 }
 
-// next sends the calls queued meanwhile, in one statement on a goroutine
-// of its own that lasts as long as calls keep arriving, or marks the
-// coalescer idle.
+// next ends a statement: the calls queued meanwhile take its place in
+// flight, in one statement on a goroutine of its own that lasts as long as
+// calls keep arriving.
 func (c *coalescer[Q, R]) next() {
 	if batch := c.take(); batch != nil {
 		go c.run(batch)
 	}
 }
 
-// take marks every queued call sent and returns them, or marks the
-// coalescer idle when none is queued.
+// take marks every queued call sent and returns them to be sent in the
+// place of a statement that has returned; with none queued (or held), that
+// place is free.
 func (c *coalescer[Q, R]) take() []*call[Q, R] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.held {
-		return nil
-	}
-	if len(c.queue) == 0 {
-		c.busy = false
+	if c.held || len(c.queue) == 0 {
+		c.flying--
 		return nil
 	}
 	batch := c.queue
@@ -169,19 +170,19 @@ func untilAllGone[Q, R any](batch []*call[Q, R]) (context.Context, context.Cance
 	}
 }
 
-// hold makes calls queue until release, as if a statement were in flight:
-// tests use it to send a burst in one statement. It waits for nothing: the
-// caller makes sure none is in flight.
+// hold makes calls queue until release: tests use it to send a burst in
+// one statement. The caller makes sure no statement is in flight.
 func (c *coalescer[Q, R]) hold() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.busy, c.held = true, true
+	c.held = true
 }
 
-// release sends what queued during hold.
+// release sends what queued during hold, in one statement.
 func (c *coalescer[Q, R]) release() {
 	c.mu.Lock()
 	c.held = false
+	c.flying++
 	c.mu.Unlock()
 	c.next()
 }

@@ -318,3 +318,58 @@ func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.
 	_, err := l.Claim(ctx, "gone")
 	require.ErrorIs(t, err, pglease.ErrHeld, "the key's turn is free again")
 }
+
+func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	setup := newPool(t, "", nil)
+	table := newTable(t, setup)
+	const n = 300
+	// Expired rows of a third holder: each burst's conflict arm locks every
+	// row it reaches, and waits on those the other has locked.
+	_, err := setup.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
+		SELECT 'k' || lpad(g::text, 4, '0'), 'old', now() - interval '2 hours', now() - interval '1 hour'
+		  FROM generate_series(1, $1::int) AS g`, pgx.Identifier{table}.Sanitize()), n)
+	require.NoError(t, err)
+	up, down := make([]string, n), make([]string, n)
+	for i := range n {
+		up[i] = fmt.Sprintf("k%04d", i+1)
+		down[n-1-i] = up[i]
+	}
+	ca, cb := &statementCounter{}, &statementCounter{}
+	a := newLocker(t, newPool(t, "", ca), table, "a")
+	b := newLocker(t, newPool(t, "", cb), table, "b")
+	each := func(ctx context.Context) []context.Context {
+		ctxs := make([]context.Context, n)
+		for i := range ctxs {
+			ctxs[i] = ctx
+		}
+		return ctxs
+	}
+	sendA := pglease.PrepareClaimBurst(each(ctx), a, up)
+	sendB := pglease.PrepareClaimBurst(each(ctx), b, down)
+	ca.reset()
+	cb.reset()
+	var errsA, errsB []error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, errsA = sendA() })
+	wg.Go(func() { _, errsB = sendB() })
+	wg.Wait()
+
+	for i, key := range up {
+		errA, errB := errsA[i], errsB[n-1-i]
+		won := 0
+		for _, err := range []error{errA, errB} {
+			if err == nil {
+				won++
+			} else {
+				require.ErrorIs(t, err, pglease.ErrHeld, "key %s", key)
+			}
+		}
+		require.Equal(t, 1, won, "key %s: exactly one winner", key)
+	}
+	// A deadlock would have failed one statement (SQLSTATE 40P01) after
+	// deadlock_timeout and sent its claims again one by one.
+	require.Equal(t, 1, ca.get("claim"), "a's burst is one statement")
+	require.Equal(t, 1, cb.get("claim"), "b's burst is one statement")
+}

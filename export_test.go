@@ -38,51 +38,59 @@ func init() {
 // claim that can share a statement go out in one: l's claims queue until
 // each distinct key's claim is waiting, then leave together. A second
 // claim of a key waits for the first, as it always does, and goes in a
-// later statement. l must have no claim in flight. It returns each claim's
-// outcome, in the order of keys.
+// later statement. The claims queue in the order of keys, so that the
+// statement's rows come in that order unless it orders them itself. l must
+// have no claim in flight. It returns each claim's outcome, in the order of
+// keys.
 func ClaimBurst(ctx context.Context, l *Locker, keys []string) ([]*Lease, []error) {
 	ctxs := make([]context.Context, len(keys))
 	for i := range ctxs {
 		ctxs[i] = ctx
 	}
-	return ClaimBurstEach(ctxs, l, keys)
+	return PrepareClaimBurst(ctxs, l, keys)()
 }
 
 // ClaimBurstEach is ClaimBurst with a context of its own for each claim.
 func ClaimBurstEach(ctxs []context.Context, l *Locker, keys []string) ([]*Lease, []error) {
+	return PrepareClaimBurst(ctxs, l, keys)()
+}
+
+// PrepareClaimBurst queues the claims of ClaimBurstEach, and returns the
+// function that sends them and waits for their outcomes: tests send the
+// bursts of several Lockers at the same instant.
+func PrepareClaimBurst(ctxs []context.Context, l *Locker, keys []string) (send func() ([]*Lease, []error)) {
 	c := l.claims
 	queued := make(chan struct{}, len(keys))
 	c.mu.Lock()
 	c.onQueue = func() { queued <- struct{}{} }
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.onQueue = nil
-		c.mu.Unlock()
-	}()
 	c.hold()
 	leases, errs := make([]*Lease, len(keys)), make([]error, len(keys))
 	var wg sync.WaitGroup
+	seen := map[string]bool{}
 	for i, key := range keys {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			leases[i], errs[i] = l.Claim(ctxs[i], key)
 		}()
-	}
-	distinct := map[string]bool{}
-	for _, key := range keys {
-		distinct[key] = true
-	}
-	for range distinct {
-		select {
+		if seen[key] {
+			continue // waits for the first claim of key, not in the queue
+		}
+		seen[key] = true
+		select { // queued in the order of keys
 		case <-queued:
-		case <-ctxs[0].Done():
+		case <-ctxs[i].Done():
 		}
 	}
-	c.release()
-	wg.Wait()
-	return leases, errs
+	return func() ([]*Lease, []error) {
+		c.release()
+		wg.Wait()
+		c.mu.Lock()
+		c.onQueue = nil
+		c.mu.Unlock()
+		return leases, errs
+	}
 }
 
 // UnlockBurst unlocks leases (all of l) from one goroutine each, in one

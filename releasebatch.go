@@ -19,7 +19,7 @@ type releaseResult struct {
 // when they arrive while another release is in flight, with
 // releaseAllSQL, as Close releases every lease.
 func (l *Locker) newReleases() *coalescer[releasing, releaseResult] {
-	return &coalescer[releasing, releaseResult]{send: l.sendReleases}
+	return &coalescer[releasing, releaseResult]{send: l.sendReleases, limit: maxAloneInFlight}
 }
 
 // sendRelease expires r's row, alone or with the other releases of a
