@@ -151,11 +151,10 @@ func (l *Locker) sendClaim(ctx context.Context, key string, done *func()) (claim
 }
 
 // sendClaims is the coalescer's statement: claimSQL for a claim alone,
-// claimAllSQL for a burst. When the burst's statement fails on an error of
-// the server (a row that breaks a constraint, a row locked past
-// maxBurstLockWait, a deadlock), each claim goes again alone, so that one
-// row fails only its own claim. A failure of the connection fails every
-// claim of the statement, with its cause.
+// claimAllSQL for a burst. When the burst's statement fails on an error
+// one row may cause (rowError), each claim goes again alone, so that one
+// row fails only its own claim. Any other failure (the connection, the
+// server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
@@ -169,11 +168,10 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		keys[i] = cl.key
 	}
 	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, l.burstLockWait())
-	var pgErr *pgconn.PgError
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {
-		case err != nil && errors.As(err, &pgErr):
+		case err != nil && rowError(err):
 			out[i] = claimOutcome{alone: true}
 		case err != nil:
 			out[i] = claimOutcome{err: fmt.Errorf("claim statement of %d keys: %w", len(keys), err), sent: sent}
@@ -182,6 +180,23 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		}
 	}
 	return out
+}
+
+// rowError reports whether err, the failure of a burst's statement, may
+// come from one of its rows rather than from the statement as a whole: a
+// constraint (class 23) or a value the column refuses (class 22), a row
+// locked past the burst's lock wait (55P03), a deadlock or serialization
+// failure (class 40). Sent alone, the other rows may well succeed.
+func rowError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "40":
+		return true
+	}
+	return pgErr.Code == "55P03"
 }
 
 // burstLockWait is maxBurstLockWait, or a quarter of the trust window when

@@ -2,11 +2,8 @@ package pglease
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // releaseResult is what the statement that carried one release said of it.
@@ -45,7 +42,8 @@ func (l *Locker) sendRelease(ctx context.Context, r releasing) error {
 // releaseAllSQL (through releaseRows, behind the same gate) for a burst.
 // The burst's rows are sent in key order, the order in which a burst of
 // claims locks them (claimAllSQL), so that the two do not deadlock; should
-// the server fail the statement anyway, each release goes again alone.
+// the statement fail on an error one row may cause (rowError), each
+// release goes again alone.
 func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseResult {
 	out := make([]releaseResult, len(batch))
 	if len(batch) == 1 && !coalesceAll {
@@ -64,9 +62,8 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 	}
 	slices.SortFunc(rows, func(a, b releasing) int { return strings.Compare(a.ls.key, b.ls.key) })
 	released, err := l.releaseRows(ctx, rows)
-	var pgErr *pgconn.PgError
 	for i, r := range batch {
-		if first[r.ls.key] != r.ls || err != nil && errors.As(err, &pgErr) {
+		if first[r.ls.key] != r.ls || err != nil && rowError(err) {
 			out[i].alone = true
 			continue
 		}
