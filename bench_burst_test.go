@@ -54,16 +54,16 @@ func BenchmarkClaimBurst(b *testing.B) {
 				l := benchLocker(b, pool, table, "replica")
 				pglease.SetCoalescing(l, coalesce)
 				ctx := context.Background()
-				burst(b, ctx, l, keys) // prepares the statements on the connections
+				burst(ctx, b, l, keys) // prepares the statements on the connections
 
 				flushBackendStats(b, pool)
 				syncsBefore := walSyncs(b, stats)
 				claimsBefore := tracer.endedOf("claim")
 				b.ResetTimer()
 				for range b.N {
-					leases := burst(b, ctx, l, keys)
+					leases := burst(ctx, b, l, keys)
 					b.StopTimer()
-					unlockAll(b, ctx, leases)
+					unlockAll(ctx, b, leases)
 					b.StartTimer()
 				}
 				b.StopTimer()
@@ -77,7 +77,8 @@ func BenchmarkClaimBurst(b *testing.B) {
 
 // burst calls Lock for every key at once, one goroutine each, and returns
 // the leases once every call has returned.
-func burst(b *testing.B, ctx context.Context, l *pglease.Locker, keys []string) []*pglease.Lease {
+func burst(ctx context.Context, b *testing.B, l *pglease.Locker, keys []string) []*pglease.Lease {
+	b.Helper()
 	leases := make([]*pglease.Lease, len(keys))
 	errs := make([]error, len(keys))
 	start := make(chan struct{})
@@ -103,7 +104,8 @@ func burst(b *testing.B, ctx context.Context, l *pglease.Locker, keys []string) 
 }
 
 // unlockAll unlocks leases at once, one goroutine each.
-func unlockAll(b *testing.B, ctx context.Context, leases []*pglease.Lease) {
+func unlockAll(ctx context.Context, b *testing.B, leases []*pglease.Lease) {
+	b.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, len(leases))
 	for i, ls := range leases {

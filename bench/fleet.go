@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -276,7 +275,7 @@ func postmasterPID(ctx context.Context, pool *pgxpool.Pool) int {
 // procStat is the fields of /proc/pid/stat after the command name, or nil
 // unless the process is a postgres one.
 func procStat(pid int) []string {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return nil
 	}
