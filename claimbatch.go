@@ -55,7 +55,10 @@ RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS
 // lock (lock_timeout) before its claims are sent again one by one. A claim
 // in flight of another replica holds its row for one commit, a few
 // milliseconds on a durable server; only a row locked for longer (an open
-// transaction) costs the burst this wait and a second round trip.
+// transaction) costs the burst this wait and a second round trip. It is
+// also how long a claim sent alone keeps its place in flight while it
+// waits on a row lock (coalescer.linger): after that, the claims queued
+// behind it go without it.
 const maxBurstLockWait = 500 * time.Millisecond
 
 // batchClaimer is a protocol that can send a burst of claims in one
@@ -85,6 +88,16 @@ func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, lockWait ti
 	return got, rows.Err()
 }
 
+// claimAll retries a burst's statement on a serialization failure, as
+// claim does; only a protocol that is a batchClaimer gets here (newClaims).
+func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (got map[string]claimed, err error) {
+	err = retryOn40001(ctx, func() error {
+		got, err = r.protocol.(batchClaimer).claimAll(ctx, db, keys, lockWait)
+		return err
+	})
+	return got, err
+}
+
 // claimOutcome is what the statement that carried one claim said of it.
 type claimOutcome struct {
 	c     claimed
@@ -109,10 +122,14 @@ var coalesceAll bool
 // newClaims is the coalescer of a Locker's claims, or nil when its
 // protocol sends them one by one.
 func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
-	if _, ok := l.proto.(batchClaimer); !ok {
+	p := l.proto
+	if r, ok := p.(serializationRetry); ok {
+		p = r.protocol
+	}
+	if _, ok := p.(batchClaimer); !ok {
 		return nil
 	}
-	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: maxAloneInFlight}
+	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: maxAloneInFlight, linger: l.burstLockWait()}
 }
 
 // maxAloneInFlight is how many claim (or release) statements of a Locker
@@ -218,5 +235,5 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
 	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt}
-	_, _ = l.proto.release(ctx, l.conns.release, ls)
+	_, _ = l.proto.release(ctx, l.conns.release, []*Lease{ls})
 }

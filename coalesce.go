@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // coalescer sends the statements of one kind (claims, releases) of a
@@ -24,6 +25,9 @@ type coalescer[Q, R any] struct {
 	send func(ctx context.Context, qs []Q) []R
 	// limit is how many statements may be in flight at once.
 	limit int
+	// linger, if not zero, is how long a statement sent alone keeps its
+	// place in flight (see alone).
+	linger time.Duration
 	// orphan, if not nil, gets the result of a call whose caller stopped
 	// waiting after it was sent.
 	orphan func(Q, R)
@@ -54,9 +58,7 @@ func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (r R, handedOff bool, err
 	if !c.held && c.flying < c.limit {
 		c.flying++
 		c.mu.Unlock()
-		r = c.send(ctx, []Q{q})[0]
-		c.next()
-		return r, false, nil
+		return c.alone(ctx, q), false, nil
 	}
 	w := &call[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
 	c.queue = append(c.queue, w)
@@ -88,6 +90,38 @@ func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (r R, handedOff bool, err
 	}
 	w.gone = true
 	return r, true, context.Cause(ctx)
+}
+
+// alone sends q in a statement of its own, in one of the limit places in
+// flight. A statement that waits longer than linger (a claim on a row lock
+// held by another transaction) gives its place up to the calls queued
+// meanwhile, so that one locked row cannot hold up the Locker's other
+// claims for as long as it is locked.
+func (c *coalescer[Q, R]) alone(ctx context.Context, q Q) R {
+	var (
+		mu             sync.Mutex
+		returned, gave bool
+	)
+	if c.linger > 0 {
+		t := time.AfterFunc(c.linger, func() {
+			mu.Lock()
+			gave = !returned
+			mu.Unlock()
+			if gave {
+				c.next()
+			}
+		})
+		defer t.Stop()
+	}
+	r := c.send(ctx, []Q{q})[0]
+	mu.Lock()
+	returned = true
+	gave2 := gave
+	mu.Unlock()
+	if !gave2 {
+		c.next()
+	}
+	return r
 }
 
 // next ends a statement: the calls queued meanwhile take its place in

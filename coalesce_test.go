@@ -373,3 +373,52 @@ func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testi
 	require.Equal(t, 1, ca.get("claim"), "a's burst is one statement")
 	require.Equal(t, 1, cb.get("claim"), "b's burst is one statement")
 }
+
+func TestClaimsWaitingOnRowsLockedElsewhereDoNotHoldUpTheLockersOtherClaims(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	ident := pgx.Identifier{table}.Sanitize()
+	l := newLocker(t, newPool(t, "", nil), table, "a")
+	// Eight lapsed rows, locked by an open transaction: each claim of one
+	// waits on its lock, as a claim alone always has.
+	_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
+		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 8) AS g`, ident))
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key LIKE 'locked-%%' FOR UPDATE`, ident))
+	require.NoError(t, err)
+
+	blocked := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			_, err := l.Claim(ctx, fmt.Sprintf("locked-%d", i+1))
+			blocked <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%'`).Scan(&n)
+		return n >= 4
+	}, 10*time.Second, 10*time.Millisecond, "claims wait on the locked rows")
+
+	// Every place in flight is taken by a claim that waits; others go on.
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(ctx, "free")
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim of a free key waited for rows locked elsewhere")
+	}
+	require.NoError(t, tx.Commit(ctx))
+	for range 8 {
+		require.NoError(t, <-blocked, "each waiting claim takes its row once the lock is gone")
+	}
+}

@@ -44,14 +44,20 @@ type conns struct {
 
 	claim, heartbeat, release DB // the DB each kind of statement runs on
 
-	slot chan struct{} // holds the reserve while a statement uses it
+	slot   chan struct{} // holds the reserve while a statement uses it
+	single chan struct{} // held by the statement in flight on a DB that is not a pool
 
 	mu        sync.Mutex
 	held      *pgxpool.Conn // the reserve; nil until the first claim, once broken, and after close
+	idleSince time.Time     // when the reserve was last put back
 	closed    bool
 	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
 	starved   error     // the heartbeat's last wait for a pool connection, if it failed
 }
+
+// maxIdleUnchecked is how long the reserve may idle before it is checked
+// with a ping before its next use, as pgxpool checks its own connections.
+const maxIdleUnchecked = time.Second
 
 type use int
 
@@ -62,7 +68,7 @@ const (
 )
 
 func newConns(db DB, keep bool) *conns {
-	c := &conns{db: db, slot: make(chan struct{}, 1)}
+	c := &conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
 	if p, ok := db.(pooler); ok {
 		c.pool = p
 		// A pool of one would leave claims nothing.
@@ -76,7 +82,17 @@ func newConns(db DB, keep bool) *conns {
 // the statement is done.
 func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 	if c.pool == nil {
-		return c.db, func() {}, nil
+		// One connection (a *pgx.Conn) serves one statement at a time: the
+		// heartbeat and the callers' claims and releases take turns, or
+		// they would collide on it ("conn busy") and race in its statement
+		// cache. A wrapper that is a pool of its own is serialized too:
+		// correct, if slower.
+		select {
+		case c.single <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("waiting for the connection, busy with another statement of this Locker: %w", context.Cause(ctx))
+		}
+		return c.db, func() { <-c.single }, nil
 	}
 	if c.reserve {
 		switch u {
@@ -109,8 +125,19 @@ func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 // caller holds the slot.
 func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 	c.mu.Lock()
-	conn := c.held
+	conn, idle := c.held, time.Since(c.idleSince)
 	c.mu.Unlock()
+	if conn != nil && idle > maxIdleUnchecked && conn.Ping(ctx) != nil {
+		// Closed while it idled (idle_session_timeout, a firewall, a
+		// pooler, a restart): pgxpool would not have handed it out either.
+		c.mu.Lock()
+		if c.held == conn {
+			c.held = nil
+		}
+		c.mu.Unlock()
+		conn.Release() // pgxpool destroys a broken connection
+		conn = nil
+	}
 	if conn == nil {
 		var err error
 		if conn, err = c.acquire(ctx, u == useHeartbeat); err != nil {
@@ -142,6 +169,7 @@ func (c *conns) putBack(conn *pgxpool.Conn) {
 		}
 		conn.Release() // pgxpool destroys a broken connection
 	}
+	c.idleSince = time.Now()
 	c.mu.Unlock()
 	<-c.slot
 }
@@ -157,7 +185,7 @@ func (c *conns) keep(conn *pgxpool.Conn) {
 	}
 	c.mu.Lock()
 	if c.held == nil && !c.closed && !broken(conn) {
-		c.held, conn = conn, nil
+		c.held, conn, c.idleSince = conn, nil, time.Now()
 	}
 	c.mu.Unlock()
 	<-c.slot

@@ -103,7 +103,7 @@ func crashAndRestart(t *testing.T, srv *pgserver.Server) {
 // and with them the sequence's advance. Each claim raises the setting for
 // its own transaction, so every claim acknowledged before the crash is
 // still live after it, and no fence is issued twice.
-func TestAcknowledgedClaimsSurviveACrashWhateverTheSynchronousCommitDefault(t *testing.T) {
+func TestAcknowledgedClaimsSurviveACrashWhateverTheSynchronousCommitDefault(t *testing.T) { //nolint:tparallel // the subtests crash one shared server in turn
 	t.Parallel()
 	srv := crashServer(t)
 	const keys = 200

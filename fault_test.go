@@ -369,7 +369,9 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 				b := newLocker(t, direct, table, "b", pglease.WithTTL(ttl))
 				lease, err := a.Claim(ctx, "k")
 				require.NoError(t, err)
-				end := lockRow(t, direct, table, "k")
+				// A table lock: a release skips a locked row, but waits
+				// behind a lock on the whole table.
+				_, end := lockTable(t, direct, table)
 				unlocked := make(chan error, 1)
 				go func() { unlocked <- lease.Unlock(ctx) }()
 				pid := blockedBackend(t, direct, app, "GREATEST(")

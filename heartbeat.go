@@ -2,7 +2,9 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,10 +16,13 @@ import (
 //
 //   - The guard (holder, fence, not expired) extends only the very mandate
 //     the Locker holds: a row re-claimed by anyone, the same holder included,
-//     has another fence, and a lapsed row is not revived.
-//   - FOR UPDATE SKIP LOCKED: a row locked by another transaction (an
-//     operator's open transaction, another replica's claim in flight) is
-//     skipped, not waited for. A plain UPDATE would wait on it, and one row
+//     has another fence, and a lapsed row is not revived. COLLATE "C":
+//     holders are compared byte for byte, whatever the column's collation.
+//   - FOR NO KEY UPDATE SKIP LOCKED, the lock the UPDATE takes anyway (a
+//     foreign key check's FOR KEY SHARE does not conflict with it): a row
+//     locked by another transaction (an operator's open transaction, a
+//     guarded job's, another replica's claim in flight) is skipped, not
+//     waited for. A plain UPDATE would wait on it, and one row
 //     locked past the trust window would cost every lease of the Locker.
 //   - A skipped row is told from a lost one without waiting: its last
 //     committed version (the statement's snapshot, read without a lock)
@@ -27,6 +32,9 @@ import (
 //     (re-claimed or lapsed), and it never comes back. Both answers come
 //     from the same statement, so a round stays one statement and one round
 //     trip even when rows are locked.
+//   - The skipped rows are looked for only when fewer rows were extended
+//     than asked (a one-time filter): in the usual round, every row is
+//     extended and that half of the statement costs nothing.
 //   - The shape survives a generic plan, whose guess for unnest is far from
 //     the real count: extended rows come back by a UNION ALL and are left
 //     out of the skipped ones by NOT IN (a hashed subplan), never joined
@@ -48,8 +56,8 @@ const heartbeatSQL = `WITH h AS (
   SELECT * FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
 ), mine AS (
   SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
-   WHERE l.holder = $1 AND l.expires_at > clock_timestamp()
-     FOR UPDATE OF l SKIP LOCKED
+   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
@@ -63,8 +71,9 @@ SELECT key, fence, expires_at FROM extended
 UNION ALL
 SELECT c.key, c.fence, NULL
   FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
- WHERE c.holder = $1 AND c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)`
+ WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM extended)
+   AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
 
 // minRetry is the shortest wait before retrying a failed heartbeat round.
 const minRetry = 10 * time.Millisecond
@@ -171,7 +180,9 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	}
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	l.round.start(sent)
 	got, err := l.proto.extend(qctx, l.conns.heartbeat, leases)
+	l.round.end(err)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
 		return nil, true // Close: it releases what is held
@@ -191,6 +202,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 		case !found:
 			ls.lose("heartbeat found the row re-claimed or lapsed")
 		case e.locked:
+			ls.skipped(sent)
 			skipped = append(skipped, ls)
 		default:
 			ls.extend(e.expiresAt, sent)
@@ -199,6 +211,43 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	}
 	l.emit(Event{Kind: EventExtended, Took: took, Leases: extended})
 	return skipped, true
+}
+
+// roundState is what the heartbeat round is doing, so that a lease lost at
+// its trust deadline can say why no round extended it.
+type roundState struct {
+	mu     sync.Mutex
+	sent   time.Time // when the round in flight was sent; zero when none is
+	failed error     // the last round's failure; nil once one succeeded
+}
+
+func (r *roundState) start(sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = sent
+}
+
+func (r *roundState) end(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no reply from the server within %v (a lock on the table, an overloaded or unreachable server): %w", time.Since(r.sent).Round(time.Millisecond), err)
+	}
+	r.sent, r.failed = time.Time{}, err
+}
+
+// cause names a round in flight or the last round's failure; empty when
+// neither.
+func (r *roundState) cause() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !r.sent.IsZero():
+		return fmt.Sprintf("a heartbeat round has been in flight for %v, waiting for the server", time.Since(r.sent).Round(time.Millisecond))
+	case r.failed != nil:
+		return "the last heartbeat round failed: " + r.failed.Error()
+	}
+	return ""
 }
 
 // extend runs heartbeatSQL for leases and reports on each lease whose row

@@ -11,32 +11,6 @@ import (
 
 var _ gocron.Lock = (*Lease)(nil)
 
-// releaseSQL gives a lease back by expiring its row in place, never by
-// DELETE: the row, and so the table's storage, stays put, and every update
-// stays a HOT update.
-//
-//   - The guard (holder, fence, not expired) makes a previous mandate's late
-//     release touch nothing: zero rows means ErrLost.
-//   - GREATEST(clock_timestamp(), acquired_at + min hold) keeps the lease
-//     until the min hold has passed since the claim (WithMinHold), and
-//     otherwise expires it now. No "- interval '1 second'": the CHECK
-//     (expires_at > acquired_at) would reject a release within a second of
-//     the claim.
-//   - The hold is at least 1 microsecond (timestamptz's resolution): after
-//     the server's clock steps back, clock_timestamp() can fall at or before
-//     acquired_at, and the CHECK would fail the release. The row then stays
-//     held until the clock has caught up with acquired_at.
-//   - set_config('synchronous_commit', 'off', true) makes this one statement
-//     commit without waiting for the WAL flush (the setting is read at
-//     commit, before the transaction-local value is reverted). A release lost
-//     in a crash only makes the lease last until its expiry: liveness, never
-//     safety. Claims and heartbeats stay synchronous, and the next
-//     synchronous commit flushes the WAL up to and including this release.
-const releaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
-
 // Lease is one mandate on a key: the fence the database issued for one
 // claim. It is held until Unlock, until it is lost, or until its Locker is
 // closed; Done and Err tell which.
@@ -46,17 +20,19 @@ type Lease struct {
 	holder     string // the holder column of this mandate
 	fence      int64
 	acquiredAt time.Time
+	table      uint32 // oid of the lease table the claim wrote to
 
-	mu         sync.Mutex
-	expiresAt  time.Time   // server time, from the last claim or heartbeat
-	trustUntil deadline    // sent_at + TTL - margin of the last claim or heartbeat
-	trustTimer *time.Timer // ends the lease at trustUntil, whatever else is going on
-	err        error       // nil while held
-	done       chan struct{}
-	released   bool  // a release was attempted
-	releaseErr error // its outcome, returned by later Unlocks
-	watchers   map[int]func(error)
-	nextWatch  int
+	mu           sync.Mutex
+	expiresAt    time.Time   // server time, from the last claim or heartbeat
+	trustUntil   deadline    // sent_at + TTL - margin of the last claim or heartbeat
+	trustTimer   *time.Timer // ends the lease at trustUntil, whatever else is going on
+	err          error       // nil while held
+	done         chan struct{}
+	skippedSince time.Time // when a round first found its row locked; zero once extended
+	released     bool      // a release was attempted
+	releaseErr   error     // its outcome, returned by later Unlocks
+	watchers     map[int]func(error)
+	nextWatch    int
 }
 
 // Key is the key the lease is on.
@@ -142,11 +118,6 @@ func (ls *Lease) Unlock(ctx context.Context) error {
 	return ls.locker.release(ctx, ls, ErrReleased)
 }
 
-func (p *fenced) release(ctx context.Context, db DB, ls *Lease) (bool, error) {
-	tag, err := db.Exec(ctx, p.releaseSQL, ls.key, p.holder, ls.fence, p.minHold)
-	return err == nil && tag.RowsAffected() > 0, err
-}
-
 // release ends the lease with ended (ErrReleased or ErrClosed), then
 // expires its row, ordered after any heartbeat round in flight.
 //
@@ -209,32 +180,15 @@ func (l *Locker) finishRelease(r releasing, err error) error {
 	return err
 }
 
-// releaseRow sends releaseSQL. A lease lost before (r.prior), for instance
-// past its trust deadline while the database was unreachable, is still
-// released if its row is still ours, to free the key early; it reports the
-// loss anyway.
-func (l *Locker) releaseRow(ctx context.Context, r releasing) error {
-	if err := l.gate.enter(ctx, false); err != nil {
-		return fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
-	}
-	defer l.gate.leave(false)
-
-	released, err := l.proto.release(ctx, l.conns.release, r.ls)
-	return releaseOutcome(r.prior, err, released)
-}
-
-// releaseOutcome is what a release reports: the earlier loss, the failure
-// of the statement, or ErrLost when the row no longer matched.
-func releaseOutcome(prior, err error, released bool) error {
-	switch {
-	case prior != nil:
+// releaseOutcome is what a release reports: the earlier loss (prior), for
+// instance past its trust deadline while the database was unreachable, or
+// the outcome of the statement, which still frees the key early if the row
+// was still ours.
+func releaseOutcome(prior, err error) error {
+	if prior != nil {
 		return prior
-	case err != nil:
-		return err
-	case !released:
-		return fmt.Errorf("row taken by a later mandate or lapsed: %w", ErrLost)
 	}
-	return nil
+	return err
 }
 
 // lostErr is the loss that ended the lease, or nil.
@@ -340,8 +294,16 @@ func (ls *Lease) checkTrust(now time.Time) {
 	ls.mu.Unlock()
 	if untrusted {
 		why := "trust deadline passed without a successful heartbeat"
-		if cause := ls.locker.conns.cause(); cause != "" {
-			why += ": " + cause
+		ls.mu.Lock()
+		skipped := ls.skippedSince
+		ls.mu.Unlock()
+		if !skipped.IsZero() {
+			why += fmt.Sprintf(": its row has been locked by another transaction since a round %v ago", time.Since(skipped).Round(time.Millisecond))
+		}
+		for _, cause := range []string{ls.locker.round.cause(), ls.locker.conns.cause()} {
+			if cause != "" {
+				why += ": " + cause
+			}
 		}
 		ls.lose(why)
 	}
@@ -363,12 +325,22 @@ func (ls *Lease) trust(sent time.Time) {
 	}
 }
 
+// skipped records that a heartbeat round sent at sent found the lease's row
+// locked by another transaction.
+func (ls *Lease) skipped(sent time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.skippedSince.IsZero() {
+		ls.skippedSince = sent
+	}
+}
+
 // extend records a successful heartbeat sent at sent.
 func (ls *Lease) extend(expiresAt, sent time.Time) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.err == nil {
-		ls.expiresAt = expiresAt
+		ls.expiresAt, ls.skippedSince = expiresAt, time.Time{}
 		ls.trust(sent)
 	}
 }

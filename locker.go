@@ -61,6 +61,8 @@ const raiseSyncCommitSQL = `set_config('synchronous_commit',
 //     transaction id and waits for no flush.
 //   - live reports whether the lease is still unexpired after that wait; a
 //     claim that returns live = false hands out nothing.
+//   - tableoid names the very table the row is in, which the transaction
+//     of a Guard may resolve differently (another search_path).
 //
 // The alias keeps the statement the same whatever the table is called.
 const claimSQL = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
@@ -72,8 +74,8 @@ ON CONFLICT (key) DO UPDATE
        expires_at  = EXCLUDED.expires_at,
        acquired_at = EXCLUDED.acquired_at,
        fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // claimed is what a claim statement returned.
 type claimed struct {
@@ -82,11 +84,12 @@ type claimed struct {
 	acquiredAt time.Time
 	expiresAt  time.Time
 	live       bool
+	table      uint32 // the oid of the table the row is in, for Guard
 }
 
 func (p *fenced) claim(ctx context.Context, db DB, key string) (claimed, bool, error) {
 	c := claimed{holder: p.holder}
-	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, p.ttl).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live)
+	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, p.ttl).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
@@ -106,6 +109,8 @@ type Locker struct {
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
 	// just released.
 	gate roundGate
+	// round says what the heartbeat is doing, for the cause of a loss.
+	round roundState
 
 	// turns lets one claim of a key run at a time (see keyTurns).
 	turns keyTurns
@@ -128,12 +133,21 @@ type Locker struct {
 	watching bool        // watchdog armed
 }
 
-// NewLocker returns a Locker on db. Invalid options, or a nil db, panic with
-// a message that names what is wrong: they are programming errors, found at
-// start-up. NewLocker sends nothing to the database.
+// NewLocker returns a Locker on db. Invalid options, a nil db, or a db that
+// is a transaction (pgx.Tx) panic with a message that names what is wrong:
+// they are programming errors, found at start-up. A *pgx.Conn must not be
+// inside a transaction the caller opened either: every statement of a
+// Locker must commit on its own. NewLocker sends nothing to the database.
 func NewLocker(db DB, opts ...Option) *Locker {
 	if isNil(db) {
 		panic("pglease: NewLocker: db is nil")
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		// A claim would then commit only when the caller's transaction
+		// does, and a rollback would let another holder in while this
+		// Locker trusts the lease; a release would also turn the caller's
+		// synchronous_commit off until its commit.
+		panic("pglease: NewLocker: db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own")
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -146,7 +160,7 @@ func NewLocker(db DB, opts ...Option) *Locker {
 	}
 	l := &Locker{
 		cfg:     cfg,
-		proto:   proto,
+		proto:   retrySerialization(proto),
 		conns:   newConns(db, cfg.keepConn),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
@@ -234,6 +248,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		holder:     c.holder,
 		fence:      c.fence,
 		acquiredAt: c.acquiredAt,
+		table:      c.table,
 		expiresAt:  c.expiresAt,
 		trustUntil: trustUntil,
 		done:       make(chan struct{}),

@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgbouncer"
 	"github.com/pglease/pglease/internal/pgserver"
 )
 
@@ -25,8 +27,34 @@ import (
 // isolate themselves with a table each.
 var server *pgserver.Server
 
+// throughPooler runs the tests' pools through a PgBouncer in transaction
+// pooling mode, with the pgx exec mode README recommends for it, so that
+// the contract tests show that claims through a pooler behave exactly as
+// direct ones: go test -run '...' . -args -pooler
+var throughPooler = flag.Bool("pooler", false, "send every test pool through a PgBouncer in transaction pooling mode")
+
+// poolerDSN is the PgBouncer of -pooler, or empty.
+var poolerDSN string
+
 func TestMain(m *testing.M) {
+	flag.Parse()
 	server = pgserver.ForTestMain(pgserver.Options{})
+	if *throughPooler {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		b, err := pgbouncer.Start(ctx, server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 20})
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(server.AfterTests(1))
+		}
+		poolerDSN = b.DSN()
+		code := m.Run()
+		if err := b.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+		os.Exit(server.AfterTests(code))
+	}
 	os.Exit(server.AfterTests(m.Run()))
 }
 
@@ -43,12 +71,19 @@ func newTable(t *testing.T, pool *pgxpool.Pool) string {
 // newPool connects to dsn (the shared server when empty), closed at cleanup.
 func newPool(t *testing.T, dsn string, tracer pgx.QueryTracer) *pgxpool.Pool {
 	t.Helper()
-	if dsn == "" {
+	pooled := dsn == "" && poolerDSN != ""
+	switch {
+	case pooled:
+		dsn = poolerDSN
+	case dsn == "":
 		dsn = server.DSN()
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
 	cfg.MaxConns = 8
+	if pooled {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	if tracer != nil {
 		cfg.ConnConfig.Tracer = tracer
 	}
@@ -144,7 +179,7 @@ func statementKind(sql string) string {
 	switch {
 	case strings.HasPrefix(sql, "INSERT INTO"):
 		return "claim"
-	case strings.HasPrefix(sql, "UPDATE") && strings.Contains(sql, "'synchronous_commit', 'off'"):
+	case strings.Contains(sql, "'synchronous_commit', 'off'"):
 		return "release" // one or many (Close): the only statements that commit asynchronously
 	case strings.Contains(sql, "unnest("):
 		return "heartbeat"

@@ -121,10 +121,52 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 			return err
 		}
 	}
+	if err := checkLogged(ctx, tx, t); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, t.render(purgeSQL), cfg.retention.Seconds()); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
 	return tx.Commit(ctx)
+}
+
+// unloggedSQL names the lease table or fence sequence if an operator made it
+// UNLOGGED (ALTER TABLE ... SET UNLOGGED, ALTER SEQUENCE ... SET UNLOGGED)
+// or it is TEMPORARY: a crash then empties it, and every live lease could
+// be claimed again, or every fence issued again.
+const unloggedSQL = `SELECT c.relname, c.relpersistence::text
+  FROM pg_class c
+ WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
+
+// checkLogged refuses a lease table or fence sequence that a crash would
+// empty, naming the fix: Migrate runs at every deploy, so it is where an
+// operator's change is caught.
+func checkLogged(ctx context.Context, tx DB, t table) error {
+	rows, err := tx.Query(ctx, unloggedSQL, t.name.Sanitize(), t.seq.Sanitize())
+	if err != nil {
+		return fmt.Errorf("checking persistence: %w", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var name, persistence string
+		if err := rows.Scan(&name, &persistence); err != nil {
+			return err
+		}
+		kind := "UNLOGGED"
+		if persistence == "t" {
+			kind = "TEMPORARY"
+		}
+		problems = append(problems, fmt.Sprintf("%s is %s", name, kind))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s: a crash would empty it, and live leases could be claimed again or fences issued twice (ALTER TABLE %s SET LOGGED; ALTER SEQUENCE %s SET LOGGED)",
+			strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
+	}
+	return nil
 }
 
 // migrateLockKey derives the advisory lock key from the table name.

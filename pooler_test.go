@@ -212,3 +212,22 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 		})
 	}
 }
+
+// TestContractTestsGoThroughThePoolerWithPooler keeps -pooler honest: with
+// it, the pools of the contract tests connect to the PgBouncer, not to the
+// server.
+func TestContractTestsGoThroughThePoolerWithPooler(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, "", nil)
+	cfg := pool.Config().ConnConfig
+	srv, err := pgx.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	if *throughPooler {
+		require.NotEqual(t, srv.Port, cfg.Port, "with -pooler the test pools connect to the PgBouncer")
+		require.Equal(t, pgx.QueryExecModeExec, cfg.DefaultQueryExecMode)
+	} else {
+		require.Equal(t, srv.Port, cfg.Port)
+	}
+	var one int
+	require.NoError(t, pool.QueryRow(ctxT(t), `SELECT 1`).Scan(&one))
+}

@@ -17,30 +17,29 @@ type protocol interface {
 	// still matched: extended to a new server expiry, or locked by another
 	// transaction and to be retried. The others are lost.
 	extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error)
-	// release expires the lease's row; false when the row no longer matched.
-	release(ctx context.Context, db DB, ls *Lease) (bool, error)
-	// releaseAll expires the rows of every lease in one statement and
-	// returns the leases whose row still matched; the others were lost.
-	releaseAll(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error)
+	// release expires the rows of leases in one statement and reports on
+	// each lease whose row still matched: released (true), or locked by
+	// another transaction and to be sent again (false). The others were
+	// lost.
+	release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error)
 }
 
 // fenced is the protocol of DESIGN, on a table created by Migrate.
 type fenced struct {
-	claimSQL, heartbeatSQL, releaseSQL, releaseAllSQL string
-	claimAllSQL                                       string
-	holder                                            string
-	ttl, minHold                                      float64 // seconds, as make_interval takes them
+	claimSQL, heartbeatSQL, releaseSQL string
+	claimAllSQL                        string
+	holder                             string
+	ttl, minHold                       float64 // seconds, as make_interval takes them
 }
 
 func newFenced(t table, cfg config) *fenced {
 	return &fenced{
-		claimSQL:      t.render(claimSQL),
-		heartbeatSQL:  t.render(heartbeatSQL),
-		releaseSQL:    t.render(releaseSQL),
-		releaseAllSQL: t.render(releaseAllSQL),
-		claimAllSQL:   t.render(claimAllSQL),
-		holder:        cfg.holder,
-		ttl:           cfg.ttl.Seconds(),
-		minHold:       cfg.minHold.Seconds(),
+		claimSQL:     t.render(claimSQL),
+		heartbeatSQL: t.render(heartbeatSQL),
+		releaseSQL:   t.render(releaseSQL),
+		claimAllSQL:  t.render(claimAllSQL),
+		holder:       cfg.holder,
+		ttl:          cfg.ttl.Seconds(),
+		minHold:      cfg.minHold.Seconds(),
 	}
 }

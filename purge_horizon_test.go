@@ -141,3 +141,28 @@ func TestMigrateRefusesAPurgeHorizonBelowMinRetentionAndPurgesNothing(t *testing
 		require.Equal(t, kept, ok, "%s kept after a purge at MinRetention", key)
 	}
 }
+
+// A lease table or fence sequence that an operator made UNLOGGED is emptied
+// by a crash: every live lease could then be claimed again and every fence
+// issued again. Migrate, which runs at every deploy, refuses it, naming the
+// fix, and changes nothing.
+func TestMigrateRefusesALeaseTableOrSequenceThatACrashWouldEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	for _, what := range []string{"TABLE", "SEQUENCE"} {
+		table := newTable(t, pool)
+		name := pgx.Identifier{table}.Sanitize()
+		if what == "SEQUENCE" {
+			name = pgx.Identifier{table + "_fence_seq"}.Sanitize()
+		}
+		_, err := pool.Exec(ctx, fmt.Sprintf(`ALTER %s %s SET UNLOGGED`, what, name))
+		require.NoError(t, err)
+		err = pglease.Migrate(ctx, pool, pglease.WithTable(table))
+		require.ErrorContains(t, err, "is UNLOGGED: a crash would empty it", what)
+		require.ErrorContains(t, err, "SET LOGGED", what)
+		_, err = pool.Exec(ctx, fmt.Sprintf(`ALTER %s %s SET LOGGED`, what, name))
+		require.NoError(t, err)
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), what)
+	}
+}

@@ -49,7 +49,7 @@ ON CONFLICT (key) DO UPDATE
         AND left(lease.holder, length($4::text)) = $4::text COLLATE "C"
         AND right(lease.holder, 16) ~ '^[0-9a-f]{16}$' COLLATE "C")
     OR lease.expires_at <= clock_timestamp()
-RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live`
+RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // unfencedHeartbeatSQL is heartbeatSQL matching each row on its forged
 // holder: it skips locked rows, never moves an expiry back and commits
@@ -60,7 +60,7 @@ const unfencedHeartbeatSQL = `WITH h AS (
 ), mine AS (
   SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder COLLATE "C"
    WHERE l.expires_at > clock_timestamp()
-     FOR UPDATE OF l SKIP LOCKED
+     FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $1), l.expires_at)
@@ -75,16 +75,8 @@ UNION ALL
 SELECT c.key, c.holder, NULL
   FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder COLLATE "C"
  WHERE c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)`
-
-// unfencedReleaseSQL is releaseSQL matching on the forged holder, with the
-// min hold counted from the acquired time the claim returned ($3, a server
-// time), since the table may have no acquired_at column. The expiry is at
-// least $3 + 1 microsecond, as in releaseSQL, whatever the clock does.
-const unfencedReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), $3::timestamptz + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
- WHERE key = $1 AND holder = $2 COLLATE "C" AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+   AND c.key NOT IN (SELECT key FROM extended)
+   AND (SELECT count(*) FROM extended) < cardinality($2::text[])`
 
 // columnsSQL lists the table's columns, to check it has what this mode
 // needs. to_regclass resolves the name as the statements will.
@@ -136,7 +128,7 @@ func (p *unfenced) claim(ctx context.Context, db DB, key string) (claimed, bool,
 		return claimed{}, false, err
 	}
 	c := claimed{holder: p.forge()}
-	err = db.QueryRow(ctx, claimSQL, key, c.holder, p.ttl, p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live)
+	err = db.QueryRow(ctx, claimSQL, key, c.holder, p.ttl, p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
@@ -154,11 +146,6 @@ func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lea
 		return nil, err
 	}
 	return readRound(rows, leases, func(ls *Lease, holder string) bool { return ls.holder == holder })
-}
-
-func (p *unfenced) release(ctx context.Context, db DB, ls *Lease) (bool, error) {
-	tag, err := db.Exec(ctx, p.relSQL, ls.key, ls.holder, ls.acquiredAt, p.minHold)
-	return err == nil && tag.RowsAffected() > 0, err
 }
 
 // check reads the table's columns once and returns the claim statement that

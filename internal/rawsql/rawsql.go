@@ -26,8 +26,8 @@ ON CONFLICT (key) DO UPDATE
        expires_at  = EXCLUDED.expires_at,
        acquired_at = EXCLUDED.acquired_at,
        fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // PrevClaim is the claim statement before claims were made durable
 // whatever the server's default and took their times from one clock
@@ -42,24 +42,54 @@ ON CONFLICT (key) DO UPDATE
  WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
 RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
 
-// NaiveRelease is the release of lock.go without its set_config clause: it
-// commits synchronously, waiting for the WAL flush like any statement.
-const NaiveRelease = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + GREATEST(make_interval(secs => $4), interval '1 microsecond'))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()`
+// Release is the release statement of release.go. Its arguments are the
+// holder, the min hold in seconds, the keys and their fences.
+const Release = `WITH r AS (
+  SELECT * FROM unnest($3::text[], $4::bigint[]) AS r(key, fence)
+), mine AS (
+  SELECT l.key FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
+   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
+), released AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp(),
+                               l.acquired_at + make_interval(secs => $2),
+                               l.acquired_at + interval '1 microsecond')
+    FROM mine
+   WHERE l.key = mine.key AND l.expires_at > clock_timestamp()` + releaseAsync + `
+  RETURNING l.key, l.fence
+)
+SELECT key, fence, true FROM released
+UNION ALL
+SELECT c.key, c.fence, false
+  FROM r JOIN {table} AS c ON c.key = r.key AND c.fence = r.fence
+ WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM released)`
 
-// Release is the release statement of lock.go: NaiveRelease committing
-// without waiting for the WAL flush.
-const Release = NaiveRelease + `
+// releaseAsync is the clause that makes the release commit without
+// waiting for the WAL flush.
+const releaseAsync = `
+     AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+
+// PrevRelease is the release statement before releases skipped locked
+// rows: a plain UPDATE of one row that waits on its lock. Its arguments are
+// the key, the holder, the fence and the min hold in seconds.
+const PrevRelease = `UPDATE {table}
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+ WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+
+// NaiveRelease is Release without its set_config clause: it commits
+// synchronously, waiting for the WAL flush like any statement.
+var NaiveRelease = strings.Replace(Release, releaseAsync, "", 1)
 
 // Heartbeat is the heartbeat statement of heartbeat.go.
 const Heartbeat = `WITH h AS (
   SELECT * FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
 ), mine AS (
   SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
-   WHERE l.holder = $1 AND l.expires_at > clock_timestamp()
-     FOR UPDATE OF l SKIP LOCKED
+   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
@@ -73,8 +103,9 @@ SELECT key, fence, expires_at FROM extended
 UNION ALL
 SELECT c.key, c.fence, NULL
   FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
- WHERE c.holder = $1 AND c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)`
+ WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM extended)
+   AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
 
 // PrevHeartbeat is the heartbeat statement before rounds skipped locked
 // rows: one UPDATE that waits on every row it matches. The baseline that

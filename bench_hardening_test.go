@@ -1,0 +1,161 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/rawsql"
+)
+
+// BenchmarkHardeningCost measures what the statements pay for surviving the
+// environments users run, against the statements before (rawsql.Prev*),
+// alternating cycle by cycle in one run on a durable private server, so
+// that the ratio (now/prev) is what to read:
+//
+//   - claim/default=on: a claim + release cycle with the claim that raises
+//     synchronous_commit and reads the clock once, against the previous
+//     claim, on a server whose default is on. Nothing should change.
+//   - claim/default=off: the same with synchronous_commit = off for the
+//     session, as a database or role default would set it. The previous
+//     claim then skipped the WAL flush and could be lost in a crash: the
+//     ratio is the price of a claim that survives one.
+//   - release: a claim + release cycle with the release that skips locked
+//     rows (a CTE over arrays, also used by Close), against the previous
+//     single-row UPDATE, with the same claim.
+//   - heartbeat/leases=N: one round of the heartbeat that skips locked rows
+//     and reports them, against the previous plain UPDATE, with no row
+//     locked by anyone.
+func BenchmarkHardeningCost(b *testing.B) {
+	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = srv.Close() })
+
+	for _, def := range []string{"on", "off"} {
+		b.Run("claim/default="+def, func(b *testing.B) {
+			pool := hardeningPool(b, srv.DSN(), def)
+			table := benchTable(b, pool, "hardening")
+			now := []cycle{claimCycle(pool, table, "now", rawsql.Claim)}
+			prev := []cycle{claimCycle(pool, table, "prev", rawsql.PrevClaim)}
+			runInterleaved(b, variant{"now", now}, variant{"prev", prev}, []string{"job"})
+		})
+	}
+
+	b.Run("release", func(b *testing.B) {
+		pool := hardeningPool(b, srv.DSN(), "on")
+		table := benchTable(b, pool, "hardening")
+		now := []cycle{claimCycle(pool, table, "now", rawsql.Claim)}
+		prev := []cycle{prevReleaseCycle(pool, table, "prev")}
+		runInterleaved(b, variant{"now", now}, variant{"prev", prev}, []string{"job"})
+	})
+
+	sizes := []int{10, 1000}
+	if testing.Short() {
+		sizes = []int{10, 100}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("heartbeat/leases=%d", n), func(b *testing.B) {
+			pool := hardeningPool(b, srv.DSN(), "on")
+			table := benchTable(b, pool, "hardening")
+			keys, fences := seedLeases(b, pool, table, "replica", n)
+			round := func(sql string) cycle {
+				sql = renderSQL(sql, table)
+				return func(ctx context.Context, _ string) (bool, error) {
+					rows, err := pool.Query(ctx, sql, "replica", benchTTL.Seconds(), keys, fences)
+					if err != nil {
+						return false, err
+					}
+					extended := 0
+					for rows.Next() {
+						extended++
+					}
+					if err := rows.Err(); err != nil {
+						return false, err
+					}
+					if extended != n {
+						return false, fmt.Errorf("a round extended %d of %d leases", extended, n)
+					}
+					return true, nil
+				}
+			}
+			runInterleaved(b, variant{"now", []cycle{round(rawsql.Heartbeat)}},
+				variant{"prev", []cycle{round(rawsql.PrevHeartbeat)}}, []string{"round"})
+		})
+	}
+}
+
+// hardeningPool connects to dsn with synchronous_commit set to def for every
+// session, as ALTER DATABASE or ALTER ROLE ... SET would.
+func hardeningPool(b *testing.B, dsn, def string) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(b, err)
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = def
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// claimCycle is rawCycle with the claim statement given: claim, then the
+// release a Locker sends.
+func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
+	claim := renderSQL(claimSQL, table)
+	release := renderSQL(benchReleaseSQL, table)
+	ttl := benchTTL.Seconds()
+	return func(ctx context.Context, key string) (bool, error) {
+		var (
+			fence    int64
+			acq, exp time.Time
+			live     bool
+		)
+		dest := []any{&fence, &acq, &exp, &live}
+		if claimSQL != rawsql.PrevClaim {
+			dest = append(dest, new(uint32)) // tableoid
+		}
+		err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(dest...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !live {
+			return false, fmt.Errorf("claim of %q returned an expired row", key)
+		}
+		if _, err := db.Exec(ctx, release, holder, 0.0, []string{key}, []int64{fence}); err != nil {
+			return true, err
+		}
+		return true, nil
+	}
+}
+
+// prevReleaseCycle is claimCycle with today's claim and the previous
+// release statement.
+func prevReleaseCycle(db pglease.DB, table, holder string) cycle {
+	claim := renderSQL(rawsql.Claim, table)
+	release := renderSQL(rawsql.PrevRelease, table)
+	ttl := benchTTL.Seconds()
+	return func(ctx context.Context, key string) (bool, error) {
+		var (
+			fence    int64
+			acq, exp time.Time
+			live     bool
+			oid      uint32
+		)
+		if err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(&fence, &acq, &exp, &live, &oid); err != nil {
+			return false, err
+		}
+		_, err := db.Exec(ctx, release, key, holder, fence, 0.0)
+		return true, err
+	}
+}

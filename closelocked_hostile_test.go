@@ -1,0 +1,71 @@
+package pglease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// Guarantee: Close returns within its timeout even when many rows are
+// locked by another transaction, and every lease gets exactly one outcome
+// event (EventReleased or EventReleaseFailed), also when Unlock races with
+// Close on the same leases.
+func TestCloseWithManyLockedRowsEndsWithinItsTimeoutAndReportsEachLeaseOnce(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	const timeout = time.Second
+	l := newLocker(t, pool, table, "c", pglease.WithTTL(10*time.Second), pglease.WithTimeout(timeout), pglease.WithHook(events.hook))
+	const n = 200
+	leases := make([]*pglease.Lease, n)
+	for i := range leases {
+		var err error
+		leases[i], err = l.Claim(ctx, fmt.Sprintf("k%03d", i))
+		require.NoError(t, err)
+	}
+	// Half the rows are locked by an open transaction.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key < 'k100' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	for i := 0; i < n; i += 3 {
+		wg.Go(func() { _ = leases[i].Unlock(ctx) })
+	}
+	start := time.Now()
+	_ = l.Close(ctx)
+	took := time.Since(start)
+	wg.Wait()
+	require.Less(t, took, 3*timeout, "Close took %v", took)
+
+	count := map[string]int{}
+	events.mu.Lock()
+	for _, ev := range events.events {
+		if ev.Kind == pglease.EventReleased || ev.Kind == pglease.EventReleaseFailed || ev.Kind == pglease.EventLost {
+			count[ev.Key]++
+		}
+	}
+	events.mu.Unlock()
+	bad := 0
+	for _, ls := range leases {
+		if count[ls.Key()] != 1 {
+			bad++
+		}
+	}
+	t.Logf("figures: Close of %d leases, %d rows locked, ~%d Unlocks racing: took %v; released %d, failed %d, lost %d",
+		n, n/2, n/3, took.Round(time.Millisecond), events.count(pglease.EventReleased), events.count(pglease.EventReleaseFailed), events.count(pglease.EventLost))
+	require.Zero(t, bad, "leases without exactly one outcome event")
+	row, _ := readRow(t, pool, table, "k150")
+	require.False(t, row.Live, "an unlocked row was released")
+}

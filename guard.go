@@ -1,0 +1,156 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// guardSQL checks, inside the caller's transaction, that the lease row is
+// still this mandate's, and locks it until that transaction ends.
+//
+//   - FOR SHARE, not FOR UPDATE: it conflicts with every statement that could
+//     hand the key to a later mandate (the claim's ON CONFLICT DO UPDATE,
+//     the heartbeat, the release and the purge take the row FOR NO KEY
+//     UPDATE or stronger), so they wait for the transaction to end. Two
+//     guarded transactions of the same mandate do not wait for each other.
+//   - The match is the mandate's own: key, holder and fence. A row re-claimed
+//     by anyone, this holder included, carries another fence; a lapsed row
+//     fails expires_at > clock_timestamp(), the server's clock, evaluated
+//     after any wait on the row lock (READ COMMITTED rechecks the WHERE on
+//     the newest version of the row). tableoid is the table the claim
+//     wrote to: a transaction whose search_path resolves the name to
+//     another table (a tenant's schema, another database) matches nothing.
+//   - 1 / count(*) divides by zero when no row matched: the statement fails
+//     (SQLSTATE 22012), which aborts the transaction, so that its COMMIT can
+//     only roll back even if the caller ignores Guard's error. count(*) is
+//     not a constant, so the division cannot be folded at plan time.
+const guardSQL = `SELECT 1 / count(*) FROM (
+  SELECT 1 FROM {table}
+   WHERE key = $1 AND holder = $2 COLLATE "C" AND fence = $3 AND tableoid = $4 AND expires_at > clock_timestamp()
+     FOR SHARE
+) AS mandate`
+
+// unfencedGuardSQL is guardSQL for WithoutFenceColumn: the holder forged for
+// this one mandate is matched instead of a fence.
+const unfencedGuardSQL = `SELECT 1 / count(*) FROM (
+  SELECT 1 FROM {table}
+   WHERE key = $1 AND holder = $2 COLLATE "C" AND tableoid = $3 AND expires_at > clock_timestamp()
+     FOR SHARE
+) AS mandate`
+
+// SQLSTATEs Guard names in its errors.
+const (
+	sqlstateLost          = "22012" // division_by_zero: guardSQL matched no row
+	sqlstateSerialization = "40001" // serialization_failure
+	sqlstateAborted       = "25P02" // in_failed_sql_transaction
+)
+
+// Guard makes tx commit only while this mandate is current: it checks, in
+// tx and by the server's clock, that the lease row is still this mandate's
+// (key, holder, fence, not expired), and locks the row in share mode until
+// tx ends. No claim can take the key over before tx commits or rolls back,
+// so nothing tx writes to this database can commit after a later mandate
+// began. It returns an error wrapping ErrLost when the mandate is gone, and
+// tx is then aborted: its commit can only roll back.
+//
+// Use it last: do the writes, call Guard, commit. The lock is held from
+// Guard to the end of tx, and while it is held this row's heartbeat waits
+// (or skips it), as does every other replica's claim of the key. Keep the
+// span from Guard to commit short, and well under the TTL minus the
+// heartbeat interval: a lease whose heartbeat cannot reach its row before
+// its trust deadline is lost locally. Even then tx still commits safely
+// (no claim could take the row while it was locked), but the job's other
+// effects are no longer covered by any mandate.
+//
+// Guard on a lease that has already ended locally (lost, released, or its
+// Locker closed) returns ErrLost without a round trip. It does not end the
+// lease itself when the row no longer matches: the heartbeat does.
+//
+// Call Guard in the outermost transaction, or in a savepoint (a pgx nested
+// transaction) that is released (committed), never in one that is then
+// rolled back: PostgreSQL releases the row locks of a rolled-back
+// savepoint, and the guard with them. For the same reason the abort that a
+// lost mandate causes holds only in the outermost transaction: a savepoint
+// rolled back after a failed Guard (pgx.BeginFunc on a Tx does that on any
+// error) clears it, and the outer commit then lands unless its caller
+// heeded the error. Do not Unlock the lease before the guarded transaction
+// ends: its row stays locked until then, and the release waits for it.
+//
+// Under REPEATABLE READ or SERIALIZABLE, a heartbeat that extended the row
+// after tx took its snapshot makes Guard fail with a serialization failure
+// (SQLSTATE 40001, wrapped and kept): retry the whole transaction, as for
+// any 40001. Begin such a transaction after the claim: a snapshot older than
+// the claim does not see this mandate's row, and Guard then reports ErrLost.
+//
+// Guard works on a Locker's leases, in WithoutFenceColumn mode too, and on
+// an Elector's leadership lease.
+func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
+	mustContext(ctx, "Guard")
+	if err := ls.Err(); err != nil {
+		if errors.Is(err, ErrLost) {
+			return fmt.Errorf("pglease: guard %q fence %d: %w", ls.key, ls.fence, err)
+		}
+		return fmt.Errorf("pglease: guard %q fence %d: %w: %w", ls.key, ls.fence, err, ErrLost)
+	}
+	if isNilTx(tx) {
+		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: Guard needs the open transaction whose commit it guards", ls.key, ls.fence)
+	}
+	var one int
+	err := queryGuard(ctx, tx, ls.locker.guardSQL(), ls.guardArgs()...).Scan(&one)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == sqlstateLost:
+		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later mandate or lapsed: %w", ls.key, ls.fence, ErrLost)
+	case errors.Is(err, pgx.ErrTxClosed):
+		return fmt.Errorf("pglease: guard %q fence %d: tx has already been committed or rolled back: %w", ls.key, ls.fence, err)
+	case errors.As(err, &pgErr) && pgErr.Code == sqlstateAborted:
+		return fmt.Errorf("pglease: guard %q fence %d: tx is aborted by an earlier error, roll it back: %w", ls.key, ls.fence, err)
+	case errors.As(err, &pgErr) && pgErr.Code == sqlstateSerialization:
+		return fmt.Errorf("pglease: guard %q fence %d: the row changed after this transaction's snapshot (a heartbeat, under REPEATABLE READ or SERIALIZABLE): retry the transaction: %w", ls.key, ls.fence, err)
+	}
+	return fmt.Errorf("pglease: guard %q fence %d: %w", ls.key, ls.fence, err)
+}
+
+// guardSQL renders the guard statement of this Locker's protocol. It is
+// rendered per call, a microsecond beside the round trip, rather than kept
+// in the Locker.
+func (l *Locker) guardSQL() string {
+	t, _ := parseTable(l.cfg.table) // checked by newConfig
+	if l.cfg.noFence {
+		return t.render(unfencedGuardSQL)
+	}
+	return t.render(guardSQL)
+}
+
+func (ls *Lease) guardArgs() []any {
+	if ls.locker.cfg.noFence {
+		return []any{ls.key, ls.holder, ls.table}
+	}
+	return []any{ls.key, ls.holder, ls.fence, ls.table}
+}
+
+// queryGuard sends the guard statement on tx. A wrapper around a nil
+// transaction passes isNilTx and then panics inside; that is a nil tx too.
+func queryGuard(ctx context.Context, tx pgx.Tx, sql string, args ...any) (row pgx.Row) {
+	defer func() {
+		if r := recover(); r != nil {
+			row = errRow{errors.New("tx is nil (a wrapper around a nil transaction): Guard needs the open transaction whose commit it guards")}
+		}
+	}()
+	return tx.QueryRow(ctx, sql, args...)
+}
+
+func isNilTx(tx pgx.Tx) bool {
+	if tx == nil {
+		return true
+	}
+	v := reflect.ValueOf(tx)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

@@ -1,0 +1,51 @@
+package pglease_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// Guarantee: Guard matches the table the claim wrote to. A user who
+// partitions the lease table by key (hash) gets the partition's oid from
+// the claim's RETURNING tableoid; Guard, the heartbeat and the release must
+// keep working on such a table, since a row never changes partition.
+func TestGuardHeartbeatAndReleaseWorkOnALeaseTablePartitionedByKey(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	name := fmt.Sprintf("lease_part%d", tableSeq.Add(1))
+	tbl, seq := pgx.Identifier{name}.Sanitize(), pgx.Identifier{name + "_fence_seq"}.Sanitize()
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE SEQUENCE %[2]s AS bigint;
+CREATE TABLE %[1]s (
+    key text PRIMARY KEY, holder text NOT NULL,
+    fence bigint NOT NULL DEFAULT nextval('%[2]s'),
+    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at timestamptz NOT NULL, CHECK (expires_at > acquired_at)) PARTITION BY HASH (key);
+CREATE TABLE %[3]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`,
+		tbl, seq, pgx.Identifier{name + "_p0"}.Sanitize(), pgx.Identifier{name + "_p1"}.Sanitize()))
+	require.NoError(t, err)
+
+	events := newEventLog()
+	l := newLocker(t, pool, name, "p", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	for _, k := range []string{"a", "b", "c", "d"} {
+		lease, err := l.Claim(ctx, k)
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, lease.Guard(ctx, tx), "Guard on a partitioned table, key %s", k)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	for range 3 {
+		events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	}
+	require.Zero(t, events.count(pglease.EventLost))
+	require.NoError(t, l.Close(ctx))
+	require.Equal(t, 4, events.count(pglease.EventReleased))
+}

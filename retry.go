@@ -1,0 +1,75 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// serializationAttempts bounds how often one statement is sent when the
+// server keeps failing it with a serialization failure.
+const serializationAttempts = 10
+
+// retrySerialization sends each statement of p again when the server fails
+// it with a serialization failure (SQLSTATE 40001), and on nothing else.
+//
+// Where default_transaction_isolation is repeatable read or serializable,
+// every statement runs in such a transaction: a claim whose ON CONFLICT
+// meets a row that a heartbeat or release committed after its snapshot
+// fails with "could not serialize access due to concurrent update", and
+// serializable transactions also fail on read/write dependencies. Each
+// statement is a transaction of its own that wrote nothing, so sending it
+// again is safe and answers with a fresh snapshot. The failure is neither
+// contention nor a loss, and must not be reported as either. The trust
+// deadline of a lease counts from before the first attempt, so a retry only
+// shortens it.
+func retrySerialization(p protocol) protocol { return serializationRetry{p} }
+
+type serializationRetry struct{ protocol }
+
+func (r serializationRetry) claim(ctx context.Context, db DB, key string) (c claimed, ok bool, err error) {
+	err = retryOn40001(ctx, func() error {
+		c, ok, err = r.protocol.claim(ctx, db, key)
+		return err
+	})
+	return c, ok, err
+}
+
+func (r serializationRetry) extend(ctx context.Context, db DB, leases []*Lease) (got map[*Lease]extension, err error) {
+	err = retryOn40001(ctx, func() error {
+		got, err = r.protocol.extend(ctx, db, leases)
+		return err
+	})
+	return got, err
+}
+
+func (r serializationRetry) release(ctx context.Context, db DB, leases []*Lease) (released map[*Lease]bool, err error) {
+	err = retryOn40001(ctx, func() error {
+		released, err = r.protocol.release(ctx, db, leases)
+		return err
+	})
+	return released, err
+}
+
+// retryOn40001 runs send until it returns anything but a serialization
+// failure, at most serializationAttempts times, waiting a little longer
+// each time for the conflicting transactions to end, with jitter so that
+// statements that failed together do not collide again.
+func retryOn40001(ctx context.Context, send func() error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = send()
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40001" || attempt == serializationAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(rand.N(time.Duration(attempt) * 2 * time.Millisecond)):
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+var serializableSeq atomic.Int64
+
+// serializablePool is a pool on a fresh database of the shared server whose
+// default_transaction_isolation is serializable, as some operators set it:
+// every statement of pglease then runs in a SERIALIZABLE transaction.
+func serializablePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := ctxT(t)
+	name := fmt.Sprintf("serializable_%d", serializableSeq.Add(1))
+	admin := newPool(t, "", nil)
+	_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET default_transaction_isolation = 'serializable'")
+	require.NoError(t, err)
+	cfg, err := pgxpool.ParseConfig(server.DSN())
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pool.Close()
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	var level string
+	require.NoError(t, pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&level))
+	require.Equal(t, "serializable", level)
+	return pool
+}
+
+// TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyContention:
+// with default_transaction_isolation = serializable on the database, claims
+// racing heartbeats and releases of the same rows make PostgreSQL raise
+// serialization failures (SQLSTATE 40001: "could not serialize access due to
+// concurrent update"). Each statement is a transaction of its own, so it is
+// retried; none may surface as an error, as contention or as a lost lease.
+func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyContention(t *testing.T) {
+	t.Parallel()
+	pool := serializablePool(t)
+	table := newTable(t, pool)
+	ctx := ctxT(t)
+	events := newEventLog()
+
+	// Holders of a few keys, heartbeating fast, while others claim the same
+	// keys and claim and release keys of their own, all at once.
+	const keys = 8
+	holder := newLocker(t, pool, table, "holder", pglease.WithTTL(3*time.Second),
+		pglease.WithHeartbeatInterval(20*time.Millisecond), pglease.WithHook(events.hook))
+	held := make([]*pglease.Lease, keys)
+	for i := range held {
+		var err error
+		held[i], err = holder.Claim(ctx, fmt.Sprintf("held-%d", i))
+		require.NoError(t, err)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		runs int
+	)
+	for i := range 6 {
+		l := newLocker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(3*time.Second),
+			pglease.WithHeartbeatInterval(20*time.Millisecond), pglease.WithHook(events.hook))
+		wg.Go(func() {
+			for n := range 150 {
+				var key string
+				switch n % 3 {
+				case 0:
+					key = fmt.Sprintf("held-%d", n%keys)
+				case 1:
+					key = "shared"
+				default:
+					key = fmt.Sprintf("own-%d", i)
+				}
+				lease, err := l.Claim(ctx, key)
+				if err == nil {
+					err = lease.Unlock(ctx)
+				}
+				mu.Lock()
+				runs++
+				if err != nil && !errorsIsHeld(err) {
+					errs = append(errs, fmt.Errorf("%s: %w", key, err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs, "of %d claims", runs)
+	require.Zero(t, events.count(pglease.EventLost), "leases lost")
+	require.Zero(t, events.count(pglease.EventHeartbeatFailed), "heartbeat rounds failed")
+	require.Zero(t, events.count(pglease.EventReleaseFailed), "releases failed")
+	for _, ls := range held {
+		require.NoError(t, ls.Err(), "%s", ls.Key())
+	}
+	t.Logf("figures: serializable: %d claims, %d contended, %d heartbeat rounds", runs, events.count(pglease.EventContended), events.count(pglease.EventExtended))
+}
+
+// TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease:
+// SKIP LOCKED and the snapshot read of the heartbeat behave the same in a
+// SERIALIZABLE transaction: one round extends every lease held.
+func TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease(t *testing.T) {
+	t.Parallel()
+	pool := serializablePool(t)
+	table := newTable(t, pool)
+	ctx := ctxT(t)
+	events := newEventLog()
+	l := newLocker(t, pool, table, "a", pglease.WithTTL(3*time.Second),
+		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+	const n = 50
+	leases := make([]*pglease.Lease, n)
+	for i := range leases {
+		var err error
+		leases[i], err = l.Claim(ctx, fmt.Sprintf("k%02d", i))
+		require.NoError(t, err)
+	}
+	before := make([]time.Time, n)
+	for i, ls := range leases {
+		r, ok := readRow(t, pool, table, ls.Key())
+		require.True(t, ok)
+		before[i] = r.ExpiresAt
+	}
+	for {
+		ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+		if ev.Leases == n {
+			break
+		}
+	}
+	for i, ls := range leases {
+		r, ok := readRow(t, pool, table, ls.Key())
+		require.True(t, ok)
+		require.Equal(t, ls.Fence(), r.Fence)
+		require.True(t, r.ExpiresAt.After(before[i]), "%s extended", ls.Key())
+		require.NoError(t, ls.Err())
+	}
+}
+
+func errorsIsHeld(err error) bool { return errors.Is(err, pglease.ErrHeld) }

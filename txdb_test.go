@@ -1,0 +1,31 @@
+package pglease_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// A Locker's statements must each commit on their own: on a pgx.Tx (which
+// satisfies DB), a claim would live or die with the caller's transaction,
+// and a rollback would let another holder in while the Locker trusts the
+// lease; a release would turn synchronous_commit off for the rest of the
+// caller's transaction. NewLocker and NewElector refuse one, naming it.
+func TestNewLockerRefusesATransactionAsItsDB(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	conn, err := pgx.Connect(ctx, server.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+
+	require.PanicsWithValue(t, "pglease: NewLocker: db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own",
+		func() { pglease.NewLocker(tx) })
+	require.Panics(t, func() { pglease.NewElector(tx) })
+}
