@@ -25,7 +25,8 @@ import (
 //     wait on a row lock: the CHECK (expires_at > acquired_at) holds for
 //     every row, and the expiry is never later than a claim sent alone at
 //     the same moment would get.
-//   - The same conflict arm and guard as claimSQL: a row comes back only for
+//   - The same conflict arm, guard and RETURNING as claimSQL (a test keeps
+//     them identical): a row comes back only for
 //     a key taken (new, expired, or our own); a key missing from RETURNING
 //     is ErrHeld. live is false for a row whose lease expired while the
 //     statement waited on its lock.
@@ -48,8 +49,8 @@ ON CONFLICT (key) DO UPDATE
        expires_at  = EXCLUDED.expires_at,
        acquired_at = EXCLUDED.acquired_at,
        fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
 // lock (lock_timeout) before its claims are sent again one by one. A claim
@@ -80,7 +81,7 @@ func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, lockWait ti
 	for rows.Next() {
 		var key string
 		c := claimed{holder: p.holder}
-		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live); err != nil {
+		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table); err != nil {
 			return nil, err
 		}
 		got[key] = c
