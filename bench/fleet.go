@@ -209,8 +209,9 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 					fence    int64
 					acq, exp time.Time
 					live     bool
+					table    uint32
 				)
-				err := r.pool.QueryRow(ctx, claim, key, r.holder, time.Minute.Seconds()).Scan(&fence, &acq, &exp, &live)
+				err := r.pool.QueryRow(ctx, claim, key, r.holder, time.Minute.Seconds()).Scan(&fence, &acq, &exp, &live, &table)
 				switch {
 				case err == nil:
 					wins[i] = &won{r: r, key: key, fence: fence}
@@ -242,7 +243,7 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 				relErrs[i] = w.lease.Unlock(ctx)
 				return
 			}
-			_, relErrs[i] = w.r.pool.Exec(ctx, release, w.key, w.r.holder, w.fence, 0.0)
+			_, relErrs[i] = w.r.pool.Exec(ctx, release, w.r.holder, 0.0, []string{w.key}, []int64{w.fence})
 		})
 	}
 	rel.Wait()
