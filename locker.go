@@ -189,10 +189,11 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // previous Lease for key is then lost. The lease is extended in the
 // background until Unlock, loss, or Close. Claims of one key by one Locker
 // run one at a time, so that the lease Held returns is always the row's.
-// A claim made while another claim of the Locker is in flight waits for it,
-// and then goes to the server in one statement with every claim that
-// arrived meanwhile, each judged and reported as if alone: a burst of jobs
-// due together costs two statements, not one per job.
+// A claim made while a few claims of the Locker are in flight waits for
+// the first of them, and then goes to the server in one statement with
+// every claim that arrived meanwhile, each judged and reported as if
+// alone: a burst of jobs due together costs a handful of statements, not
+// one per job.
 //
 // Claim uses ctx as given; Lock adds the Locker's timeout.
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
