@@ -1,6 +1,8 @@
 package pglease
 
 import (
+	"context"
+	"os"
 	"sync"
 	"time"
 )
@@ -25,3 +27,114 @@ func init() {
 // unchanged: what a Locker sees after its host was suspended for d, or after
 // a step of the system clock. Other Lockers are not affected.
 func ShiftWallClock(l *Locker, d time.Duration) { wallShifts.Store(l, d) }
+
+func init() {
+	// Every claim and release through the burst statements, even alone:
+	// the contract tests then cover them too.
+	coalesceAll = os.Getenv("PGLEASE_COALESCE_ALL") != ""
+}
+
+// ClaimBurst claims keys on l from one goroutine each and makes every
+// claim that can share a statement go out in one: l's claims queue until
+// each distinct key's claim is waiting, then leave together. A second
+// claim of a key waits for the first, as it always does, and goes in a
+// later statement. The claims queue in the order of keys, so that the
+// statement's rows come in that order unless it orders them itself. l must
+// have no claim in flight. It returns each claim's outcome, in the order of
+// keys.
+func ClaimBurst(ctx context.Context, l *Locker, keys []string) ([]*Lease, []error) {
+	ctxs := make([]context.Context, len(keys))
+	for i := range ctxs {
+		ctxs[i] = ctx
+	}
+	return PrepareClaimBurst(ctxs, l, keys)()
+}
+
+// ClaimBurstEach is ClaimBurst with a context of its own for each claim.
+func ClaimBurstEach(ctxs []context.Context, l *Locker, keys []string) ([]*Lease, []error) {
+	return PrepareClaimBurst(ctxs, l, keys)()
+}
+
+// PrepareClaimBurst queues the claims of ClaimBurstEach, and returns the
+// function that sends them and waits for their outcomes: tests send the
+// bursts of several Lockers at the same instant.
+func PrepareClaimBurst(ctxs []context.Context, l *Locker, keys []string) (send func() ([]*Lease, []error)) {
+	c := l.claims
+	queued := make(chan struct{}, len(keys))
+	c.mu.Lock()
+	c.onQueue = func() { queued <- struct{}{} }
+	c.mu.Unlock()
+	c.hold()
+	leases, errs := make([]*Lease, len(keys)), make([]error, len(keys))
+	var wg sync.WaitGroup
+	seen := map[string]bool{}
+	for i, key := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			leases[i], errs[i] = l.Claim(ctxs[i], key)
+		}()
+		if seen[key] {
+			continue // waits for the first claim of key, not in the queue
+		}
+		seen[key] = true
+		select { // queued in the order of keys
+		case <-queued:
+		case <-ctxs[i].Done():
+		}
+	}
+	return func() ([]*Lease, []error) {
+		c.release()
+		wg.Wait()
+		c.mu.Lock()
+		c.onQueue = nil
+		c.mu.Unlock()
+		return leases, errs
+	}
+}
+
+// UnlockBurst unlocks leases (all of l) from one goroutine each, in one
+// statement, as ClaimBurst claims. It returns each Unlock's outcome.
+func UnlockBurst(ctx context.Context, l *Locker, leases []*Lease) []error {
+	c := l.releases
+	queued := make(chan struct{}, len(leases))
+	c.mu.Lock()
+	c.onQueue = func() { queued <- struct{}{} }
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.onQueue = nil
+		c.mu.Unlock()
+	}()
+	c.hold()
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, ls := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = ls.Unlock(ctx)
+		}()
+	}
+	for range leases {
+		select {
+		case <-queued:
+		case <-ctx.Done():
+		}
+	}
+	c.release()
+	wg.Wait()
+	return errs
+}
+
+// SetCoalescing turns l's coalescing of claims and releases off (or back
+// on): every claim and release then has a statement of its own, as before
+// coalescing existed. Benchmarks compare the two. Call it before l's first
+// claim.
+func SetCoalescing(l *Locker, on bool) {
+	if on {
+		l.claims, l.releases = l.newClaims(), l.newReleases()
+		return
+	}
+	l.claims, l.releases = nil, nil
+}

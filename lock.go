@@ -130,7 +130,7 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	if !first {
 		return r.err
 	}
-	return l.finishRelease(r, releaseOutcome(r.prior, l.releaseRows(ctx, []releasing{r})[ls]))
+	return l.finishRelease(r, l.sendRelease(ctx, r))
 }
 
 // releasing is one lease on its way out.

@@ -115,6 +115,12 @@ type Locker struct {
 	// turns lets one claim of a key run at a time (see keyTurns).
 	turns keyTurns
 
+	// claims and releases send the claims and releases that arrive while
+	// another of their statements is in flight together, in one (see
+	// coalescer); claims is nil when the protocol sends them one by one.
+	claims   *coalescer[claimCall, claimOutcome]
+	releases *coalescer[releasing, releaseResult]
+
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
 	closed   bool
@@ -152,13 +158,15 @@ func NewLocker(db DB, opts ...Option) *Locker {
 	if cfg.noFence {
 		proto = newUnfenced(t, cfg)
 	}
-	return &Locker{
+	l := &Locker{
 		cfg:     cfg,
 		proto:   retrySerialization(proto),
 		conns:   newConns(db, cfg.keepConn),
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
+	l.claims, l.releases = l.newClaims(), l.newReleases()
+	return l
 }
 
 func isNil(db DB) bool {
@@ -181,6 +189,11 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // previous Lease for key is then lost. The lease is extended in the
 // background until Unlock, loss, or Close. Claims of one key by one Locker
 // run one at a time, so that the lease Held returns is always the row's.
+// A claim made while a few claims of the Locker are in flight waits for
+// the first of them, and then goes to the server in one statement with
+// every claim that arrived meanwhile, each judged and reported as if
+// alone: a burst of jobs due together costs a handful of statements, not
+// one per job.
 //
 // Claim uses ctx as given; Lock adds the Locker's timeout.
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
@@ -200,10 +213,9 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
 		return nil, err
 	}
-	defer done() // after register: the next claim of key commits after this one
+	defer func() { done() }() // after register: the next claim of key commits after this one
 
-	sent := time.Now()
-	c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
+	c, ok, sent, err := l.sendClaim(ctx, key, &done)
 	took := time.Since(sent)
 	switch {
 	case err != nil:

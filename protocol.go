@@ -27,6 +27,7 @@ type protocol interface {
 // fenced is the protocol of DESIGN, on a table created by Migrate.
 type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
+	claimAllSQL                        string
 	holder                             string
 	ttl, minHold                       float64 // seconds, as make_interval takes them
 }
@@ -36,6 +37,7 @@ func newFenced(t table, cfg config) *fenced {
 		claimSQL:     t.render(claimSQL),
 		heartbeatSQL: t.render(heartbeatSQL),
 		releaseSQL:   t.render(releaseSQL),
+		claimAllSQL:  t.render(claimAllSQL),
 		holder:       cfg.holder,
 		ttl:          cfg.ttl.Seconds(),
 		minHold:      cfg.minHold.Seconds(),

@@ -4,13 +4,17 @@
 //
 //	go run ./bench             # the full study, written to docs/bench
 //	go run ./bench -quick -out "$(mktemp -d)"   # a short run, for CI
+//	go run ./bench -fleet      # the fleet study alone
 //
 // The storage study runs a fixed number of claim/release cycles over a few
 // keys, releasing either by expiring the row in place (pglease) or by
 // DELETE (and a fresh INSERT on the next claim), and samples the table's
 // size, dead tuples, HOT updates, WAL and vacuums every 1% of the cycles.
 // The heartbeat study times one round of pglease's batched heartbeat
-// against one UPDATE per lease, for 1 to 10,000 leases.
+// against one UPDATE per lease, for 1 to 10,000 leases. The fleet study
+// runs ticks where every replica of a fleet calls Lock for each of J jobs at
+// the same instant, with pglease's coalesced claims and with one claim
+// statement per Lock.
 package main
 
 import (
@@ -37,6 +41,11 @@ type settings struct {
 	keys   int
 	sizes  []int
 	reps   int
+
+	replicas  int   // fleet study: replicas
+	jobs      []int // fleet study: jobs due together
+	ticks     int   // fleet study: ticks per style and size
+	fleetOnly bool
 }
 
 func main() {
@@ -45,10 +54,14 @@ func main() {
 	flag.StringVar(&s.out, "out", filepath.Join("docs", "bench"), "directory for results.md, the CSV files and the SVG plots")
 	flag.IntVar(&s.cycles, "cycles", 0, "claim/release cycles per release style (default 200000, or 5000 with -quick)")
 	flag.IntVar(&s.keys, "keys", 50, "keys the cycles go round")
+	flag.IntVar(&s.replicas, "replicas", 10, "replicas of the fleet study, each with its own pool and Locker")
+	flag.BoolVar(&s.fleetOnly, "fleet", false, "run the fleet study alone, and write only its results (fleet.md, fleet.csv and its plots)")
 	flag.Parse()
 	s.sizes, s.reps = []int{1, 10, 100, 1000, 10000}, 3
+	s.jobs, s.ticks = []int{1, 10, 50, 100, 200, 500}, 15
 	if s.quick {
 		s.sizes, s.reps = []int{1, 10, 100, 1000}, 1
+		s.jobs, s.ticks = []int{10, 200}, 2
 	}
 	if s.cycles == 0 {
 		s.cycles = 200000
@@ -98,6 +111,32 @@ func run(ctx context.Context, s settings) error {
 		return err
 	}
 
+	logf("fleet study: %d replicas x %v jobs due together, %d ticks each", s.replicas, s.jobs, s.ticks)
+	ticks, err := studyFleet(ctx, srv.DSN(), postmasterPID(ctx, pool), s.replicas, s.jobs, s.ticks)
+	if err != nil {
+		return fmt.Errorf("fleet study: %w", err)
+	}
+	for _, t := range ticks {
+		logf("  %-25s %4d jobs: tick %8.2f ms, Lock p50 %7.2f ms p99 %7.2f ms, %6.1f claim statements, server CPU %7.1f ms",
+			t.Style, t.Jobs, t.Tick.Seconds()*1000, t.P50.Seconds()*1000, t.P99.Seconds()*1000, t.Statements, t.CPU*1000)
+	}
+
+	if s.fleetOnly {
+		if err := plotFleet(s.out, ticks); err != nil {
+			return fmt.Errorf("plotting: %w", err)
+		}
+		if err := writeFleetCSV(s.out, ticks); err != nil {
+			return err
+		}
+		report := fleetMarkdown(ticks)
+		if err := os.WriteFile(filepath.Join(s.out, "fleet.md"), []byte(report), 0o644); err != nil {
+			return err
+		}
+		fmt.Print(report)
+		logf("done; wrote fleet.md, fleet.csv, fleet_tick.svg, fleet_cpu.svg to %s", s.out)
+		return nil
+	}
+
 	logf("heartbeat study: %v leases", s.sizes)
 	beats, err := studyHeartbeat(ctx, pool, s.sizes, s.reps)
 	if err != nil {
@@ -122,14 +161,20 @@ func run(ctx context.Context, s settings) error {
 	if err := plotHeartbeat(s.out, beats); err != nil {
 		return fmt.Errorf("plotting: %w", err)
 	}
+	if err := plotFleet(s.out, ticks); err != nil {
+		return fmt.Errorf("plotting: %w", err)
+	}
 	if err := writeCSV(s.out, runs, beats); err != nil {
 		return err
 	}
-	report := markdown(env, s, runs, beats)
+	if err := writeFleetCSV(s.out, ticks); err != nil {
+		return err
+	}
+	report := markdown(env, s, runs, beats) + fleetMarkdown(ticks)
 	if err := os.WriteFile(filepath.Join(s.out, "results.md"), []byte(report), 0o644); err != nil {
 		return err
 	}
 	fmt.Print("\n" + report)
-	logf("done; wrote results.md, storage.csv, heartbeat.csv, storage.svg, dead_tuples.svg, heartbeat.svg to %s", s.out)
+	logf("done; wrote results.md, storage.csv, heartbeat.csv, fleet.csv, storage.svg, dead_tuples.svg, heartbeat.svg, fleet_tick.svg, fleet_cpu.svg to %s", s.out)
 	return nil
 }

@@ -129,3 +129,53 @@ func (wholeTicks) Ticks(min, max float64) []plot.Tick {
 	}
 	return ticks
 }
+
+// plotFleet draws one fleet tick against the number of jobs due together,
+// for each style: the time until every job has started, and the server's
+// CPU time per tick.
+func plotFleet(dir string, points []tickPoint) error {
+	for _, fig := range []struct {
+		file, title, y string
+		value          func(tickPoint) float64
+	}{
+		{"fleet_tick.svg", "A fleet tick: time until every job has started (durable server)", "tick (ms)",
+			func(p tickPoint) float64 { return p.Tick.Seconds() * 1000 }},
+		{"fleet_cpu.svg", "A fleet tick: server CPU time per tick (durable server)", "server CPU per tick (ms)",
+			func(p tickPoint) float64 { return p.CPU * 1000 }},
+	} {
+		p := plot.New()
+		p.Title.Text = fig.title
+		p.X.Label.Text = "jobs due at the same instant, on each replica"
+		p.Y.Label.Text = fig.y
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+		p.Legend.Top = true
+		p.Legend.Left = true
+		byStyle := map[string]plotter.XYs{}
+		var order []string
+		for _, pt := range points {
+			v := fig.value(pt)
+			if v <= 0 {
+				continue // unknown (CPU of a server in a container), or too small for a log scale
+			}
+			if _, ok := byStyle[pt.Style]; !ok {
+				order = append(order, pt.Style)
+			}
+			byStyle[pt.Style] = append(byStyle[pt.Style], plotter.XY{X: float64(pt.Jobs), Y: v})
+		}
+		if len(order) == 0 {
+			continue
+		}
+		var lines []any
+		for _, style := range order {
+			lines = append(lines, style, byStyle[style])
+		}
+		if err := plotutil.AddLinePoints(p, lines...); err != nil {
+			return err
+		}
+		if err := save(p, filepath.Join(dir, fig.file)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -155,3 +155,46 @@ func beatSizes(beats []beatPoint) []int {
 	}
 	return out
 }
+
+// fleetMarkdown is the table of the fleet study: per number of jobs, each
+// style's tick, Lock latencies, statements and server CPU, and the ratios.
+func fleetMarkdown(points []tickPoint) string {
+	if len(points) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Fleet tick: %d replicas (a pool of %d each) x J jobs due at the same instant (median of %d ticks)\n\n",
+		points[0].Replicas, fleetConns, points[0].Ticks)
+	b.WriteString("| J | style | every job started | Lock p50 | Lock p99 | claim statements | server CPU | tick ratio | CPU ratio |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	base := map[int]tickPoint{}
+	for _, p := range points {
+		if p.Style == tickCoalesced {
+			base[p.Jobs] = p
+		}
+	}
+	for _, p := range points {
+		cpu, cpuRatio := "n/a", ""
+		if p.CPU >= 0 {
+			cpu = fmt.Sprintf("%s ms", ms(p.CPU*1000))
+			if c := base[p.Jobs].CPU; c > 0 {
+				cpuRatio = fmt.Sprintf("%.1fx", p.CPU/c)
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s ms | %s ms | %s ms | %.1f | %s | %.1fx | %s |\n",
+			p.Jobs, p.Style, ms(p.Tick.Seconds()*1000), ms(p.P50.Seconds()*1000), ms(p.P99.Seconds()*1000),
+			p.Statements, cpu, p.Tick.Seconds()/base[p.Jobs].Tick.Seconds(), cpuRatio)
+	}
+	return b.String()
+}
+
+// writeFleetCSV writes the fleet study's points.
+func writeFleetCSV(dir string, points []tickPoint) error {
+	rows := [][]string{{"style", "replicas", "jobs", "ticks", "tick_ms", "lock_p50_ms", "lock_p99_ms", "claim_statements", "server_cpu_ms"}}
+	for _, p := range points {
+		rows = append(rows, []string{p.Style, itoa(p.Replicas), itoa(p.Jobs), itoa(p.Ticks),
+			ms(p.Tick.Seconds() * 1000), ms(p.P50.Seconds() * 1000), ms(p.P99.Seconds() * 1000),
+			strconv.FormatFloat(p.Statements, 'f', 1, 64), ms(p.CPU * 1000)})
+	}
+	return writeRows(filepath.Join(dir, "fleet.csv"), rows)
+}

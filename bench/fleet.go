@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease"
+)
+
+// Tick styles compared by the fleet study.
+const (
+	tickCoalesced = "coalesced (pglease)"
+	tickPerClaim  = "one statement per claim"
+)
+
+// fleetConns is the pool size of each replica.
+const fleetConns = 8
+
+// tickPoint is what one style cost per tick for one number of jobs: the
+// median time until every job of the fleet had its outcome, the Lock
+// latencies of every call of every tick, and per tick the claim statements
+// and the server's CPU time.
+type tickPoint struct {
+	Style      string
+	Replicas   int
+	Jobs       int
+	Ticks      int
+	Tick       time.Duration // median
+	P50, P99   time.Duration // of every Lock call
+	Statements float64       // claim statements per tick
+	CPU        float64       // server CPU seconds per tick; negative when unknown
+}
+
+// counter counts the claim statements its pools send.
+type counter struct{ claims atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(data.SQL, "INSERT INTO") {
+		c.claims.Add(1)
+	}
+	return ctx
+}
+
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// replica is one member of the fleet: its own pool, and its Locker.
+type replica struct {
+	holder string
+	pool   *pgxpool.Pool
+	locker *pglease.Locker
+}
+
+// studyFleet runs ticks of a fleet of replicas, each with its own pool and
+// Locker, where every replica calls Lock for each of jobs keys at the same
+// instant, as gocron does on every replica when the jobs are due together.
+// Exactly one replica wins each key. The per-claim style sends pglease's
+// claim statement once per Lock, on the same pools: what each Lock cost
+// before claims were coalesced (the baseline has no Locker overhead, so it
+// flatters the old path). Winners are released between ticks, untimed.
+// Ticks of the two styles alternate.
+func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs []int, ticks int) ([]tickPoint, error) {
+	var out []tickPoint
+	serverCPU := func() float64 { return treeCPU(postmaster) }
+	for _, j := range jobs {
+		table := fmt.Sprintf("fleet_%d", j)
+		cnt := &counter{}
+		fleet, err := newFleet(ctx, dsn, table, replicas, cnt)
+		if err != nil {
+			return nil, err
+		}
+		keys := make([]string, j)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("job-%04d", i)
+		}
+		styles := []string{tickCoalesced, tickPerClaim}
+		type acc struct {
+			ticks     []time.Duration
+			latencies []time.Duration
+			stmts     int64
+			cpu       float64
+		}
+		got := map[string]*acc{}
+		for _, style := range styles {
+			got[style] = &acc{}
+			if _, _, err := tick(ctx, fleet, table, keys, style); err != nil { // warm up: prepares the statements
+				closeFleet(fleet)
+				return nil, err
+			}
+		}
+		for range ticks {
+			for _, style := range styles {
+				a := got[style]
+				before, cpuBefore := cnt.claims.Load(), serverCPU()
+				took, lat, err := tick(ctx, fleet, table, keys, style)
+				if err != nil {
+					closeFleet(fleet)
+					return nil, err
+				}
+				a.stmts += cnt.claims.Load() - before
+				a.cpu += serverCPU() - cpuBefore
+				a.ticks = append(a.ticks, took)
+				a.latencies = append(a.latencies, lat...)
+			}
+		}
+		closeFleet(fleet)
+		for _, style := range styles {
+			a := got[style]
+			slices.Sort(a.ticks)
+			slices.Sort(a.latencies)
+			cpu := a.cpu / float64(ticks)
+			if serverCPU() < 0 {
+				cpu = -1
+			}
+			out = append(out, tickPoint{
+				Style: style, Replicas: replicas, Jobs: j, Ticks: ticks,
+				Tick: a.ticks[len(a.ticks)/2],
+				P50:  a.latencies[len(a.latencies)/2], P99: a.latencies[len(a.latencies)*99/100],
+				Statements: float64(a.stmts) / float64(ticks), CPU: cpu,
+			})
+		}
+	}
+	return out, nil
+}
+
+func newFleet(ctx context.Context, dsn, table string, n int, cnt *counter) ([]replica, error) {
+	var fleet []replica
+	for r := range n {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxConns = fleetConns
+		cfg.ConnConfig.Tracer = cnt
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			closeFleet(fleet)
+			return nil, err
+		}
+		if r == 0 {
+			if err := pglease.Migrate(ctx, pool, pglease.WithTable(table)); err != nil {
+				pool.Close()
+				return nil, err
+			}
+		}
+		holder := fmt.Sprintf("replica-%d", r)
+		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithTTL(time.Minute), pglease.WithLogger(quiet))
+		fleet = append(fleet, replica{holder: holder, pool: pool, locker: l})
+	}
+	return fleet, nil
+}
+
+func closeFleet(fleet []replica) {
+	for _, r := range fleet {
+		_ = r.locker.Close(context.Background())
+		r.pool.Close()
+	}
+}
+
+// won is a claim that won, to be released after the tick.
+type won struct {
+	r     *replica
+	key   string
+	fence int64
+	lease *pglease.Lease
+}
+
+// tick makes every replica claim every key at once in style, and returns
+// how long until every claim had its outcome and the latency of each. It
+// then releases what was won, untimed, and checks that each key had
+// exactly one winner.
+func tick(ctx context.Context, fleet []replica, table string, keys []string, style string) (time.Duration, []time.Duration, error) {
+	claim := render(claimSQL, table)
+	n := len(fleet) * len(keys)
+	lat := make([]time.Duration, n)
+	errs := make([]error, n)
+	wins := make([]*won, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for ri := range fleet {
+		r := &fleet[ri]
+		for ki, key := range keys {
+			i := ri*len(keys) + ki
+			wg.Go(func() {
+				<-start
+				t0 := time.Now()
+				defer func() { lat[i] = time.Since(t0) }()
+				if style == tickCoalesced {
+					lock, err := r.locker.Lock(ctx, key)
+					switch {
+					case err == nil:
+						wins[i] = &won{r: r, key: key, lease: lock.(*pglease.Lease)}
+					case !errors.Is(err, pglease.ErrHeld):
+						errs[i] = err
+					}
+					return
+				}
+				var (
+					fence    int64
+					acq, exp time.Time
+					live     bool
+					table    uint32
+				)
+				err := r.pool.QueryRow(ctx, claim, key, r.holder, time.Minute.Seconds()).Scan(&fence, &acq, &exp, &live, &table)
+				switch {
+				case err == nil:
+					wins[i] = &won{r: r, key: key, fence: fence}
+				case !errors.Is(err, pgx.ErrNoRows):
+					errs[i] = err
+				}
+			})
+		}
+	}
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	took := time.Since(began)
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, err
+	}
+
+	winners := map[string]int{}
+	release := render(releaseSQL, table)
+	var rel sync.WaitGroup
+	relErrs := make([]error, n)
+	for i, w := range wins {
+		if w == nil {
+			continue
+		}
+		winners[w.key]++
+		rel.Go(func() {
+			if w.lease != nil {
+				relErrs[i] = w.lease.Unlock(ctx)
+				return
+			}
+			_, relErrs[i] = w.r.pool.Exec(ctx, release, w.r.holder, 0.0, []string{w.key}, []int64{w.fence})
+		})
+	}
+	rel.Wait()
+	if err := errors.Join(relErrs...); err != nil {
+		return 0, nil, err
+	}
+	for _, key := range keys {
+		if winners[key] != 1 {
+			return 0, nil, fmt.Errorf("%s: key %s had %d winners in one tick, not 1", style, key, winners[key])
+		}
+	}
+	return took, lat, nil
+}
+
+// postmasterPID is the process id of the server's postmaster: the parent of
+// a backend of pool. It is only meaningful for a server on this host.
+func postmasterPID(ctx context.Context, pool *pgxpool.Pool) int {
+	var backend int
+	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return -1
+	}
+	f := procStat(backend)
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// procStat is the fields of /proc/pid/stat after the command name, or nil
+// unless the process is a postgres one.
+func procStat(pid int) []string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(stat)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open || s[open+1:closing] != "postgres" {
+		return nil
+	}
+	return strings.Fields(s[closing+1:])
+}
+
+// treeCPU is the user and system CPU time, in seconds, of the postmaster
+// and its children (backends, WAL writer, checkpointer...), or -1 when it
+// cannot be read (a server in a container, or not Linux). Other servers on
+// the host are not counted.
+func treeCPU(postmaster int) float64 {
+	if postmaster <= 0 {
+		return -1
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	var total int64
+	found := false
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(d.Name())
+		f := procStat(pid)
+		if len(f) < 13 || pid != postmaster && f[1] != strconv.Itoa(postmaster) {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		total += utime + stime
+		found = true
+	}
+	if !found {
+		return -1
+	}
+	return float64(total) / ticksPerSecond
+}

@@ -1,0 +1,240 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// claimAllSQL is claimSQL for every claim of a burst, in one statement,
+// one commit and one WAL flush: the claims a Locker is asked for while
+// another claim statement is in flight (see coalescer). Each key is one
+// row, judged exactly as claimSQL judges it.
+//
+//   - One row per key of unnest($3), never the same key twice: PostgreSQL
+//     refuses to update a row twice in one statement, and keyTurns keeps a
+//     second claim of a key for the next statement.
+//   - ORDER BY key COLLATE "C": rows are locked in the order they are
+//     inserted, so two Lockers' bursts lock common keys in the same order
+//     and cannot deadlock each other.
+//   - acquired_at and expires_at come from one clock_timestamp() reading, in
+//     a subquery PostgreSQL never pulls up (see claimSQL), taken before any
+//     wait on a row lock: the CHECK (expires_at > acquired_at) holds for
+//     every row, and the expiry is never later than a claim sent alone at
+//     the same moment would get.
+//   - The same conflict arm, guard and RETURNING as claimSQL (a test keeps
+//     them identical): a row comes back only for
+//     a key taken (new, expired, or our own); a key missing from RETURNING
+//     is ErrHeld. live is false for a row whose lease expired while the
+//     statement waited on its lock.
+//   - Synchronous commit raised as in claimSQL, before anything is written.
+//   - lock_timeout ($4), for this transaction only: a row locked by another
+//     transaction (an operator's, a long one) would hold up every claim of
+//     the burst. Past it the statement fails with SQLSTATE 55P03 and each
+//     claim is sent again alone, so that only the claim of the locked row
+//     waits, as it would have alone. A claim of another replica in flight
+//     holds a row for one commit, well under it.
+const claimAllSQL = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
+SELECT c.key, $1, clock.t, clock.t + make_interval(secs => $2)
+  FROM (SELECT clock_timestamp() AS t) AS clock,
+       unnest($3::text[]) AS c(key)
+ WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
+   AND set_config('lock_timeout', $4, true) IS NOT NULL
+ ORDER BY c.key COLLATE "C"
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+
+// maxBurstLockWait is the longest a burst's claim statement waits on one row
+// lock (lock_timeout) before its claims are sent again one by one. A claim
+// in flight of another replica holds its row for one commit, a few
+// milliseconds on a durable server; only a row locked for longer (an open
+// transaction) costs the burst this wait and a second round trip. It is
+// also how long a claim sent alone keeps its place in flight while it
+// waits on a row lock (coalescer.linger): after that, the claims queued
+// behind it go without it.
+const maxBurstLockWait = 500 * time.Millisecond
+
+// batchClaimer is a protocol that can send a burst of claims in one
+// statement. WithoutFenceColumn's protocol cannot: its claims go one by one.
+type batchClaimer interface {
+	// claimAll claims keys (distinct) in one statement and returns what
+	// the statement returned for each key it took; a key missing from the
+	// result is held by another holder.
+	claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (map[string]claimed, error)
+}
+
+func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (map[string]claimed, error) {
+	rows, err := db.Query(ctx, p.claimAllSQL, p.holder, p.ttl, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := make(map[string]claimed, len(keys))
+	for rows.Next() {
+		var key string
+		c := claimed{holder: p.holder}
+		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table); err != nil {
+			return nil, err
+		}
+		got[key] = c
+	}
+	return got, rows.Err()
+}
+
+// claimAll retries a burst's statement on a serialization failure, as
+// claim does; only a protocol that is a batchClaimer gets here (newClaims).
+func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (got map[string]claimed, err error) {
+	err = retryOn40001(ctx, func() error {
+		got, err = r.protocol.(batchClaimer).claimAll(ctx, db, keys, lockWait)
+		return err
+	})
+	return got, err
+}
+
+// claimOutcome is what the statement that carried one claim said of it.
+type claimOutcome struct {
+	c     claimed
+	ok    bool // taken; false with a nil err: held by another
+	err   error
+	sent  time.Time // when that statement was sent: the trust window counts from it
+	alone bool      // the statement failed on something one row may cause: send this claim again alone
+}
+
+// claimCall is one claim handed to the coalescer, with the end of its
+// key's turn, which the coalescer calls if the caller stops waiting.
+type claimCall struct {
+	key  string
+	done func()
+}
+
+// coalesceAll makes every claim and release take the burst statement,
+// even alone, so that tests run every contract through it
+// (PGLEASE_COALESCE_ALL, export_test.go).
+var coalesceAll bool
+
+// newClaims is the coalescer of a Locker's claims, or nil when its
+// protocol sends them one by one.
+func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
+	p := l.proto
+	if r, ok := p.(serializationRetry); ok {
+		p = r.protocol
+	}
+	if _, ok := p.(batchClaimer); !ok {
+		return nil
+	}
+	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: maxAloneInFlight, linger: l.burstLockWait()}
+}
+
+// maxAloneInFlight is how many claim (or release) statements of a Locker
+// may be in flight before the next calls queue and go together: the
+// connections of pgxpool's smallest default pool. A few job runs at once
+// then go as they always did, one statement each, in parallel on their own
+// connections, and lose no round trip waiting for each other (with one
+// statement in flight, 4 concurrent job runs were 10% slower); a tick of
+// dozens of jobs costs at most this many statements, plus one.
+const maxAloneInFlight = 4
+
+// sendClaim sends the claim of key, alone or with the others of a burst,
+// and returns what its statement said and when that was sent. done ends
+// key's turn; if ctx ends while the claim is in a statement, sendClaim
+// hands it to the coalescer, which calls it once that statement has
+// returned, and replaces it with a no-op.
+func (l *Locker) sendClaim(ctx context.Context, key string, done *func()) (claimed, bool, time.Time, error) {
+	if l.claims == nil {
+		sent := time.Now()
+		c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
+		return c, ok, sent, err
+	}
+	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, done: *done})
+	switch {
+	case handedOff:
+		*done = func() {}
+		return claimed{}, false, time.Now(), fmt.Errorf("waiting for the claim statement in flight: %w", err)
+	case err != nil:
+		return claimed{}, false, time.Now(), fmt.Errorf("waiting for the claim statement in flight to return: %w", err)
+	case o.alone:
+		sent := time.Now()
+		c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
+		return c, ok, sent, err
+	}
+	return o.c, o.ok, o.sent, o.err
+}
+
+// sendClaims is the coalescer's statement: claimSQL for a claim alone,
+// claimAllSQL for a burst. When the burst's statement fails on an error
+// one row may cause (rowError), each claim goes again alone, so that one
+// row fails only its own claim. Any other failure (the connection, the
+// server shutting down) fails every claim of the statement, with its cause.
+func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
+	out := make([]claimOutcome, len(calls))
+	sent := time.Now()
+	if len(calls) == 1 && !coalesceAll {
+		c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key)
+		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
+		return out
+	}
+	keys := make([]string, len(calls))
+	for i, cl := range calls {
+		keys[i] = cl.key
+	}
+	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, l.burstLockWait())
+	for i, key := range keys {
+		c, ok := got[key]
+		switch {
+		case err != nil && rowError(err):
+			out[i] = claimOutcome{alone: true}
+		case err != nil:
+			out[i] = claimOutcome{err: fmt.Errorf("claim statement of %d keys: %w", len(keys), err), sent: sent}
+		default:
+			out[i] = claimOutcome{c: c, ok: ok, sent: sent}
+		}
+	}
+	return out
+}
+
+// rowError reports whether err, the failure of a burst's statement, may
+// come from one of its rows rather than from the statement as a whole: a
+// constraint (class 23) or a value the column refuses (class 22), a row
+// locked past the burst's lock wait (55P03), a deadlock or serialization
+// failure (class 40). Sent alone, the other rows may well succeed.
+func rowError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "40":
+		return true
+	}
+	return pgErr.Code == "55P03"
+}
+
+// burstLockWait is maxBurstLockWait, or a quarter of the trust window when
+// that is shorter: a burst that waited longer would leave its claims
+// little of their window.
+func (l *Locker) burstLockWait() time.Duration {
+	return min(maxBurstLockWait, (l.cfg.ttl-trustMargin(l.cfg.ttl))/4)
+}
+
+// orphanClaim gives back the row of a claim whose caller stopped waiting
+// while its statement was in flight (its Claim returned the context's
+// error), then ends its key's turn. Nobody holds that lease: released now,
+// the key is free for others at once instead of at its expiry.
+func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
+	defer cl.done()
+	if o.err != nil || !o.ok || !o.c.live {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	defer cancel()
+	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt}
+	_, _ = l.proto.release(ctx, l.conns.release, []*Lease{ls})
+}
