@@ -233,6 +233,15 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	if o.err != nil || !o.ok || !o.c.live {
 		return
 	}
+	// The row is this claim's now: a lease of the key this Locker held is
+	// a previous mandate, and must stop believing before the row is given
+	// back and another holder can take it.
+	l.mu.Lock()
+	prev := l.leases[cl.key]
+	l.mu.Unlock()
+	if prev != nil {
+		prev.lose("re-claimed by the same holder, in a claim whose caller gave up")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
 	defer cancel()
 	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt}

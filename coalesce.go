@@ -36,7 +36,9 @@ type coalescer[Q, R any] struct {
 	flying  int  // statements in flight
 	held    bool // calls queue until release (tests)
 	queue   []*call[Q, R]
-	onQueue func() // called with mu held whenever a call is queued (tests)
+	onQueue func()     // called with mu held whenever a call is queued (tests)
+	running int        // goroutines of run
+	idle    *sync.Cond // signalled when running drops to 0; nil until wait
 }
 
 // call is one caller waiting for the next statement.
@@ -128,8 +130,35 @@ func (c *coalescer[Q, R]) alone(ctx context.Context, q Q) R {
 // flight, in one statement on a goroutine of its own that lasts as long as
 // calls keep arriving.
 func (c *coalescer[Q, R]) next() {
-	if batch := c.take(); batch != nil {
-		go c.run(batch)
+	batch := c.take()
+	if batch == nil {
+		return
+	}
+	c.mu.Lock()
+	c.running++
+	c.mu.Unlock()
+	go func() {
+		c.run(batch)
+		c.mu.Lock()
+		c.running--
+		if c.running == 0 && c.idle != nil {
+			c.idle.Broadcast()
+		}
+		c.mu.Unlock()
+	}()
+}
+
+// wait returns once no goroutine of run is left: Close waits for it, so
+// that no statement of the Locker, an orphan's give-back included, runs
+// after Close returns.
+func (c *coalescer[Q, R]) wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idle == nil {
+		c.idle = sync.NewCond(&c.mu)
+	}
+	for c.running > 0 {
+		c.idle.Wait()
 	}
 }
 

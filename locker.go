@@ -346,6 +346,10 @@ func (l *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if l.claims != nil {
+		l.claims.wait()
+	}
+	l.releases.wait()
 	l.unwatch()
 	l.conns.close()
 	close(l.closing)
