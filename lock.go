@@ -155,7 +155,7 @@ func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
 	ls.mu.Unlock()
 
 	prior := ls.lostErr()
-	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended)}, true
+	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil)}, true
 }
 
 // finishRelease reports the outcome err of the release r, records it for
@@ -348,15 +348,16 @@ func (ls *Lease) extend(expiresAt, sent time.Time) {
 // lose ends the lease as lost, and reports it, unless it has ended already.
 func (ls *Lease) lose(why string) {
 	err := fmt.Errorf("pglease: lease %q fence %d: %s: %w", ls.key, ls.fence, why, ErrLost)
-	if ls.end(err) {
+	ls.end(err, func() {
 		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
-	}
+	})
 }
 
 // end moves the lease to its final state once: it records err, cancels the
-// contexts of Context, drops the lease from its Locker and, last, closes
-// Done, so that whoever sees Done closed also finds those contexts ended.
-func (ls *Lease) end(err error) bool {
+// contexts of Context, reports the end (report, if not nil), drops the
+// lease from its Locker and, last, closes Done, so that whoever sees Done
+// closed also finds those contexts ended and the loss reported.
+func (ls *Lease) end(err error, report func()) bool {
 	ls.mu.Lock()
 	if ls.err != nil {
 		ls.mu.Unlock()
@@ -372,6 +373,9 @@ func (ls *Lease) end(err error) bool {
 
 	for _, cancel := range watchers {
 		cancel(err)
+	}
+	if report != nil {
+		report() // before Done: whoever sees Done closed finds the loss reported
 	}
 	ls.locker.forget(ls)
 	close(ls.done)
