@@ -2,7 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -47,7 +46,7 @@ func TestOrphanedReentrantClaimInBurstNeverFreesTheKeyUnderATrustedPreviousLease
 	case <-ctx.Done():
 		t.Fatal("burst never sent")
 	}
-	cancelK() // the caller of k gives up while its claim is in the statement
+	cancelK()                                                         // the caller of k gives up while its claim is in the statement
 	ev := events.waitFor(t, pglease.EventClaimFailed, 10*time.Second) // Claim(k) has returned its error
 	require.Equal(t, "k", ev.Key)
 	release()
@@ -76,5 +75,5 @@ func TestOrphanedReentrantClaimInBurstNeverFreesTheKeyUnderATrustedPreviousLease
 		t.Fatalf("mutual exclusion broken: b holds k (fence %d) while a's previous lease (fence %d) is still trusted: Held=%v Err=%v",
 			other.Fence(), first.Fence(), ok && held == first, first.Err())
 	}
-	require.True(t, errors.Is(first.Err(), pglease.ErrLost))
+	require.ErrorIs(t, first.Err(), pglease.ErrLost)
 }
