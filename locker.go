@@ -346,10 +346,12 @@ func (l *Locker) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if l.claims != nil {
+	if l.claims != nil { // nil: claims go one by one
 		l.claims.wait()
 	}
-	l.releases.wait()
+	if l.releases != nil {
+		l.releases.wait()
+	}
 	l.unwatch()
 	l.conns.close()
 	close(l.closing)
