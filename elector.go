@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/go-co-op/gocron/v2"
@@ -25,12 +24,11 @@ type Elector struct {
 }
 
 // NewElector returns an Elector on db. It takes the same options as
-// NewLocker, plus WithLeaderKey; WithMinHold is ignored, so that Close hands
-// leadership over at once. Invalid options panic, naming the option.
+// NewLocker, plus WithLeaderKey, except WithMinHold, which it refuses: Close
+// hands leadership over at once. Invalid options panic with an error
+// wrapping ErrInvalidOption that names the option.
 func NewElector(db DB, opts ...Option) *Elector {
-	// Applied last, before NewLocker builds the protocol (which copies the
-	// min hold into the release statement's arguments) and validates it.
-	l := NewLocker(db, append(slices.Clip(opts), WithMinHold(0))...)
+	l := newLocker(db, opts, forElector)
 	return &Elector{locker: l, key: l.cfg.leaderKey}
 }
 

@@ -165,14 +165,14 @@ func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 	require.NoError(t, follower.IsLeader(ctx), "resigned: the follower leads at once")
 }
 
-func TestElectorIgnoresMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
+func TestElectorHasNoMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	pool := newPool(t, "", nil)
 	table := newTable(t, pool)
 	const key = "leader"
 	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet),
-		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute), pglease.WithMinHold(30*time.Second))
+		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute))
 	t.Cleanup(func() { _ = leader.Close(context.Background()) })
 	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(quiet),
 		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute))
@@ -185,9 +185,11 @@ func TestElectorIgnoresMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
 	assert.False(t, row.Live, "resigned leadership expires at once (expires_at %v, acquired_at %v)", row.ExpiresAt, row.AcquiredAt)
 	require.NoError(t, follower.IsLeader(ctx), "the follower leads at once")
 
-	// Ignored altogether: a min hold that NewLocker would reject (longer
-	// than the TTL) is no error either.
-	require.NotPanics(t, func() {
-		_ = pglease.NewElector(pool, pglease.WithTable(table), pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Hour))
+	// A min hold is refused, not silently dropped: it would look like a
+	// setting that holds.
+	err := panicError(func() {
+		_ = pglease.NewElector(pool, pglease.WithTable(table), pglease.WithTTL(time.Minute), pglease.WithMinHold(30*time.Second))
 	})
+	require.ErrorIs(t, err, pglease.ErrInvalidOption)
+	require.ErrorContains(t, err, "WithMinHold does not apply to NewElector")
 }

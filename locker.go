@@ -139,19 +139,25 @@ type Locker struct {
 // inside a transaction the caller opened either: every statement of a
 // Locker must commit on its own. NewLocker sends nothing to the database.
 func NewLocker(db DB, opts ...Option) *Locker {
+	return newLocker(db, opts, forLocker)
+}
+
+// newLocker is NewLocker for ctor (a Locker or an Elector's), which says
+// which options apply.
+func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	if isNil(db) {
-		panic("pglease: NewLocker: db is nil")
+		panic("pglease: " + ctor.name + ": db is nil")
 	}
 	if _, ok := db.(pgx.Tx); ok {
 		// A claim would then commit only when the caller's transaction
 		// does, and a rollback would let another holder in while this
 		// Locker trusts the lease; a release would also turn the caller's
 		// synchronous_commit off until its commit.
-		panic("pglease: NewLocker: db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own")
+		panic("pglease: " + ctor.name + ": db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own")
 	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(opts, ctor)
 	if err != nil {
-		panic(err.Error())
+		panic(err)
 	}
 	t, _ := parseTable(cfg.table) // checked by newConfig
 	var proto protocol = newFenced(t, cfg)

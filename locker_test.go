@@ -488,43 +488,83 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	before := snapshotTable(t, pool, table)
 
+	// Each case is refused by NewLocker and by Migrate, with an error that
+	// wraps ErrInvalidOption and names the option; where the option applies
+	// (a Locker's, the schema's, or both) the error also says what is wrong
+	// with its value, and where it does not, that it does not apply.
+	const locker, schema, both = 1, 2, 3
 	badOptions := []struct {
-		name string
-		opts []pglease.Option
-		want string
+		name    string
+		opts    []pglease.Option
+		option  string
+		applies int
+		want    string
 	}{
-		{"TTL zero", []pglease.Option{pglease.WithTTL(0)}, "WithTTL(0s): TTL must be at least MinTTL (10ms)"},
-		{"TTL negative", []pglease.Option{pglease.WithTTL(-time.Second)}, "WithTTL(-1s)"},
-		{"heartbeat half TTL", []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(30 * time.Second)}, "must be less than TTL/2"},
-		{"heartbeat zero", []pglease.Option{pglease.WithHeartbeatInterval(0)}, "WithHeartbeatInterval(0s)"},
-		{"min hold over TTL", []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, "WithMinHold(2s): must not exceed the TTL"},
-		{"min hold negative", []pglease.Option{pglease.WithMinHold(-1)}, "WithMinHold(-1ns)"},
-		{"empty holder", []pglease.Option{pglease.WithHolder("")}, "WithHolder: holder is empty"},
-		{"holder with NUL", []pglease.Option{pglease.WithHolder("a\x00b")}, "without NUL"},
-		{"empty table", []pglease.Option{pglease.WithTable("")}, "table name is empty"},
-		{"three parts", []pglease.Option{pglease.WithTable("a.b.c")}, `want "name" or "schema.name"`},
-		{"empty part", []pglease.Option{pglease.WithTable(".lease")}, "empty part"},
-		{"injection", []pglease.Option{pglease.WithTable(`lease"; DROP TABLE lease; --`)}, "only letters, digits, _ and $"},
-		{"quote", []pglease.Option{pglease.WithTable(`le'ase`)}, "only letters, digits, _ and $"},
-		{"space", []pglease.Option{pglease.WithTable("my lease")}, "only letters, digits, _ and $"},
-		{"digit first", []pglease.Option{pglease.WithTable("1lease")}, "no digit or $ first"},
-		{"too long", []pglease.Option{pglease.WithTable(strings.Repeat("x", 54))}, "would be truncated"},
-		{"invalid UTF-8", []pglease.Option{pglease.WithTable("le\xffase")}, "not valid UTF-8"},
-		{"negative retention", []pglease.Option{pglease.WithRetention(-time.Hour)}, "WithRetention(-1h0m0s)"},
-		{"zero retention", []pglease.Option{pglease.WithRetention(0)}, "WithRetention(0s): retention must be at least MinRetention (1h0m0s)"},
-		{"retention below the floor", []pglease.Option{pglease.WithRetention(pglease.MinRetention - time.Second)}, "a shorter purge horizon would let a claim stalled in between issue a fence smaller"},
-		{"zero timeout", []pglease.Option{pglease.WithTimeout(0)}, "WithTimeout(0s)"},
-		{"nil logger", []pglease.Option{pglease.WithLogger(nil)}, "WithLogger: logger is nil"},
-		{"nil hook", []pglease.Option{pglease.WithHook(nil)}, "WithHook: hook is nil"},
-		{"nil option", []pglease.Option{nil}, "nil Option"},
+		{"TTL zero", []pglease.Option{pglease.WithTTL(0)}, "WithTTL", locker, "WithTTL(0s): TTL must be at least MinTTL (10ms)"},
+		{"TTL negative", []pglease.Option{pglease.WithTTL(-time.Second)}, "WithTTL", locker, "WithTTL(-1s)"},
+		{"heartbeat half TTL", []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(30 * time.Second)}, "WithHeartbeatInterval", locker, "must be less than TTL/2"},
+		{"heartbeat zero", []pglease.Option{pglease.WithHeartbeatInterval(0)}, "WithHeartbeatInterval", locker, "WithHeartbeatInterval(0s)"},
+		{"min hold over TTL", []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, "WithMinHold", locker, "WithMinHold(2s): must not exceed the TTL"},
+		{"min hold negative", []pglease.Option{pglease.WithMinHold(-1)}, "WithMinHold", locker, "WithMinHold(-1ns)"},
+		{"empty holder", []pglease.Option{pglease.WithHolder("")}, "WithHolder", locker, "WithHolder: holder is empty"},
+		{"holder with NUL", []pglease.Option{pglease.WithHolder("a\x00b")}, "WithHolder", locker, "without NUL"},
+		{"empty table", []pglease.Option{pglease.WithTable("")}, "WithTable", both, "table name is empty"},
+		{"three parts", []pglease.Option{pglease.WithTable("a.b.c")}, "WithTable", both, `want "name" or "schema.name"`},
+		{"empty part", []pglease.Option{pglease.WithTable(".lease")}, "WithTable", both, "empty part"},
+		{"injection", []pglease.Option{pglease.WithTable(`lease"; DROP TABLE lease; --`)}, "WithTable", both, "only letters, digits, _ and $"},
+		{"quote", []pglease.Option{pglease.WithTable(`le'ase`)}, "WithTable", both, "only letters, digits, _ and $"},
+		{"space", []pglease.Option{pglease.WithTable("my lease")}, "WithTable", both, "only letters, digits, _ and $"},
+		{"digit first", []pglease.Option{pglease.WithTable("1lease")}, "WithTable", both, "no digit or $ first"},
+		{"too long", []pglease.Option{pglease.WithTable(strings.Repeat("x", 54))}, "WithTable", both, "would be truncated"},
+		{"invalid UTF-8", []pglease.Option{pglease.WithTable("le\xffase")}, "WithTable", both, "not valid UTF-8"},
+		{"negative retention", []pglease.Option{pglease.WithRetention(-time.Hour)}, "WithRetention", schema, "WithRetention(-1h0m0s)"},
+		{"zero retention", []pglease.Option{pglease.WithRetention(0)}, "WithRetention", schema, "WithRetention(0s): retention must be at least MinRetention (1h0m0s)"},
+		{"retention below the floor", []pglease.Option{pglease.WithRetention(pglease.MinRetention - time.Second)}, "WithRetention", schema, "a shorter purge horizon would let a claim stalled in between issue a fence smaller"},
+		{"zero timeout", []pglease.Option{pglease.WithTimeout(0)}, "WithTimeout", locker, "WithTimeout(0s)"},
+		{"nil logger", []pglease.Option{pglease.WithLogger(nil)}, "WithLogger", locker, "WithLogger: logger is nil"},
+		{"nil hook", []pglease.Option{pglease.WithHook(nil)}, "WithHook", locker, "WithHook: hook is nil"},
+		{"nil option", []pglease.Option{nil}, "Option", both, "nil Option"},
 	}
 	for _, tc := range badOptions {
-		opts := append([]pglease.Option{pglease.WithTable(table)}, tc.opts...)
-		msg := panicMessage(func() { pglease.NewLocker(pool, opts...) })
-		require.Contains(t, msg, tc.want, "%s: NewLocker panics naming the problem", tc.name)
-		require.True(t, strings.HasPrefix(msg, "pglease: "), msg)
-		err := pglease.Migrate(ctx, pool, opts...)
-		require.ErrorContains(t, err, tc.want, "%s: Migrate returns the same error", tc.name)
+		t.Run(tc.name, func(t *testing.T) {
+			opts := append([]pglease.Option{pglease.WithTable(table)}, tc.opts...)
+			for _, c := range []struct {
+				ctor string
+				is   int
+				err  error
+			}{
+				{"NewLocker", locker, panicError(func() { pglease.NewLocker(pool, opts...) })},
+				{"Migrate", schema, pglease.Migrate(ctx, pool, opts...)},
+			} {
+				require.ErrorIs(t, c.err, pglease.ErrInvalidOption, c.ctor)
+				var oe *pglease.OptionError
+				require.ErrorAs(t, c.err, &oe, c.ctor)
+				assert.Equal(t, tc.option, oe.Option, "%s names the option: %v", c.ctor, c.err)
+				assert.True(t, strings.HasPrefix(c.err.Error(), "pglease: "), c.err.Error())
+				if tc.applies&c.is != 0 {
+					assert.ErrorContains(t, c.err, tc.want, "%s says what is wrong with the value", c.ctor)
+				} else {
+					assert.ErrorContains(t, c.err, tc.option+" does not apply to", "%s refuses an option it would ignore", c.ctor)
+				}
+			}
+		})
+	}
+	// Valid options given where they would do nothing are refused too.
+	for _, tc := range []struct {
+		name, option string
+		err          error
+	}{
+		{"retention given to a Locker", "WithRetention", panicError(func() { pglease.NewLocker(pool, pglease.WithRetention(pglease.MinRetention)) })},
+		{"leader key given to a Locker", "WithLeaderKey", panicError(func() { pglease.NewLocker(pool, pglease.WithLeaderKey("leader")) })},
+		{"min hold given to an Elector", "WithMinHold", panicError(func() { pglease.NewElector(pool, pglease.WithMinHold(time.Second)) })},
+		{"TTL given to Migrate", "WithTTL", pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithTTL(time.Minute))},
+		{"hook given to Schema", "WithHook", func() error { _, err := pglease.Schema(pglease.WithHook(func(pglease.Event) {})); return err }()},
+	} {
+		var oe *pglease.OptionError
+		require.ErrorAs(t, tc.err, &oe, tc.name)
+		assert.Equal(t, tc.option, oe.Option, tc.name)
+		assert.ErrorIs(t, tc.err, pglease.ErrInvalidOption, tc.name)
+		assert.ErrorContains(t, tc.err, tc.option+" does not apply to", tc.name)
 	}
 
 	require.Contains(t, panicMessage(func() { pglease.NewLocker(nil) }), "db is nil")
@@ -564,6 +604,22 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 	var tables int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE '%DROP%' OR relname LIKE '%lease"%'`).Scan(&tables))
 	require.Zero(t, tables, "no table was created from a bad name")
+}
+
+// panicError runs f and returns the error it panicked with, or an error
+// saying it did not panic or panicked with something else.
+func panicError(f func()) (err error) {
+	defer func() {
+		switch r := recover().(type) {
+		case nil:
+		case error:
+			err = r
+		default:
+			err = fmt.Errorf("panicked with a %T, not an error: %v", r, r)
+		}
+	}()
+	f()
+	return errors.New("did not panic")
 }
 
 func panicMessage(f func()) (msg string) {

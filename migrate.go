@@ -61,7 +61,7 @@ var schemaStatements = []string{createSequenceSQL, createTableSQL}
 // WithTable matters), as one SQL text for migration tools. Statements end
 // with a semicolon.
 func Schema(opts ...Option) (string, error) {
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(opts, forSchema)
 	if err != nil {
 		return "", err
 	}
@@ -89,7 +89,7 @@ func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	if isNil(db) {
 		return errors.New("pglease: migrate: db is nil")
 	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(opts, forSchema)
 	if err != nil {
 		return err
 	}

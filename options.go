@@ -63,8 +63,10 @@ func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustM
 // job name longer than this is a mistake.
 const MaxKeyLen = 1024
 
-// Option configures a Locker (NewLocker) or the schema (Migrate). Options
-// that do not apply to one of them are ignored there.
+// Option configures a Locker (NewLocker), an Elector (NewElector) or the
+// schema (Migrate, Schema). An option given where it does not apply is
+// refused with an OptionError, never ignored: each option's comment says
+// where it applies.
 type Option func(*config)
 
 type config struct {
@@ -81,6 +83,7 @@ type config struct {
 	logger    *slog.Logger
 	hooks     []func(Event)
 	errs      []error
+	given     []string // the options given, by name, in order
 }
 
 // RevokedHolder is the holder `pglease release` writes into the row of a
@@ -97,13 +100,14 @@ const RevokedHolder = "pglease:revoked"
 // RevokedHolder is refused.
 func WithHolder(id string) Option {
 	return func(c *config) {
+		c.use("WithHolder")
 		switch {
 		case id == "":
-			c.fail("WithHolder: holder is empty")
+			c.invalid("WithHolder", "WithHolder: holder is empty")
 		case id == RevokedHolder:
-			c.fail("WithHolder(%q): this holder is reserved for the leases `pglease release` revokes", id)
+			c.invalid("WithHolder", "WithHolder(%q): this holder is reserved for the leases `pglease release` revokes", id)
 		case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
-			c.fail("WithHolder(%q): holder must be valid UTF-8 without NUL bytes", id)
+			c.invalid("WithHolder", "WithHolder(%q): holder must be valid UTF-8 without NUL bytes", id)
 		default:
 			c.holder = id
 		}
@@ -115,8 +119,9 @@ func WithHolder(id string) Option {
 // default is DefaultTTL (60s).
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
+		c.use("WithTTL")
 		if d < MinTTL {
-			c.fail("WithTTL(%v): TTL must be at least MinTTL (%v)", d, MinTTL)
+			c.invalid("WithTTL", "WithTTL(%v): TTL must be at least MinTTL (%v)", d, MinTTL)
 			return
 		}
 		c.ttl = d
@@ -128,8 +133,9 @@ func WithTTL(d time.Duration) Option {
 // lease lapses. The default is TTL/3.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(c *config) {
+		c.use("WithHeartbeatInterval")
 		if d <= 0 {
-			c.fail("WithHeartbeatInterval(%v): interval must be positive", d)
+			c.invalid("WithHeartbeatInterval", "WithHeartbeatInterval(%v): interval must be positive", d)
 			return
 		}
 		c.heartbeat = d
@@ -142,8 +148,9 @@ func WithHeartbeatInterval(d time.Duration) Option {
 // default is 0: Unlock expires the lease at once.
 func WithMinHold(d time.Duration) Option {
 	return func(c *config) {
+		c.use("WithMinHold")
 		if d < 0 {
-			c.fail("WithMinHold(%v): min hold must not be negative", d)
+			c.invalid("WithMinHold", "WithMinHold(%v): min hold must not be negative", d)
 			return
 		}
 		c.minHold = d
@@ -155,8 +162,9 @@ func WithMinHold(d time.Duration) Option {
 // DefaultTable ("lease").
 func WithTable(name string) Option {
 	return func(c *config) {
+		c.use("WithTable")
 		if _, err := parseTable(name); err != nil {
-			c.fail("WithTable: %v", err)
+			c.invalid("WithTable", "WithTable: %v", err)
 			return
 		}
 		c.table = name
@@ -169,8 +177,9 @@ func WithTable(name string) Option {
 // fence smaller than one already handed out. The default is Retention (24h).
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
+		c.use("WithRetention")
 		if d < MinRetention {
-			c.fail("WithRetention(%v): retention must be at least MinRetention (%v): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", d, MinRetention)
+			c.invalid("WithRetention", "WithRetention(%v): retention must be at least MinRetention (%v): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", d, MinRetention)
 			return
 		}
 		c.retention = d
@@ -183,8 +192,9 @@ func WithRetention(d time.Duration) Option {
 // default is DefaultTimeout (5s).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
+		c.use("WithTimeout")
 		if d <= 0 {
-			c.fail("WithTimeout(%v): timeout must be positive", d)
+			c.invalid("WithTimeout", "WithTimeout(%v): timeout must be positive", d)
 			return
 		}
 		c.timeout = d
@@ -193,11 +203,12 @@ func WithTimeout(d time.Duration) Option {
 
 // WithLeaderKey sets the key an Elector claims on the lease table. Every
 // replica of one service must use the same key. The default is
-// DefaultLeaderKey ("gocron-leader"). Lockers ignore it.
+// DefaultLeaderKey ("gocron-leader"). Only an Elector takes it.
 func WithLeaderKey(key string) Option {
 	return func(c *config) {
+		c.use("WithLeaderKey")
 		if err := checkKey(key); err != nil {
-			c.fail("WithLeaderKey(%q): %v", shorten(key), err)
+			c.invalid("WithLeaderKey", "WithLeaderKey(%q): %v", shorten(key), err)
 			return
 		}
 		c.leaderKey = key
@@ -217,7 +228,7 @@ func WithLeaderKey(key string) Option {
 // other replica's identifiers can have that shape. Migrate and Schema
 // refuse this mode; the table is checked at the first claim.
 func WithoutFenceColumn() Option {
-	return func(c *config) { c.noFence = true }
+	return func(c *config) { c.use("WithoutFenceColumn"); c.noFence = true }
 }
 
 // WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections
@@ -231,7 +242,7 @@ func WithoutFenceColumn() Option {
 // separate small pool for the Locker avoids both. It is ignored for any
 // other DB.
 func WithKeptConnection() Option {
-	return func(c *config) { c.keepConn = true }
+	return func(c *config) { c.use("WithKeptConnection"); c.keepConn = true }
 }
 
 // WithLogger sets where the Locker reports. Contention and routine events
@@ -240,8 +251,9 @@ func WithKeptConnection() Option {
 // slog.New(slog.DiscardHandler).
 func WithLogger(logger *slog.Logger) Option {
 	return func(c *config) {
+		c.use("WithLogger")
 		if logger == nil {
-			c.fail("WithLogger: logger is nil")
+			c.invalid("WithLogger", "WithLogger: logger is nil")
 			return
 		}
 		c.logger = logger
@@ -254,20 +266,28 @@ func WithLogger(logger *slog.Logger) Option {
 // be given several times.
 func WithHook(hook func(Event)) Option {
 	return func(c *config) {
+		c.use("WithHook")
 		if hook == nil {
-			c.fail("WithHook: hook is nil")
+			c.invalid("WithHook", "WithHook: hook is nil")
 			return
 		}
 		c.hooks = append(c.hooks, hook)
 	}
 }
 
-func (c *config) fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("pglease: "+format, args...))
+// invalid records that option was given a value it refuses; format says
+// what is wrong, starting with the option's name and value.
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, &OptionError{Option: option, msg: fmt.Sprintf(format, args...)})
 }
 
-// newConfig applies opts over the defaults and checks the combination.
-func newConfig(opts []Option) (config, error) {
+// use records that option was given, for the check that the constructor
+// it was given to applies it (see refuseUnused).
+func (c *config) use(option string) { c.given = append(c.given, option) }
+
+// newConfig applies opts over the defaults, refuses those that the
+// constructor (ctor) would ignore, and checks the combination.
+func newConfig(opts []Option, ctor constructor) (config, error) {
 	c := config{
 		ttl:       DefaultTTL,
 		table:     DefaultTable,
@@ -277,7 +297,7 @@ func newConfig(opts []Option) (config, error) {
 	}
 	for _, opt := range opts {
 		if opt == nil {
-			c.fail("nil Option")
+			c.invalid("Option", "nil Option")
 			continue
 		}
 		opt(&c)
@@ -286,20 +306,21 @@ func newConfig(opts []Option) (config, error) {
 		c.heartbeat = c.ttl / 3
 	}
 	if c.heartbeat*2 >= c.ttl && c.ttl > 0 {
-		c.fail("WithHeartbeatInterval(%v): must be less than TTL/2 (TTL is %v)", c.heartbeat, c.ttl)
+		c.invalid("WithHeartbeatInterval", "WithHeartbeatInterval(%v): must be less than TTL/2 (TTL is %v)", c.heartbeat, c.ttl)
 	}
 	if c.minHold > c.ttl {
-		c.fail("WithMinHold(%v): must not exceed the TTL (%v)", c.minHold, c.ttl)
+		c.invalid("WithMinHold", "WithMinHold(%v): must not exceed the TTL (%v)", c.minHold, c.ttl)
 	}
 	if c.holder == "" {
 		c.holder = defaultHolder()
 	}
 	if c.noFence && strings.Contains(c.holder, forgeSep) {
-		c.fail("WithHolder(%q): with WithoutFenceColumn the holder must not contain %q, which separates the forged suffix", c.holder, forgeSep)
+		c.invalid("WithHolder", "WithHolder(%q): with WithoutFenceColumn the holder must not contain %q, which separates the forged suffix", c.holder, forgeSep)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	c.refuseUnused(ctor)
 	return c, errors.Join(c.errs...)
 }
 

@@ -1,0 +1,73 @@
+package pglease
+
+import (
+	"errors"
+	"slices"
+)
+
+// ErrInvalidOption is wrapped by every error about an option: a value it
+// refuses, a combination that cannot work, or an option given to a
+// constructor that would ignore it. errors.As with *OptionError says which
+// option. NewLocker and NewElector panic with such an error; Migrate,
+// Schema and the functions that take options return it.
+var ErrInvalidOption = errors.New("pglease: invalid option")
+
+// OptionError names the option that is wrong and says why.
+type OptionError struct {
+	Option string // the option's function name, e.g. "WithTTL"
+	msg    string
+}
+
+func (e *OptionError) Error() string { return "pglease: " + e.msg }
+
+// Unwrap makes errors.Is(err, ErrInvalidOption) true.
+func (e *OptionError) Unwrap() error { return ErrInvalidOption }
+
+// constructor is what options are given to, with the options it applies.
+// An option it does not apply is refused rather than silently ignored: a
+// WithRetention given to a Locker, or a WithMinHold to an Elector, would
+// otherwise look like a setting that holds.
+type constructor struct {
+	name    string
+	applies []string
+	why     map[string]string // why an option does not apply, where the default does not say it
+}
+
+// whyNot says, by default, why an option does not apply where it is refused.
+var whyNot = map[string]string{
+	"WithRetention": "it sets the purge horizon of Migrate",
+	"WithLeaderKey": "it names the key an Elector claims",
+}
+
+// lockerOptions are the options of a Locker.
+var lockerOptions = []string{
+	"WithHolder", "WithTTL", "WithHeartbeatInterval", "WithMinHold", "WithTable",
+	"WithTimeout", "WithoutFenceColumn", "WithKeptConnection", "WithLogger", "WithHook",
+}
+
+var (
+	forLocker  = constructor{name: "NewLocker", applies: lockerOptions}
+	forElector = constructor{
+		name:    "NewElector",
+		applies: append(slices.DeleteFunc(slices.Clone(lockerOptions), func(o string) bool { return o == "WithMinHold" }), "WithLeaderKey"),
+		why:     map[string]string{"WithMinHold": "an Elector's Close hands leadership over at once"},
+	}
+	forSchema = constructor{name: "Migrate and Schema", applies: []string{"WithTable", "WithRetention", "WithoutFenceColumn"}}
+)
+
+// refuseUnused records an error for each option given that ctor ignores.
+func (c *config) refuseUnused(ctor constructor) {
+	for _, o := range c.given {
+		if slices.Contains(ctor.applies, o) {
+			continue
+		}
+		why, ok := ctor.why[o]
+		if !ok {
+			why, ok = whyNot[o]
+		}
+		if !ok {
+			why = "it configures a Locker"
+		}
+		c.invalid(o, "%s does not apply to %s: %s", o, ctor.name, why)
+	}
+}
