@@ -1,0 +1,188 @@
+// Package pgtest is what the tests of every package of pglease share: the
+// PostgreSQL server of the test binary, pools and tables on it, quiet
+// Lockers, a reader of lease rows, a recorder of a Locker's events, a
+// statement counter and a DB that fails or holds statements on demand.
+//
+// A package's tests start with
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// and isolate themselves with a table each (Table), so that they can run in
+// parallel on the one server.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgbouncer"
+	"github.com/pglease/pglease/internal/pgserver"
+)
+
+// Server is the one PostgreSQL every test of the binary shares; Main
+// starts it.
+var Server *pgserver.Server
+
+// throughPooler runs the tests' pools through a PgBouncer in transaction
+// pooling mode, with the pgx exec mode README recommends for it, so that
+// the contract tests show that claims through a pooler behave exactly as
+// direct ones: go test -run '...' . -args -pooler
+var throughPooler = flag.Bool("pooler", false, "send every test pool through a PgBouncer in transaction pooling mode")
+
+// poolerDSN is the PgBouncer of -pooler, or empty.
+var poolerDSN string
+
+// Main starts the server (and the PgBouncer of -pooler), runs the tests,
+// stops what it started and exits; the run fails when a goroutine is left
+// behind.
+func Main(m *testing.M) {
+	flag.Parse()
+	Server = pgserver.ForTestMain(pgserver.Options{})
+	code := 1
+	if b, ok := startPooler(); ok {
+		code = m.Run()
+		if b != nil {
+			if err := b.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = 1
+			}
+		}
+	}
+	os.Exit(Server.AfterTests(code))
+}
+
+// startPooler starts the PgBouncer of -pooler; ok is false when it failed.
+func startPooler() (b *pgbouncer.Bouncer, ok bool) {
+	if !*throughPooler {
+		return nil, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := pgbouncer.Start(ctx, Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 20})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil, false
+	}
+	poolerDSN = b.DSN()
+	return b, true
+}
+
+// ThroughPooler reports whether the tests run through PgBouncer (-pooler).
+func ThroughPooler() bool { return poolerDSN != "" }
+
+// Ctx is a context that ends with the test, or after 30 seconds.
+func Ctx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Quiet is a logger that discards everything.
+var Quiet = slog.New(slog.DiscardHandler)
+
+// Pool connects to the shared server (through the PgBouncer of -pooler),
+// with tracer if not nil; it is closed at cleanup.
+func Pool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	if poolerDSN != "" {
+		return pool(t, poolerDSN, tracer, pgx.QueryExecModeExec)
+	}
+	return pool(t, Server.DSN(), tracer, 0)
+}
+
+// PoolAt connects to dsn (another server, a proxy), with tracer if not
+// nil; it is closed at cleanup.
+func PoolAt(t testing.TB, dsn string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	return pool(t, dsn, tracer, 0)
+}
+
+func pool(t testing.TB, dsn string, tracer pgx.QueryTracer, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 8
+	if mode != 0 {
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+var tableSeq atomic.Int64
+
+// TableName is a table name no other test of any package uses (the
+// process id tells the packages apart when they share a server); the table
+// is not created.
+func TableName() string {
+	return fmt.Sprintf("lease_p%d_t%d", os.Getpid(), tableSeq.Add(1))
+}
+
+// Table returns a fresh table, created by Migrate.
+func Table(t testing.TB, db pglease.DB) string {
+	t.Helper()
+	name := TableName()
+	require.NoError(t, pglease.Migrate(context.Background(), db, pglease.WithTable(name)))
+	return name
+}
+
+// Locker returns a quiet Locker on table, closed at cleanup.
+func Locker(t testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
+	t.Helper()
+	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
+	l := pglease.NewLocker(db, all...)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
+// Row is a row of a lease table as the server sees it now.
+type Row struct {
+	Holder     string
+	Fence      int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	Live       bool // expires_at is after the server's clock
+}
+
+// ReadRow reads the row of key, and whether there is one.
+func ReadRow(t testing.TB, db pglease.DB, table, key string) (Row, bool) {
+	t.Helper()
+	var r Row
+	err := db.QueryRow(context.Background(),
+		fmt.Sprintf(`SELECT holder, fence, acquired_at, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`,
+			pgx.Identifier{table}.Sanitize()), key).
+		Scan(&r.Holder, &r.Fence, &r.AcquiredAt, &r.ExpiresAt, &r.Live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false
+	}
+	require.NoError(t, err)
+	return r, true
+}
+
+// WaitDone waits for a lease to end, failing the test after limit.
+func WaitDone(t testing.TB, lease *pglease.Lease, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-lease.Done():
+	case <-time.After(limit):
+		t.Fatalf("lease %q fence %d still held after %v", lease.Key(), lease.Fence(), limit)
+	}
+}
