@@ -365,3 +365,25 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 	require.ErrorIs(t, err, pglease.ErrClosed)
 	require.True(t, errors.Is(err, pglease.ErrClosed))
 }
+
+// Assumption: the trust window of a lease counts its own TTL. A job's
+// 1-second lease on a Locker of 1-minute leases must stop being trusted
+// within about a second of its last heartbeat, not a minute: the server
+// lets another replica in after one second.
+func TestAJobsLeaseIsTrustedOnlyForItsOwnTTLWhileHeartbeatsFail(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	db := newFaultyDB(pool)
+	l := newLocker(t, db, table, "replica-1", pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	own, err := l.Claim(ctx, "locker")
+	require.NoError(t, err)
+	lease, err := mustJob(t, l, pglease.WithTTL(time.Second)).Claim(ctx, "short")
+	require.NoError(t, err)
+
+	db.setFail("heartbeat", errors.New("network down"))
+	waitDone(t, lease, 5*time.Second) // trusted for the Locker's TTL, it would last ~54s
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	require.NoError(t, own.Err(), "the Locker's own lease keeps its own, longer, trust window")
+}
