@@ -27,9 +27,9 @@ func ExampleLocker_Job() {
 
 	// The nightly report fails over after 10 minutes and keeps its tick for
 	// an hour after it returns.
-	nightly, err := locker.Job(pglease.WithTTL(10*time.Minute), pglease.WithMinHold(time.Hour))
+	_, err := locker.Job(pglease.WithTTL(10*time.Minute), pglease.WithMinHold(time.Hour))
 	fmt.Println("refused:", err)
-	nightly, err = locker.Job(pglease.WithTTL(2*time.Hour), pglease.WithMinHold(time.Hour))
+	nightly, err := locker.Job(pglease.WithTTL(2*time.Hour), pglease.WithMinHold(time.Hour))
 	if err != nil {
 		panic(err)
 	}

@@ -363,7 +363,6 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 	assert.Equal(t, 2, events.count(pglease.EventReleased), "the Locker's hooks report the job leases' release")
 	_, err = quick.Claim(ctx, "quick")
 	require.ErrorIs(t, err, pglease.ErrClosed)
-	require.True(t, errors.Is(err, pglease.ErrClosed))
 }
 
 // Assumption: the trust window of a lease counts its own TTL. A job's
