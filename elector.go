@@ -28,8 +28,8 @@ type Elector struct {
 // NewLocker, plus WithLeaderKey; WithMinHold is ignored, so that Close hands
 // leadership over at once. Invalid options panic, naming the option.
 func NewElector(db DB, opts ...Option) *Elector {
-	// Applied last, before NewLocker validates it and takes it as the min
-	// hold of every lease it claims (and so of every release).
+	// Applied last, before NewLocker builds the protocol (which copies the
+	// min hold into the release statement's arguments) and validates it.
 	l := NewLocker(db, append(slices.Clip(opts), WithMinHold(0))...)
 	return &Elector{locker: l, key: l.cfg.leaderKey}
 }

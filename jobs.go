@@ -105,9 +105,9 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	return &JobLocker{locker: l, terms: terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}}, nil
 }
 
-// lockerOptions names the options that set each field of config other
+// jobRefusedOptions names the options that set each field of config other
 // than the terms of a lease, for Job's error.
-var lockerOptions = map[string]string{
+var jobRefusedOptions = map[string]string{
 	"holder":    "WithHolder",
 	"heartbeat": "WithHeartbeatInterval",
 	"table":     "WithTable",
@@ -132,7 +132,7 @@ func lockerOption(opt Option) string {
 			continue
 		}
 		field := v.Type().Field(i).Name
-		if name, ok := lockerOptions[field]; ok {
+		if name, ok := jobRefusedOptions[field]; ok {
 			return name
 		}
 		return "the option that sets " + field
