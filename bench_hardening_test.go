@@ -66,10 +66,10 @@ func BenchmarkHardeningCost(b *testing.B) {
 			pool := hardeningPool(b, srv.DSN(), "on")
 			table := benchTable(b, pool, "hardening")
 			keys, fences := seedLeases(b, pool, table, "replica", n)
-			round := func(sql string) cycle {
+			round := func(sql string, ttl any) cycle {
 				sql = renderSQL(sql, table)
 				return func(ctx context.Context, _ string) (bool, error) {
-					rows, err := pool.Query(ctx, sql, "replica", benchTTL.Seconds(), keys, fences)
+					rows, err := pool.Query(ctx, sql, "replica", ttl, keys, fences)
 					if err != nil {
 						return false, err
 					}
@@ -86,8 +86,8 @@ func BenchmarkHardeningCost(b *testing.B) {
 					return true, nil
 				}
 			}
-			runInterleaved(b, variant{"now", []cycle{round(rawsql.Heartbeat)}},
-				variant{"prev", []cycle{round(rawsql.PrevHeartbeat)}}, []string{"round"})
+			runInterleaved(b, variant{"now", []cycle{round(rawsql.Heartbeat, rawsql.Each(n, benchTTL.Seconds()))}},
+				variant{"prev", []cycle{round(rawsql.PrevHeartbeat, benchTTL.Seconds())}}, []string{"round"})
 		})
 	}
 }
@@ -132,7 +132,7 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 		if !live {
 			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
-		if _, err := db.Exec(ctx, release, holder, 0.0, []string{key}, []int64{fence}); err != nil {
+		if _, err := db.Exec(ctx, release, holder, rawsql.Each(1, 0), []string{key}, []int64{fence}); err != nil {
 			return true, err
 		}
 		return true, nil

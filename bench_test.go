@@ -165,7 +165,7 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 		if !live {
 			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
-		tag, err := db.Exec(ctx, release, holder, 0.0, []string{key}, []int64{fence})
+		tag, err := db.Exec(ctx, release, holder, rawsql.Each(1, 0), []string{key}, []int64{fence})
 		if err != nil {
 			return true, err
 		}
@@ -401,7 +401,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 				before := tracer.started.Load()
 				rounds := 0
 				for b.Loop() {
-					rows, err := pool.Query(ctx, sql, holder, ttl, keys, fences)
+					rows, err := pool.Query(ctx, sql, holder, rawsql.Each(n, ttl), keys, fences)
 					if err != nil {
 						b.Fatal(err)
 					}

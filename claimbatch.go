@@ -20,6 +20,8 @@ import (
 //   - ORDER BY key COLLATE "C": rows are locked in the order they are
 //     inserted, so two Lockers' bursts lock common keys in the same order
 //     and cannot deadlock each other.
+//   - Each claim has its own TTL ($2, one per key, beside the keys): claims
+//     of jobs with their own TTL (Locker.Job) still share one statement.
 //   - acquired_at and expires_at come from one clock_timestamp() reading, in
 //     a subquery PostgreSQL never pulls up (see claimSQL), taken before any
 //     wait on a row lock: the CHECK (expires_at > acquired_at) holds for
@@ -38,9 +40,9 @@ import (
 //     waits, as it would have alone. A claim of another replica in flight
 //     holds a row for one commit, well under it.
 const claimAllSQL = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
-SELECT c.key, $1, clock.t, clock.t + make_interval(secs => $2)
+SELECT c.key, $1, clock.t, clock.t + make_interval(secs => c.ttl)
   FROM (SELECT clock_timestamp() AS t) AS clock,
-       unnest($3::text[]) AS c(key)
+       unnest($3::text[], $2::float8[]) AS c(key, ttl)
  WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
    AND set_config('lock_timeout', $4, true) IS NOT NULL
  ORDER BY c.key COLLATE "C"
@@ -65,14 +67,14 @@ const maxBurstLockWait = 500 * time.Millisecond
 // batchClaimer is a protocol that can send a burst of claims in one
 // statement. WithoutFenceColumn's protocol cannot: its claims go one by one.
 type batchClaimer interface {
-	// claimAll claims keys (distinct) in one statement and returns what
-	// the statement returned for each key it took; a key missing from the
-	// result is held by another holder.
-	claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (map[string]claimed, error)
+	// claimAll claims keys (distinct), each for its TTL in ttls (seconds),
+	// in one statement and returns what the statement returned for each key
+	// it took; a key missing from the result is held by another holder.
+	claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error)
 }
 
-func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (map[string]claimed, error) {
-	rows, err := db.Query(ctx, p.claimAllSQL, p.holder, p.ttl, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
+func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error) {
+	rows, err := db.Query(ctx, p.claimAllSQL, p.holder, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +93,9 @@ func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, lockWait ti
 
 // claimAll retries a burst's statement on a serialization failure, as
 // claim does; only a protocol that is a batchClaimer gets here (newClaims).
-func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, lockWait time.Duration) (got map[string]claimed, err error) {
+func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (got map[string]claimed, err error) {
 	err = retryOn40001(ctx, func() error {
-		got, err = r.protocol.(batchClaimer).claimAll(ctx, db, keys, lockWait)
+		got, err = r.protocol.(batchClaimer).claimAll(ctx, db, keys, ttls, lockWait)
 		return err
 	})
 	return got, err
@@ -108,11 +110,13 @@ type claimOutcome struct {
 	alone bool      // the statement failed on something one row may cause: send this claim again alone
 }
 
-// claimCall is one claim handed to the coalescer, with the end of its
-// key's turn, which the coalescer calls if the caller stops waiting.
+// claimCall is one claim handed to the coalescer, with its terms and the
+// end of its key's turn, which the coalescer calls if the caller stops
+// waiting.
 type claimCall struct {
-	key  string
-	done func()
+	key   string
+	terms terms
+	done  func()
 }
 
 // coalesceAll makes every claim and release take the burst statement,
@@ -130,7 +134,7 @@ func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
 	if _, ok := p.(batchClaimer); !ok {
 		return nil
 	}
-	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: maxAloneInFlight, linger: l.burstLockWait()}
+	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: maxAloneInFlight, linger: burstLockWait(l.cfg.ttl)}
 }
 
 // maxAloneInFlight is how many claim (or release) statements of a Locker
@@ -142,18 +146,19 @@ func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
 // dozens of jobs costs at most this many statements, plus one.
 const maxAloneInFlight = 4
 
-// sendClaim sends the claim of key, alone or with the others of a burst,
+// sendClaim sends the claim of key on terms t, alone or with the others of
+// a burst,
 // and returns what its statement said and when that was sent. done ends
 // key's turn; if ctx ends while the claim is in a statement, sendClaim
 // hands it to the coalescer, which calls it once that statement has
 // returned, and replaces it with a no-op.
-func (l *Locker) sendClaim(ctx context.Context, key string, done *func()) (claimed, bool, time.Time, error) {
+func (l *Locker) sendClaim(ctx context.Context, key string, t terms, done *func()) (claimed, bool, time.Time, error) {
 	if l.claims == nil {
 		sent := time.Now()
-		c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
+		c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
 		return c, ok, sent, err
 	}
-	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, done: *done})
+	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, terms: t, done: *done})
 	switch {
 	case handedOff:
 		*done = func() {}
@@ -162,7 +167,7 @@ func (l *Locker) sendClaim(ctx context.Context, key string, done *func()) (claim
 		return claimed{}, false, time.Now(), fmt.Errorf("waiting for the claim statement in flight to return: %w", err)
 	case o.alone:
 		sent := time.Now()
-		c, ok, err := l.proto.claim(ctx, l.conns.claim, key)
+		c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
 		return c, ok, sent, err
 	}
 	return o.c, o.ok, o.sent, o.err
@@ -177,15 +182,18 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
 	if len(calls) == 1 && !coalesceAll {
-		c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key)
+		c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
 		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
 		return out
 	}
 	keys := make([]string, len(calls))
+	ttls := make([]float64, len(calls))
+	shortest := calls[0].terms.ttl
 	for i, cl := range calls {
-		keys[i] = cl.key
+		keys[i], ttls[i] = cl.key, cl.terms.ttl.Seconds()
+		shortest = min(shortest, cl.terms.ttl)
 	}
-	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, l.burstLockWait())
+	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, ttls, burstLockWait(shortest))
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {
@@ -217,11 +225,11 @@ func rowError(err error) bool {
 	return pgErr.Code == "55P03"
 }
 
-// burstLockWait is maxBurstLockWait, or a quarter of the trust window when
-// that is shorter: a burst that waited longer would leave its claims
-// little of their window.
-func (l *Locker) burstLockWait() time.Duration {
-	return min(maxBurstLockWait, (l.cfg.ttl-trustMargin(l.cfg.ttl))/4)
+// burstLockWait is maxBurstLockWait, or a quarter of the trust window of
+// ttl when that is shorter: a burst that waited longer would leave its
+// claims little of their window. A burst counts its shortest TTL.
+func burstLockWait(ttl time.Duration) time.Duration {
+	return min(maxBurstLockWait, (ttl-trustMargin(ttl))/4)
 }
 
 // orphanClaim gives back the row of a claim whose caller stopped waiting
@@ -242,8 +250,8 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	if prev != nil {
 		prev.lose("re-claimed by the same holder, in a claim whose caller gave up")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cl.terms.timeout)
 	defer cancel()
-	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt}
+	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms}
 	_, _ = l.proto.release(ctx, l.conns.release, []*Lease{ls})
 }

@@ -14,6 +14,9 @@ import (
 // whatever their number, and reports on each lease: extended (with its new
 // expiry), skipped because its row is locked, or lost.
 //
+//   - Each lease is extended by its own TTL ($2, one per key, beside the
+//     keys and fences): leases of jobs with their own TTL (Locker.Job) share
+//     the round, and one statement still serves them all.
 //   - The guard (holder, fence, not expired) extends only the very mandate
 //     the Locker holds: a row re-claimed by anyone, the same holder included,
 //     has another fence, and a lapsed row is not revived. COLLATE "C":
@@ -41,7 +44,7 @@ import (
 //     against a CTE estimated at one row, which a nested loop would make
 //     quadratic in the number of leases.
 //   - GREATEST(..., l.expires_at): a heartbeat never moves an expiry back.
-//     After the server's clock steps back, clock_timestamp() + TTL can fall
+//     After the server's clock steps back, clock_timestamp() + its TTL can fall
 //     at or before acquired_at; the row as stored satisfies the CHECK
 //     (expires_at > acquired_at), so an expiry never below it does too, and
 //     no row can make the round fail (SQLSTATE 23514) for the others.
@@ -53,14 +56,14 @@ import (
 //   - clock_timestamp(), not now(): the server's time when the row is
 //     updated, not when the transaction started.
 const heartbeatSQL = `WITH h AS (
-  SELECT * FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
+  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS h(key, fence, ttl)
 ), mine AS (
-  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
+  SELECT l.key, h.ttl FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
    WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   UPDATE {table} AS l
-     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $2), l.expires_at)
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
     FROM mine
    WHERE l.key = mine.key
      AND l.expires_at > clock_timestamp()
@@ -250,15 +253,16 @@ func (r *roundState) cause() string {
 	return ""
 }
 
-// extend runs heartbeatSQL for leases and reports on each lease whose row
-// still matched.
+// extend runs heartbeatSQL for leases, each with its own TTL, and reports
+// on each lease whose row still matched.
 func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
 	keys := make([]string, len(leases))
 	fences := make([]int64, len(leases))
 	for i, ls := range leases {
 		keys[i], fences[i] = ls.key, ls.fence
 	}
-	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, p.ttl, keys, fences)
+	ttls := seconds(leases, func(t terms) time.Duration { return t.ttl })
+	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, ttls, keys, fences)
 	if err != nil {
 		return nil, err
 	}

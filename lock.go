@@ -21,10 +21,11 @@ type Lease struct {
 	fence      int64
 	acquiredAt time.Time
 	table      uint32 // oid of the lease table the claim wrote to
+	terms      terms  // its TTL, min hold and timeout: the Locker's, or a job's
 
 	mu           sync.Mutex
 	expiresAt    time.Time   // server time, from the last claim or heartbeat
-	trustUntil   deadline    // sent_at + TTL - margin of the last claim or heartbeat
+	trustUntil   deadline    // sent_at + its TTL - margin of the last claim or heartbeat
 	trustTimer   *time.Timer // ends the lease at trustUntil, whatever else is going on
 	err          error       // nil while held
 	done         chan struct{}
@@ -105,15 +106,15 @@ func (ls *Lease) Context(parent context.Context) (context.Context, context.Cance
 }
 
 // Unlock releases the lease (gocron.Lock). It runs even if ctx is already
-// cancelled, as gocron's is during shutdown, bounded by the Locker's
-// timeout. It returns an error wrapping ErrLost when the lease was lost
+// cancelled, as gocron's is during shutdown, bounded by the timeout of
+// its Locker (or of the JobLocker that claimed it). It returns an error wrapping ErrLost when the lease was lost
 // before or a later mandate owns the key; that mandate's row is untouched.
 // Failures are also reported through the logger and hooks, since gocron
 // ignores what Unlock returns. Unlock after a release returns its outcome
 // again and sends nothing.
 func (ls *Lease) Unlock(ctx context.Context) error {
 	mustContext(ctx, "Unlock")
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.locker.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
 	defer cancel()
 	return ls.locker.release(ctx, ls, ErrReleased)
 }
@@ -217,9 +218,11 @@ type deadline struct {
 var wallOf = func(_ *Locker, t time.Time) time.Time { return t.Round(0) }
 
 // trustDeadline is the deadline of a claim or heartbeat sent at sent (a
-// time.Now() value): sent + TTL - margin on each clock.
-func (l *Locker) trustDeadline(sent time.Time) deadline {
-	d := l.cfg.ttl - trustMargin(l.cfg.ttl)
+// time.Now() value) for a lease of ttl: sent + ttl - margin on each clock.
+// Each lease counts its own TTL (Locker.Job): a job's short lease must not
+// be trusted for the Locker's longer one.
+func (l *Locker) trustDeadline(sent time.Time, ttl time.Duration) deadline {
+	d := ttl - trustMargin(ttl)
 	return deadline{mono: sent.Add(d), wall: wallOf(l, sent).Add(d)}
 }
 
@@ -233,9 +236,10 @@ func (d deadline) left(l *Locker, now time.Time) time.Duration {
 const minWatch = 10 * time.Millisecond
 
 // watchSlice is how often the watchdog checks every held lease: the trust
-// margin, at least minWatch. Go's timers run on the monotonic clock, so the
-// timer of a lease sleeps through a suspend and would fire long after the
-// wall clock had passed its deadline; the watchdog ends such a lease within
+// margin of the shortest TTL the Locker hands out (its own or a job's,
+// Locker.shortestTTL), at least minWatch. Go's timers run on the monotonic
+// clock, so the timer of a lease sleeps through a suspend and would fire
+// long after the wall clock had passed its deadline; the watchdog ends such a lease within
 // one slice of the resume, even while the heartbeat is stuck on a database
 // that is no longer there. One timer per Locker, not a short timer per
 // lease: a thousand leases cost one wakeup per slice, not a thousand.
@@ -251,9 +255,9 @@ func (l *Locker) watch() {
 	}
 	l.watching = true
 	if l.watchdog == nil {
-		l.watchdog = time.AfterFunc(watchSlice(l.cfg.ttl), l.watchRound)
+		l.watchdog = time.AfterFunc(watchSlice(l.shortestTTL()), l.watchRound)
 	} else {
-		l.watchdog.Reset(watchSlice(l.cfg.ttl))
+		l.watchdog.Reset(watchSlice(l.shortestTTL()))
 	}
 }
 
@@ -273,7 +277,7 @@ func (l *Locker) watchRound() {
 		l.watching = false // the next Claim starts it again
 		return
 	}
-	l.watchdog.Reset(watchSlice(l.cfg.ttl))
+	l.watchdog.Reset(watchSlice(l.shortestTTL()))
 }
 
 // unwatch stops the watchdog: Close calls it once every lease has ended.
@@ -316,7 +320,7 @@ func (ls *Lease) checkTrust(now time.Time) {
 // timer runs on the monotonic clock; the watchdog covers a wall clock that
 // jumps past the deadline.)
 func (ls *Lease) trust(sent time.Time) {
-	ls.trustUntil = ls.locker.trustDeadline(sent)
+	ls.trustUntil = ls.locker.trustDeadline(sent, ls.terms.ttl)
 	wait := ls.trustUntil.left(ls.locker, time.Now())
 	if ls.trustTimer == nil {
 		ls.trustTimer = time.AfterFunc(wait, func() { ls.checkTrust(time.Now()) })

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -87,9 +88,9 @@ type claimed struct {
 	table      uint32 // the oid of the table the row is in, for Guard
 }
 
-func (p *fenced) claim(ctx context.Context, db DB, key string) (claimed, bool, error) {
+func (p *fenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
 	c := claimed{holder: p.holder}
-	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, p.ttl).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table)
+	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
@@ -131,6 +132,8 @@ type Locker struct {
 	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
 	watchdog *time.Timer // checks every lease's trust while any is held
 	watching bool        // watchdog armed
+
+	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 }
 
 // NewLocker returns a Locker on db. Invalid options, a nil db, or a db that
@@ -171,6 +174,7 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 		leases:  make(map[string]*Lease),
 		closing: make(chan struct{}),
 	}
+	l.minTTL.Store(int64(cfg.ttl))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	return l
 }
@@ -204,6 +208,11 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // Claim uses ctx as given; Lock adds the Locker's timeout.
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
+	return l.claim(ctx, key, l.terms())
+}
+
+// claim is Claim of a lease on the given terms: the Locker's, or a job's.
+func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error) {
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
@@ -221,7 +230,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
 
-	c, ok, sent, err := l.sendClaim(ctx, key, &done)
+	c, ok, sent, err := l.sendClaim(ctx, key, t, &done)
 	took := time.Since(sent)
 	switch {
 	case err != nil:
@@ -239,7 +248,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
 	}
-	trustUntil := l.trustDeadline(sent)
+	trustUntil := l.trustDeadline(sent, t.ttl)
 	if trustUntil.left(l, time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust
 		// window: the Locker could not vouch for it for a moment. The row
@@ -256,6 +265,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		fence:      c.fence,
 		acquiredAt: c.acquiredAt,
 		table:      c.table,
+		terms:      t,
 		expiresAt:  c.expiresAt,
 		trustUntil: trustUntil,
 		done:       make(chan struct{}),
@@ -267,7 +277,7 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the
 		// release is reported like any other).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		_ = l.release(rctx, lease, ErrClosed)
 		cancel()
 		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)

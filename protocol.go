@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"time"
 )
 
 // protocol is the SQL a Locker speaks to its table. The default, fenced,
@@ -11,13 +12,16 @@ import (
 //
 // Every method is one statement and one round trip.
 type protocol interface {
-	// claim takes key; ok is false when another holder's lease is live.
-	claim(ctx context.Context, db DB, key string) (c claimed, ok bool, err error)
-	// extend runs one heartbeat round and reports on each lease whose row
+	// claim takes key for ttl; ok is false when another holder's lease is
+	// live.
+	claim(ctx context.Context, db DB, key string, ttl time.Duration) (c claimed, ok bool, err error)
+	// extend runs one heartbeat round, each lease extended by its own TTL,
+	// and reports on each lease whose row
 	// still matched: extended to a new server expiry, or locked by another
 	// transaction and to be retried. The others are lost.
 	extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error)
-	// release expires the rows of leases in one statement and reports on
+	// release expires the rows of leases in one statement, each kept for
+	// its own min hold, and reports on
 	// each lease whose row still matched: released (true), or locked by
 	// another transaction and to be sent again (false). The others were
 	// lost.
@@ -29,7 +33,6 @@ type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
 	claimAllSQL                        string
 	holder                             string
-	ttl, minHold                       float64 // seconds, as make_interval takes them
 }
 
 func newFenced(t table, cfg config) *fenced {
@@ -39,7 +42,16 @@ func newFenced(t table, cfg config) *fenced {
 		releaseSQL:   t.render(releaseSQL),
 		claimAllSQL:  t.render(claimAllSQL),
 		holder:       cfg.holder,
-		ttl:          cfg.ttl.Seconds(),
-		minHold:      cfg.minHold.Seconds(),
 	}
+}
+
+// seconds is each lease's TTL or min hold in seconds, as make_interval
+// takes them: the array a heartbeat or release statement carries beside
+// the keys, so that one statement serves leases of every TTL (Locker.Job).
+func seconds(leases []*Lease, of func(terms) time.Duration) []float64 {
+	out := make([]float64, len(leases))
+	for i, ls := range leases {
+		out[i] = of(ls.terms).Seconds()
+	}
+	return out
 }

@@ -30,7 +30,9 @@ import (
 //     again by the Locker, each attempt on its own.
 //   - GREATEST(clock_timestamp(), acquired_at + min hold) keeps the lease
 //     until the min hold has passed since the claim (WithMinHold), and
-//     otherwise expires it now. The hold is at least 1 microsecond
+//     otherwise expires it now. Each lease has its own min hold ($2, one
+//     per key, beside the keys and fences: a job's, Locker.Job, or the
+//     Locker's), so one statement releases leases of every job. The hold is at least 1 microsecond
 //     (timestamptz's resolution): after the server's clock steps back,
 //     clock_timestamp() can fall at or before acquired_at, and the CHECK
 //     (expires_at > acquired_at) would fail the statement. The row then
@@ -42,15 +44,15 @@ import (
 //     never safety. Claims and heartbeats stay synchronous, and the next
 //     synchronous commit flushes the WAL up to and including this release.
 const releaseSQL = `WITH r AS (
-  SELECT * FROM unnest($3::text[], $4::bigint[]) AS r(key, fence)
+  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS r(key, fence, min_hold)
 ), mine AS (
-  SELECT l.key FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
+  SELECT l.key, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
    WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), released AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp(),
-                               l.acquired_at + make_interval(secs => $2),
+                               l.acquired_at + make_interval(secs => mine.min_hold),
                                l.acquired_at + interval '1 microsecond')
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
@@ -65,18 +67,18 @@ SELECT c.key, c.fence, false
    AND c.key NOT IN (SELECT key FROM released)`
 
 // unfencedReleaseSQL is releaseSQL matching each row on its forged holder,
-// with the min hold counted from the acquired time each claim returned (a
+// with each lease's min hold ($1, one per key) counted from the acquired time each claim returned (a
 // server time), since the table may have no acquired_at column.
 const unfencedReleaseSQL = `WITH r AS (
-  SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS r(key, holder, acquired_at)
+  SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $1::float8[]) AS r(key, holder, acquired_at, min_hold)
 ), mine AS (
-  SELECT l.key, r.acquired_at FROM {table} AS l JOIN r ON l.key = r.key AND l.holder = r.holder COLLATE "C"
+  SELECT l.key, r.acquired_at, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.holder = r.holder COLLATE "C"
    WHERE l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), released AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp(),
-                               mine.acquired_at + make_interval(secs => $1),
+                               mine.acquired_at + make_interval(secs => mine.min_hold),
                                mine.acquired_at + interval '1 microsecond')
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
@@ -101,7 +103,8 @@ func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Leas
 	for i, ls := range leases {
 		keys[i], fences[i], byKey[ls.key] = ls.key, ls.fence, ls
 	}
-	rows, err := db.Query(ctx, p.releaseSQL, p.holder, p.minHold, keys, fences)
+	minHolds := seconds(leases, func(t terms) time.Duration { return t.minHold })
+	rows, err := db.Query(ctx, p.releaseSQL, p.holder, minHolds, keys, fences)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +124,8 @@ func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Le
 	for i, ls := range leases {
 		keys[i], holders[i], acquired[i], byKey[ls.key] = ls.key, ls.holder, ls.acquiredAt, ls
 	}
-	rows, err := db.Query(ctx, p.relSQL, p.minHold, keys, holders, acquired)
+	minHolds := seconds(leases, func(t terms) time.Duration { return t.minHold })
+	rows, err := db.Query(ctx, p.relSQL, minHolds, keys, holders, acquired)
 	if err != nil {
 		return nil, err
 	}

@@ -30,9 +30,9 @@ func retrySerialization(p protocol) protocol { return serializationRetry{p} }
 
 type serializationRetry struct{ protocol }
 
-func (r serializationRetry) claim(ctx context.Context, db DB, key string) (c claimed, ok bool, err error) {
+func (r serializationRetry) claim(ctx context.Context, db DB, key string, ttl time.Duration) (c claimed, ok bool, err error) {
 	err = retryOn40001(ctx, func() error {
-		c, ok, err = r.protocol.claim(ctx, db, key)
+		c, ok, err = r.protocol.claim(ctx, db, key, ttl)
 		return err
 	})
 	return c, ok, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -53,17 +54,18 @@ RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock
 
 // unfencedHeartbeatSQL is heartbeatSQL matching each row on its forged
 // holder: it skips locked rows, never moves an expiry back and commits
-// synchronously, for the same reasons. It does not read acquired_at, which
-// the table may lack.
+// synchronously, for the same reasons, and extends each lease by its own
+// TTL ($1, one per key). It does not read acquired_at, which the table may
+// lack.
 const unfencedHeartbeatSQL = `WITH h AS (
-  SELECT * FROM unnest($2::text[], $3::text[]) AS h(key, holder)
+  SELECT * FROM unnest($2::text[], $3::text[], $1::float8[]) AS h(key, holder, ttl)
 ), mine AS (
-  SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder COLLATE "C"
+  SELECT l.key, h.ttl FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder COLLATE "C"
    WHERE l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   UPDATE {table} AS l
-     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => $1), l.expires_at)
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
     FROM mine
    WHERE l.key = mine.key
      AND l.expires_at > clock_timestamp()
@@ -89,9 +91,8 @@ const columnsSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.at
 
 // unfenced is the protocol of WithoutFenceColumn.
 type unfenced struct {
-	t            table
-	replica      string
-	ttl, minHold float64
+	t       table
+	replica string
 
 	mu       sync.Mutex
 	checked  bool
@@ -104,8 +105,6 @@ func newUnfenced(t table, cfg config) *unfenced {
 	return &unfenced{
 		t:       t,
 		replica: cfg.holder,
-		ttl:     cfg.ttl.Seconds(),
-		minHold: cfg.minHold.Seconds(),
 		hbSQL:   t.render(unfencedHeartbeatSQL),
 		relSQL:  t.render(unfencedReleaseSQL),
 	}
@@ -122,13 +121,13 @@ func (p *unfenced) forge() string {
 	return p.replica + forgeSep + hex.EncodeToString(b[:])
 }
 
-func (p *unfenced) claim(ctx context.Context, db DB, key string) (claimed, bool, error) {
+func (p *unfenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
 	claimSQL, err := p.check(ctx, db)
 	if err != nil {
 		return claimed{}, false, err
 	}
 	c := claimed{holder: p.forge()}
-	err = db.QueryRow(ctx, claimSQL, key, c.holder, p.ttl, p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table)
+	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
@@ -141,7 +140,8 @@ func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lea
 	for i, ls := range leases {
 		keys[i], holders[i] = ls.key, ls.holder
 	}
-	rows, err := db.Query(ctx, p.hbSQL, p.ttl, keys, holders)
+	ttls := seconds(leases, func(t terms) time.Duration { return t.ttl })
+	rows, err := db.Query(ctx, p.hbSQL, ttls, keys, holders)
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ type querier interface {
 
 // beatBatch extends every lease in one statement, as pglease does.
 func beatBatch(ctx context.Context, db querier, sql string, keys []string, fences []int64) error {
-	rows, err := db.Query(ctx, sql, heartbeatHolder, 60.0, keys, fences)
+	rows, err := db.Query(ctx, sql, heartbeatHolder, make60(len(keys)), keys, fences)
 	if err != nil {
 		return err
 	}
@@ -151,4 +151,13 @@ func seed(ctx context.Context, pool *pgxpool.Pool, table string, n int) ([]strin
 		keys, fences = append(keys, key), append(fences, fence)
 	}
 	return keys, fences, rows.Err()
+}
+
+// make60 is a TTL of 60s for each of n leases, as the heartbeat takes them.
+func make60(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = 60
+	}
+	return out
 }

@@ -43,17 +43,18 @@ ON CONFLICT (key) DO UPDATE
 RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
 
 // Release is the release statement of release.go. Its arguments are the
-// holder, the min hold in seconds, the keys and their fences.
+// holder, the min hold of each lease in seconds (Each), the keys and their
+// fences.
 const Release = `WITH r AS (
-  SELECT * FROM unnest($3::text[], $4::bigint[]) AS r(key, fence)
+  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS r(key, fence, min_hold)
 ), mine AS (
-  SELECT l.key FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
+  SELECT l.key, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
    WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), released AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp(),
-                               l.acquired_at + make_interval(secs => $2),
+                               l.acquired_at + make_interval(secs => mine.min_hold),
                                l.acquired_at + interval '1 microsecond')
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()` + releaseAsync + `
@@ -83,8 +84,36 @@ const PrevRelease = `UPDATE {table}
 // synchronously, waiting for the WAL flush like any statement.
 var NaiveRelease = strings.Replace(Release, releaseAsync, "", 1)
 
-// Heartbeat is the heartbeat statement of heartbeat.go.
+// Heartbeat is the heartbeat statement of heartbeat.go. Its arguments are
+// the holder, the TTL of each lease in seconds (Each), the keys and their
+// fences.
 const Heartbeat = `WITH h AS (
+  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS h(key, fence, ttl)
+), mine AS (
+  SELECT l.key, h.ttl FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
+   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
+), extended AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
+    FROM mine
+   WHERE l.key = mine.key
+     AND l.expires_at > clock_timestamp()
+     AND ` + raiseSyncCommit + ` IS NOT NULL
+  RETURNING l.key, l.fence, l.expires_at
+)
+SELECT key, fence, expires_at FROM extended
+UNION ALL
+SELECT c.key, c.fence, NULL
+  FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
+ WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM extended)
+   AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
+
+// OneTTLHeartbeat is Heartbeat before leases had a TTL each (jobs with
+// their own, Locker.Job): one TTL for the whole round, in seconds ($2).
+// The baseline that measures what the per-lease TTLs cost.
+const OneTTLHeartbeat = `WITH h AS (
   SELECT * FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
 ), mine AS (
   SELECT l.key FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
@@ -106,6 +135,16 @@ SELECT c.key, c.fence, NULL
  WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
    AND c.key NOT IN (SELECT key FROM extended)
    AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
+
+// Each is the array of n equal durations in seconds that Heartbeat and
+// Release take, one per lease, when every lease has the same.
+func Each(n int, seconds float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = seconds
+	}
+	return out
+}
 
 // PrevHeartbeat is the heartbeat statement before rounds skipped locked
 // rows: one UPDATE that waits on every row it matches. The baseline that

@@ -1,0 +1,171 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+)
+
+// terms are what one lease is claimed on: how long it lives on the server
+// without a heartbeat (ttl), how long its release keeps it after the claim
+// (minHold), and how long Lock's claim and Unlock's release may take
+// (timeout). A Locker's leases have the Locker's; a JobLocker's have the
+// job's. Each lease carries its own, and every statement takes them per
+// lease, so that leases of different terms share one heartbeat round and
+// one release or claim statement.
+type terms struct {
+	ttl, minHold, timeout time.Duration
+}
+
+// terms are the Locker's own, from its options.
+func (l *Locker) terms() terms {
+	return terms{ttl: l.cfg.ttl, minHold: l.cfg.minHold, timeout: l.cfg.timeout}
+}
+
+// shortestTTL is the shortest TTL of the Locker's leases: its own, or that
+// of any job made by Job. The watchdog checks the trust of every lease this
+// often (watchSlice).
+func (l *Locker) shortestTTL() time.Duration { return time.Duration(l.minTTL.Load()) }
+
+var _ gocron.Locker = (*JobLocker)(nil)
+
+// JobLocker claims leases of one Locker on terms of its own: a TTL, a min
+// hold and a timeout for one job (or a few), while the Locker's pool,
+// heartbeat goroutine and statements serve every job. Its leases are the
+// Locker's leases: Held finds them, the Locker's hooks and logger report
+// them, Guard works on them, and the Locker's Close releases them. Make one
+// with Locker.Job and give it to gocron.WithDistributedJobLocker. It is safe
+// for concurrent use.
+type JobLocker struct {
+	locker *Locker
+	terms  terms
+}
+
+// Job returns a JobLocker that claims leases of l with the TTL, min hold
+// and timeout its options give; what they leave out is the Locker's. Only
+// WithTTL, WithMinHold and WithTimeout apply to a job: any other option is
+// a setting of the whole Locker (one holder, one table, one heartbeat for
+// every job) and is refused with an error that names it. The combination
+// must pass the rules of NewLocker: the min hold must not exceed the TTL,
+// and the Locker's heartbeat interval, which extends the leases of every
+// job, must be less than TTL/2. A daily job may take a TTL of minutes and a
+// min hold of a minute on a Locker of 10-second jobs; a TTL shorter than
+// twice the Locker's heartbeat interval needs a Locker with a shorter one
+// (WithHeartbeatInterval).
+//
+// Job sends nothing to the database. A Locker holds at most one lease per
+// key, whichever JobLocker claimed it: jobs are told apart by their keys
+// (gocron's job names), as always.
+func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
+	t := l.terms()
+	c := config{ttl: t.ttl, minHold: t.minHold, timeout: t.timeout}
+	var errs []error
+	minHoldGiven := false
+	for i, opt := range opts {
+		if opt == nil {
+			errs = append(errs, fmt.Errorf("pglease: Job: option %d is nil", i+1))
+			continue
+		}
+		if name := lockerOption(opt); name != "" {
+			errs = append(errs, fmt.Errorf("pglease: Job: option %d is %s, a setting of the whole Locker: a job takes only WithTTL, WithMinHold and WithTimeout", i+1, name))
+			continue
+		}
+		before := c.minHold
+		opt(&c)
+		minHoldGiven = minHoldGiven || c.minHold != before
+	}
+	errs = append(errs, c.errs...)
+	if len(c.errs) == 0 {
+		// The rules of newConfig, with the heartbeat interval the Locker
+		// has: it extends this job's leases too.
+		if l.cfg.heartbeat*2 >= c.ttl {
+			errs = append(errs, fmt.Errorf("pglease: Job: WithTTL(%v): the Locker's heartbeat interval (%v), which extends the leases of every job, must be less than TTL/2: give the job a TTL over %v, or the Locker a shorter WithHeartbeatInterval", c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat))
+		}
+		if c.minHold > c.ttl {
+			whose := "WithMinHold"
+			if !minHoldGiven {
+				whose = "the Locker's WithMinHold"
+			}
+			errs = append(errs, fmt.Errorf("pglease: Job: %s(%v): must not exceed the job's TTL (%v)", whose, c.minHold, c.ttl))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for {
+		cur := l.minTTL.Load()
+		if int64(c.ttl) >= cur || l.minTTL.CompareAndSwap(cur, int64(c.ttl)) {
+			break
+		}
+	}
+	return &JobLocker{locker: l, terms: terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}}, nil
+}
+
+// jobRefusedOptions names the options that set each field of config other
+// than the terms of a lease, for Job's error.
+var jobRefusedOptions = map[string]string{
+	"holder":    "WithHolder",
+	"heartbeat": "WithHeartbeatInterval",
+	"table":     "WithTable",
+	"retention": "WithRetention",
+	"leaderKey": "WithLeaderKey",
+	"noFence":   "WithoutFenceColumn",
+	"keepConn":  "WithKeptConnection",
+	"logger":    "WithLogger",
+	"hooks":     "WithHook",
+}
+
+// lockerOption names opt if it sets anything but the terms of a lease (a
+// setting of the whole Locker), or returns "". Options are functions, so
+// it applies opt to an empty config and looks at what changed.
+func lockerOption(opt Option) string {
+	var probe config
+	opt(&probe)
+	probe.ttl, probe.minHold, probe.timeout, probe.errs = 0, 0, 0, nil
+	v := reflect.ValueOf(probe)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			continue
+		}
+		field := v.Type().Field(i).Name
+		if name, ok := jobRefusedOptions[field]; ok {
+			return name
+		}
+		return "the option that sets " + field
+	}
+	return ""
+}
+
+// TTL is the lease duration this JobLocker claims and the heartbeat
+// extends.
+func (j *JobLocker) TTL() time.Duration { return j.terms.ttl }
+
+// MinHold is how long after its claim a released lease of this JobLocker
+// stays held.
+func (j *JobLocker) MinHold() time.Duration { return j.terms.minHold }
+
+// Claim is Locker.Claim with the job's TTL and min hold: the lease lives
+// for the job's TTL on the server, is extended by it in the Locker's
+// heartbeat rounds, is trusted locally for it, and its release keeps it
+// for the job's min hold.
+func (j *JobLocker) Claim(ctx context.Context, key string) (*Lease, error) {
+	mustContext(ctx, "Claim")
+	return j.locker.claim(ctx, key, j.terms)
+}
+
+// Lock implements gocron.Locker, as Locker.Lock does, with the job's terms
+// and timeout. Pass it to gocron.WithDistributedJobLocker.
+func (j *JobLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	mustContext(ctx, "Lock")
+	ctx, cancel := context.WithTimeout(ctx, j.terms.timeout)
+	defer cancel()
+	lease, err := j.Claim(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return lease, nil
+}
