@@ -97,7 +97,7 @@ func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHo
 	s = claim("k4")
 	assert.LessOrEqual(t, s.Beyond(), 10*time.Millisecond, "the reading follows a clock step at once: %+v", s)
 	assert.Equal(t, 1, logs.count(skewBack))
-	s = claim("k5")
+	claim("k5")
 	assert.Equal(t, 1, logs.count(skewWarning))
 	assert.Equal(t, 1, logs.count(skewBack))
 
