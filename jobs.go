@@ -3,8 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
-	"fmt"
-	"reflect"
+	"slices"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -63,37 +62,29 @@ type JobLocker struct {
 func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	t := l.terms()
 	c := config{ttl: t.ttl, minHold: t.minHold, timeout: t.timeout}
-	var errs []error
-	minHoldGiven := false
-	for i, opt := range opts {
+	for _, opt := range opts {
 		if opt == nil {
-			errs = append(errs, fmt.Errorf("pglease: Job: option %d is nil", i+1))
+			c.invalid("Option", "Job: nil Option")
 			continue
 		}
-		if name := lockerOption(opt); name != "" {
-			errs = append(errs, fmt.Errorf("pglease: Job: option %d is %s, a setting of the whole Locker: a job takes only WithTTL, WithMinHold and WithTimeout", i+1, name))
-			continue
-		}
-		before := c.minHold
 		opt(&c)
-		minHoldGiven = minHoldGiven || c.minHold != before
 	}
-	errs = append(errs, c.errs...)
+	c.refuseUnused(forJob)
 	if len(c.errs) == 0 {
 		// The rules of newConfig, with the heartbeat interval the Locker
 		// has: it extends this job's leases too.
 		if l.cfg.heartbeat*2 >= c.ttl {
-			errs = append(errs, fmt.Errorf("pglease: Job: WithTTL(%v): the Locker's heartbeat interval (%v), which extends the leases of every job, must be less than TTL/2: give the job a TTL over %v, or the Locker a shorter WithHeartbeatInterval", c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat))
+			c.invalid("WithTTL", "Job: WithTTL(%v): the Locker's heartbeat interval (%v), which extends the leases of every job, must be less than TTL/2: give the job a TTL over %v, or the Locker a shorter WithHeartbeatInterval", c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat)
 		}
 		if c.minHold > c.ttl {
 			whose := "WithMinHold"
-			if !minHoldGiven {
+			if !slices.Contains(c.given, "WithMinHold") {
 				whose = "the Locker's WithMinHold"
 			}
-			errs = append(errs, fmt.Errorf("pglease: Job: %s(%v): must not exceed the job's TTL (%v)", whose, c.minHold, c.ttl))
+			c.invalid("WithMinHold", "Job: %s(%v): must not exceed the job's TTL (%v)", whose, c.minHold, c.ttl)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(c.errs...); err != nil {
 		return nil, err
 	}
 	for {
@@ -103,41 +94,6 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 		}
 	}
 	return &JobLocker{locker: l, terms: terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}}, nil
-}
-
-// jobRefusedOptions names the options that set each field of config other
-// than the terms of a lease, for Job's error.
-var jobRefusedOptions = map[string]string{
-	"holder":    "WithHolder",
-	"heartbeat": "WithHeartbeatInterval",
-	"table":     "WithTable",
-	"retention": "WithRetention",
-	"leaderKey": "WithLeaderKey",
-	"noFence":   "WithoutFenceColumn",
-	"keepConn":  "WithKeptConnection",
-	"logger":    "WithLogger",
-	"hooks":     "WithHook",
-}
-
-// lockerOption names opt if it sets anything but the terms of a lease (a
-// setting of the whole Locker), or returns "". Options are functions, so
-// it applies opt to an empty config and looks at what changed.
-func lockerOption(opt Option) string {
-	var probe config
-	opt(&probe)
-	probe.ttl, probe.minHold, probe.timeout, probe.errs = 0, 0, 0, nil
-	v := reflect.ValueOf(probe)
-	for i := range v.NumField() {
-		if v.Field(i).IsZero() {
-			continue
-		}
-		field := v.Type().Field(i).Name
-		if name, ok := jobRefusedOptions[field]; ok {
-			return name
-		}
-		return "the option that sets " + field
-	}
-	return ""
 }
 
 // TTL is the lease duration this JobLocker claims and the heartbeat

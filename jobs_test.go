@@ -235,8 +235,8 @@ func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing
 		opts   []pglease.Option
 		want   []string
 	}{
-		{l, []pglease.Option{pglease.WithTable("other")}, []string{"option 1 is WithTable", "WithTTL, WithMinHold and WithTimeout"}},
-		{l, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHolder("h")}, []string{"option 2 is WithHolder"}},
+		{l, []pglease.Option{pglease.WithTable("other")}, []string{"WithTable does not apply to Locker.Job", "WithTTL, WithMinHold and WithTimeout"}},
+		{l, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHolder("h")}, []string{"WithHolder does not apply to Locker.Job"}},
 		{l, []pglease.Option{pglease.WithHeartbeatInterval(time.Second)}, []string{"WithHeartbeatInterval"}},
 		{l, []pglease.Option{pglease.WithoutFenceColumn()}, []string{"WithoutFenceColumn"}},
 		{l, []pglease.Option{pglease.WithKeptConnection()}, []string{"WithKeptConnection"}},
@@ -244,7 +244,7 @@ func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing
 		{l, []pglease.Option{pglease.WithLeaderKey("k")}, []string{"WithLeaderKey"}},
 		{l, []pglease.Option{pglease.WithLogger(quiet)}, []string{"WithLogger"}},
 		{l, []pglease.Option{pglease.WithHook(func(pglease.Event) {})}, []string{"WithHook"}},
-		{l, []pglease.Option{nil}, []string{"option 1 is nil"}},
+		{l, []pglease.Option{nil}, []string{"nil Option"}},
 		{l, []pglease.Option{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
 		{l, []pglease.Option{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
 		{l, []pglease.Option{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
@@ -253,7 +253,7 @@ func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing
 		{held, []pglease.Option{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
 	} {
 		j, err := c.locker.Job(c.opts...)
-		require.Error(t, err)
+		require.ErrorIs(t, err, pglease.ErrInvalidOption)
 		assert.Nil(t, j)
 		for _, want := range c.want {
 			assert.Contains(t, err.Error(), want)

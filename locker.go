@@ -129,6 +129,8 @@ type Locker struct {
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
 
+	skew skewFilter // the clock-skew reading, from claims
+
 	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
 	watchdog *time.Timer // checks every lease's trust while any is held
 	watching bool        // watchdog armed
@@ -272,7 +274,8 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	}
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: c.holder, Fence: c.fence, Took: took})
+	skew := l.recordSkew(c.acquiredAt, sent, took)
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: c.holder, Fence: c.fence, Took: took, Skew: skew})
 	prev, err := l.register(lease)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -31,9 +32,10 @@ const createTableSQL = `CREATE TABLE IF NOT EXISTS {table} (
 )`
 
 // purgeSQL deletes rows expired longer than the retention ago. It is the
-// only DELETE pglease runs, and it runs only in Migrate: a purged key that is
-// claimed again gets its fence from the sequence, so it still grows. The
-// retention is never below MinRetention: a claim that drew its fence before
+// only DELETE pglease runs, in Migrate and Purge (and so `pglease purge`):
+// only expired rows can match, so a live lease is never deleted, and a
+// purged key that is claimed again gets its fence from the sequence, so it
+// still grows. The retention is never below MinRetention: a claim that drew its fence before
 // a later lease of the key was handed out would otherwise find the row gone
 // and insert the smaller fence (see MinRetention).
 const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
@@ -124,10 +126,20 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 	if err := checkLogged(ctx, tx, t); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, t.render(purgeSQL), cfg.retention.Seconds()); err != nil {
+	if _, err := purge(ctx, tx, t, cfg.retention); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
 	return tx.Commit(ctx)
+}
+
+// purge runs purgeSQL and returns how many rows it deleted. The callers
+// have checked the horizon against MinRetention.
+func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, t.render(purgeSQL), olderThan.Seconds())
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // unloggedSQL names the lease table or fence sequence if an operator made it

@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 )
@@ -30,7 +31,10 @@ func (e *OptionError) Unwrap() error { return ErrInvalidOption }
 type constructor struct {
 	name    string
 	applies []string
-	why     map[string]string // why an option does not apply, where the default does not say it
+	why     map[string]string // why an option does not apply, where whyNot does not say it
+	// otherwise says why the options neither why nor whyNot name do not
+	// apply; empty: they configure a Locker.
+	otherwise string
 }
 
 // whyNot says, by default, why an option does not apply where it is refused.
@@ -53,6 +57,15 @@ var (
 		why:     map[string]string{"WithMinHold": "an Elector's Close hands leadership over at once"},
 	}
 	forSchema = constructor{name: "Migrate and Schema", applies: []string{"WithTable", "WithRetention", "WithoutFenceColumn"}}
+	forJob    = constructor{
+		name:      "Locker.Job",
+		applies:   []string{"WithTTL", "WithMinHold", "WithTimeout"},
+		otherwise: "it is a setting of the whole Locker (one holder, one table, one heartbeat for every job): a job takes only WithTTL, WithMinHold and WithTimeout",
+	}
+	// The admin functions read whichever columns the table has, so
+	// WithoutFenceColumn, which describes the table, is welcome but not
+	// needed.
+	forAdmin = constructor{name: "List, Purge, Revoke and ForceExpire", applies: []string{"WithTable", "WithoutFenceColumn"}}
 )
 
 // refuseUnused records an error for each option given that ctor ignores.
@@ -66,7 +79,7 @@ func (c *config) refuseUnused(ctor constructor) {
 			why, ok = whyNot[o]
 		}
 		if !ok {
-			why = "it configures a Locker"
+			why = cmp.Or(ctor.otherwise, "it configures a Locker")
 		}
 		c.invalid(o, "%s does not apply to %s: %s", o, ctor.name, why)
 	}

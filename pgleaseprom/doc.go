@@ -30,6 +30,12 @@
 //	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat round
 //	pglease_heartbeat_failures_total         failed heartbeat rounds (retried until the trust deadline)
 //	pglease_releases_total{outcome}          released | lost (a later mandate owned the key) | error
+//	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim
+//	pglease_clock_skew_uncertainty_seconds   the bound on its error (half the round trip of its sample)
+//
+// Both skew gauges are 0 until the first claim. Alert on
+// abs(pglease_clock_skew_seconds) - pglease_clock_skew_uncertainty_seconds
+// above half your min hold: see pglease.Locker.ClockSkew.
 //
 // A rising pglease_claims_total{outcome="error"} is the alert to have: a
 // claim that fails skips the job, and gocron logs nothing about it.

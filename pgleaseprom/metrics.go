@@ -55,6 +55,8 @@ type Metrics struct {
 	heartbeatFailures prometheus.Counter
 	releases          *prometheus.CounterVec
 	elections         prometheus.Counter
+	skew              prometheus.Gauge
+	skewUncertainty   prometheus.Gauge
 	leases            leaseSet
 }
 
@@ -109,6 +111,14 @@ func New(opts Opts) *Metrics {
 			Namespace: ns, Subsystem: opts.Subsystem, Name: "elections_total", ConstLabels: opts.ConstLabels,
 			Help: "Times an Elector of this process became the leader.",
 		}),
+		skew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: opts.Subsystem, Name: "clock_skew_seconds", ConstLabels: opts.ConstLabels,
+			Help: "The database's clock minus this replica's wall clock, as read by the latest claim (positive: the database is ahead).",
+		}),
+		skewUncertainty: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: opts.Subsystem, Name: "clock_skew_uncertainty_seconds", ConstLabels: opts.ConstLabels,
+			Help: "The bound on the error of pglease_clock_skew_seconds (half the round trip of its sample): the skew is certain beyond it.",
+		}),
 		leases: newLeaseSet(),
 	}
 	if !opts.PerKey {
@@ -141,7 +151,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases, m.elections}
+	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases, m.elections, m.skew, m.skewUncertainty}
 }
 
 // Hook records one event. Pass it to pglease.WithHook; it is safe for
@@ -151,6 +161,10 @@ func (m *Metrics) Hook(e pglease.Event) {
 	case pglease.EventAcquired:
 		m.claims.WithLabelValues(m.labels(e, outcomeAcquired)...).Inc()
 		m.leases.acquired(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+		if !e.Skew.At.IsZero() {
+			m.skew.Set(e.Skew.Offset.Seconds())
+			m.skewUncertainty.Set(e.Skew.Uncertainty.Seconds())
+		}
 	case pglease.EventContended:
 		m.claims.WithLabelValues(m.labels(e, outcomeHeld)...).Inc()
 	case pglease.EventClaimFailed:

@@ -271,7 +271,7 @@ func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 				"%s%v", f.GetName(), s.GetLabel())
 		}
 	}
-	assert.Equal(t, 11, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures, elections")
+	assert.Equal(t, 13, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures, elections, clock skew and its uncertainty")
 }
 
 func ExampleNew() {
@@ -301,4 +301,33 @@ func ExampleNew() {
 	}
 	scheduler.Start()
 	// ... serve until the service stops; the deferred calls shut down.
+}
+
+func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t)
+	table := newTable(t, pool)
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	assert.Zero(t, value(t, reg, "pglease_clock_skew_seconds", nil), "0 until the first claim")
+
+	l := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	_, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	skew, ok := l.ClockSkew()
+	require.True(t, ok)
+	assert.Equal(t, skew.Offset.Seconds(), value(t, reg, "pglease_clock_skew_seconds", nil))
+	assert.Equal(t, skew.Uncertainty.Seconds(), value(t, reg, "pglease_clock_skew_uncertainty_seconds", nil))
+	assert.Positive(t, value(t, reg, "pglease_clock_skew_uncertainty_seconds", nil))
+
+	m.Hook(pglease.Event{Kind: pglease.EventAcquired, Key: "other", Fence: 1,
+		Skew: pglease.Skew{Offset: -2 * time.Second, Uncertainty: time.Millisecond, At: time.Now()}})
+	assert.Equal(t, -2.0, value(t, reg, "pglease_clock_skew_seconds", nil))
+	assert.Equal(t, 0.001, value(t, reg, "pglease_clock_skew_uncertainty_seconds", nil))
+	m.Hook(pglease.Event{Kind: pglease.EventAcquired, Key: "no-reading", Fence: 2})
+	assert.Equal(t, -2.0, value(t, reg, "pglease_clock_skew_seconds", nil), "an event without a reading leaves the gauge")
+
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
 }

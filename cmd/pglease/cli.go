@@ -41,7 +41,6 @@ type cli struct {
 
 	conn     *pgx.ConnConfig // parsed from dsn
 	password string          // hidden from every message
-	quoted   string          // the table name, quoted for SQL
 }
 
 // commonFlags registers -dsn, -table and -timeout. The default of -dsn is
@@ -71,7 +70,6 @@ func (c *cli) checkCommon() error {
 	if _, err := pglease.Schema(pglease.WithTable(c.table)); err != nil {
 		return fmt.Errorf("-table: %s", strings.TrimPrefix(err.Error(), "pglease: WithTable: "))
 	}
-	c.quoted = pgx.Identifier(strings.Split(c.table, ".")).Sanitize()
 	if c.timeout <= 0 {
 		return fmt.Errorf("-timeout %v: must be positive", c.timeout)
 	}
@@ -110,11 +108,6 @@ func (c *cli) scrub(msg string) string {
 		return msg
 	}
 	return strings.ReplaceAll(msg, c.password, redacted)
-}
-
-// render fills {table} in a statement template with the quoted table name.
-func (c *cli) render(tmpl string) string {
-	return strings.ReplaceAll(tmpl, "{table}", c.quoted)
 }
 
 // explain adds what to do to the errors an operator is likely to meet.

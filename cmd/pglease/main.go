@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -151,7 +152,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := cmd.do(ctx, c); err != nil {
-		fmt.Fprintf(stderr, "pglease %s: %s\n", cmd.name, c.scrub(err.Error()))
+		// The library's errors start with "pglease: ", which the command's
+		// own prefix already says.
+		fmt.Fprintf(stderr, "pglease %s: %s\n", cmd.name, c.scrub(strings.TrimPrefix(err.Error(), "pglease: ")))
 		return exitFail
 	}
 	return exitOK

@@ -12,13 +12,6 @@ import (
 	"github.com/pglease/pglease"
 )
 
-// purgeSQL deletes rows expired longer ago than $1 seconds, as Migrate's
-// purge does. Only expired rows can match: a live lease is never deleted.
-// A key purged and claimed again keeps growing fences, since they come
-// from the sequence, as long as the horizon is at least
-// pglease.MinRetention (see there): the check refuses a shorter one.
-const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
-
 var purgeCommand = command{
 	name: "purge",
 	summary: "Deletes the rows that expired longer ago than -older-than (required, at least\n" +
@@ -36,17 +29,19 @@ var purgeCommand = command{
 	},
 	do: func(ctx context.Context, c *cli) error {
 		return c.withConn(ctx, func(conn *pgx.Conn) error {
-			tag, err := conn.Exec(ctx, c.render(purgeSQL), c.olderThan.d.Seconds())
+			n, err := pglease.Purge(ctx, conn, c.olderThan.d, pglease.WithTable(c.table))
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout, "purged %d rows of %s expired more than %v ago\n", tag.RowsAffected(), c.table, c.olderThan.d)
+			fmt.Fprintf(c.stdout, "purged %d rows of %s expired more than %v ago\n", n, c.table, c.olderThan.d)
 			return nil
 		})
 	},
 }
 
-// checkHorizon refuses a purge horizon below pglease.MinRetention, saying why.
+// checkHorizon refuses a purge horizon below pglease.MinRetention, saying
+// why, as a usage error before anything is sent (pglease.Purge and
+// pglease.Migrate refuse it too).
 func checkHorizon(flag string, d time.Duration) error {
 	if d < pglease.MinRetention {
 		return fmt.Errorf("%s %v: must be at least %v (pglease.MinRetention): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", flag, d, pglease.MinRetention)

@@ -10,19 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// statusSQL lists every row with the server's time, read once (the CTE is
-// evaluated once) so that every row is judged against the same instant,
-// and on the database clock, the only one pglease trusts. Keys are sorted
-// byte-wise (COLLATE "C") so that the order does not depend on the
-// database's locale. fence and acquired_at are read through to_jsonb of the
-// row, so that a table without them (pglease.WithoutFenceColumn) lists too,
-// with nulls.
-const statusSQL = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
-  FROM {table} AS t, server
- ORDER BY key COLLATE "C"`
+	"github.com/pglease/pglease"
+)
 
 // statusRow is one key as status -json prints it.
 type statusRow struct {
@@ -45,15 +35,16 @@ var statusCommand = command{
 		fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a table")
 	},
 	do: func(ctx context.Context, c *cli) error {
-		var rows []statusRow
+		var listed []pglease.LeaseRow
 		err := c.withConn(ctx, func(conn *pgx.Conn) error {
 			var err error
-			rows, err = readStatus(ctx, conn, c.render(statusSQL))
+			listed, err = pglease.List(ctx, conn, pglease.WithTable(c.table))
 			return err
 		})
 		if err != nil {
 			return err
 		}
+		rows := statusRows(listed)
 		if c.jsonOut {
 			enc := json.NewEncoder(c.stdout)
 			enc.SetIndent("", "  ")
@@ -63,26 +54,27 @@ var statusCommand = command{
 	},
 }
 
-func readStatus(ctx context.Context, conn *pgx.Conn, sql string) ([]statusRow, error) {
-	dbRows, err := conn.Query(ctx, sql)
-	if err != nil {
-		return nil, err
-	}
-	out := []statusRow{} // [] rather than null in JSON
-	for dbRows.Next() {
-		var (
-			r   statusRow
-			now time.Time
-		)
-		if err := dbRows.Scan(&r.Key, &r.Holder, &r.Fence, &r.AcquiredAt, &r.ExpiresAt, &now); err != nil {
-			dbRows.Close()
-			return nil, err
+// statusRows turns what pglease.List read into what status prints: fence
+// and acquired_at null where the table has no such column.
+func statusRows(listed []pglease.LeaseRow) []statusRow {
+	out := make([]statusRow, 0, len(listed)) // [] rather than null in JSON
+	for _, l := range listed {
+		r := statusRow{
+			Key:              l.Key,
+			Holder:           l.Holder,
+			ExpiresAt:        l.ExpiresAt,
+			ExpiresInSeconds: math.Round(l.ExpiresIn().Seconds()*1000) / 1000, // to the millisecond
+			Live:             l.Live,
 		}
-		r.ExpiresInSeconds = math.Round(r.ExpiresAt.Sub(now).Seconds()*1000) / 1000 // to the millisecond
-		r.Live = r.ExpiresAt.After(now)
+		if l.Fence != 0 { // fences start at 1
+			r.Fence = &l.Fence
+		}
+		if !l.AcquiredAt.IsZero() {
+			r.AcquiredAt = &l.AcquiredAt
+		}
 		out = append(out, r)
 	}
-	return out, dbRows.Err()
+	return out
 }
 
 func printStatus(c *cli, rows []statusRow) error {

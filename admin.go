@@ -1,0 +1,303 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The operator's view of a lease table: List, Purge, Revoke and
+// ForceExpire, which `pglease status`, `purge` and `release` run. They read
+// and write the table as a whole, whoever holds its keys, and judge every
+// row by the database's clock, never the caller's. They work on a table
+// created by Migrate and on one of WithoutFenceColumn (its fence and
+// acquired_at are then absent); of the options, only WithTable matters.
+
+// LeaseRow is one row of a lease table as List or Revoke read it.
+type LeaseRow struct {
+	Key    string
+	Holder string // RevokedHolder once revoked
+	// Fence is the row's current fence; 0 on a table without fence column.
+	Fence int64
+	// AcquiredAt is the server time of the row's last claim; zero on a table
+	// without acquired_at.
+	AcquiredAt time.Time
+	// ExpiresAt is the server's expiry of the row.
+	ExpiresAt time.Time
+	// ServerNow is the server's clock_timestamp() when the row was read, the
+	// same for every row of one List: remaining time is ExpiresAt -
+	// ServerNow, whatever the caller's clock says.
+	ServerNow time.Time
+	// Live is ExpiresAt > ServerNow: the key is held, and no other holder
+	// can claim it.
+	Live bool
+}
+
+// ExpiresIn is how long the row had to live when it was read, by the
+// server's clock: negative once expired, that long ago.
+func (r LeaseRow) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
+
+// listSQL lists every row with the server's time, read once (the CTE is
+// evaluated once) so that every row is judged against the same instant,
+// and on the database clock, the only one pglease trusts. Keys are sorted
+// byte-wise (COLLATE "C") so that the order does not depend on the
+// database's locale. fence and acquired_at are read through to_jsonb of the
+// row, so that a table without them (WithoutFenceColumn) lists too, with
+// nulls.
+const listSQL = `WITH server AS (SELECT clock_timestamp() AS now)
+SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
+  FROM {table} AS t, server
+ ORDER BY key COLLATE "C"`
+
+// List returns every row of the lease table, live and expired, sorted by
+// key byte-wise, each with the server's time of the reading. It needs
+// SELECT on the table.
+func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
+	t, err := adminTable(ctx, db, "list", opts)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, t.render(listSQL))
+	if err != nil {
+		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
+	}
+	defer rows.Close()
+	out := []LeaseRow{}
+	for rows.Next() {
+		r, err := scanLeaseRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("pglease: list %s: %w", t, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
+	}
+	return out, nil
+}
+
+// scanLeaseRow reads key, holder, fence, acquired_at, expires_at and the
+// server's time, the first two possibly null.
+func scanLeaseRow(row pgx.Row) (LeaseRow, error) {
+	var (
+		r        LeaseRow
+		fence    *int64
+		acquired *time.Time
+	)
+	if err := row.Scan(&r.Key, &r.Holder, &fence, &acquired, &r.ExpiresAt, &r.ServerNow); err != nil {
+		return r, err
+	}
+	if fence != nil {
+		r.Fence = *fence
+	}
+	if acquired != nil {
+		r.AcquiredAt = *acquired
+	}
+	r.Live = r.ExpiresAt.After(r.ServerNow)
+	return r, nil
+}
+
+// Purge deletes the rows expired longer ago than olderThan, by the
+// server's clock, with the statement Migrate purges with, and returns how
+// many. A live lease is never deleted. olderThan must be at least
+// MinRetention: a shorter horizon would let a claim that stalled between
+// drawing its fence and inserting its row issue a fence smaller than one
+// already handed out. It needs DELETE on the table.
+func Purge(ctx context.Context, db DB, olderThan time.Duration, opts ...Option) (int64, error) {
+	t, err := adminTable(ctx, db, "purge", opts)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkHorizon(olderThan); err != nil {
+		return 0, fmt.Errorf("pglease: purge %s: older than %v: %w", t, olderThan, err)
+	}
+	n, err := purge(ctx, db, t, olderThan)
+	if err != nil {
+		return 0, fmt.Errorf("pglease: purge %s: %w", t, err)
+	}
+	return n, nil
+}
+
+// checkHorizon refuses a purge horizon below MinRetention, saying why.
+func checkHorizon(d time.Duration) error {
+	if d < MinRetention {
+		return fmt.Errorf("must be at least MinRetention (%v): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", MinRetention)
+	}
+	return nil
+}
+
+// Revocation is what Revoke or ForceExpire found and did.
+type Revocation struct {
+	// Row is the key's row as found (and locked) before any change.
+	Row LeaseRow
+	// Changed is false when nothing was written: the lease was not live
+	// (Row.Live is false), or Revoke found it revoked already
+	// (Row.Holder is RevokedHolder).
+	Changed bool
+	// ExpiresAt is the row's expiry after the change: for Revoke the one it
+	// had; for ForceExpire ServerNow, or just after Row.AcquiredAt when the
+	// server's clock is behind it.
+	ExpiresAt time.Time
+	// ServerNow is the server's clock when the row was changed (or read,
+	// when unchanged).
+	ServerNow time.Time
+}
+
+// lockRowSQL reads the key's row and locks it for the rest of the
+// transaction, so that what is reported is what was changed: no claim or
+// heartbeat can change the row in between. fence and acquired_at go through
+// to_jsonb so that a table without them (WithoutFenceColumn) works too.
+const lockRowSQL = `SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
+  FROM {table} AS t WHERE key = $1 FOR UPDATE`
+
+// revokeSQL takes a live lease's mandate away from its holder without
+// letting anyone else in early: it writes RevokedHolder ($3), a holder no
+// Locker can have, and leaves expires_at, fence and acquired_at as they
+// were.
+//
+//   - The holder's next heartbeat matches no row (its holder, or its forged
+//     holder with WithoutFenceColumn, is gone): the lease is lost there, and
+//     its Unlock touches nothing.
+//   - Its own re-entrant claim cannot take it back: that needs the row's
+//     holder to be its own (or, without fence column, one it forged:
+//     '#' and 16 hex digits, which the marker has not).
+//   - Every other claim needs expires_at to have passed. The holder stops
+//     trusting its lease at sent_at + TTL - margin of its last successful
+//     claim or heartbeat, which is before the expiry that statement set on
+//     the server: so nobody can claim the key before the holder's trust
+//     deadline has passed, and two replicas never believe at once.
+//   - The next claim, once expired, draws a new fence from the sequence.
+//
+// The row is locked by lockRowSQL, so holder ($2) still names the mandate
+// that was read.
+const revokeSQL = `UPDATE {table}
+   SET holder = $3
+ WHERE key = $1 AND holder = $2
+RETURNING expires_at, clock_timestamp()`
+
+// forceExpireSQL expires a live lease in place, as a release does, without
+// touching holder or fence: the next claim, by any holder, takes a new
+// fence from the sequence, so fences keep growing. Its holder still
+// believes in the lease until its next heartbeat, or until its trust
+// deadline if that heartbeat fails: hence not what Revoke does.
+//
+// GREATEST(clock_timestamp(), acquired_at + 1 microsecond): the row must
+// keep CHECK (expires_at > acquired_at). clock_timestamp() alone would
+// violate it for a lease claimed within the same microsecond, or if the
+// server's clock was set back since the claim; one microsecond is
+// timestamptz's resolution, the smallest step that satisfies the CHECK. The
+// lease is then expired for every claim (expires_at <= clock_timestamp()),
+// and its holder's next heartbeat, which requires expires_at >
+// clock_timestamp(), finds it lost. Without an acquired_at column the
+// second argument is NULL, which GREATEST ignores.
+//
+// The row is locked by lockRowSQL, so holder still names the mandate that
+// was read.
+const forceExpireSQL = `UPDATE {table} AS t
+   SET expires_at = GREATEST(clock_timestamp(), (to_jsonb(t) ->> 'acquired_at')::timestamptz + interval '1 microsecond')
+ WHERE key = $1 AND holder = $2
+RETURNING expires_at, clock_timestamp()`
+
+// ErrNotFound is returned (wrapped) by Revoke and ForceExpire when the
+// table has no row for the key.
+var ErrNotFound = errors.New("pglease: key not found")
+
+// Revoke takes the live lease on key away from its holder, whoever it is,
+// without letting any other holder in early: the row's holder becomes
+// RevokedHolder, and its expiry and fence stay as they were. The holder
+// loses the lease at its next heartbeat (its lease's Context is
+// cancelled), cannot claim it back, and no holder can claim the key before
+// the lease would have expired, by which time its holder has stopped
+// trusting it whatever happened to its heartbeat. The next claim then takes
+// a greater fence. A key that is not live, or revoked already, is left as
+// it was (Changed is false). A missing key is an error wrapping
+// ErrNotFound. It needs SELECT and UPDATE on the table, and a holder column
+// that takes RevokedHolder (a varchar too short refuses it: see
+// ForceExpire).
+func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
+	return changeRow(ctx, db, key, rowChange{what: "revoke", sql: revokeSQL, revoke: true}, opts)
+}
+
+// ForceExpire expires the live lease on key at once, so that any holder can
+// claim it (with a greater fence) right away; holder and fence are kept.
+// UNSAFE: its holder goes on believing it holds the lease until its next
+// heartbeat, or up to the old expiry (Row.ExpiresAt) if that heartbeat
+// fails, so two replicas may run the job at once. Use Revoke unless waiting
+// for the old expiry is worse. When the server's clock is behind the row's
+// acquired_at (set back since the claim), the key stays held until just
+// after it: ExpiresAt is then after ServerNow. A key that is not live is
+// left as it was; a missing key is an error wrapping ErrNotFound.
+func ForceExpire(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
+	return changeRow(ctx, db, key, rowChange{what: "force expire", sql: forceExpireSQL}, opts)
+}
+
+// rowChange is Revoke or ForceExpire.
+type rowChange struct {
+	what   string // for errors
+	sql    string // revokeSQL or forceExpireSQL
+	revoke bool
+}
+
+// changeRow runs Revoke or ForceExpire in one transaction: it locks the
+// key's row, then changes it if it is live (and, for Revoke, not revoked
+// yet).
+func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Option) (Revocation, error) {
+	what := c.what
+	t, err := adminTable(ctx, db, what, opts)
+	if err != nil {
+		return Revocation{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
+	}
+	var rev Revocation
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		row, err := scanLeaseRow(tx.QueryRow(ctx, t.render(lockRowSQL), key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("in table %s: %w", t, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		rev = Revocation{Row: row, ExpiresAt: row.ExpiresAt, ServerNow: row.ServerNow}
+		if !row.Live || c.revoke && row.Holder == RevokedHolder {
+			return nil
+		}
+		args := []any{key, row.Holder}
+		if c.revoke {
+			args = append(args, RevokedHolder)
+		}
+		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&rev.ExpiresAt, &rev.ServerNow)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22001" { // string_data_right_truncation
+			return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
+				"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
+				t, RevokedHolder, len(RevokedHolder), err)
+		}
+		rev.Changed = err == nil
+		return err
+	})
+	if err != nil {
+		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
+	}
+	return rev, nil
+}
+
+// adminTable checks what every admin function is given, before anything
+// is sent, and returns the table.
+func adminTable(ctx context.Context, db DB, what string, opts []Option) (table, error) {
+	mustContext(ctx, what)
+	if isNil(db) {
+		return table{}, fmt.Errorf("pglease: %s: db is nil", what)
+	}
+	cfg, err := newConfig(opts, forAdmin)
+	if err != nil {
+		return table{}, err // names the option
+	}
+	t, _ := parseTable(cfg.table) // checked by newConfig
+	return t, nil
+}

@@ -1,0 +1,204 @@
+package pglease_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// insertAdminRow writes a row of table directly (quoted), with times
+// relative to the server's clock.
+func insertAdminRow(t *testing.T, db pglease.DB, quoted, key, holder string, acquiredAgo, expiresIn time.Duration) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
+		VALUES ($1, $2, clock_timestamp() - make_interval(secs => $3), clock_timestamp() + make_interval(secs => $4))`, quoted),
+		key, holder, acquiredAgo.Seconds(), expiresIn.Seconds())
+	require.NoError(t, err)
+}
+
+func TestListPurgeRevokeAndForceExpireWorkOnASchemaQualifiedTableWhoseNameNeedsQuoting(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	n := tableSeq.Add(1)
+	schema, name := fmt.Sprintf("Ops$%d", n), fmt.Sprintf("Leases_T%d", n)
+	table := schema + "." + name
+	quoted := pgx.Identifier{schema, name}.Sanitize()
+	_, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	opt := pglease.WithTable(table)
+	require.NoError(t, pglease.Migrate(ctx, pool, opt))
+
+	a := newLocker(t, pool, table, "replica-a", pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithTTL(10*time.Second))
+	lease, err := a.Claim(ctx, "b-job")
+	require.NoError(t, err)
+	insertAdminRow(t, pool, quoted, "a-old", "replica-gone", 3*time.Hour, -2*time.Hour)
+	insertAdminRow(t, pool, quoted, "c-recent", "replica-gone", time.Hour, -10*time.Minute)
+
+	rows, err := pglease.List(ctx, pool, opt)
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	assert.Equal(t, []string{"a-old", "b-job", "c-recent"}, []string{rows[0].Key, rows[1].Key, rows[2].Key}, "sorted by key")
+	for _, r := range rows {
+		assert.Equal(t, rows[0].ServerNow, r.ServerNow, "every row judged against one server instant")
+	}
+	assert.False(t, rows[0].Live)
+	assert.InDelta(t, (-2 * time.Hour).Seconds(), rows[0].ExpiresIn().Seconds(), 10)
+	b := rows[1]
+	assert.True(t, b.Live)
+	assert.Equal(t, "replica-a", b.Holder)
+	assert.Equal(t, lease.Fence(), b.Fence)
+	assert.True(t, lease.AcquiredAt().Equal(b.AcquiredAt))
+	assert.InDelta(t, a.TTL().Seconds(), b.ExpiresIn().Seconds(), 5)
+
+	purged, err := pglease.Purge(ctx, pool, time.Hour, opt)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), purged, "only the row expired longer than the horizon ago")
+	rows, err = pglease.List(ctx, pool, opt)
+	require.NoError(t, err)
+	assert.Len(t, rows, 2)
+
+	rev, err := pglease.Revoke(ctx, pool, "b-job", opt)
+	require.NoError(t, err)
+	assert.True(t, rev.Changed)
+	assert.Equal(t, "replica-a", rev.Row.Holder, "the row as found")
+	assert.True(t, rev.ExpiresAt.Equal(rev.Row.ExpiresAt), "revoking keeps the expiry")
+	waitDone(t, lease, 5*time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost, "the holder loses it at its next heartbeat")
+	_, err = a.Claim(ctx, "b-job")
+	require.ErrorIs(t, err, pglease.ErrHeld, "and cannot take it back before its expiry")
+
+	again, err := pglease.Revoke(ctx, pool, "b-job", opt)
+	require.NoError(t, err)
+	assert.False(t, again.Changed, "revoked already")
+	assert.Equal(t, pglease.RevokedHolder, again.Row.Holder)
+
+	forced, err := pglease.ForceExpire(ctx, pool, "b-job", opt)
+	require.NoError(t, err)
+	assert.True(t, forced.Changed)
+	assert.False(t, forced.ExpiresAt.After(forced.ServerNow), "expired at once")
+	taken, err := newLocker(t, pool, table, "replica-b").Claim(ctx, "b-job")
+	require.NoError(t, err, "claimable at once after ForceExpire")
+	assert.Greater(t, taken.Fence(), lease.Fence())
+
+	unchanged, err := pglease.ForceExpire(ctx, pool, "c-recent", opt)
+	require.NoError(t, err)
+	assert.False(t, unchanged.Changed, "a key that is not live is left as it was")
+}
+
+func TestListRevokeAndPurgeWorkOnATableWithoutFenceColumn(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := fmt.Sprintf("lease_nf%d", tableSeq.Add(1))
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`, table))
+	require.NoError(t, err)
+	l := newLocker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(50*time.Millisecond))
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	opts := []pglease.Option{pglease.WithTable(table), pglease.WithoutFenceColumn()}
+
+	rows, err := pglease.List(ctx, pool, opts...)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	assert.Equal(t, lease.Holder(), rows[0].Holder)
+	assert.Zero(t, rows[0].Fence, "no fence column")
+	assert.True(t, rows[0].AcquiredAt.IsZero(), "no acquired_at column")
+	assert.True(t, rows[0].Live)
+
+	rev, err := pglease.Revoke(ctx, pool, "job", opts...)
+	require.NoError(t, err)
+	assert.True(t, rev.Changed)
+	waitDone(t, lease, 5*time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+
+	n, err := pglease.Purge(ctx, pool, pglease.MinRetention, opts...)
+	require.NoError(t, err)
+	assert.Zero(t, n, "the live revoked row stays")
+}
+
+// refusingDB fails the test on any use: the admin functions must refuse
+// bad input before they send anything.
+type refusingDB struct{ t *testing.T }
+
+func (r refusingDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	r.t.Error("Exec called")
+	return pgconn.CommandTag{}, nil
+}
+
+func (r refusingDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	r.t.Error("Query called")
+	return nil, fmt.Errorf("refused")
+}
+
+func (r refusingDB) QueryRow(context.Context, string, ...any) pgx.Row {
+	r.t.Error("QueryRow called")
+	return nil
+}
+
+func (r refusingDB) Begin(context.Context) (pgx.Tx, error) {
+	r.t.Error("Begin called")
+	return nil, fmt.Errorf("refused")
+}
+
+func TestAdminFunctionsRefuseBadInputNamingItAndSendNothing(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db := refusingDB{t}
+	revoke := func(key string, opts ...pglease.Option) error {
+		_, err := pglease.Revoke(ctx, db, key, opts...)
+		return err
+	}
+	for name, c := range map[string]struct {
+		err  error
+		want string
+	}{
+		"purge below MinRetention": {err: func() error { _, err := pglease.Purge(ctx, db, 59*time.Minute); return err }(),
+			want: "older than 59m0s: must be at least MinRetention (1h0m0s): a claim draws its fence before it inserts its row"},
+		"purge bad table":      {err: func() error { _, err := pglease.Purge(ctx, db, time.Hour, pglease.WithTable("a;b")); return err }(), want: `WithTable: table name "a;b"`},
+		"list bad table":       {err: func() error { _, err := pglease.List(ctx, db, pglease.WithTable("")); return err }(), want: "WithTable: table name is empty"},
+		"list nil db":          {err: func() error { _, err := pglease.List(ctx, nil); return err }(), want: "pglease: list: db is nil"},
+		"revoke empty key":     {err: revoke(""), want: `pglease: revoke "": key is empty`},
+		"revoke NUL key":       {err: revoke("a\x00b"), want: "NUL byte"},
+		"force expire bad key": {err: func() error { _, err := pglease.ForceExpire(ctx, db, "\xff"); return err }(), want: `pglease: force expire "\xff": key is not valid UTF-8`},
+		"revoke bad option":    {err: revoke("k", pglease.WithTable("x.y.z")), want: `want "name" or "schema.name"`},
+	} {
+		require.Error(t, c.err, name)
+		assert.Contains(t, c.err.Error(), c.want, name)
+	}
+}
+
+func TestRevokeOfAMissingKeyOrAHolderColumnTooShortWritesNothingAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := fmt.Sprintf("lease_short%d", tableSeq.Add(1))
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder varchar(10) NOT NULL, expires_at timestamptz NOT NULL);
+		INSERT INTO %[1]s VALUES ('job', 'old-lib-1', clock_timestamp() + interval '1 hour')`, table))
+	require.NoError(t, err)
+	opt := pglease.WithTable(table)
+	before, err := pglease.List(ctx, pool, opt)
+	require.NoError(t, err)
+
+	_, err = pglease.Revoke(ctx, pool, "job", opt)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "too short for the revoke marker")
+	assert.Contains(t, err.Error(), "ForceExpire")
+	_, err = pglease.Revoke(ctx, pool, "missing", opt)
+	require.ErrorIs(t, err, pglease.ErrNotFound)
+	assert.Contains(t, err.Error(), `revoke "missing": in table `+table)
+
+	after, err := pglease.List(ctx, pool, opt)
+	require.NoError(t, err)
+	require.Len(t, after, 1)
+	after[0].ServerNow = before[0].ServerNow
+	assert.Equal(t, before, after, "nothing written")
+}

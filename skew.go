@@ -1,0 +1,150 @@
+package pglease
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Skew is a reading of how far this replica's wall clock is from the
+// database's.
+//
+// Every successful claim returns the server's clock_timestamp() read while
+// the statement ran (acquired_at), so somewhere between the moment the
+// claim was sent and the moment its reply came back. Against the local
+// wall clock at the send, and the round trip measured on the monotonic
+// clock, the server's clock is then ahead by
+//
+//	Offset = acquired_at - (sent + round trip/2),  within ± round trip/2,
+//
+// whatever the split of the round trip between the two directions. The
+// assumptions: the server read its clock inside the round trip (it does,
+// acquired_at is evaluated by the statement), and the local clock's rate
+// is right over one round trip. A claim that waited on a row lock has a
+// long round trip and so a wide Uncertainty; the reading keeps the
+// narrowest of the recent samples (see skewFilter).
+type Skew struct {
+	// Offset is the server's clock minus this replica's wall clock:
+	// positive when the server is ahead.
+	Offset time.Duration
+	// Uncertainty bounds the error: the true offset was within Offset ±
+	// Uncertainty when the sample was taken (half its round trip).
+	Uncertainty time.Duration
+	// At is the local wall time of the sample; zero when there is no
+	// reading.
+	At time.Time
+}
+
+// Beyond is how far the offset is certainly beyond zero: |Offset| -
+// Uncertainty, or 0 when the reading cannot tell the clocks apart.
+func (s Skew) Beyond() time.Duration {
+	return max(s.Offset.Abs()-s.Uncertainty, 0)
+}
+
+// overlaps reports whether two readings can both be right: their
+// intervals Offset ± Uncertainty meet.
+func (s Skew) overlaps(o Skew) bool {
+	return (s.Offset - o.Offset).Abs() <= s.Uncertainty+o.Uncertainty
+}
+
+// skewWindow is how many recent samples the reading chooses from.
+const skewWindow = 8
+
+// skewWarnWithoutMinHold is the skew a Locker without min hold warns
+// beyond. Nothing in the protocol depends on the wall clock (the database
+// owns lease time, trust runs on the local clocks against themselves), but
+// gocron fires its jobs by each replica's wall clock: a replica a second
+// off the database fires a second off the others, and a replica that far
+// off is off NTP, which an operator wants to know.
+const skewWarnWithoutMinHold = time.Second
+
+// skewFilter keeps the recent samples and the reading chosen from them:
+// the sample with the smallest Uncertainty among the last skewWindow (as
+// NTP's clock filter does: a delay only ever widens a sample, it never
+// makes a wrong one narrow). A sample whose interval does not meet the
+// reading's means a clock stepped (NTP, a suspend, an operator): the older
+// samples are dropped, so that the reading follows the step at once rather
+// than after skewWindow claims.
+type skewFilter struct {
+	mu      sync.Mutex
+	samples []Skew // oldest first, at most skewWindow
+	reading Skew
+	warned  bool // the reading is beyond the warning bound, and was logged
+}
+
+// add records a sample and returns the new reading, and whether it just
+// crossed the bound (up: now beyond it; down: back within).
+func (f *skewFilter) add(s Skew, bound time.Duration) (reading Skew, up, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.samples) > 0 && !s.overlaps(f.reading) {
+		f.samples = f.samples[:0]
+	}
+	if len(f.samples) == skewWindow {
+		f.samples = append(f.samples[:0], f.samples[1:]...)
+	}
+	f.samples = append(f.samples, s)
+	f.reading = f.samples[0]
+	for _, x := range f.samples[1:] {
+		if x.Uncertainty <= f.reading.Uncertainty {
+			f.reading = x // the newest of the narrowest
+		}
+	}
+	beyond := f.reading.Beyond() > bound
+	up, down = beyond && !f.warned, !beyond && f.warned
+	f.warned = beyond
+	return f.reading, up, down
+}
+
+func (f *skewFilter) get() (Skew, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reading, !f.reading.At.IsZero()
+}
+
+// ClockSkew returns the Locker's latest reading of its wall clock's skew
+// against the database's, and false before its first successful claim.
+// Readings come from claims: a Locker that holds one lease for long (an
+// Elector's leader) keeps its last reading, whose At says how old it is.
+func (l *Locker) ClockSkew() (Skew, bool) { return l.skew.get() }
+
+// skewBound is the skew beyond which the Locker warns: half the min hold.
+// The min hold keeps a replica whose timer fires later from running the
+// tick again only while it fires less than the min hold after the holder;
+// timers fire by each replica's wall clock, so two replicas' clocks must
+// differ by less than it. Each replica can only measure its own clock
+// against the database's, and two skews of half the min hold each, in
+// opposite directions, already add up to it: half is the most each may
+// show. Without min hold, skewWarnWithoutMinHold.
+func (l *Locker) skewBound() time.Duration {
+	if l.cfg.minHold > 0 {
+		return l.cfg.minHold / 2
+	}
+	return skewWarnWithoutMinHold
+}
+
+// recordSkew takes the sample of a claim sent at sent (a time.Now() value)
+// that returned the server time server after took, and returns the new
+// reading. It logs a warning when the reading goes beyond skewBound, once
+// per crossing, and at info level when it comes back within.
+func (l *Locker) recordSkew(server, sent time.Time, took time.Duration) Skew {
+	half := took / 2
+	sample := Skew{Offset: server.Sub(wallOf(l, sent).Add(half)), Uncertainty: half, At: wallOf(l, sent)}
+	bound := l.skewBound()
+	reading, up, down := l.skew.add(sample, bound)
+	if up || down {
+		lvl, msg := slog.LevelWarn, "pglease: clock skew against the database beyond the bound"
+		if down {
+			lvl, msg = slog.LevelInfo, "pglease: clock skew against the database back within the bound"
+		}
+		l.cfg.logger.LogAttrs(context.Background(), lvl, msg,
+			slog.String("holder", l.cfg.holder),
+			slog.Duration("skew", reading.Offset),
+			slog.Duration("uncertainty", reading.Uncertainty),
+			slog.Duration("bound", bound),
+			slog.Duration("min_hold", l.cfg.minHold),
+			slog.String("why", "the min hold keeps a later-firing replica from running the same tick only while the replicas' clocks differ by less than it; each replica's skew must stay below half of it (1s without min hold); check NTP on this host"))
+	}
+	return reading
+}

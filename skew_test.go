@@ -1,0 +1,129 @@
+package pglease_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// logBuffer collects a Locker's log lines, safe for concurrent writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), s)
+}
+
+const (
+	skewWarning = "clock skew against the database beyond the bound"
+	skewBack    = "clock skew against the database back within the bound"
+)
+
+// The server and the tests share one host clock, so the true skew is zero;
+// ShiftWallClock (export_test.go) offsets only the Locker's wall clock, as
+// a replica whose clock is off would be, while its monotonic clock, and so
+// the round trips, stay true.
+
+func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHold(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	logs := &logBuffer{}
+	var (
+		mu       sync.Mutex
+		acquired []pglease.Event
+	)
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("skewed"),
+		pglease.WithTTL(10*time.Second), pglease.WithMinHold(time.Second),
+		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))),
+		pglease.WithHook(func(e pglease.Event) {
+			if e.Kind == pglease.EventAcquired {
+				mu.Lock()
+				acquired = append(acquired, e)
+				mu.Unlock()
+			}
+		}))
+	t.Cleanup(func() { _ = l.Close(ctx) })
+	claim := func(key string) pglease.Skew {
+		t.Helper()
+		_, err := l.Claim(ctx, key)
+		require.NoError(t, err)
+		s, ok := l.ClockSkew()
+		require.True(t, ok)
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, s, acquired[len(acquired)-1].Skew, "the event carries the reading")
+		return s
+	}
+	_, ok := l.ClockSkew()
+	assert.False(t, ok, "no reading before the first claim")
+
+	s := claim("k0")
+	assert.Positive(t, s.Uncertainty, "half a round trip")
+	assert.LessOrEqual(t, s.Beyond(), 10*time.Millisecond, "one clock: no skew beyond the uncertainty, got %+v", s)
+	assert.Zero(t, logs.count(skewWarning))
+
+	const shift = 3 * time.Second // beyond half the min hold (500ms)
+	pglease.ShiftWallClock(l, shift)
+	for i := range 3 {
+		s = claim(fmt.Sprintf("k%d", i+1))
+		assert.InDelta(t, float64(-shift), float64(s.Offset), float64(s.Uncertainty+10*time.Millisecond),
+			"a replica clock %v ahead reads as the server %v behind: %+v", shift, shift, s)
+	}
+	assert.Equal(t, 1, logs.count(skewWarning), "warned once, not per claim:\n%s", logs.buf.String())
+	assert.Contains(t, logs.buf.String(), "bound=500ms")
+
+	pglease.ShiftWallClock(l, 0)
+	s = claim("k4")
+	assert.LessOrEqual(t, s.Beyond(), 10*time.Millisecond, "the reading follows a clock step at once: %+v", s)
+	assert.Equal(t, 1, logs.count(skewBack))
+	claim("k5")
+	assert.Equal(t, 1, logs.count(skewWarning))
+	assert.Equal(t, 1, logs.count(skewBack))
+
+	pglease.ShiftWallClock(l, -shift)
+	s = claim("k6")
+	assert.InDelta(t, float64(shift), float64(s.Offset), float64(s.Uncertainty+10*time.Millisecond), "%+v", s)
+	assert.Equal(t, 2, logs.count(skewWarning), "a new crossing warns again")
+}
+
+func TestWithoutMinHoldClockSkewWarnsBeyondOneSecond(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	logs := &logBuffer{}
+	l := newLocker(t, pool, table, "skewed",
+		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+
+	pglease.ShiftWallClock(l, 500*time.Millisecond)
+	_, err := l.Claim(ctx, "a")
+	require.NoError(t, err)
+	assert.Zero(t, logs.count(skewWarning), "half a second is within a second")
+
+	pglease.ShiftWallClock(l, -2*time.Second)
+	_, err = l.Claim(ctx, "b")
+	require.NoError(t, err)
+	assert.Equal(t, 1, logs.count(skewWarning))
+	assert.Contains(t, logs.buf.String(), "bound=1s")
+}
