@@ -128,6 +128,8 @@ type Locker struct {
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
 
+	waits waiting // waiting claims and their listener (wait.go)
+
 	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
 	watchdog *time.Timer // checks every lease's trust while any is held
 	watching bool        // watchdog armed
@@ -166,6 +168,7 @@ func NewLocker(db DB, opts ...Option) *Locker {
 		closing: make(chan struct{}),
 	}
 	l.claims, l.releases = l.newClaims(), l.newReleases()
+	l.waits.table = t
 	return l
 }
 
@@ -214,6 +217,10 @@ func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 		return nil, err
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
+	// A waiting claim does not take over its own Locker's lease (wait.go).
+	if err := l.ownLease(ctx, key); err != nil {
+		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+	}
 
 	c, ok, sent, err := l.sendClaim(ctx, key, &done)
 	took := time.Since(sent)
@@ -333,6 +340,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		held = append(held, lease)
 	}
 	l.mu.Unlock()
+	l.stopWaiting() // waiting claims return ErrClosed; the listener stops
 
 	if stop != nil {
 		stop()

@@ -1,0 +1,22 @@
+package pglease
+
+// ChannelFor is the channel the release statement of table name notifies.
+func ChannelFor(name string) string { return channelFor(name) }
+
+// ListenerPID is the backend pid of l's listening connection, 0 before it
+// listened.
+func ListenerPID(l *Locker) uint32 {
+	l.waits.mu.Lock()
+	defer l.waits.mu.Unlock()
+	return l.waits.pid
+}
+
+// Waiters is the number of l's claims waiting for key.
+func Waiters(l *Locker, key string) int {
+	l.waits.mu.Lock()
+	defer l.waits.mu.Unlock()
+	if g := l.waits.groups[key]; g != nil {
+		return g.users
+	}
+	return 0
+}
