@@ -81,6 +81,8 @@ type config struct {
 	logger    *slog.Logger
 	hooks     []func(Event)
 	errs      []error
+
+	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
 
 // RevokedHolder is the holder `pglease release` writes into the row of a

@@ -234,6 +234,7 @@ func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 // waitHooks let the Elector's campaign steer a waiting claim.
 type waitHooks struct {
 	kick    <-chan struct{}                // try again at once
+	begin   func()                         // an attempt begins
 	held    func(holder string, err error) // each failed attempt; holder of the row when known
 	attempt time.Duration                  // bound of each attempt; 0: ctx alone
 }
@@ -261,6 +262,9 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		drain(g.wake)
 		if h.kick != nil {
 			drain(h.kick)
+		}
+		if h.begin != nil {
+			h.begin()
 		}
 		lease, err := l.attempt(xctx, key, h.attempt)
 		if err == nil {
