@@ -346,3 +346,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// WaitMode says how the campaign learns that the leader released the key,
+// as Locker.WaitMode.
+func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }

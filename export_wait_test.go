@@ -1,5 +1,7 @@
 package pglease
 
+import "strings"
+
 // ChannelFor is the channel the release statement of table name notifies.
 func ChannelFor(name string) string { return channelFor(name) }
 
@@ -20,3 +22,17 @@ func Waiters(l *Locker, key string) int {
 	}
 	return 0
 }
+
+// DropReleaseNotify makes l's release statement notify nothing, as before
+// waiting claims existed: benchmarks measure what the notification costs.
+// Call it before l's first claim.
+func DropReleaseNotify(l *Locker) {
+	p := l.proto.(serializationRetry).protocol.(*fenced)
+	p.releaseSQL = strings.Replace(p.releaseSQL, ", pg_notify("+quoteChannel(l.waits.table)+", l.key)", "", 1)
+	if !strings.Contains(p.releaseSQL, "pg_notify") {
+		return
+	}
+	panic("DropReleaseNotify: release statement not recognised")
+}
+
+func quoteChannel(t table) string { return "'" + strings.ReplaceAll(t.channel(), "'", "''") + "'" }
