@@ -93,6 +93,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 }
 
 func reportPercentiles(b *testing.B, d []time.Duration) {
+	b.Helper()
 	slices.Sort(d)
 	at := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000 }
 	b.ReportMetric(at(0.5), "p50_ms")

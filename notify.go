@@ -52,13 +52,13 @@ func channelFor(name string) string {
 type WaitMode int
 
 const (
-	// WaitIdle: no claim of the Locker has waited yet.
+	// WaitIdle means no claim of the Locker has waited yet.
 	WaitIdle WaitMode = iota
-	// WaitByNotification: a connection of the Locker LISTENs on the table's
+	// WaitByNotification means a connection of the Locker LISTENs on the table's
 	// channel and the release statement notifies it: waiters wake within a
 	// round trip of a release.
 	WaitByNotification
-	// WaitByPolling: waiters try again after a backoff (at most
+	// WaitByPolling means waiters try again after a backoff (at most
 	// maxPollBackoff) or at the holder's expiry, whichever comes first.
 	WaitByPolling
 )

@@ -176,16 +176,16 @@ func (w *waiting) byNotification() bool {
 }
 
 // exclusiveClaim marks the context of a waiting claim's attempts: Claim
-// then treats a live lease of its own Locker on the key as held (heldHere)
+// then treats a live lease of its own Locker on the key as held (heldHereError)
 // instead of taking it over as a re-entrant claim.
 type exclusiveClaim struct{}
 
-// heldHere is ErrHeld by a lease of the claiming Locker itself, live or
+// heldHereError is ErrHeld by a lease of the claiming Locker itself, live or
 // being released; ended is closed once it is gone.
-type heldHere struct{ ended <-chan struct{} }
+type heldHereError struct{ ended <-chan struct{} }
 
-func (h heldHere) Error() string { return "held by a lease of this Locker" }
-func (h heldHere) Unwrap() error { return ErrHeld }
+func (h heldHereError) Error() string { return "held by a lease of this Locker" }
+func (h heldHereError) Unwrap() error { return ErrHeld }
 
 // ownLease is the live lease of this Locker on key that the claim of ctx
 // must not take over, if ctx is a waiting claim's; nil otherwise. Claim
@@ -195,12 +195,12 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 		return nil
 	}
 	if ls, ok := l.Held(key); ok {
-		return heldHere{ls.Done()}
+		return heldHereError{ls.Done()}
 	}
 	l.waits.mu.Lock()
 	defer l.waits.mu.Unlock()
 	if r, ok := l.waits.releasing[key]; ok {
-		return heldHere{r.done}
+		return heldHereError{r.done}
 	}
 	return nil
 }
@@ -289,7 +289,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			backoff = maxNotifyBackoff
 		}
 		pause := backoff/2 + rand.N(backoff/2+1)
-		var here heldHere
+		var here heldHereError
 		if errors.As(err, &here) {
 			own = here.ended // ends locally: no notification needed
 			pause = maxNotifyBackoff

@@ -233,7 +233,7 @@ func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 	waiter := newLocker(t, pool, table, "waiter")
 
 	// Given up while held: ErrHeld and the context's error, nothing claimed.
-	held, err := holder.Claim(ctx, "job")
+	_, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, err = waiter.ClaimWait(wctx, "job")
@@ -245,7 +245,7 @@ func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 	// waiter holds the key if and only if it returned a lease.
 	for i := range 30 {
 		key := fmt.Sprintf("race-%d", i)
-		held, err = holder.Claim(ctx, key)
+		held, err := holder.Claim(ctx, key)
 		require.NoError(t, err)
 		wctx, cancel := context.WithTimeout(ctx, time.Duration(20+i)*time.Millisecond)
 		got := claimWaitAsync(wctx, waiter, key)
