@@ -275,7 +275,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 				h.held("", err)
 			}
 			if ctx.Err() != nil {
-				l.settleGiveBack(ctx, key)
+				l.giveBack(ctx, key)
 				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ctx.Err()))
 			}
 			return nil, err
@@ -324,15 +324,37 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	}
 }
 
-// settleGiveBack waits, within the Locker's timeout, until a claim of key
-// whose caller gave up while its statement was in flight has given its row
-// back (orphanClaim holds the key's turn until then): a waiting claim that
-// returns an error holds no row.
-func (l *Locker) settleGiveBack(ctx context.Context, key string) {
+// giveBackSQL expires the live row of key that carries this Locker's holder
+// and that no lease of the Locker stands for: a claim whose context ended
+// while its statement was in flight may have committed with nobody to hold
+// it. Sent in the key's turn, with no lease of the Locker on key live or
+// being released, so it cannot touch a mandate the Locker believes in. It
+// notifies like a release, for the waiters of other Lockers.
+const giveBackSQL = `UPDATE {table}
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond')
+ WHERE key = $1 AND holder = $2 COLLATE "C" AND expires_at > clock_timestamp()
+RETURNING pg_notify({chanlit}, key)`
+
+// giveBack makes sure a waiting claim that gives up holds no row: it waits,
+// within the Locker's timeout, until a claim of key whose caller gave up
+// in flight has given its row back (orphanClaim holds the key's turn until
+// then), and expires a row a cancelled claim committed unseen. Without a
+// fence column each mandate has a holder of its own, unknown here: such a
+// row lapses at its expiry.
+func (l *Locker) giveBack(ctx context.Context, key string) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()
-	if done, err := l.turns.take(tctx, key); err == nil {
-		done()
+	done, err := l.turns.take(tctx, key)
+	if err != nil {
+		return
+	}
+	defer done()
+	if l.cfg.noFence || l.ownLease(context.WithValue(ctx, exclusiveClaim{}, true), key) != nil {
+		return
+	}
+	rows, err := l.conns.release.Query(tctx, l.waits.table.render(giveBackSQL), key, l.cfg.holder)
+	if err == nil {
+		rows.Close()
 	}
 }
 
