@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-co-op/gocron/v2"
 )
@@ -15,45 +16,285 @@ var _ gocron.Elector = (*Elector)(nil)
 // gocron.WithDistributedElector: only the leader runs jobs. Leadership is a
 // lease on one key (WithLeaderKey) of the same table, kept alive by the same
 // heartbeat machinery as a Locker's leases.
+//
+// From the first IsLeader (or Campaign) until Close, a background campaign
+// waits for the leader key as ClaimWait does: woken by the release that
+// notifies the key, it takes over within a round trip of the leader's
+// Close, instead of at the next IsLeader after the TTL or the next job.
 type Elector struct {
 	locker *Locker
 	key    string
+	cb     LeaderCallbacks
 
-	mu    sync.Mutex
-	lease *Lease // the current mandate, or nil
+	kick    chan struct{} // IsLeader asks the campaign to try at once
+	closing chan struct{} // closed by Close
+
+	mu        sync.Mutex
+	lease     *Lease        // the current mandate, or nil
+	leader    string        // the last leader seen
+	lastErr   error         // the outcome of the campaign's last failed attempt
+	begun     int           // attempts of the campaign begun
+	ended     int           // and ended
+	attempted chan struct{} // closed and replaced after each attempt
+	closed    bool
+	stop      context.CancelFunc // stops the campaign; nil until started
+	done      chan struct{}      // closed when the campaign returns
+	calls     []func()           // callbacks to run, in order
+	callsSig  chan struct{}      // a callback was queued
+	callsDone chan struct{}      // closed when the callback goroutine returns
 }
 
+// LeaderCallbacks are called as an Elector's leadership changes, like
+// client-go's leaderelection callbacks. Each may be nil. They run one at a
+// time, in order, on a goroutine of the Elector, never under its lock: they
+// may call the Elector, and they should return promptly, since the next
+// ones wait and Close waits for them all.
+type LeaderCallbacks struct {
+	// OnStartedLeading: this replica became the leader with lease. Its
+	// Done or Context ends when leadership does.
+	OnStartedLeading func(lease *Lease)
+	// OnStoppedLeading: the lease of OnStartedLeading ended (Close
+	// resigned, or it was lost); lease.Err says which.
+	OnStoppedLeading func(lease *Lease)
+	// OnNewLeader: the leader changed to holder (this replica's own
+	// holder when it was elected). Reported when a follower sees it: at an
+	// attempt that found the key held.
+	OnNewLeader func(holder string)
+}
+
+// WithLeaderCallbacks sets the callbacks of an Elector. Only an Elector
+// takes it.
+func WithLeaderCallbacks(cb LeaderCallbacks) Option {
+	return func(c *config) { c.use("WithLeaderCallbacks"); c.leaderCallbacks = cb }
+}
+
+// campaignRetry is the pause of the campaign after an attempt that failed
+// for another reason than contention (database down): IsLeader cuts it
+// short.
+const campaignRetry = time.Second
+
 // NewElector returns an Elector on db. It takes the same options as
-// NewLocker, plus WithLeaderKey, except WithMinHold, which it refuses: Close
-// hands leadership over at once. Invalid options panic with an error
-// wrapping ErrInvalidOption that names the option.
+// NewLocker, plus WithLeaderKey and WithLeaderCallbacks, except
+// WithMinHold, which it refuses: Close hands leadership over at once.
+// Invalid options panic with an error wrapping ErrInvalidOption that names
+// the option.
 func NewElector(db DB, opts ...Option) *Elector {
 	l := newLocker(db, opts, forElector)
-	return &Elector{locker: l, key: l.cfg.leaderKey}
+	return &Elector{
+		locker:    l,
+		key:       l.cfg.leaderKey,
+		cb:        l.cfg.leaderCallbacks,
+		kick:      make(chan struct{}, 1),
+		closing:   make(chan struct{}),
+		attempted: make(chan struct{}),
+		callsSig:  make(chan struct{}, 1),
+	}
 }
 
 // IsLeader implements gocron.Elector. While this replica's leadership lease
 // is within its trust window it answers without a round trip. Otherwise it
-// claims the leader key (within the Locker's timeout): it returns nil when
-// this replica becomes the leader, reported as EventElected with the new
-// fence, and an error wrapping ErrHeld while another replica leads.
+// has the campaign claim the leader key at once (within the Locker's
+// timeout): it returns nil when this replica becomes the leader, reported
+// as EventElected with the new fence, and an error wrapping ErrHeld while
+// another replica leads. The first call starts the campaign, which from
+// then on takes the key over as soon as the leader releases it.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	mustContext(ctx, "IsLeader")
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.lease != nil && e.lease.Err() == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, e.locker.cfg.timeout)
 	defer cancel()
-	lease, err := e.locker.Claim(ctx, e.key)
-	if err != nil {
-		e.lease = nil
+	if _, err := e.next(ctx, true); err != nil {
 		return fmt.Errorf("pglease: is leader: %w", err)
 	}
-	e.lease = lease
-	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	return nil
+}
+
+// Campaign starts the campaign if it is not running and waits until this
+// replica leads, for services outside gocron: it returns the leadership
+// lease, or an error wrapping ctx.Err() (and ErrHeld while another replica
+// leads) or ErrClosed. Leadership stays with this replica until the lease
+// ends (its Done), whatever happens to ctx; it passes on at Close.
+func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
+	mustContext(ctx, "Campaign")
+	for {
+		lease, err := e.next(ctx, false)
+		if err == nil {
+			return lease, nil
+		}
+		if !errors.Is(err, ErrHeld) || ctx.Err() != nil {
+			return nil, fmt.Errorf("pglease: campaign: %w", err)
+		}
+	}
+}
+
+// next returns the live leadership lease, or waits for the outcome of an
+// attempt of the campaign that begins after this call (asking for one at
+// once if kick): an attempt already in flight may predate a release.
+func (e *Elector) next(ctx context.Context, kick bool) (*Lease, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	e.startLocked()
+	target := e.begun + 1
+	if kick {
+		signal(e.kick)
+	}
+	for {
+		switch {
+		case e.lease != nil && e.lease.Err() == nil:
+			return e.lease, nil
+		case e.ended >= target:
+			if e.lastErr == nil {
+				return nil, fmt.Errorf("leadership ended at once: %w", ErrLost)
+			}
+			return nil, e.lastErr
+		}
+		attempted := e.attempted
+		e.mu.Unlock()
+		select {
+		case <-attempted:
+			e.mu.Lock()
+		case <-e.closing:
+			e.mu.Lock()
+			return nil, ErrClosed
+		case <-ctx.Done():
+			e.mu.Lock()
+			return nil, errors.Join(e.lastErr, ctx.Err())
+		}
+	}
+}
+
+// startLocked starts the campaign and the callbacks' goroutine; e.mu is
+// held.
+func (e *Elector) startLocked() {
+	if e.stop != nil {
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	e.stop, e.done, e.callsDone = stop, make(chan struct{}), make(chan struct{})
+	go e.campaign(ctx)
+	go e.runCallbacks()
+}
+
+// campaign waits for the leader key and claims it, then watches the lease
+// until it ends, and starts over; until Close.
+func (e *Elector) campaign(ctx context.Context) {
+	defer close(e.done)
+	hooks := waitHooks{kick: e.kick, begin: e.begin, held: e.failed, attempt: e.locker.cfg.timeout}
+	for ctx.Err() == nil {
+		lease, err := e.locker.claimWait(ctx, e.key, hooks)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return
+			}
+			select { // failures are reported by the Locker's claim events
+			case <-ctx.Done():
+				return
+			case <-e.kick:
+			case <-time.After(campaignRetry):
+			}
+			continue
+		}
+		e.elected(lease)
+		select {
+		case <-lease.Done():
+			e.stopped(lease)
+		case <-ctx.Done():
+			return // Close releases the lease and reports it stopped
+		}
+	}
+}
+
+func (e *Elector) begin() {
+	e.mu.Lock()
+	e.begun++
+	e.mu.Unlock()
+}
+
+// failed records an attempt of the campaign that did not get the key, and
+// the leader it saw.
+func (e *Elector) failed(holder string, err error) {
+	e.mu.Lock()
+	e.lastErr, e.ended = err, e.begun
+	close(e.attempted)
+	e.attempted = make(chan struct{})
+	changed := holder != "" && holder != e.leader
+	if changed {
+		e.leader = holder
+		e.queueLocked(func() { e.callNewLeader(holder) })
+	}
+	e.mu.Unlock()
+	if changed {
+		e.locker.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: holder})
+	}
+}
+
+// elected makes lease the leadership.
+func (e *Elector) elected(lease *Lease) {
+	e.mu.Lock()
+	e.lease, e.lastErr, e.ended = lease, nil, e.begun
+	close(e.attempted)
+	e.attempted = make(chan struct{})
+	newLeader := lease.Holder() != e.leader
+	e.leader = lease.Holder()
+	if newLeader {
+		e.queueLocked(func() { e.callNewLeader(lease.Holder()) })
+	}
+	if f := e.cb.OnStartedLeading; f != nil {
+		e.queueLocked(func() { f(lease) })
+	}
+	e.mu.Unlock()
+	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
+	if newLeader {
+		e.locker.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: lease.Holder()})
+	}
+}
+
+// stopped reports the end of lease, once.
+func (e *Elector) stopped(lease *Lease) {
+	e.mu.Lock()
+	if e.lease != lease {
+		e.mu.Unlock()
+		return
+	}
+	e.lease = nil
+	if f := e.cb.OnStoppedLeading; f != nil {
+		e.queueLocked(func() { f(lease) })
+	}
+	e.mu.Unlock()
+	e.locker.emit(Event{Kind: EventStoppedLeading, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence(), Err: lease.Err()})
+}
+
+func (e *Elector) callNewLeader(holder string) {
+	if f := e.cb.OnNewLeader; f != nil {
+		f(holder)
+	}
+}
+
+// queueLocked queues a callback; e.mu is held.
+func (e *Elector) queueLocked(f func()) {
+	e.calls = append(e.calls, f)
+	signal(e.callsSig)
+}
+
+// runCallbacks runs the queued callbacks in order, outside e.mu, until
+// Close has queued the last ones and they have run.
+func (e *Elector) runCallbacks() {
+	defer close(e.callsDone)
+	for {
+		e.mu.Lock()
+		calls, closing := e.calls, e.closed && e.stop == nil
+		e.calls = nil
+		e.mu.Unlock()
+		for _, f := range calls {
+			f()
+		}
+		if closing && len(calls) == 0 {
+			return
+		}
+		<-e.callsSig
+	}
 }
 
 // Leader returns this replica's leadership lease while it leads: its fence
@@ -67,13 +308,44 @@ func (e *Elector) Leader() (*Lease, bool) {
 	return e.lease, true
 }
 
-// Close resigns: the leadership lease is released at once, so a follower
-// takes over at its next IsLeader without waiting for the TTL. Then the
-// heartbeat stops. Close is idempotent.
+// Close resigns: the campaign stops, the leadership lease is released at
+// once (the release notifies the followers, which take over within a round
+// trip), the heartbeat stops, and the callbacks still due run before Close
+// returns. Close is idempotent.
 func (e *Elector) Close(ctx context.Context) error {
+	e.mu.Lock()
+	first := !e.closed
+	e.closed = true
+	stop, done := e.stop, e.done
+	e.mu.Unlock()
+	if first {
+		close(e.closing)
+	}
+	if first && stop != nil {
+		stop()
+		<-done
+	}
 	err := e.locker.Close(ctx)
+	if first && stop != nil {
+		e.mu.Lock()
+		lease := e.lease
+		e.mu.Unlock()
+		if lease != nil {
+			e.stopped(lease)
+		}
+		e.mu.Lock()
+		e.stop = nil // the callbacks' goroutine returns once the queue is empty
+		signal(e.callsSig)
+		callsDone := e.callsDone
+		e.mu.Unlock()
+		<-callsDone
+	}
 	if errors.Is(err, ErrLost) {
 		return nil // it was no longer leading: nothing to hand over
 	}
 	return err
 }
+
+// WaitMode says how the campaign learns that the leader released the key,
+// as Locker.WaitMode.
+func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }

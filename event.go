@@ -40,6 +40,19 @@ const (
 	// mandate. Logged at info level. Its end is reported as EventLost or
 	// EventReleased like any lease.
 	EventElected
+	// EventWaitByNotification: the Locker's waiting claims wake by
+	// notification: its LISTEN works. Logged at info level.
+	EventWaitByNotification
+	// EventWaitByPolling: the Locker's waiting claims poll; Err says why
+	// (the DB is not a pool, a pooler drops notifications, the listening
+	// connection failed). Logged at warn level.
+	EventWaitByPolling
+	// EventStoppedLeading: an Elector's leadership lease ended (resigned by
+	// Close, or lost), with Fence as its mandate. Logged at info level.
+	EventStoppedLeading
+	// EventNewLeader: an Elector saw a new leader, Holder (this replica's
+	// own holder when it was elected). Logged at info level.
+	EventNewLeader
 )
 
 var eventNames = map[EventKind]string{
@@ -52,6 +65,11 @@ var eventNames = map[EventKind]string{
 	EventReleased:        "released",
 	EventReleaseFailed:   "release_failed",
 	EventElected:         "elected",
+
+	EventWaitByNotification: "wait_by_notification",
+	EventWaitByPolling:      "wait_by_polling",
+	EventStoppedLeading:     "stopped_leading",
+	EventNewLeader:          "new_leader",
 }
 
 // String is a short snake_case name, usable as a metric label.
@@ -78,9 +96,9 @@ func (k EventKind) level() slog.Level {
 	switch k {
 	case EventClaimFailed, EventLost, EventReleaseFailed:
 		return slog.LevelError
-	case EventHeartbeatFailed:
+	case EventHeartbeatFailed, EventWaitByPolling:
 		return slog.LevelWarn
-	case EventElected:
+	case EventElected, EventWaitByNotification, EventStoppedLeading, EventNewLeader:
 		return slog.LevelInfo
 	default:
 		return slog.LevelDebug

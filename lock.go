@@ -154,6 +154,7 @@ func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
 	}
 	ls.released = true
 	ls.mu.Unlock()
+	ls.locker.waits.releaseStarted(ls) // waiting claims wait for it (wait.go)
 
 	prior := ls.lostErr()
 	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil)}, true
@@ -178,6 +179,7 @@ func (l *Locker) finishRelease(r releasing, err error) error {
 	ls.mu.Lock()
 	ls.releaseErr = err
 	ls.mu.Unlock()
+	l.waits.releaseFinished(ls)
 	return err
 }
 

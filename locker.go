@@ -130,6 +130,7 @@ type Locker struct {
 	closing  chan struct{}      // closed when Close has finished
 
 	skew skewFilter // the clock-skew reading, from claims
+	waits waiting // waiting claims and their listener (wait.go)
 
 	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
 	watchdog *time.Timer // checks every lease's trust while any is held
@@ -178,6 +179,7 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	}
 	l.minTTL.Store(int64(cfg.ttl))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
+	l.waits.table = t
 	return l
 }
 
@@ -231,6 +233,10 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 		return nil, err
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
+	// A waiting claim does not take over its own Locker's lease (wait.go).
+	if err := l.ownLease(ctx, key); err != nil {
+		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+	}
 
 	c, ok, sent, err := l.sendClaim(ctx, key, t, &done)
 	took := time.Since(sent)
@@ -352,6 +358,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		held = append(held, lease)
 	}
 	l.mu.Unlock()
+	l.stopWaiting() // waiting claims return ErrClosed; the listener stops
 
 	if stop != nil {
 		stop()

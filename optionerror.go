@@ -39,8 +39,9 @@ type constructor struct {
 
 // whyNot says, by default, why an option does not apply where it is refused.
 var whyNot = map[string]string{
-	"WithRetention": "it sets the purge horizon of Migrate",
-	"WithLeaderKey": "it names the key an Elector claims",
+	"WithRetention":       "it sets the purge horizon of Migrate",
+	"WithLeaderKey":       "it names the key an Elector claims",
+	"WithLeaderCallbacks": "only an Elector leads",
 }
 
 // lockerOptions are the options of a Locker.
@@ -53,7 +54,7 @@ var (
 	forLocker  = constructor{name: "NewLocker", applies: lockerOptions}
 	forElector = constructor{
 		name:    "NewElector",
-		applies: append(slices.DeleteFunc(slices.Clone(lockerOptions), func(o string) bool { return o == "WithMinHold" }), "WithLeaderKey"),
+		applies: append(slices.DeleteFunc(slices.Clone(lockerOptions), func(o string) bool { return o == "WithMinHold" }), "WithLeaderKey", "WithLeaderCallbacks"),
 		why:     map[string]string{"WithMinHold": "an Elector's Close hands leadership over at once"},
 	}
 	forSchema = constructor{name: "Migrate and Schema", applies: []string{"WithTable", "WithRetention", "WithoutFenceColumn"}}

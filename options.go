@@ -84,6 +84,8 @@ type config struct {
 	hooks     []func(Event)
 	errs      []error
 	given     []string // the options given, by name, in order
+
+	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
 
 // RevokedHolder is the holder `pglease release` writes into the row of a

@@ -43,6 +43,10 @@ import (
 //     lost in a crash only makes the lease last until its expiry: liveness,
 //     never safety. Claims and heartbeats stay synchronous, and the next
 //     synchronous commit flushes the WAL up to and including this release.
+//   - pg_notify({chanlit}, key) in RETURNING wakes the claims waiting for
+//     the released keys (ClaimWait, an Elector's followers) in the same
+//     statement, at its commit: no added statement or round trip. RETURNING
+//     runs only for rows actually released, never for a skipped or lost one.
 const releaseSQL = `WITH r AS (
   SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS r(key, fence, min_hold)
 ), mine AS (
@@ -57,7 +61,7 @@ const releaseSQL = `WITH r AS (
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-  RETURNING l.key, l.fence
+  RETURNING l.key, l.fence, pg_notify({chanlit}, l.key)
 )
 SELECT key, fence, true FROM released
 UNION ALL
@@ -67,8 +71,10 @@ SELECT c.key, c.fence, false
    AND c.key NOT IN (SELECT key FROM released)`
 
 // unfencedReleaseSQL is releaseSQL matching each row on its forged holder,
-// with each lease's min hold ($1, one per key) counted from the acquired time each claim returned (a
-// server time), since the table may have no acquired_at column.
+// with each lease's min hold ($1, one per key) counted from the acquired
+// time each claim returned (a server time), since the table may have no
+// acquired_at column. It wakes the waiting claims of the released keys as
+// releaseSQL does.
 const unfencedReleaseSQL = `WITH r AS (
   SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $1::float8[]) AS r(key, holder, acquired_at, min_hold)
 ), mine AS (
@@ -83,7 +89,7 @@ const unfencedReleaseSQL = `WITH r AS (
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-  RETURNING l.key, l.holder
+  RETURNING l.key, l.holder, pg_notify({chanlit}, l.key)
 )
 SELECT key, holder, true FROM released
 UNION ALL

@@ -90,5 +90,6 @@ func (t table) render(tmpl string) string {
 		"{table}", t.name.Sanitize(),
 		"{seq}", seq,
 		"{seqlit}", "'"+strings.ReplaceAll(seq, "'", "''")+"'",
+		"{chanlit}", "'"+strings.ReplaceAll(t.channel(), "'", "''")+"'", // notify.go
 	).Replace(tmpl)
 }

@@ -58,7 +58,7 @@ const Release = `WITH r AS (
                                l.acquired_at + interval '1 microsecond')
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()` + releaseAsync + `
-  RETURNING l.key, l.fence
+  RETURNING l.key, l.fence, pg_notify({chanlit}, l.key)
 )
 SELECT key, fence, true FROM released
 UNION ALL
@@ -163,5 +163,8 @@ func Render(tmpl, table string) string {
 	return strings.NewReplacer(
 		"{table}", pgx.Identifier{table}.Sanitize(),
 		"{seqlit}", "'"+strings.ReplaceAll(seq, "'", "''")+"'",
+		// The channel of table.channel (notify.go), for the short names of
+		// benchmark tables.
+		"{chanlit}", "'"+strings.ReplaceAll("pglease:"+table, "'", "''")+"'",
 	).Replace(tmpl)
 }

@@ -1,0 +1,431 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgbouncer"
+)
+
+// eventually polls cond every few milliseconds, failing after limit: for
+// states that have no signal of their own (a waiter parked on a channel).
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// claimWaitAsync starts l.ClaimWait(ctx, key) and returns its outcome.
+func claimWaitAsync(ctx context.Context, l *pglease.Locker, key string) <-chan claimResult {
+	out := make(chan claimResult, 1)
+	go func() {
+		lease, err := l.ClaimWait(ctx, key)
+		out <- claimResult{lease, err}
+	}()
+	return out
+}
+
+type claimResult struct {
+	lease *pglease.Lease
+	err   error
+}
+
+func receive(t *testing.T, ch <-chan claimResult, limit time.Duration) claimResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(limit):
+		t.Fatalf("waiting claim still waiting after %v", limit)
+	}
+	return claimResult{}
+}
+
+// waitingOn waits until l has a claim of key parked after finding it held.
+func waitingOn(t *testing.T, l *pglease.Locker, events *eventLog, key string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, "waiters parked", func() bool {
+		return pglease.Waiters(l, key) >= n && events.count(pglease.EventContended) >= 1
+	})
+}
+
+func TestReleaseNotifiesTheReleasedKeyOnTheTablesChannel(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	conn, err := pgx.Connect(ctx, server.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{pglease.ChannelFor(table)}.Sanitize())
+	require.NoError(t, err)
+
+	l := newLocker(t, pool, table, "a")
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	require.NoError(t, err, "the release notified nothing")
+	require.Equal(t, "job", n.Payload)
+
+	// A release that finds a later mandate's row releases nothing and
+	// notifies nothing.
+	stale, err := l.Claim(ctx, "job2")
+	require.NoError(t, err)
+	_, err = l.Claim(ctx, "job2") // re-entrant: stale is lost
+	require.NoError(t, err)
+	require.ErrorIs(t, stale.Unlock(ctx), pglease.ErrLost)
+	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	n, err = conn.WaitForNotification(wctx)
+	require.Error(t, err, "notified %v for a release that released nothing", n)
+}
+
+func TestChannelNamesFitPgNotifyAndStayDistinctForOddAndLongTableNames(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	names := []string{
+		"lease", `we"ird`, "with space", "ünïcödé_tåble", "public.lease",
+		strings.Repeat("a", 63), strings.Repeat("a", 62) + "b", "s." + strings.Repeat("t", 63),
+		strings.Repeat("é", 31) + "x", strings.Repeat("ü", 40) + "." + strings.Repeat("ö", 31),
+		`"; DROP TABLE x; --`,
+	}
+	conn, err := pgx.Connect(ctx, server.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	seen := map[string]string{}
+	for _, name := range names {
+		ch := pglease.ChannelFor(name)
+		require.LessOrEqual(t, len(ch), 63, "channel of %q", name)
+		require.Equal(t, ch, pglease.ChannelFor(name), "stable")
+		if other, dup := seen[ch]; dup {
+			t.Fatalf("tables %q and %q share channel %q", name, other, ch)
+		}
+		seen[ch] = name
+		// LISTEN takes it as an identifier, pg_notify as text: both must
+		// name the same channel, which a truncation would break.
+		_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
+		require.NoError(t, err, "LISTEN %q", ch)
+		_, err = conn.Exec(ctx, "SELECT pg_notify($1, 'k')", ch)
+		require.NoError(t, err, "pg_notify %q", ch)
+		n, err := conn.WaitForNotification(ctx)
+		require.NoError(t, err)
+		require.Equal(t, ch, n.Channel)
+		_, err = conn.Exec(ctx, "UNLISTEN *")
+		require.NoError(t, err)
+	}
+}
+
+func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	holder := newLocker(t, pool, table, "holder")
+	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	got := claimWaitAsync(ctx, waiter, "job")
+	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	mode, reason := waiter.WaitMode()
+	require.Equal(t, pglease.WaitByNotification, mode, reason)
+	waitingOn(t, waiter, events, "job", 1)
+
+	// With the default TTL, no expiry and a 5s safety backoff: only the
+	// notification can wake it within the bound.
+	require.NoError(t, held.Unlock(ctx))
+	r := receive(t, got, 3*time.Second)
+	require.NoError(t, r.err)
+	row, _ := readRow(t, pool, table, "job")
+	require.Equal(t, "waiter", row.Holder)
+	require.Equal(t, r.lease.Fence(), row.Fence)
+}
+
+func TestClaimWaitWakesAtTheHoldersExpiryWhichNotifiesNobody(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+	// A holder that crashed: its row lapses in 700ms, and nothing notifies.
+	_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ('job', 'crashed', clock_timestamp() + interval '700 milliseconds')`,
+		pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+
+	got := claimWaitAsync(ctx, waiter, "job")
+	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	// Woken at the expiry read on the server, well before the 5s backoff.
+	r := receive(t, got, 4*time.Second)
+	require.NoError(t, r.err)
+	require.Equal(t, "waiter", r.lease.Holder())
+}
+
+func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAcquires(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	b := pgbouncer.New(t, server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 3})
+	pool := bouncedPool(t, b, pgx.QueryExecModeExec)
+	table := newTable(t, pool)
+	events := newEventLog()
+	holder := newLocker(t, pool, table, "holder")
+	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	got := claimWaitAsync(ctx, waiter, "job")
+	ev := events.waitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+	for ev.Err == nil || !strings.Contains(ev.Err.Error(), "probe") {
+		ev = events.waitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+	}
+	mode, reason := waiter.WaitMode()
+	require.Equal(t, pglease.WaitByPolling, mode)
+	require.Contains(t, reason, "did not arrive")
+	require.NoError(t, held.Unlock(ctx))
+	r := receive(t, got, 5*time.Second)
+	require.NoError(t, r.err)
+	require.Equal(t, "waiter", r.lease.Holder())
+}
+
+func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	holder := newLocker(t, pool, table, "holder")
+	waiter := newLocker(t, newFaultyDB(pool), table, "waiter")
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	got := claimWaitAsync(ctx, waiter, "job")
+	eventually(t, 5*time.Second, "polling", func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling })
+	_, reason := waiter.WaitMode()
+	require.Contains(t, reason, "not a *pgxpool.Pool")
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, receive(t, got, 5*time.Second).err)
+}
+
+func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	holder := newLocker(t, pool, table, "holder")
+	waiter := newLocker(t, pool, table, "waiter")
+
+	// Given up while held: ErrHeld and the context's error, nothing claimed.
+	_, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = waiter.ClaimWait(wctx, "job")
+	cancel()
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// Deadlines that end around the release: whatever the outcome, the
+	// waiter holds the key if and only if it returned a lease.
+	for i := range 30 {
+		key := fmt.Sprintf("race-%d", i)
+		held, err := holder.Claim(ctx, key)
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(20+i)*time.Millisecond)
+		got := claimWaitAsync(wctx, waiter, key)
+		time.Sleep(20 * time.Millisecond) // spreads the release around the deadline
+		require.NoError(t, held.Unlock(ctx))
+		r := receive(t, got, 5*time.Second)
+		cancel()
+		row, ok := readRow(t, pool, table, key)
+		require.True(t, ok)
+		if r.err == nil {
+			require.Equal(t, "waiter", row.Holder)
+			require.True(t, row.Live)
+			require.NoError(t, r.lease.Unlock(ctx))
+			continue
+		}
+		require.ErrorIs(t, r.err, context.DeadlineExceeded)
+		_, ok = waiter.Held(key)
+		require.False(t, ok, "the waiter gave up but holds %q", key)
+		require.False(t, row.Live && row.Holder == "waiter", "the waiter gave up (%v) but its row is live: %+v", r.err, row)
+	}
+}
+
+func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	counter := &statementCounter{}
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	holder := newLocker(t, pool, table, "holder")
+	waiter := newLocker(t, newPool(t, "", counter), table, "waiter", pglease.WithHook(events.hook))
+
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	const n = 8
+	results := make(chan claimResult, n)
+	for range n {
+		go func() {
+			lease, err := waiter.ClaimWait(ctx, "job")
+			results <- claimResult{lease, err}
+		}()
+	}
+	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.waitFor(t, pglease.EventContended, 10*time.Second) // the retry after LISTEN
+	waitingOn(t, waiter, events, "job", n)
+	counter.reset()
+	require.NoError(t, held.Unlock(ctx))
+
+	// Each winner holds the key alone; its Unlock hands it to the next.
+	for i := range n {
+		r := receive(t, results, 10*time.Second)
+		require.NoError(t, r.err)
+		_, ok := waiter.Held("job")
+		require.True(t, ok)
+		select {
+		case other := <-results:
+			t.Fatalf("two waiters hold the key at once: fences %d and %d", r.lease.Fence(), other.lease.Fence())
+		case <-time.After(20 * time.Millisecond):
+		}
+		claims := counter.get("claim")
+		assert.LessOrEqual(t, claims, i+1, "claim statements for %d releases", i+1)
+		require.NoError(t, r.lease.Unlock(ctx))
+	}
+	t.Logf("claim statements for %d waiters: %d", n, counter.get("claim"))
+}
+
+func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	const lockers, each = 3, 3
+	var holding atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, lockers*each)
+	wins := atomic.Int32{}
+	for i := range lockers {
+		l := newLocker(t, pool, table, fmt.Sprintf("l%d", i))
+		for range each {
+			wg.Go(func() {
+				lease, err := l.ClaimWait(ctx, "job")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if holding.Add(1) != 1 {
+					errs <- errors.New("two holders at once")
+				}
+				wins.Add(1)
+				time.Sleep(5 * time.Millisecond) // the work done under the lease
+				holding.Add(-1)
+				if err := lease.Unlock(ctx); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.EqualValues(t, lockers*each, wins.Load())
+}
+
+func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	holder := newLocker(t, pool, table, "holder")
+	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	got := claimWaitAsync(ctx, waiter, "job")
+	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	waitingOn(t, waiter, events, "job", 1)
+	pid := pglease.ListenerPID(waiter)
+	require.NotZero(t, pid)
+	_, err = pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	require.NoError(t, err)
+	events.waitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+	// Released while nobody listens, or right after the new LISTEN: either
+	// way the waiter takes the key within the bound.
+	require.NoError(t, held.Unlock(ctx))
+	r := receive(t, got, 4*time.Second)
+	require.NoError(t, r.err)
+	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	require.NotEqual(t, pid, pglease.ListenerPID(waiter), "listening again on a new connection")
+
+	// And it still wakes by notification.
+	got = claimWaitAsync(ctx, holder, "job")
+	require.NoError(t, r.lease.Unlock(ctx))
+	require.NoError(t, receive(t, got, 4*time.Second).err)
+}
+
+func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	events := newEventLog()
+	holder := newLocker(t, pool, table, "holder")
+	waiter := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(quiet), pglease.WithHook(events.hook))
+	_, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	var outs []<-chan claimResult
+	for range 3 {
+		outs = append(outs, claimWaitAsync(ctx, waiter, "job"))
+	}
+	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	waitingOn(t, waiter, events, "job", 3)
+	require.NoError(t, waiter.Close(ctx))
+	for _, out := range outs {
+		r := receive(t, out, 2*time.Second)
+		require.ErrorIs(t, r.err, pglease.ErrClosed)
+	}
+	_, err = waiter.ClaimWait(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrClosed)
+}
+
+func TestClaimWaitDoesNotTakeOverALeaseOfItsOwnLocker(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	l := newLocker(t, pool, table, "one")
+	first, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = l.ClaimWait(wctx, "job")
+	cancel()
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	require.NoError(t, first.Err(), "a waiting claim took over the Locker's own lease")
+
+	got := claimWaitAsync(ctx, l, "job")
+	require.NoError(t, first.Unlock(ctx))
+	r := receive(t, got, 2*time.Second)
+	require.NoError(t, r.err)
+	require.Greater(t, r.lease.Fence(), first.Fence())
+}
