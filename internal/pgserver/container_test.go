@@ -48,7 +48,8 @@ func fakeContainerProgram() int {
 // on a unix socket, and points DOCKER_HOST at it.
 func fakeDocker(t *testing.T, status int) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "docker") // short: a socket path has ~100 bytes
+	// Not t.TempDir(): a socket path has ~100 bytes, and test names are long.
+	dir, err := os.MkdirTemp("", "docker") //nolint:usetesting // see above
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "docker.sock")
