@@ -2,15 +2,20 @@
 # "##" on a target line is its help.
 
 GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+# The library at the root, then the modules that keep their dependencies
+# (Prometheus, gonum/plot, the Docker client) out of its module graph.
+MODULES := . pgleaseprom bench internal/pgcontainer
+# Runs $(1) in every module, each against its own go.mod.
+each_module = set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && GOWORK=off $(1)); done
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo bench model lint vet ci cli
+.PHONY: help test demo bench model lint vet tidy ci cli
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-test: ## Run every test against a real PostgreSQL, with the race detector
-	go test -race ./...
+test: ## Run every test of every module against a real PostgreSQL, with the race detector
+	@$(call each_module,go test -race ./...)
 
 demo: ## Run the demo: replicas of a scheduler taking turns on one job
 	go run ./examples/replicas
@@ -22,11 +27,14 @@ bench: ## Run the Go benchmarks, then the benchmark report program
 model: ## Check the protocol model
 	bash model/check.sh
 
-lint: ## Run golangci-lint v2.15.0 over the whole module
-	$(GOLANGCI_LINT) run ./...
+lint: ## Run golangci-lint v2.15.0 over every module
+	@$(call each_module,$(GOLANGCI_LINT) run ./...)
 
-vet: ## Run go vet
-	go vet ./...
+vet: ## Run go vet over every module
+	@$(call each_module,go vet ./...)
+
+tidy: ## Run go mod tidy in every module
+	@$(call each_module,go mod tidy)
 
 ci: ## Run what CI runs (.ci/run)
 	bash .ci/run

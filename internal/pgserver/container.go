@@ -1,125 +1,144 @@
 package pgserver
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
-
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 )
 
-// Container servers: postgres:16-alpine run by testcontainers-go.
+// Container servers: postgres:16-alpine run by testcontainers-go. The
+// Docker client is big, so it lives in a module of its own,
+// internal/pgcontainer, a program run here with `go run` (and only when a
+// Docker daemon answers): importers of pglease never see it in their module
+// graph. Its line protocol is documented in internal/pgcontainer/main.go.
 
-const (
-	containerImage = "postgres:16-alpine"
-	dockerProbe    = 3 * time.Second
-)
+const containerImage = "postgres:16-alpine"
 
-// logfLogger adapts Options.Logf to the testcontainers logger.
-type logfLogger func(format string, args ...any)
-
-func (f logfLogger) Printf(format string, args ...any) { f(format, args...) }
-
-// dockerAvailable reports whether a Docker daemon answers, within
-// dockerProbe. testcontainers looks for the daemon with a context of its
-// own, so the probe runs in a goroutine that, on a hung daemon, may
-// outlive the call; without any daemon it ends at once.
-func dockerAvailable(ctx context.Context) error {
-	if !dockerSocketLikely() {
-		return fmt.Errorf("no DOCKER_HOST and no docker.sock")
-	}
-	ctx, cancel := context.WithTimeout(ctx, dockerProbe)
-	defer cancel()
-	result := make(chan error, 1)
-	go func() {
-		defer func() {
-			// Some testcontainers versions panic when no daemon is found.
-			if r := recover(); r != nil {
-				result <- fmt.Errorf("testcontainers: %v", r)
-			}
-		}()
-		p, err := testcontainers.NewDockerProvider(testcontainers.WithLogger(logfLogger(func(string, ...any) {})))
-		if err != nil {
-			result <- err
-			return
-		}
-		result <- p.Health(ctx) // Health closes the provider
-	}()
-	select {
-	case err := <-result:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// dockerSocketLikely is a cheap look for a daemon's endpoint before asking
-// testcontainers, which may take its time or panic without one.
-func dockerSocketLikely() bool {
-	if os.Getenv("DOCKER_HOST") != "" || os.Getenv("TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE") != "" {
-		return true
-	}
-	candidates := []string{"/var/run/docker.sock", "/run/docker.sock"}
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(home, ".docker", "run", "docker.sock"), filepath.Join(home, ".docker", "desktop", "docker.sock"))
-	}
-	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
-		candidates = append(candidates, filepath.Join(dir, "docker.sock"))
-	}
-	for _, c := range candidates {
-		if fi, err := os.Stat(c); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// containerServer is a postgres container. Its port on the host may
-// change when it is stopped and started again.
+// containerServer is the container program and the container it runs.
+// The container's port on the host may change when it is stopped and
+// started again.
 type containerServer struct {
-	ctr  *tcpostgres.PostgresContainer
-	logf func(format string, args ...any)
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  <-chan string // the program's stdout, closed when it ends
+	stderr *tailBuffer
 }
 
-func startContainer(ctx context.Context, opts Options) (_ *containerServer, _ string, err error) {
-	cmd := []string{"postgres", "-c", "max_connections=300", "-c", "shared_buffers=128MB"}
-	if !opts.Durable {
-		cmd = append(cmd, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+// containerProgram returns the command that runs internal/pgcontainer from
+// its source, found next to this file's.
+func containerProgram(opts Options) (*exec.Cmd, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return nil, errors.New("pgserver: cannot locate the source of the container program")
 	}
-	began := time.Now()
-	ctr, err := tcpostgres.Run(ctx, containerImage,
-		testcontainers.WithLogger(logfLogger(opts.logf)),
-		testcontainers.WithCmd(cmd...),
-		tcpostgres.BasicWaitStrategies(),
-	)
-	if err != nil {
-		if ctr != nil {
-			_ = testcontainers.TerminateContainer(ctr)
-		}
-		return nil, "", fmt.Errorf("pgserver: starting container %s: %w", containerImage, err)
+	dir := filepath.Join(filepath.Dir(file), "..", "pgcontainer")
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return nil, fmt.Errorf("pgserver: the container program's source: %w", err)
 	}
-	c := &containerServer{ctr: ctr, logf: opts.logf}
-	defer func() {
-		if err != nil {
-			_ = testcontainers.TerminateContainer(ctr)
-		}
-	}()
-	dsn, err := c.waitDSN(ctx)
+	args := []string{"run", ".", "-image", containerImage}
+	if opts.Durable {
+		args = append(args, "-durable")
+	}
+	// The program outlives the ctx of Start: it ends when its stdin closes.
+	cmd := exec.CommandContext(context.Background(), "go", args...)
+	cmd.Dir = dir
+	// Its own go.mod and go.sum, whatever workspace surrounds it.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	return cmd, nil
+}
+
+func startContainer(ctx context.Context, opts Options) (*containerServer, string, error) {
+	cmd, err := containerProgram(opts)
 	if err != nil {
 		return nil, "", err
 	}
-	opts.logf("pgserver: container %s ready at %s after %s", containerImage, Redact(dsn), time.Since(began).Round(time.Millisecond))
+	return runContainer(ctx, cmd, opts.logf)
+}
+
+// runContainer starts cmd, which speaks the container program's protocol,
+// and returns once the server it started answers.
+func runContainer(ctx context.Context, cmd *exec.Cmd, logf func(string, ...any)) (_ *containerServer, _ string, err error) {
+	// A process group of its own: `go run` runs the built program as its
+	// child, and a kill must reach both.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c := &containerServer{cmd: cmd, stderr: &tailBuffer{logf: logf}}
+	cmd.Stderr = c.stderr
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, "", fmt.Errorf("pgserver: container program: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", fmt.Errorf("pgserver: container program: %w", err)
+	}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("pgserver: starting the container program: %w", err)
+	}
+	lines := make(chan string)
+	c.lines = lines
+	go func() {
+		defer close(lines)
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+	}()
+	defer func() {
+		if err != nil {
+			_ = c.close()
+		}
+	}()
+	dsn, err := c.dsn(ctx, "")
+	if err != nil {
+		return nil, "", err
+	}
+	logf("pgserver: container %s ready at %s after %s", containerImage, Redact(dsn), time.Since(began).Round(time.Millisecond))
 	return c, dsn, nil
 }
 
-// waitDSN reads the current connection string and waits until it answers.
-func (c *containerServer) waitDSN(ctx context.Context) (string, error) {
-	dsn, err := c.ctr.ConnectionString(ctx, "sslmode=disable")
+// ask sends command (none when empty) and returns the program's answer.
+func (c *containerServer) ask(ctx context.Context, command string) (string, error) {
+	if command != "" {
+		if _, err := io.WriteString(c.stdin, command+"\n"); err != nil {
+			return "", fmt.Errorf("pgserver: container program, %s: %w", command, err)
+		}
+	}
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			return "", fmt.Errorf("pgserver: the container program ended: %s", c.stderr.tail())
+		}
+		if msg, failed := strings.CutPrefix(line, "error "); failed {
+			return "", fmt.Errorf("pgserver: container program, %s: %s", command, msg)
+		}
+		return line, nil
+	case <-ctx.Done():
+		c.kill()
+		return "", fmt.Errorf("pgserver: container program, waiting for an answer to %q: %w", command, ctx.Err())
+	}
+}
+
+// dsn sends command and waits for the connection string it answers to
+// accept connections.
+func (c *containerServer) dsn(ctx context.Context, command string) (string, error) {
+	answer, err := c.ask(ctx, command)
 	if err != nil {
-		return "", fmt.Errorf("pgserver: container connection string: %w", err)
+		return "", err
+	}
+	dsn, ok := strings.CutPrefix(answer, "dsn ")
+	if !ok {
+		return "", fmt.Errorf("pgserver: container program answered %q, want a dsn", answer)
 	}
 	if err := waitReady(ctx, dsn, nil, readyTimeout); err != nil {
 		return "", fmt.Errorf("pgserver: container at %s: %w", Redact(dsn), err)
@@ -127,19 +146,15 @@ func (c *containerServer) waitDSN(ctx context.Context) (string, error) {
 	return dsn, nil
 }
 
-// stop stops the container. Fast uses Docker's stop, which sends the
-// image's stop signal, SIGINT. Immediate first sends SIGQUIT to the
-// postmaster (PID 1 in the container), then stops the container.
+// stop stops the container: Fast is Docker's stop (the image's stop
+// signal, SIGINT); Immediate first sends SIGQUIT to the postmaster.
 func (c *containerServer) stop(ctx context.Context, mode Mode) error {
-	if mode == Immediate {
-		// The exec may fail as the container dies under it; Stop follows.
-		if code, _, err := c.ctr.Exec(ctx, []string{"kill", "-QUIT", "1"}); err != nil || code != 0 {
-			c.logf("pgserver: SIGQUIT in container: exit code %d, %v", code, err)
-		}
+	answer, err := c.ask(ctx, "stop "+string(mode))
+	if err != nil {
+		return err
 	}
-	timeout := stopTimeout
-	if err := c.ctr.Stop(ctx, &timeout); err != nil {
-		return fmt.Errorf("pgserver: stopping container: %w", err)
+	if answer != "ok" {
+		return fmt.Errorf("pgserver: container program answered %q to stop", answer)
 	}
 	return nil
 }
@@ -147,15 +162,69 @@ func (c *containerServer) stop(ctx context.Context, mode Mode) error {
 // start starts the container again; Docker may map another host port,
 // so the returned connection string may differ from the previous one.
 func (c *containerServer) start(ctx context.Context) (string, error) {
-	if err := c.ctr.Start(ctx); err != nil {
-		return "", fmt.Errorf("pgserver: starting container: %w", err)
-	}
-	return c.waitDSN(ctx)
+	return c.dsn(ctx, "start")
 }
 
+// close closes the program's stdin, on which it removes the container and
+// exits, and waits for it; past a timeout it kills it (Docker's reaper then
+// removes the container).
 func (c *containerServer) close() error {
-	if err := testcontainers.TerminateContainer(c.ctr); err != nil {
-		return fmt.Errorf("pgserver: removing container: %w", err)
+	_ = c.stdin.Close()
+	timer := time.NewTimer(stopTimeout + 30*time.Second)
+	defer timer.Stop()
+	killed := false
+	for open := true; open; {
+		select {
+		case _, open = <-c.lines:
+		case <-timer.C:
+			c.kill()
+			killed = true
+		}
+	}
+	err := c.cmd.Wait()
+	switch {
+	case killed:
+		return errors.New("pgserver: the container program did not end in time, killed it")
+	case err != nil:
+		return fmt.Errorf("pgserver: removing the container: %w: %s", err, c.stderr.tail())
 	}
 	return nil
+}
+
+func (c *containerServer) kill() {
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// tailBuffer passes the program's stderr to logf line by line and keeps
+// the end of it for error messages.
+type tailBuffer struct {
+	logf func(string, ...any)
+	mu   sync.Mutex
+	buf  []byte
+	part []byte // a line not yet ended
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > 64<<10 {
+		b.buf = b.buf[len(b.buf)-32<<10:]
+	}
+	b.part = append(b.part, p...)
+	for {
+		i := bytes.IndexByte(b.part, '\n')
+		if i < 0 {
+			break
+		}
+		b.logf("%s", b.part[:i])
+		b.part = b.part[i+1:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) tail() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return tail(b.buf)
 }

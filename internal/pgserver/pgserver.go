@@ -5,9 +5,11 @@
 //
 //  1. PGLEASE_DATABASE_URL is set and non-empty: that server is used as is.
 //     It is only checked to answer; it cannot be stopped or restarted.
-//  2. A Docker daemon answers (checked within a few seconds) and
-//     PGLEASE_NO_DOCKER is not "1": a postgres:16-alpine container is started
-//     with testcontainers-go.
+//  2. A Docker daemon answers GET /_ping (at DOCKER_HOST or a Docker
+//     socket, within a few seconds) and PGLEASE_NO_DOCKER is not "1": a
+//     postgres:16-alpine container is started with testcontainers-go, by
+//     the program internal/pgcontainer (a module of its own, run with
+//     `go run`). If it cannot start one, the next way is tried.
 //  3. Local PostgreSQL server binaries (initdb and postgres) are found, in
 //     $PATH, then through `pg_config --bindir`, then in the newest
 //     /usr/lib/postgresql/*/bin: a fresh cluster is created in a temporary
@@ -132,10 +134,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	} else {
 		opts.logf("pgserver: Docker daemon found, starting a postgres:16-alpine container")
 		be, dsn, err := startContainer(ctx, opts)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			return &Server{kind: kindContainer, be: be, dsn: dsn}, nil
 		}
-		return &Server{kind: kindContainer, be: be, dsn: dsn}, nil
+		// The container program is built by `go run`, which may need the
+		// network: local binaries, when there are some, still give a server.
+		opts.logf("pgserver: no container: %v", err)
+		reasons = append(reasons, fmt.Sprintf("Docker: the daemon answers but no container started (%v)", err))
 	}
 
 	bin, err := findBinDir()
@@ -368,10 +373,7 @@ func (s *Server) AfterTests(code int) int {
 		code = 1
 	}
 	if code == 0 {
-		// Only with a Docker daemon: the connection to testcontainers'
-		// reaper lives as long as the test binary.
-		reaper := goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1")
-		if err := goleak.Find(reaper); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

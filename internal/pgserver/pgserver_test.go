@@ -3,6 +3,7 @@ package pgserver
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,12 +17,14 @@ import (
 )
 
 // TestMain proves that no goroutine (the one waiting on a postgres child,
-// pgx's, the Docker probe's) survives the tests.
+// pgx's, the Docker probe's, the container program's reader) survives the
+// tests. Run with fakeContainerEnv set, the test binary is instead a fake
+// container program (container_test.go).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Only with a Docker daemon: the connection to testcontainers'
-		// reaper lives as long as the test binary.
-		goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"))
+	if os.Getenv(fakeContainerEnv) != "" {
+		os.Exit(fakeContainerProgram())
+	}
+	goleak.VerifyTestMain(m)
 }
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
