@@ -1,17 +1,12 @@
 package pgleaseprom_test
 
 import (
-	"context"
 	"fmt"
-	"log"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -272,35 +267,6 @@ func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 13, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures, elections, clock skew and its uncertainty")
-}
-
-func ExampleNew() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Print(err)
-		return
-	}
-	defer pool.Close()
-
-	m := pgleaseprom.New(pgleaseprom.Opts{})
-	prometheus.MustRegister(m) // served by promhttp.Handler() with the rest
-	locker := pglease.NewLocker(pool, pglease.WithHook(m.Hook))
-	defer func() { _ = locker.Close(ctx) }()
-
-	scheduler, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
-	if err != nil {
-		log.Print(err)
-		return
-	}
-	defer func() { _ = scheduler.Shutdown() }()
-	_, err = scheduler.NewJob(gocron.DurationJob(time.Hour), gocron.NewTask(func() {}), gocron.WithName("nightly-report"))
-	if err != nil {
-		log.Print(err)
-		return
-	}
-	scheduler.Start()
-	// ... serve until the service stops; the deferred calls shut down.
 }
 
 func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {

@@ -1,0 +1,54 @@
+package pgleaseprom_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseprom"
+)
+
+// databaseURL stands for your service's connection string.
+func databaseURL() string { return server.DSN() }
+
+// Export what a Locker does as Prometheus metrics: register the Metrics,
+// pass its Hook to the Locker.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_metrics")); err != nil {
+		log.Fatal(err)
+	}
+
+	m := pgleaseprom.New(pgleaseprom.Opts{Namespace: "myservice"})
+	reg := prometheus.NewRegistry() // or prometheus.MustRegister(m): served by promhttp.Handler()
+	reg.MustRegister(m)
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_metrics"), pglease.WithHook(m.Hook))
+	defer locker.Close(ctx)
+
+	if _, err := locker.Claim(ctx, "nightly"); err != nil {
+		log.Fatal(err)
+	}
+	families, err := reg.Gather() // what a scrape of reg reads
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			if f.GetName() == "myservice_leases_held" || s.GetCounter().GetValue() > 0 {
+				fmt.Println(f.GetName(), s.GetLabel(), s.GetGauge().GetValue()+s.GetCounter().GetValue())
+			}
+		}
+	}
+	// Output:
+	// myservice_claims_total [name:"outcome" value:"acquired"] 1
+	// myservice_leases_held [] 1
+}
