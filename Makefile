@@ -4,7 +4,7 @@
 GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo bench model lint vet ci cli
+.PHONY: help test demo bench model lint vet ci cli readme
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,3 +33,6 @@ ci: ## Run what CI runs (.ci/run)
 
 cli: ## Run the operator CLI; pass arguments with ARGS="status -json"
 	go run ./cmd/pglease $(ARGS)
+
+readme: ## Rewrite the Go snippets of README.md and docs/OPERATIONS.md from the examples they name
+	go run ./internal/readme/cmd/readme
