@@ -17,9 +17,9 @@
 //
 // If none of these works, Start returns an error that says how to get one.
 //
-// The tests of pglease's packages do not call it directly: they start with
-// the shared helpers of internal/pgtest, whose Main starts the server with
-// ForTestMain, runs the tests and ends with AfterTests:
+// A package's tests start with the shared helpers of internal/pgtest,
+// whose Main starts the server with ForTestMain, runs the tests and ends
+// with AfterTests:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
