@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,11 +18,11 @@ func ExampleLocker_Claim() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool); err != nil { // or apply pglease.SchemaSQL with your migration tool
-		log.Fatal(err)
+		panic(err)
 	}
 	locker := pglease.NewLocker(pool, pglease.WithTTL(30*time.Second))
 	defer locker.Close(ctx) // stops the heartbeat, releases what is held
@@ -33,10 +32,10 @@ func ExampleLocker_Claim() {
 	case errors.Is(err, pglease.ErrHeld):
 		return // another replica has it: normal
 	case err != nil:
-		log.Fatal(err)
+		panic(err)
 	}
-	defer lease.Unlock(ctx)
-	jobCtx, cancel := lease.Context(ctx) // cancelled the moment the lease is lost
+	defer func() { _ = lease.Unlock(ctx) }() // a failure is logged and hooked already
+	jobCtx, cancel := lease.Context(ctx)     // cancelled the moment the lease is lost
 	defer cancel()
 	writeReport(jobCtx, lease.Fence()) // the downstream rejects older fences
 	// Output: report written under a fence: true

@@ -3,7 +3,6 @@ package pglease_test
 import (
 	"context"
 	"fmt"
-	"log"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -19,11 +18,11 @@ func ExampleNewElector() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_elector")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	elector := pglease.NewElector(pool, pglease.WithTable("example_elector"),
@@ -32,7 +31,7 @@ func ExampleNewElector() {
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	ran := make(chan struct{})
 	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
@@ -44,7 +43,7 @@ func ExampleNewElector() {
 		gocron.WithName("compact"),
 	)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	s.Start()
 	<-ran

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,21 +19,21 @@ func ExampleLease_Guard() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_guard")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_report (day date PRIMARY KEY, total bigint NOT NULL)`); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	locker := pglease.NewLocker(pool, pglease.WithTable("example_guard"))
 	defer locker.Close(ctx)
 
 	lease, err := locker.Claim(ctx, "daily-report")
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	// pgx.BeginFunc commits when the function returns nil, and rolls back
 	// otherwise.
@@ -51,7 +50,7 @@ func ExampleLease_Guard() {
 	case errors.Is(err, pglease.ErrLost):
 		fmt.Println("mandate lost: nothing was written")
 	case err != nil:
-		log.Fatal(err)
+		panic(err)
 	default:
 		fmt.Println("report written under fence", lease.Fence() > 0)
 	}
@@ -69,12 +68,12 @@ func ExampleLease_Fence() {
 	ctx := context.Background()
 	other, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer other.Close()
 	if _, err := other.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_index_state
 		(name text PRIMARY KEY, state text NOT NULL, fence bigint NOT NULL)`); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	// fencedPut writes state unless a write with a greater fence got there
@@ -85,7 +84,7 @@ func ExampleLease_Fence() {
 	put := func(state string, fence int64) {
 		tag, err := other.Exec(ctx, fencedPut, "search", state, fence)
 		if err != nil {
-			log.Fatal(err)
+			panic(err)
 		}
 		if tag.RowsAffected() == 0 {
 			fmt.Printf("fence %d refused: a later mandate wrote already\n", fence)

@@ -3,7 +3,6 @@ package pglease_test
 import (
 	"context"
 	"fmt"
-	"log"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -19,11 +18,11 @@ func ExampleLocker_Job() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_jobs")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	// The Locker's terms suit the frequent jobs: a 30s TTL, a 5s min hold.
@@ -37,12 +36,12 @@ func ExampleLocker_Job() {
 	fmt.Println("refused:", err)
 	nightly, err := locker.Job(pglease.WithTTL(2*time.Hour), pglease.WithMinHold(time.Hour))
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker)) // every other job
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	done := make(chan struct{})
 	_, err = s.NewJob(
@@ -56,7 +55,7 @@ func ExampleLocker_Job() {
 		gocron.WithDistributedJobLocker(nightly), // its own TTL and min hold
 	)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	s.Start()
 	<-done

@@ -3,7 +3,6 @@ package pglease_test
 import (
 	"context"
 	"fmt"
-	"log"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +17,7 @@ import (
 func ExampleSchema() {
 	ddl, err := pglease.Schema(pglease.WithTable("jobs.lease")) // the schema "jobs" must exist
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Print(ddl)
 	// Output:
@@ -40,20 +39,20 @@ func ExampleWithoutFenceColumn() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	// The existing table (here created for the example).
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS job_locks
 		(key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	locker := pglease.NewLocker(pool, pglease.WithTable("job_locks"), pglease.WithoutFenceColumn())
 	defer locker.Close(ctx)
 	lease, err := locker.Claim(ctx, "nightly") // checks the table's shape at the first claim
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println("fence:", lease.Fence())                                                  // no order between mandates
 	fmt.Println("forged holder:", strings.HasPrefix(lease.Holder(), locker.Holder()+"#")) // one per mandate
@@ -68,23 +67,23 @@ func ExampleNewLocker_transactionPooler() {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(databaseURL()) // the pooler's address
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_pooler")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	locker := pglease.NewLocker(pool, pglease.WithTable("example_pooler"))
 	defer locker.Close(ctx)
 	lease, err := locker.Claim(ctx, "nightly")
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println("fenced:", lease.Fence() > 0)
 	// Output: fenced: true

@@ -25,11 +25,11 @@ func Example_scheduler() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	locker := pglease.NewLocker(pool,
@@ -40,7 +40,7 @@ func Example_scheduler() {
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	sent := make(chan struct{})
 	_, err = s.NewJob(gocron.DurationJob(time.Minute),
@@ -58,7 +58,7 @@ func Example_scheduler() {
 		gocron.WithStartAt(gocron.WithStartImmediately()),
 	)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	s.Start()
 	<-sent // the example stops after one run
@@ -79,23 +79,23 @@ func Example_afterLockError() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_lock_error")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	other := pglease.NewLocker(pool, pglease.WithTable("example_lock_error")) // another replica
 	defer other.Close(ctx)
 	if _, err := other.Claim(ctx, "send-reminders"); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	locker := pglease.NewLocker(pool, pglease.WithTable("example_lock_error"))
 	defer locker.Close(ctx)
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	skipped := make(chan struct{})
 	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
@@ -111,7 +111,7 @@ func Example_afterLockError() {
 		})),
 	)
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	s.Start()
 	<-skipped

@@ -3,7 +3,6 @@ package pglease_test
 import (
 	"context"
 	"fmt"
-	"log"
 	"log/slog"
 	"time"
 
@@ -19,16 +18,16 @@ func ExampleLocker_Leases() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_leases")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	locker := pglease.NewLocker(pool, pglease.WithTable("example_leases"), pglease.WithMinHold(time.Second))
 	defer locker.Close(ctx)
 	if _, err := locker.Claim(ctx, "nightly"); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	for _, l := range locker.Leases() { // a sorted copy
@@ -49,42 +48,42 @@ func ExampleList() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	table := pglease.WithTable("example_admin")
 	if err := pglease.Migrate(ctx, pool, table); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	replica := pglease.NewLocker(pool, table, pglease.WithHolder("replica-a"), // a replica holding two leases
 		pglease.WithLogger(slog.New(slog.DiscardHandler)))
 	defer replica.Close(ctx)
 	for _, key := range []string{"nightly", "weekly"} {
 		if _, err := replica.Claim(ctx, key); err != nil {
-			log.Fatal(err)
+			panic(err)
 		}
 	}
 
 	rows, err := pglease.List(ctx, pool, table) // every row, live and expired, sorted by key
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	for _, r := range rows { // r.ServerNow: the server's clock at the reading
-		fmt.Println(r.Key, r.Holder, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn = ExpiresAt - ServerNow
+		fmt.Println(r.Key, r.Holder, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn: ExpiresAt minus ServerNow
 	}
 	n, err := pglease.Purge(ctx, pool, 24*time.Hour, table) // at least MinRetention, else an error that says why
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println("purged", n)
 	rev, err := pglease.Revoke(ctx, pool, "nightly", table) // as `pglease release`: holder RevokedHolder, expiry kept
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println(rev.Changed, rev.Row.Holder)
 	rev, err = pglease.ForceExpire(ctx, pool, "weekly", table) // as `release -now`: UNSAFE, claimable at once
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	fmt.Println(rev.Changed, rev.Row.Holder)
 	// Output:

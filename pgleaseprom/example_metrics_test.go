@@ -3,7 +3,6 @@ package pgleaseprom_test
 import (
 	"context"
 	"fmt"
-	"log"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,11 +20,11 @@ func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer pool.Close()
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_metrics")); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 
 	m := pgleaseprom.New(pgleaseprom.Opts{Namespace: "myservice"})
@@ -35,11 +34,11 @@ func ExampleNew() {
 	defer locker.Close(ctx)
 
 	if _, err := locker.Claim(ctx, "nightly"); err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	families, err := reg.Gather() // what a scrape of reg reads
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	for _, f := range families {
 		for _, s := range f.GetMetric() {
