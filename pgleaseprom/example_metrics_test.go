@@ -41,13 +41,20 @@ func ExampleNew() {
 		panic(err)
 	}
 	for _, f := range families {
+		if f.GetName() != "myservice_claims_total" && f.GetName() != "myservice_leases_held" {
+			continue
+		}
 		for _, s := range f.GetMetric() {
-			if f.GetName() == "myservice_leases_held" || s.GetCounter().GetValue() > 0 {
-				fmt.Println(f.GetName(), s.GetLabel(), s.GetGauge().GetValue()+s.GetCounter().GetValue())
+			if v := s.GetGauge().GetValue() + s.GetCounter().GetValue(); v > 0 {
+				fmt.Print(f.GetName())
+				for _, l := range s.GetLabel() {
+					fmt.Printf(" %s=%s", l.GetName(), l.GetValue())
+				}
+				fmt.Println(":", v)
 			}
 		}
 	}
 	// Output:
-	// myservice_claims_total [name:"outcome" value:"acquired"] 1
-	// myservice_leases_held [] 1
+	// myservice_claims_total outcome=acquired: 1
+	// myservice_leases_held: 1
 }
