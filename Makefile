@@ -9,7 +9,7 @@ MODULES := . pgleaseprom bench internal/pgcontainer
 each_module = set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && GOWORK=off $(1)); done
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo bench model lint vet tidy ci cli
+.PHONY: help test demo bench model lint vet tidy ci cli readme
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,3 +41,6 @@ ci: ## Run what CI runs (.ci/run)
 
 cli: ## Run the operator CLI; pass arguments with ARGS="status -json"
 	go run ./cmd/pglease $(ARGS)
+
+readme: ## Rewrite the Go snippets of README.md and docs/OPERATIONS.md from the examples they name
+	go run ./internal/readme/cmd/readme

@@ -7,6 +7,40 @@ import (
 )
 
 // EventKind says what happened to a lease.
+//
+// A Locker reports each lease's life in this order, to every hook of
+// WithHook and to the logger of WithLogger:
+//
+//   - The claim: EventAcquired when it returned a lease, EventContended
+//     when another holder's lease was live (ErrHeld), or EventClaimFailed.
+//     Only EventAcquired begins a lease; it is reported before the lease
+//     is visible to the heartbeat and to Close, so nothing about a lease is
+//     ever reported before its EventAcquired. A claim that returned a row
+//     but no lease (the row expired while the claim waited, or the round
+//     trip outlasted the trust window) is EventClaimFailed with that row's
+//     Fence, and nothing follows it. A claim that Close overtook after its
+//     EventAcquired reports its lease's end like any other (below).
+//   - While held: EventExtended for every heartbeat round that extended
+//     leases, EventHeartbeatFailed for a round that failed and will be
+//     retried until each lease's trust deadline. Both cover all the leases
+//     of the Locker at once: Key is empty.
+//   - The end, once per lease: EventReleased (Unlock or Close released it),
+//     EventReleaseFailed (the release failed, or found a later mandate:
+//     Err wraps ErrLost) or EventLost (a later mandate took the key, it
+//     lapsed, or its trust deadline passed). A lease lost before its Unlock
+//     or Close reports EventLost, then EventReleaseFailed wrapping that
+//     loss; one lost while its release is in flight reports EventLost, then
+//     EventReleaseFailed only if the release statement failed or found the
+//     row gone. These are the only leases with two end events.
+//
+// An Elector's leadership lease goes the same way, with EventElected right
+// after its EventAcquired when this replica becomes the leader, and
+// EventStoppedLeading after its end event. EventNewLeader reports a leader
+// an Elector saw, its own included, once per change.
+//
+// Two events are about the Locker rather than a lease: EventWaitByNotification
+// and EventWaitByPolling say how its waiting claims (ClaimWait, an
+// Elector's campaign) wake, at their first use and at every change.
 type EventKind int
 
 // The events a Locker reports through WithHook and WithLogger.

@@ -16,9 +16,14 @@ import (
 // heartbeat statement per round.
 func ExampleLocker_Job() {
 	ctx := context.Background()
-	pool, _ := pgxpool.New(ctx, databaseURL())
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
-	_ = pglease.Migrate(ctx, pool, pglease.WithTable("example_jobs"))
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_jobs")); err != nil {
+		panic(err)
+	}
 
 	// The Locker's terms suit the frequent jobs: a 30s TTL, a 5s min hold.
 	locker := pglease.NewLocker(pool, pglease.WithTable("example_jobs"),
@@ -27,16 +32,19 @@ func ExampleLocker_Job() {
 
 	// The nightly report fails over after 10 minutes and keeps its tick for
 	// an hour after it returns.
-	_, err := locker.Job(pglease.WithTTL(10*time.Minute), pglease.WithMinHold(time.Hour))
+	_, err = locker.Job(pglease.WithTTL(10*time.Minute), pglease.WithMinHold(time.Hour))
 	fmt.Println("refused:", err)
 	nightly, err := locker.Job(pglease.WithTTL(2*time.Hour), pglease.WithMinHold(time.Hour))
 	if err != nil {
 		panic(err)
 	}
 
-	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(locker)) // every other job
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker)) // every other job
+	if err != nil {
+		panic(err)
+	}
 	done := make(chan struct{})
-	_, _ = s.NewJob(
+	_, err = s.NewJob(
 		gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), // e.g. gocron.DailyJob
 		gocron.NewTask(func() {
 			defer close(done)
@@ -46,6 +54,9 @@ func ExampleLocker_Job() {
 		gocron.WithName("nightly-report"),
 		gocron.WithDistributedJobLocker(nightly), // its own TTL and min hold
 	)
+	if err != nil {
+		panic(err)
+	}
 	s.Start()
 	<-done
 	_ = s.Shutdown()

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
@@ -17,7 +19,8 @@ import (
 func databaseURL() string { return server.DSN() }
 
 // Wire a gocron scheduler to pglease: every replica runs the same code, and
-// each tick of "send-invoices" runs on one of them.
+// each tick of "send-invoices" runs on one of them. Inside the job, the
+// lease of the run is locker.Held(jobName).
 func Example_scheduler() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
@@ -25,42 +28,99 @@ func Example_scheduler() {
 		panic(err)
 	}
 	defer pool.Close()
-	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_scheduler")); err != nil {
+	if err := pglease.Migrate(ctx, pool); err != nil {
 		panic(err)
 	}
 
 	locker := pglease.NewLocker(pool,
-		pglease.WithTable("example_scheduler"),
 		pglease.WithTTL(30*time.Second),
-		// Keep each tick's lease for half the job period after the job
-		// returns, so a replica whose timer fires a little later cannot run
-		// the same tick again.
-		pglease.WithMinHold(30*time.Second),
+		pglease.WithMinHold(30*time.Second), // half the job period: see below
 	)
-	defer locker.Close(ctx)
+	defer locker.Close(ctx) // after s.Shutdown(): releases what is held
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
 		panic(err)
 	}
-	done := make(chan struct{})
-	_, err = s.NewJob(
-		gocron.DurationJob(time.Minute),
-		gocron.NewTask(func() {
-			fmt.Println("sending invoices on one replica")
-			close(done)
+	sent := make(chan struct{})
+	_, err = s.NewJob(gocron.DurationJob(time.Minute),
+		gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
+			lease, ok := locker.Held("send-invoices")
+			if !ok {
+				return
+			}
+			ctx, cancel := lease.Context(ctx) // ends the moment the lease is lost
+			defer cancel()
+			sendInvoices(ctx, lease.Fence())
+			close(sent)
 		}),
-		gocron.WithName("send-invoices"), // the lease key: name every job
+		gocron.WithName("send-invoices"), // the lease key: always name jobs
 		gocron.WithStartAt(gocron.WithStartImmediately()),
 	)
 	if err != nil {
 		panic(err)
 	}
 	s.Start()
-	<-done
+	<-sent // the example stops after one run
 	_ = s.Shutdown()
-	// Output: sending invoices on one replica
+	// Output: invoices sent on one replica, fenced: true
 }
+
+// sendInvoices stands for a job's work.
+func sendInvoices(ctx context.Context, fence int64) {
+	if ctx.Err() == nil {
+		fmt.Println("invoices sent on one replica, fenced:", fence > 0)
+	}
+}
+
+// gocron's own signal of a skipped run: a Lock error fires the job's
+// AfterLockError listener. Contention is one too, and normal: filter it.
+func Example_afterLockError() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_lock_error")); err != nil {
+		panic(err)
+	}
+	other := pglease.NewLocker(pool, pglease.WithTable("example_lock_error")) // another replica
+	defer other.Close(ctx)
+	if _, err := other.Claim(ctx, "send-reminders"); err != nil {
+		panic(err)
+	}
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_lock_error"))
+	defer locker.Close(ctx)
+
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		panic(err)
+	}
+	skipped := make(chan struct{})
+	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
+		gocron.NewTask(func() { fmt.Println("not this replica's tick") }),
+		gocron.WithName("send-reminders"),
+		gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, name string, err error) {
+			defer close(skipped)
+			if errors.Is(err, pglease.ErrHeld) {
+				fmt.Println(name, "runs on another replica this tick")
+				return // normal
+			}
+			alert(name, err) // pglease has logged it at error level already
+		})),
+	)
+	if err != nil {
+		panic(err)
+	}
+	s.Start()
+	<-skipped
+	_ = s.Shutdown()
+	// Output: send-reminders runs on another replica this tick
+}
+
+// alert stands for the application's alerting.
+func alert(job string, err error) { log.Printf("job %s skipped: %v", job, err) }
 
 // Inside a job, reach the lease by the job's name: pass its fence to every
 // downstream write, and work under its context, which ends the moment the

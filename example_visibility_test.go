@@ -3,8 +3,7 @@ package pglease_test
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,55 +11,85 @@ import (
 	"github.com/pglease/pglease"
 )
 
-// The README's "Seeing what a replica holds", compiled (not run: it needs
-// a database).
-func ExampleList() {
+// From inside the service, with no round trip: the leases this Locker holds
+// now, how sure it is of each, and how far the database's clock is from
+// this replica's.
+func ExampleLocker_Leases() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Print(err)
-		return
+		panic(err)
 	}
 	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_leases")); err != nil {
+		panic(err)
+	}
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_leases"), pglease.WithMinHold(time.Second))
+	defer locker.Close(ctx)
+	if _, err := locker.Claim(ctx, "nightly"); err != nil {
+		panic(err)
+	}
 
-	rows, err := pglease.List(ctx, pool) // every row, live and expired, sorted by key
-	if err != nil {
-		log.Print(err)
-		return
+	for _, l := range locker.Leases() { // a sorted copy
+		trusted := time.Until(l.TrustUntil) // local time: believed until then unless a heartbeat gets through
+		fmt.Println(l.Key, l.Fence > 0, l.State, trusted > 0)
 	}
-	for _, r := range rows { // r.ServerNow: the server's clock at the reading
-		fmt.Println(r.Key, r.Holder, r.Fence, r.Live, r.ExpiresIn())
+	if s, ok := locker.ClockSkew(); ok { // the database's clock minus this replica's
+		fmt.Println("skew within a second:", (s.Offset-s.Uncertainty).Abs() < time.Second)
 	}
-	if _, err := pglease.Purge(ctx, pool, 24*time.Hour); err != nil { // at least MinRetention
-		log.Print(err)
-	}
-	rev, err := pglease.Revoke(ctx, pool, "nightly") // as `pglease release`
-	if err != nil {
-		log.Print(err)
-		return
-	}
-	fmt.Println(rev.Changed, rev.Row.Holder)
+	// Output:
+	// nightly true confirmed true
+	// skew within a second: true
 }
 
-func ExampleLocker_ClockSkew() {
+// The whole table, whoever holds it: the admin API that the operator
+// command runs. Remaining time is reckoned on the server's clock.
+func ExampleList() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
-		log.Print(err)
-		return
+		panic(err)
 	}
 	defer pool.Close()
-	locker := pglease.NewLocker(pool, pglease.WithMinHold(time.Second))
-	defer func() { _ = locker.Close(ctx) }()
+	table := pglease.WithTable("example_admin")
+	if err := pglease.Migrate(ctx, pool, table); err != nil {
+		panic(err)
+	}
+	replica := pglease.NewLocker(pool, table, pglease.WithHolder("replica-a"), // a replica holding two leases
+		pglease.WithLogger(slog.New(slog.DiscardHandler)))
+	defer replica.Close(ctx)
+	for _, key := range []string{"nightly", "weekly"} {
+		if _, err := replica.Claim(ctx, key); err != nil {
+			panic(err)
+		}
+	}
 
-	if _, err := locker.Claim(ctx, "nightly"); err != nil {
-		log.Print(err)
-		return
+	rows, err := pglease.List(ctx, pool, table) // every row, live and expired, sorted by key
+	if err != nil {
+		panic(err)
 	}
-	for _, l := range locker.Leases() {
-		fmt.Println(l.Key, l.Fence, l.State, time.Until(l.TrustUntil))
+	for _, r := range rows { // r.ServerNow: the server's clock at the reading
+		fmt.Println(r.Key, r.Holder, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn: ExpiresAt minus ServerNow
 	}
-	if s, ok := locker.ClockSkew(); ok {
-		fmt.Printf("database clock ahead by %v ± %v\n", s.Offset, s.Uncertainty)
+	n, err := pglease.Purge(ctx, pool, 24*time.Hour, table) // at least MinRetention, else an error that says why
+	if err != nil {
+		panic(err)
 	}
+	fmt.Println("purged", n)
+	rev, err := pglease.Revoke(ctx, pool, "nightly", table) // as `pglease release`: holder RevokedHolder, expiry kept
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(rev.Changed, rev.Row.Holder)
+	rev, err = pglease.ForceExpire(ctx, pool, "weekly", table) // as `release -now`: UNSAFE, claimable at once
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(rev.Changed, rev.Row.Holder)
+	// Output:
+	// nightly replica-a true true 1m0s
+	// weekly replica-a true true 1m0s
+	// purged 0
+	// true replica-a
+	// true replica-a
 }

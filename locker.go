@@ -129,8 +129,8 @@ type Locker struct {
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
 
-	skew skewFilter // the clock-skew reading, from claims
-	waits waiting // waiting claims and their listener (wait.go)
+	skew  skewFilter // the clock-skew reading, from claims
+	waits waiting    // waiting claims and their listener (wait.go)
 
 	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
 	watchdog *time.Timer // checks every lease's trust while any is held

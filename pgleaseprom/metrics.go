@@ -169,11 +169,6 @@ func (m *Metrics) Hook(e pglease.Event) {
 		m.claims.WithLabelValues(m.labels(e, outcomeHeld)...).Inc()
 	case pglease.EventClaimFailed:
 		m.claims.WithLabelValues(m.labels(e, outcomeError)...).Inc()
-		if e.Fence != 0 {
-			// The claim got a row but handed out no lease; any release
-			// event for that fence came before this one.
-			m.leases.forget(idOf(e))
-		}
 	case pglease.EventExtended:
 		m.heartbeat.Observe(e.Took.Seconds())
 	case pglease.EventHeartbeatFailed:

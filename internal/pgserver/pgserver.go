@@ -19,14 +19,22 @@
 //
 // If none of these works, Start returns an error that says how to get one.
 //
-// A typical TestMain:
+// A package's tests start with the shared helpers of internal/pgtest,
+// whose Main starts the server with ForTestMain, runs the tests and ends
+// with AfterTests:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// A TestMain of its own pairs ForTestMain with AfterTests, which closes the
+// server and fails the run when a goroutine is left behind:
 //
 //	func TestMain(m *testing.M) {
 //		srv := pgserver.ForTestMain(pgserver.Options{})
-//		code := m.Run()
-//		_ = srv.Close()
-//		os.Exit(code)
+//		os.Exit(srv.AfterTests(m.Run()))
 //	}
+//
+// Tests that stop or restart a server start a private one with
+// Start(ctx, Options{Private: true}) and Close it themselves.
 package pgserver
 
 import (

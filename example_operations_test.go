@@ -1,0 +1,90 @@
+package pglease_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease"
+)
+
+// The DDL Migrate runs, for a migration tool (goose, golang-migrate, atlas)
+// when the service may not run DDL itself. For the default table it is
+// pglease.SchemaSQL, the content of schema.sql.
+func ExampleSchema() {
+	ddl, err := pglease.Schema(pglease.WithTable("jobs.lease")) // the schema "jobs" must exist
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(ddl)
+	// Output:
+	// CREATE SEQUENCE IF NOT EXISTS "jobs"."lease_fence_seq" AS bigint;
+	// CREATE TABLE IF NOT EXISTS "jobs"."lease" (
+	//     key         text        PRIMARY KEY,
+	//     holder      text        NOT NULL,
+	//     fence       bigint      NOT NULL DEFAULT nextval('"jobs"."lease_fence_seq"'),
+	//     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	//     expires_at  timestamptz NOT NULL,
+	//     CHECK (expires_at > acquired_at)
+	// );
+}
+
+// Work on a lease table an older library created, as it is: no fence
+// column, no ALTER, old and new replicas excluding each other during a
+// rolling deploy.
+func ExampleWithoutFenceColumn() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	// The existing table (here created for the example).
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS job_locks
+		(key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+		panic(err)
+	}
+
+	locker := pglease.NewLocker(pool, pglease.WithTable("job_locks"), pglease.WithoutFenceColumn())
+	defer locker.Close(ctx)
+	lease, err := locker.Claim(ctx, "nightly") // checks the table's shape at the first claim
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("fence:", lease.Fence())                                                  // no order between mandates
+	fmt.Println("forged holder:", strings.HasPrefix(lease.Holder(), locker.Holder()+"#")) // one per mandate
+	// Output:
+	// fence: 0
+	// forged holder: true
+}
+
+// Behind PgBouncer (or another pooler) in transaction pooling mode: every
+// statement of pglease then goes in one round trip.
+func ExampleNewLocker_transactionPooler() {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(databaseURL()) // the pooler's address
+	if err != nil {
+		panic(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_pooler")); err != nil {
+		panic(err)
+	}
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_pooler"))
+	defer locker.Close(ctx)
+	lease, err := locker.Claim(ctx, "nightly")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("fenced:", lease.Fence() > 0)
+	// Output: fenced: true
+}

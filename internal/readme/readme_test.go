@@ -1,0 +1,71 @@
+package readme_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease/internal/readme"
+)
+
+const exampleFile = `package p_test
+
+import "fmt"
+
+// Doc comment: not part of the snippet.
+func ExampleGreet() {
+	// Say hello.
+	if true {
+		fmt.Println("hello") // to stdout
+	}
+	// Output: hello
+}
+
+func ExampleGreet_twice() {
+	fmt.Println("a")
+	fmt.Println("b")
+	// Output:
+	// a
+	// b
+}
+`
+
+func examples(t *testing.T) *readme.Examples {
+	t.Helper()
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "example_greet_test.go"), []byte(exampleFile), 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(root, "sub"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "sub", "example_greet_test.go"), []byte(exampleFile), 0o600))
+	return readme.NewExamples(root)
+}
+
+func TestRenderWritesTheDedentedBodyOfTheNamedExampleWithoutItsOutput(t *testing.T) {
+	t.Parallel()
+	doc := "# Title\n\n<!-- example: ExampleGreet -->\n```go\nstale\n```\n\n- item\n\n  <!-- example: sub.ExampleGreet_twice -->\n  ```go\n  ```\n\n```sh\n```go inside a shell block is text\n```\n"
+	out, changed, err := readme.Render("doc.md", []byte(doc), examples(t).Body)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ExampleGreet", "sub.ExampleGreet_twice"}, changed)
+	assert.Equal(t, "# Title\n\n<!-- example: ExampleGreet -->\n```go\n// Say hello.\nif true {\n\tfmt.Println(\"hello\") // to stdout\n}\n```\n\n"+
+		"- item\n\n  <!-- example: sub.ExampleGreet_twice -->\n  ```go\n  fmt.Println(\"a\")\n  fmt.Println(\"b\")\n  ```\n\n```sh\n```go inside a shell block is text\n```\n", string(out))
+
+	again, changed, err := readme.Render("doc.md", out, examples(t).Body)
+	require.NoError(t, err)
+	assert.Empty(t, changed, "a rendered document is up to date")
+	assert.Equal(t, string(out), string(again))
+}
+
+func TestRenderRefusesUnmarkedGoBlocksAndMarkersOfMissingExamples(t *testing.T) {
+	t.Parallel()
+	_, _, err := readme.Render("doc.md", []byte("text\n```go\nx := 1\n```\n"), examples(t).Body)
+	require.ErrorIs(t, err, readme.ErrUnmarked)
+	assert.Contains(t, err.Error(), "doc.md:2:")
+
+	_, _, err = readme.Render("doc.md", []byte("<!-- example: ExampleMissing -->\n```go\n```\n"), examples(t).Body)
+	require.ErrorContains(t, err, "doc.md:1: no function ExampleMissing")
+
+	_, _, err = readme.Render("doc.md", []byte("<!-- example: ExampleGreet -->\ntext\n"), examples(t).Body)
+	require.ErrorContains(t, err, "marker for ExampleGreet is not followed by a ```go block")
+}

@@ -1,0 +1,24 @@
+package pglease_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease/internal/readme"
+)
+
+// TestReadmeSnippetsAreTheExamplesTheyName keeps every Go snippet of
+// README.md and docs/OPERATIONS.md compiled: each is the body of the
+// Example function its marker names, and a ```go block without a marker is
+// refused. `make readme` rewrites the snippets.
+func TestReadmeSnippetsAreTheExamplesTheyName(t *testing.T) {
+	t.Parallel()
+	examples := readme.NewExamples(".")
+	for _, doc := range readme.Docs {
+		_, changed, err := readme.RenderFile(".", doc, examples)
+		require.NoError(t, err)
+		assert.Empty(t, changed, "%s: these snippets differ from their examples: run `make readme`", doc)
+	}
+}
