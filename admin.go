@@ -47,9 +47,10 @@ func (r LeaseRow) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow
 // byte-wise (COLLATE "C") so that the order does not depend on the
 // database's locale. fence and acquired_at are read through to_jsonb of the
 // row, so that a table without them (WithoutFenceColumn) lists too, with
-// nulls.
+// nulls. An existing table may let holder be NULL (a row its owner wrote):
+// it lists as an empty holder rather than failing the whole listing.
 const listSQL = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
+SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
   FROM {table} AS t, server
  ORDER BY key COLLATE "C"`
 
@@ -150,8 +151,9 @@ type Revocation struct {
 // lockRowSQL reads the key's row and locks it for the rest of the
 // transaction, so that what is reported is what was changed: no claim or
 // heartbeat can change the row in between. fence and acquired_at go through
-// to_jsonb so that a table without them (WithoutFenceColumn) works too.
-const lockRowSQL = `SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
+// to_jsonb so that a table without them (WithoutFenceColumn) works too, and
+// a NULL holder reads as empty, as in listSQL.
+const lockRowSQL = `SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
   FROM {table} AS t WHERE key = $1 FOR UPDATE`
 
 // revokeSQL takes a live lease's mandate away from its holder without

@@ -71,8 +71,7 @@ func newConns(db DB, keep bool) *conns {
 	c := &conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
 	if p, ok := db.(pooler); ok {
 		c.pool = p
-		// A pool of one would leave claims nothing.
-		c.reserve = keep && p.Stat().MaxConns() >= 2
+		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
 	}
 	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
 	return c

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -87,11 +88,11 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	if err := errors.Join(c.errs...); err != nil {
 		return nil, err
 	}
-	for {
-		cur := l.minTTL.Load()
-		if int64(c.ttl) >= cur || l.minTTL.CompareAndSwap(cur, int64(c.ttl)) {
-			break
-		}
+	if lower(&l.minTTL, c.ttl) {
+		l.rewatch() // the watchdog may be asleep for a longer TTL's slice
+	}
+	if c.minHold > 0 {
+		lower(&l.minHold, c.minHold)
 	}
 	return &JobLocker{locker: l, terms: terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}}, nil
 }
@@ -124,4 +125,18 @@ func (j *JobLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		return nil, err
 	}
 	return lease, nil
+}
+
+// lower sets v to d if d is shorter, or v is 0 (none yet), and reports
+// whether it did.
+func lower(v *atomic.Int64, d time.Duration) bool {
+	for {
+		cur := v.Load()
+		if cur != 0 && int64(d) >= cur {
+			return false
+		}
+		if v.CompareAndSwap(cur, int64(d)) {
+			return true
+		}
+	}
 }

@@ -263,6 +263,17 @@ func (l *Locker) watch() {
 	}
 }
 
+// rewatch cuts the watchdog's current sleep to the slice of the shortest
+// TTL, which Locker.Job has just lowered: a lease of the new job must not
+// wait for a longer TTL's slice to be found past its trust deadline.
+func (l *Locker) rewatch() {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watching {
+		l.watchdog.Reset(watchSlice(l.shortestTTL()))
+	}
+}
+
 // watchRound is the watchdog: it checks the trust of every held lease, and
 // sleeps again while any is held.
 func (l *Locker) watchRound() {

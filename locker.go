@@ -137,6 +137,9 @@ type Locker struct {
 	watching bool        // watchdog armed
 
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
+	// minHold is the shortest min hold above 0 of the Locker and its jobs,
+	// or 0 when none has one: the clock-skew warning's bound (skewBound).
+	minHold atomic.Int64
 }
 
 // NewLocker returns a Locker on db. Invalid options, a nil db, or a db that
@@ -165,6 +168,12 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	if err != nil {
 		panic(err)
 	}
+	if cfg.keepConn {
+		if p, ok := db.(pooler); !ok || p.Stat().MaxConns() < 2 {
+			panic(&OptionError{Option: "WithKeptConnection", msg: fmt.Sprintf(
+				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)})
+		}
+	}
 	t, _ := parseTable(cfg.table) // checked by newConfig
 	var proto protocol = newFenced(t, cfg)
 	if cfg.noFence {
@@ -178,6 +187,7 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 		closing: make(chan struct{}),
 	}
 	l.minTTL.Store(int64(cfg.ttl))
+	l.minHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.waits.table = t
 	return l
@@ -252,6 +262,9 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	case !c.live:
 		// The claim waited on the row lock past its own expiry. The row
 		// carries our holder but is already expired: it is nobody's lease.
+		// It also has a new fence, and an expiry that may be earlier than
+		// the previous lease's (a job's shorter TTL): that lease is over.
+		l.supersede(key)
 		err = fmt.Errorf("pglease: claim %q: expired while waiting on the row lock for %v: %w", key, took, ErrLost)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
@@ -260,7 +273,9 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	if trustUntil.left(l, time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust
 		// window: the Locker could not vouch for it for a moment. The row
-		// lapses at its expiry; this holder's next claim takes it back.
+		// lapses at its expiry; this holder's next claim takes it back. The
+		// previous lease of key, if any, is superseded by the new fence.
+		l.supersede(key)
 		err := fmt.Errorf("pglease: claim %q: took %v, longer than the trust window: %w", key, took, ErrLost)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
 		return nil, err
@@ -303,6 +318,21 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	lease.mu.Unlock()
 	l.watch()
 	return lease, nil
+}
+
+// supersede ends the Locker's lease of key, if it has one, after a claim
+// statement wrote the row for this holder without handing out a lease (the
+// row came back expired, or too late to trust): the row has a new fence
+// and a new expiry, possibly earlier than the previous lease's trust
+// deadline when the claim's TTL is shorter (Locker.Job), so the previous
+// mandate is over.
+func (l *Locker) supersede(key string) {
+	l.mu.Lock()
+	prev := l.leases[key]
+	l.mu.Unlock()
+	if prev != nil {
+		prev.lose("re-claimed by the same holder")
+	}
 }
 
 // Lock implements gocron.Locker: it claims key (the job name) within the

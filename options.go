@@ -241,8 +241,8 @@ func WithoutFenceColumn() Option {
 // loss says how long the heartbeat waited for a pool connection. Count the
 // kept connection when sizing the pool, and close the Locker before the
 // pool: pgxpool's Close waits until the kept connection is given back. A
-// separate small pool for the Locker avoids both. It is ignored for any
-// other DB.
+// separate small pool for the Locker avoids both. NewLocker refuses it for
+// any other DB, and for a pool of one connection.
 func WithKeptConnection() Option {
 	return func(c *config) { c.use("WithKeptConnection"); c.keepConn = true }
 }

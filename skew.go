@@ -109,7 +109,8 @@ func (f *skewFilter) get() (Skew, bool) {
 // Elector's leader) keeps its last reading, whose At says how old it is.
 func (l *Locker) ClockSkew() (Skew, bool) { return l.skew.get() }
 
-// skewBound is the skew beyond which the Locker warns: half the min hold.
+// skewBound is the skew beyond which the Locker warns: half the shortest
+// min hold of the Locker and its jobs (Locker.Job).
 // The min hold keeps a replica whose timer fires later from running the
 // tick again only while it fires less than the min hold after the holder;
 // timers fire by each replica's wall clock, so two replicas' clocks must
@@ -118,8 +119,8 @@ func (l *Locker) ClockSkew() (Skew, bool) { return l.skew.get() }
 // opposite directions, already add up to it: half is the most each may
 // show. Without min hold, skewWarnWithoutMinHold.
 func (l *Locker) skewBound() time.Duration {
-	if l.cfg.minHold > 0 {
-		return l.cfg.minHold / 2
+	if hold := time.Duration(l.minHold.Load()); hold > 0 {
+		return hold / 2
 	}
 	return skewWarnWithoutMinHold
 }
@@ -143,7 +144,7 @@ func (l *Locker) recordSkew(server, sent time.Time, took time.Duration) Skew {
 			slog.Duration("skew", reading.Offset),
 			slog.Duration("uncertainty", reading.Uncertainty),
 			slog.Duration("bound", bound),
-			slog.Duration("min_hold", l.cfg.minHold),
+			slog.Duration("min_hold", time.Duration(l.minHold.Load())),
 			slog.String("why", "the min hold keeps a later-firing replica from running the same tick only while the replicas' clocks differ by less than it; each replica's skew must stay below half of it (1s without min hold); check NTP on this host"))
 	}
 	return reading

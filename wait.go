@@ -330,9 +330,20 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 // it. Sent in the key's turn, with no lease of the Locker on key live or
 // being released, so it cannot touch a mandate the Locker believes in. It
 // notifies like a release, for the waiters of other Lockers.
+//
+//   - It touches only a row as a claim of the Locker's TTL ($3) left it
+//     (expires_at = acquired_at + TTL, both from one clock reading): a row a
+//     release already expired, or kept for its min hold, is not a claim
+//     nobody holds, and is left as it is.
+//   - It keeps the Locker's min hold ($4), as a release of that claim
+//     would: a replica whose scheduler fires a little later must not get
+//     the tick that claim took.
 const giveBackSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '1 microsecond')
+   SET expires_at = GREATEST(clock_timestamp(),
+                             acquired_at + make_interval(secs => $4),
+                             acquired_at + interval '1 microsecond')
  WHERE key = $1 AND holder = $2 COLLATE "C" AND expires_at > clock_timestamp()
+   AND expires_at = acquired_at + make_interval(secs => $3)
 RETURNING pg_notify({chanlit}, key)`
 
 // giveBack makes sure a waiting claim that gives up holds no row: it waits,
@@ -352,7 +363,8 @@ func (l *Locker) giveBack(ctx context.Context, key string) {
 	if l.cfg.noFence || l.ownLease(context.WithValue(ctx, exclusiveClaim{}, true), key) != nil {
 		return
 	}
-	rows, err := l.conns.release.Query(tctx, l.waits.table.render(giveBackSQL), key, l.cfg.holder)
+	rows, err := l.conns.release.Query(tctx, l.waits.table.render(giveBackSQL), key, l.cfg.holder,
+		l.cfg.ttl.Seconds(), l.cfg.minHold.Seconds())
 	if err == nil {
 		rows.Close()
 	}

@@ -305,8 +305,11 @@ func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T
 			t.Fatalf("two waiters hold the key at once: fences %d and %d", r.lease.Fence(), other.lease.Fence())
 		case <-time.After(20 * time.Millisecond):
 		}
+		// One claim per release; a herd would be one per waiter (n). A
+		// waiter whose safety pause (2.5s to 5s) ends on its own on a
+		// loaded machine may add one: two are allowed for the whole run.
 		claims := counter.get("claim")
-		assert.LessOrEqual(t, claims, i+1, "claim statements for %d releases", i+1)
+		assert.LessOrEqual(t, claims, i+1+2, "claim statements for %d releases", i+1)
 		require.NoError(t, r.lease.Unlock(ctx))
 	}
 	t.Logf("claim statements for %d waiters: %d", n, counter.get("claim"))
