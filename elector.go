@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -42,13 +43,18 @@ type Elector struct {
 	calls     []func()           // callbacks to run, in order
 	callsSig  chan struct{}      // a callback was queued
 	callsDone chan struct{}      // closed when the callback goroutine returns
+	// callsGoroutine identifies the callbacks' goroutine, so that Close
+	// called from a callback does not wait for itself.
+	callsGoroutine atomic.Uint64
 }
 
 // LeaderCallbacks are called as an Elector's leadership changes, like
 // client-go's leaderelection callbacks. Each may be nil. They run one at a
 // time, in order, on a goroutine of the Elector, never under its lock: they
 // may call the Elector, and they should return promptly, since the next
-// ones wait and Close waits for them all.
+// ones wait and Close waits for them all. A callback may call Close too:
+// that Close does not wait for the callbacks (it runs on their goroutine);
+// those still due run once the callback returns.
 type LeaderCallbacks struct {
 	// OnStartedLeading: this replica became the leader with lease. Its
 	// Done or Context ends when leadership does.
@@ -282,6 +288,7 @@ func (e *Elector) queueLocked(f func()) {
 // Close has queued the last ones and they have run.
 func (e *Elector) runCallbacks() {
 	defer close(e.callsDone)
+	e.callsGoroutine.Store(goroutineID())
 	for {
 		e.mu.Lock()
 		calls, closing := e.calls, e.closed && e.stop == nil
@@ -338,7 +345,12 @@ func (e *Elector) Close(ctx context.Context) error {
 		signal(e.callsSig)
 		callsDone := e.callsDone
 		e.mu.Unlock()
-		<-callsDone
+		// Called from a callback, Close runs on the callbacks' goroutine:
+		// it cannot wait for it. The callbacks still due run once the one
+		// that called Close returns.
+		if id := goroutineID(); id == 0 || id != e.callsGoroutine.Load() {
+			<-callsDone
+		}
 	}
 	if errors.Is(err, ErrLost) {
 		return nil // it was no longer leading: nothing to hand over

@@ -274,11 +274,22 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			if h.held != nil {
 				h.held("", err)
 			}
-			if ctx.Err() != nil {
+			if !errors.Is(err, ErrClosed) {
+				// The claim may have committed a row though it handed out
+				// no lease: its context ended in flight, its reply was
+				// lost, or it outwaited its trust window on a row lock.
+				// A waiter that fails holds nothing. (Close gives back
+				// what a claim it overtook committed.)
 				l.giveBack(ctx, key)
+			}
+			if ctx.Err() != nil {
 				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ctx.Err()))
 			}
-			return nil, err
+			if !errors.Is(err, ErrLost) {
+				return nil, err
+			}
+			// The row came back expired, or too late to trust: nothing
+			// failed but time. Wait and try again, as after contention.
 		}
 		held := err
 
