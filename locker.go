@@ -27,57 +27,6 @@ type DB interface {
 
 var _ gocron.Locker = (*Locker)(nil)
 
-// raiseSyncCommitSQL raises synchronous_commit to on, for this
-// transaction only, when the session's setting (its own, its role's, its
-// database's or the server's default) is off or local. It keeps remote_write,
-// on and remote_apply as they are: off would let a crash lose a write that
-// was acknowledged to the caller, and local would let a failover to a
-// synchronous standby lose it, while a stronger setting is the operator's
-// choice. It is evaluated inside the statement, so it costs no round trip.
-const raiseSyncCommitSQL = `set_config('synchronous_commit',
-         CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
-              ELSE current_setting('synchronous_commit') END, true)`
-
-// claimSQL takes a key in one statement and one round trip.
-//
-//   - INSERT ... ON CONFLICT, not a pure UPDATE: a missing row must become a
-//     lease, not look like "held by another".
-//   - The conflict arm only fires for our own holder (re-entrant claim) or an
-//     expired row; otherwise no row comes back, which is ErrHeld.
-//   - fence takes nextval on every claim, re-entrant ones included, so a
-//     previous mandate's late heartbeat or release matches nothing, and the
-//     fence never restarts after a purge.
-//   - acquired_at and expires_at come from one clock_timestamp() reading
-//     (PostgreSQL never pulls up a subquery whose output calls a volatile
-//     function, so it is read once): expires_at = acquired_at + TTL, and
-//     CHECK (expires_at > acquired_at) holds whatever the server's clock
-//     does between two readings. DO UPDATE takes both from EXCLUDED: they were evaluated
-//     before any wait on the row lock, and clock_timestamp() there would
-//     break the CHECK after a wait longer than the TTL (SQLSTATE 23514).
-//   - The SELECT's WHERE raises synchronous_commit (raiseSyncCommitSQL)
-//     before either arm writes anything: a claim acknowledged to the caller
-//     must survive a crash, or after the restart another holder would claim
-//     the same live key and the sequence, whose advance was lost with it,
-//     would issue the same fences again. A claim that writes nothing has no
-//     transaction id and waits for no flush.
-//   - live reports whether the lease is still unexpired after that wait; a
-//     claim that returns live = false hands out nothing.
-//   - tableoid names the very table the row is in, which the transaction
-//     of a Guard may resolve differently (another search_path).
-//
-// The alias keeps the statement the same whatever the table is called.
-const claimSQL = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
-SELECT $1, $2, clock.t, clock.t + make_interval(secs => $3)
-  FROM (SELECT clock_timestamp() AS t) AS clock
- WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
-
 // claimed is what a claim statement returned.
 type claimed struct {
 	holder     string

@@ -3,6 +3,8 @@ package pglease
 import (
 	"context"
 	"time"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // protocol is the SQL a Locker speaks to its table. The default, fenced,
@@ -37,10 +39,10 @@ type fenced struct {
 
 func newFenced(t table, cfg config) *fenced {
 	return &fenced{
-		claimSQL:     t.render(claimSQL),
-		heartbeatSQL: t.render(heartbeatSQL),
-		releaseSQL:   t.render(releaseSQL),
-		claimAllSQL:  t.render(claimAllSQL),
+		claimSQL:     t.render(sqlstmt.Claim),
+		heartbeatSQL: t.render(sqlstmt.Heartbeat),
+		releaseSQL:   t.render(sqlstmt.Release),
+		claimAllSQL:  t.render(sqlstmt.ClaimAll),
 		holder:       cfg.holder,
 	}
 }
