@@ -28,24 +28,6 @@ type batchClaimer interface {
 	claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error)
 }
 
-func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error) {
-	rows, err := db.Query(ctx, p.claimAllSQL, p.holder, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	got := make(map[string]claimed, len(keys))
-	for rows.Next() {
-		var key string
-		c := claimed{holder: p.holder}
-		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table); err != nil {
-			return nil, err
-		}
-		got[key] = c
-	}
-	return got, rows.Err()
-}
-
 // claimAll retries a burst's statement on a serialization failure, as
 // claim does; only a protocol that is a batchClaimer gets here (newClaims).
 func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (got map[string]claimed, err error) {
@@ -128,10 +110,10 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, done *func(
 	return o.c, o.ok, o.sent, o.err
 }
 
-// sendClaims is the coalescer's statement: claimSQL for a claim alone,
-// claimAllSQL for a burst. When the burst's statement fails on an error
-// one row may cause (rowError), each claim goes again alone, so that one
-// row fails only its own claim. Any other failure (the connection, the
+// sendClaims is the coalescer's statement: the claim statement for a claim
+// alone, the burst's (sqlstmt.ClaimAll) for a burst. When the burst's
+// statement fails on an error one row may cause (rowError), each claim goes
+// again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
 	out := make([]claimOutcome, len(calls))

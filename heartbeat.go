@@ -6,19 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // minRetry is the shortest wait before retrying a failed heartbeat round.
 const minRetry = 10 * time.Millisecond
-
-// extension is what a heartbeat round found for one lease. A lease the
-// round reports nothing for is lost.
-type extension struct {
-	expiresAt time.Time // the new server expiry, if extended
-	locked    bool      // not extended: the row is locked by another transaction, and still matched as last committed
-}
 
 // heartbeat is the Locker's one background goroutine. Every interval it
 // extends all held leases in one statement. Rounds are timed from their
@@ -183,51 +174,4 @@ func (r *roundState) cause() string {
 		return "the last heartbeat round failed: " + r.failed.Error()
 	}
 	return ""
-}
-
-// extend runs heartbeatSQL for leases, each with its own TTL, and reports
-// on each lease whose row still matched.
-func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
-	keys := make([]string, len(leases))
-	fences := make([]int64, len(leases))
-	for i, ls := range leases {
-		keys[i], fences[i] = ls.key, ls.fence
-	}
-	ttls := seconds(leases, func(t terms) time.Duration { return t.ttl })
-	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, ttls, keys, fences)
-	if err != nil {
-		return nil, err
-	}
-	return readRound(rows, leases, func(ls *Lease, fence int64) bool { return ls.fence == fence })
-}
-
-// readRound reads what a heartbeat statement reported: the key and mandate
-// (fence or holder) of each row, with its new expiry if extended, NULL if
-// skipped because it was locked. A lease reported neither way is left out:
-// it is lost.
-func readRound[M any](rows pgx.Rows, leases []*Lease, same func(*Lease, M) bool) (map[*Lease]extension, error) {
-	defer rows.Close()
-	byKey := make(map[string]*Lease, len(leases))
-	for _, ls := range leases {
-		byKey[ls.key] = ls
-	}
-	got := make(map[*Lease]extension, len(leases))
-	for rows.Next() {
-		var (
-			key       string
-			mandate   M
-			expiresAt *time.Time
-		)
-		if err := rows.Scan(&key, &mandate, &expiresAt); err != nil {
-			return nil, err
-		}
-		if ls := byKey[key]; ls != nil && same(ls, mandate) {
-			if expiresAt == nil {
-				got[ls] = extension{locked: true}
-			} else {
-				got[ls] = extension{expiresAt: *expiresAt}
-			}
-		}
-	}
-	return got, rows.Err()
 }

@@ -27,25 +27,6 @@ type DB interface {
 
 var _ gocron.Locker = (*Locker)(nil)
 
-// claimed is what a claim statement returned.
-type claimed struct {
-	holder     string
-	fence      int64
-	acquiredAt time.Time
-	expiresAt  time.Time
-	live       bool
-	table      uint32 // the oid of the table the row is in, for Guard
-}
-
-func (p *fenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
-	c := claimed{holder: p.holder}
-	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c, false, nil
-	}
-	return c, err == nil, err
-}
-
 // Locker claims leases on one table for one holder and keeps them alive
 // with a single background heartbeat goroutine, started by the first claim
 // and stopped by Close. It is safe for concurrent use.

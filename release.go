@@ -4,79 +4,11 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // maxLockedRetry is the longest wait between two attempts to release a row
 // locked by another transaction.
 const maxLockedRetry = 250 * time.Millisecond
-
-func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
-	keys := make([]string, len(leases))
-	fences := make([]int64, len(leases))
-	byKey := make(map[string]*Lease, len(leases))
-	for i, ls := range leases {
-		keys[i], fences[i], byKey[ls.key] = ls.key, ls.fence, ls
-	}
-	minHolds := seconds(leases, func(t terms) time.Duration { return t.minHold })
-	rows, err := db.Query(ctx, p.releaseSQL, p.holder, minHolds, keys, fences)
-	if err != nil {
-		return nil, err
-	}
-	return scanReleased(rows, func(key string, fence int64, _ string) *Lease {
-		if ls := byKey[key]; ls != nil && ls.fence == fence {
-			return ls
-		}
-		return nil
-	})
-}
-
-func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
-	keys := make([]string, len(leases))
-	holders := make([]string, len(leases))
-	acquired := make([]time.Time, len(leases))
-	byKey := make(map[string]*Lease, len(leases))
-	for i, ls := range leases {
-		keys[i], holders[i], acquired[i], byKey[ls.key] = ls.key, ls.holder, ls.acquiredAt, ls
-	}
-	minHolds := seconds(leases, func(t terms) time.Duration { return t.minHold })
-	rows, err := db.Query(ctx, p.relSQL, minHolds, keys, holders, acquired)
-	if err != nil {
-		return nil, err
-	}
-	return scanReleased(rows, func(key string, _ int64, holder string) *Lease {
-		if ls := byKey[key]; ls != nil && ls.holder == holder {
-			return ls
-		}
-		return nil
-	})
-}
-
-// scanReleased reads the answer of a release statement: per row, a lease's
-// key, its fence (fenced) or forged holder (unfenced), and whether it was
-// released (false: locked by another transaction). match finds the lease a
-// row is about.
-func scanReleased(rows pgx.Rows, match func(key string, fence int64, holder string) *Lease) (map[*Lease]bool, error) {
-	defer rows.Close()
-	got := make(map[*Lease]bool)
-	for rows.Next() {
-		var (
-			key      string
-			mandate  any // the fence or the forged holder
-			released bool
-		)
-		if err := rows.Scan(&key, &mandate, &released); err != nil {
-			return nil, err
-		}
-		fence, _ := mandate.(int64)
-		holder, _ := mandate.(string)
-		if ls := match(key, fence, holder); ls != nil {
-			got[ls] = released
-		}
-	}
-	return got, rows.Err()
-}
 
 // releaseAll ends every lease with ended and expires their rows together,
 // and reports each lease's outcome as release does. A lease whose release
@@ -100,7 +32,7 @@ func (l *Locker) releaseAll(ctx context.Context, leases []*Lease, ended error) [
 	return errs
 }
 
-// releaseRows sends releaseSQL for batch, and again for the rows it found
+// releaseRows sends the release statement for batch, and again for the rows it found
 // locked by another transaction, waiting a little longer each time, until
 // every row is released or lost or ctx ends. Each attempt waits for any
 // heartbeat round in flight and keeps the next one out only for its own
@@ -150,7 +82,7 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 	}
 }
 
-// releaseOnce sends releaseSQL once no heartbeat round is in flight.
+// releaseOnce sends the release statement once no heartbeat round is in flight.
 func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]bool, error) {
 	if err := l.gate.enter(ctx, false); err != nil {
 		return nil, fmt.Errorf("waiting for the heartbeat round in flight: %w", err)

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -19,7 +17,9 @@ import (
 // mandate in WithoutFenceColumn mode.
 const forgeSep = "#"
 
-// unfenced is the protocol of WithoutFenceColumn.
+// unfenced is the protocol of WithoutFenceColumn, on a table it cannot
+// alter: each mandate is matched on a holder identifier forged for it
+// alone. Its statements are in internal/sqlstmt.
 type unfenced struct {
 	t       table
 	replica string
@@ -44,6 +44,9 @@ func newUnfenced(t table, cfg config) *unfenced {
 // lowercase hex digits, as sqlstmt.UnfencedClaim checks.
 const forgeLen = 16
 
+// holderOf is the mandate of a lease of this protocol.
+func holderOf(ls *Lease) string { return ls.holder }
+
 // forge returns a holder identifier for one mandate.
 func (p *unfenced) forge() string {
 	var b [forgeLen / 2]byte
@@ -58,24 +61,31 @@ func (p *unfenced) claim(ctx context.Context, db DB, key string, ttl time.Durati
 	}
 	c := claimed{holder: p.forge()}
 	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c, false, nil
-	}
-	return c, err == nil, err
+	return claimOutcomeOf(c, err)
 }
 
 func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
-	keys := make([]string, len(leases))
-	holders := make([]string, len(leases))
-	for i, ls := range leases {
-		keys[i], holders[i] = ls.key, ls.holder
-	}
-	ttls := seconds(leases, func(t terms) time.Duration { return t.ttl })
-	rows, err := db.Query(ctx, p.hbSQL, ttls, keys, holders)
+	keys, holders := mandates(leases, holderOf)
+	rows, err := db.Query(ctx, p.hbSQL, seconds(leases, ttlOf), keys, holders)
 	if err != nil {
 		return nil, err
 	}
-	return readRound(rows, leases, func(ls *Lease, holder string) bool { return ls.holder == holder })
+	return extensions(readReport[string, *time.Time](rows, leases, holderOf))
+}
+
+// release measures each lease's min hold from the acquired time its claim
+// returned (a server time), since the table may have no acquired_at column.
+func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
+	keys, holders := mandates(leases, holderOf)
+	acquired := make([]time.Time, len(leases))
+	for i, ls := range leases {
+		acquired[i] = ls.acquiredAt
+	}
+	rows, err := db.Query(ctx, p.relSQL, seconds(leases, minHoldOf), keys, holders, acquired)
+	if err != nil {
+		return nil, err
+	}
+	return readReport[string, bool](rows, leases, holderOf)
 }
 
 // check reads the table's columns once and returns the claim statement that
