@@ -13,11 +13,46 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
-	"github.com/pglease/pglease/internal/rawsql"
+	"github.com/pglease/pglease/internal/sqlstmt"
+)
+
+// The statements before the hardening that BenchmarkHardeningCost measures,
+// kept as they were: the baselines it compares today's statements against.
+const (
+	// prevClaimSQL is the claim statement before claims were made durable
+	// whatever the server's default and took their times from one clock
+	// reading.
+	prevClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
+VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
+
+	// prevReleaseSQL is the release statement before releases skipped
+	// locked rows: a plain UPDATE of one row that waits on its lock. Its
+	// arguments are the key, the holder, the fence and the min hold in
+	// seconds.
+	prevReleaseSQL = `UPDATE {table}
+   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
+ WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+
+	// prevHeartbeatSQL is the heartbeat statement before rounds skipped
+	// locked rows: one UPDATE that waits on every row it matches.
+	prevHeartbeatSQL = `UPDATE {table} AS l
+   SET expires_at = clock_timestamp() + make_interval(secs => $2)
+  FROM unnest($3::text[], $4::bigint[]) AS h(key, fence)
+ WHERE l.key = h.key AND l.holder = $1 AND l.fence = h.fence
+   AND l.expires_at > clock_timestamp()
+RETURNING l.key, l.fence, l.expires_at`
 )
 
 // BenchmarkHardeningCost measures what the statements pay for surviving the
-// environments users run, against the statements before (rawsql.Prev*),
+// environments users run, against the statements before (prev*SQL, below),
 // alternating cycle by cycle in one run on a durable private server, so
 // that the ratio (now/prev) is what to read:
 //
@@ -43,8 +78,8 @@ func BenchmarkHardeningCost(b *testing.B) {
 		b.Run("claim/default="+def, func(b *testing.B) {
 			pool := hardeningPool(b, srv.DSN(), def)
 			table := benchTable(b, pool, "hardening")
-			now := []cycle{claimCycle(pool, table, "now", rawsql.Claim)}
-			prev := []cycle{claimCycle(pool, table, "prev", rawsql.PrevClaim)}
+			now := []cycle{claimCycle(pool, table, "now", sqlstmt.Claim)}
+			prev := []cycle{claimCycle(pool, table, "prev", prevClaimSQL)}
 			runInterleaved(b, variant{"now", now}, variant{"prev", prev}, []string{"job"})
 		})
 	}
@@ -52,7 +87,7 @@ func BenchmarkHardeningCost(b *testing.B) {
 	b.Run("release", func(b *testing.B) {
 		pool := hardeningPool(b, srv.DSN(), "on")
 		table := benchTable(b, pool, "hardening")
-		now := []cycle{claimCycle(pool, table, "now", rawsql.Claim)}
+		now := []cycle{claimCycle(pool, table, "now", sqlstmt.Claim)}
 		prev := []cycle{prevReleaseCycle(pool, table, "prev")}
 		runInterleaved(b, variant{"now", now}, variant{"prev", prev}, []string{"job"})
 	})
@@ -86,8 +121,8 @@ func BenchmarkHardeningCost(b *testing.B) {
 					return true, nil
 				}
 			}
-			runInterleaved(b, variant{"now", []cycle{round(rawsql.Heartbeat, rawsql.Each(n, benchTTL.Seconds()))}},
-				variant{"prev", []cycle{round(rawsql.PrevHeartbeat, benchTTL.Seconds())}}, []string{"round"})
+			runInterleaved(b, variant{"now", []cycle{round(sqlstmt.Heartbeat, each(n, benchTTL.Seconds()))}},
+				variant{"prev", []cycle{round(prevHeartbeatSQL, benchTTL.Seconds())}}, []string{"round"})
 		})
 	}
 }
@@ -119,7 +154,7 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 			live     bool
 		)
 		dest := []any{&fence, &acq, &exp, &live}
-		if claimSQL != rawsql.PrevClaim {
+		if claimSQL != prevClaimSQL {
 			dest = append(dest, new(uint32)) // tableoid
 		}
 		err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(dest...)
@@ -132,7 +167,7 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 		if !live {
 			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
-		if _, err := db.Exec(ctx, release, holder, rawsql.Each(1, 0), []string{key}, []int64{fence}); err != nil {
+		if _, err := db.Exec(ctx, release, holder, each(1, 0), []string{key}, []int64{fence}); err != nil {
 			return true, err
 		}
 		return true, nil
@@ -142,8 +177,8 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 // prevReleaseCycle is claimCycle with today's claim and the previous
 // release statement.
 func prevReleaseCycle(db pglease.DB, table, holder string) cycle {
-	claim := renderSQL(rawsql.Claim, table)
-	release := renderSQL(rawsql.PrevRelease, table)
+	claim := renderSQL(sqlstmt.Claim, table)
+	release := renderSQL(prevReleaseSQL, table)
 	ttl := benchTTL.Seconds()
 	return func(ctx context.Context, key string) (bool, error) {
 		var (

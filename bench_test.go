@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,40 +23,45 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
-	"github.com/pglease/pglease/internal/rawsql"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// The baselines send pglease's own statements (internal/rawsql).
-// TestBenchmarkBaselinesSendTheLockersExactStatements fails as soon as a copy
-// drifts from what a Locker really sends.
+// The baselines send the very statements a Locker sends (internal/sqlstmt).
 const (
-	benchClaimSQL     = rawsql.Claim
-	benchReleaseSQL   = rawsql.Release
-	benchHeartbeatSQL = rawsql.Heartbeat
+	benchClaimSQL     = sqlstmt.Claim
+	benchReleaseSQL   = sqlstmt.Release
+	benchHeartbeatSQL = sqlstmt.Heartbeat
 )
 
 // naiveReleaseSQL is the release without its set_config clause: it commits
 // synchronously, waiting for the WAL flush like any other statement. It is
 // the baseline of BenchmarkReleaseCommit.
-var naiveReleaseSQL = rawsql.NaiveRelease
+var naiveReleaseSQL = withoutAsyncCommit(sqlstmt.Release)
 
-// perLeaseHeartbeatSQL extends one lease, with the same guard as the batched
-// heartbeat: the baseline a heartbeat without arrays would send per lease.
-const perLeaseHeartbeatSQL = `UPDATE {table} AS l
-   SET expires_at = clock_timestamp() + make_interval(secs => $2)
- WHERE l.key = $3 AND l.holder = $1 AND l.fence = $4
-   AND l.expires_at > clock_timestamp()
-RETURNING l.key, l.fence, l.expires_at`
+// withoutAsyncCommit is release without the clause that makes it commit
+// without waiting for the WAL flush.
+func withoutAsyncCommit(release string) string {
+	const async = "\n     AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+	naive := strings.Replace(release, async, "", 1)
+	if naive == release {
+		panic("the release statement has no asynchronous commit clause to take out")
+	}
+	return naive
+}
 
-// seedLeasesSQL creates n live leases of one holder in one statement, for
-// the heartbeat benchmarks that need many rows but not many claims.
-const seedLeasesSQL = `INSERT INTO {table} (key, holder, expires_at)
-SELECT 'k' || g, $1, clock_timestamp() + interval '1 hour' FROM generate_series(1, $2::int) AS g
-RETURNING key, fence`
-
-// renderSQL fills a statement template for table the way pglease does, so
+// renderSQL fills a statement template for table the way a Locker does, so
 // that the raw baseline sends byte for byte the same text.
-func renderSQL(tmpl, table string) string { return rawsql.Render(tmpl, table) }
+func renderSQL(tmpl, table string) string { return sqlstmt.Render(tmpl, pgx.Identifier{table}) }
+
+// each is the array of n equal durations in seconds that the heartbeat and
+// release statements take, one per lease, when every lease has the same.
+func each(n int, seconds float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = seconds
+	}
+	return out
+}
 
 // benchTTL is the TTL of every benchmark lease: long enough that no lease
 // lapses and no heartbeat fires during a claim/release benchmark.
@@ -165,7 +171,7 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 		if !live {
 			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
-		tag, err := db.Exec(ctx, release, holder, rawsql.Each(1, 0), []string{key}, []int64{fence})
+		tag, err := db.Exec(ctx, release, holder, each(1, 0), []string{key}, []int64{fence})
 		if err != nil {
 			return true, err
 		}
@@ -401,7 +407,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 				before := tracer.started.Load()
 				rounds := 0
 				for b.Loop() {
-					rows, err := pool.Query(ctx, sql, holder, rawsql.Each(n, ttl), keys, fences)
+					rows, err := pool.Query(ctx, sql, holder, each(n, ttl), keys, fences)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -421,7 +427,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 			})
 
 			b.Run("per-lease", func(b *testing.B) {
-				sql := renderSQL(perLeaseHeartbeatSQL, table)
+				sql := renderSQL(sqlstmt.BaselinePerLeaseHeartbeat, table)
 				b.ReportAllocs()
 				before := tracer.started.Load()
 				rounds := 0
@@ -451,7 +457,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 // seedLeases creates n live leases of holder in table.
 func seedLeases(b *testing.B, db pglease.DB, table, holder string, n int) ([]string, []int64) {
 	b.Helper()
-	rows, err := db.Query(context.Background(), renderSQL(seedLeasesSQL, table), holder, n)
+	rows, err := db.Query(context.Background(), renderSQL(sqlstmt.SeedLeases, table), holder, n)
 	require.NoError(b, err)
 	keys, fences := make([]string, 0, n), make([]int64, 0, n)
 	for rows.Next() {
@@ -658,58 +664,4 @@ func walSyncs(b *testing.B, conn *pgx.Conn) int64 {
 	}
 	require.NoError(b, err)
 	return n
-}
-
-// TestBenchmarkBaselinesSendTheLockersExactStatements keeps the benchmarks
-// honest: the raw baselines must send byte for byte the claim, heartbeat
-// and release statements a Locker sends.
-func TestBenchmarkBaselinesSendTheLockersExactStatements(t *testing.T) {
-	t.Parallel()
-	ctx := ctxT(t)
-	sent := &sqlRecorder{}
-	pool := newPool(t, "", sent)
-	table := newTable(t, pool)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.hook))
-	lease, err := l.Claim(ctx, "k")
-	require.NoError(t, err)
-	events.waitFor(t, pglease.EventExtended, 5*time.Second)
-	require.NoError(t, lease.Unlock(ctx))
-
-	for kind, tmpl := range map[string]string{"claim": benchClaimSQL, "heartbeat": benchHeartbeatSQL, "release": benchReleaseSQL} {
-		require.Contains(t, sent.texts(kind), renderSQL(tmpl, table), "the benchmark's copy of the %s statement", kind)
-	}
-	require.NotContains(t, naiveReleaseSQL, "set_config", "the naive release is the release without its set_config clause")
-}
-
-// sqlRecorder keeps the distinct statement texts sent, by kind.
-type sqlRecorder struct {
-	mu   sync.Mutex
-	seen map[string]map[string]bool
-}
-
-func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.seen == nil {
-		r.seen = make(map[string]map[string]bool)
-	}
-	kind := statementKind(data.SQL)
-	if r.seen[kind] == nil {
-		r.seen[kind] = make(map[string]bool)
-	}
-	r.seen[kind][data.SQL] = true
-	return ctx
-}
-
-func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *sqlRecorder) texts(kind string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for s := range r.seen[kind] {
-		out = append(out, s)
-	}
-	return out
 }

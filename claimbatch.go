@@ -9,51 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// claimAllSQL is claimSQL for every claim of a burst, in one statement,
-// one commit and one WAL flush: the claims a Locker is asked for while
-// another claim statement is in flight (see coalescer). Each key is one
-// row, judged exactly as claimSQL judges it.
-//
-//   - One row per key of unnest($3), never the same key twice: PostgreSQL
-//     refuses to update a row twice in one statement, and keyTurns keeps a
-//     second claim of a key for the next statement.
-//   - ORDER BY key COLLATE "C": rows are locked in the order they are
-//     inserted, so two Lockers' bursts lock common keys in the same order
-//     and cannot deadlock each other.
-//   - Each claim has its own TTL ($2, one per key, beside the keys): claims
-//     of jobs with their own TTL (Locker.Job) still share one statement.
-//   - acquired_at and expires_at come from one clock_timestamp() reading, in
-//     a subquery PostgreSQL never pulls up (see claimSQL), taken before any
-//     wait on a row lock: the CHECK (expires_at > acquired_at) holds for
-//     every row, and the expiry is never later than a claim sent alone at
-//     the same moment would get.
-//   - The same conflict arm, guard and RETURNING as claimSQL (a test keeps
-//     them identical): a row comes back only for
-//     a key taken (new, expired, or our own); a key missing from RETURNING
-//     is ErrHeld. live is false for a row whose lease expired while the
-//     statement waited on its lock.
-//   - Synchronous commit raised as in claimSQL, before anything is written.
-//   - lock_timeout ($4), for this transaction only: a row locked by another
-//     transaction (an operator's, a long one) would hold up every claim of
-//     the burst. Past it the statement fails with SQLSTATE 55P03 and each
-//     claim is sent again alone, so that only the claim of the locked row
-//     waits, as it would have alone. A claim of another replica in flight
-//     holds a row for one commit, well under it.
-const claimAllSQL = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
-SELECT c.key, $1, clock.t, clock.t + make_interval(secs => c.ttl)
-  FROM (SELECT clock_timestamp() AS t) AS clock,
-       unnest($3::text[], $2::float8[]) AS c(key, ttl)
- WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
-   AND set_config('lock_timeout', $4, true) IS NOT NULL
- ORDER BY c.key COLLATE "C"
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
-RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
-
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
 // lock (lock_timeout) before its claims are sent again one by one. A claim
 // in flight of another replica holds its row for one commit, a few
@@ -71,24 +26,6 @@ type batchClaimer interface {
 	// in one statement and returns what the statement returned for each key
 	// it took; a key missing from the result is held by another holder.
 	claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error)
-}
-
-func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error) {
-	rows, err := db.Query(ctx, p.claimAllSQL, p.holder, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	got := make(map[string]claimed, len(keys))
-	for rows.Next() {
-		var key string
-		c := claimed{holder: p.holder}
-		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table); err != nil {
-			return nil, err
-		}
-		got[key] = c
-	}
-	return got, rows.Err()
 }
 
 // claimAll retries a burst's statement on a serialization failure, as
@@ -173,10 +110,10 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, done *func(
 	return o.c, o.ok, o.sent, o.err
 }
 
-// sendClaims is the coalescer's statement: claimSQL for a claim alone,
-// claimAllSQL for a burst. When the burst's statement fails on an error
-// one row may cause (rowError), each claim goes again alone, so that one
-// row fails only its own claim. Any other failure (the connection, the
+// sendClaims is the coalescer's statement: the claim statement for a claim
+// alone, the burst's (sqlstmt.ClaimAll) for a burst. When the burst's
+// statement fails on an error one row may cause (rowError), each claim goes
+// again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
 	out := make([]claimOutcome, len(calls))

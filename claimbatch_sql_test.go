@@ -3,6 +3,8 @@ package pglease
 import (
 	"strings"
 	"testing"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // TestBurstClaimJudgesAndReportsEachRowExactlyAsAClaimAlone keeps
@@ -16,8 +18,8 @@ func TestBurstClaimJudgesAndReportsEachRowExactlyAsAClaimAlone(t *testing.T) {
 		}
 		return after
 	}
-	alone := tail(claimSQL)
-	burst := strings.Replace(tail(claimAllSQL), "RETURNING key, ", "RETURNING ", 1)
+	alone := tail(sqlstmt.Claim)
+	burst := strings.Replace(tail(sqlstmt.ClaimAll), "RETURNING key, ", "RETURNING ", 1)
 	if alone != burst {
 		t.Fatalf("claimAllSQL judges rows differently from claimSQL:\nalone:\n%s\nburst:\n%s", alone, burst)
 	}

@@ -1,9 +1,13 @@
 package pglease
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
+)
 
 // ChannelFor is the channel the release statement of table name notifies.
-func ChannelFor(name string) string { return channelFor(name) }
+func ChannelFor(name string) string { return sqlstmt.Channel(name) }
 
 // ListenerPID is the backend pid of l's listening connection, 0 before it
 // listened.

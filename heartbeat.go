@@ -6,87 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// heartbeatSQL extends every lease of the Locker in one statement per round,
-// whatever their number, and reports on each lease: extended (with its new
-// expiry), skipped because its row is locked, or lost.
-//
-//   - Each lease is extended by its own TTL ($2, one per key, beside the
-//     keys and fences): leases of jobs with their own TTL (Locker.Job) share
-//     the round, and one statement still serves them all.
-//   - The guard (holder, fence, not expired) extends only the very mandate
-//     the Locker holds: a row re-claimed by anyone, the same holder included,
-//     has another fence, and a lapsed row is not revived. COLLATE "C":
-//     holders are compared byte for byte, whatever the column's collation.
-//   - FOR NO KEY UPDATE SKIP LOCKED, the lock the UPDATE takes anyway (a
-//     foreign key check's FOR KEY SHARE does not conflict with it): a row
-//     locked by another transaction (an operator's open transaction, a
-//     guarded job's, another replica's claim in flight) is skipped, not
-//     waited for. A plain UPDATE would wait on it, and one row
-//     locked past the trust window would cost every lease of the Locker.
-//   - A skipped row is told from a lost one without waiting: its last
-//     committed version (the statement's snapshot, read without a lock)
-//     still matches the guard. It comes back with a NULL expiry; such a
-//     lease is retried, and is lost only at its own trust deadline. A lease
-//     missing from the result is lost: its row provably no longer matches
-//     (re-claimed or lapsed), and it never comes back. Both answers come
-//     from the same statement, so a round stays one statement and one round
-//     trip even when rows are locked.
-//   - The skipped rows are looked for only when fewer rows were extended
-//     than asked (a one-time filter): in the usual round, every row is
-//     extended and that half of the statement costs nothing.
-//   - The shape survives a generic plan, whose guess for unnest is far from
-//     the real count: extended rows come back by a UNION ALL and are left
-//     out of the skipped ones by NOT IN (a hashed subplan), never joined
-//     against a CTE estimated at one row, which a nested loop would make
-//     quadratic in the number of leases.
-//   - GREATEST(..., l.expires_at): a heartbeat never moves an expiry back.
-//     After the server's clock steps back, clock_timestamp() + its TTL can fall
-//     at or before acquired_at; the row as stored satisfies the CHECK
-//     (expires_at > acquired_at), so an expiry never below it does too, and
-//     no row can make the round fail (SQLSTATE 23514) for the others.
-//   - set_config raises synchronous_commit to on for this transaction when
-//     the session, role or database default is off or local, and keeps a
-//     stronger setting (remote_write, on, remote_apply). The setting is read
-//     at commit: an extension acknowledged before its WAL is flushed could
-//     vanish in a crash while the holder keeps trusting it for a full TTL.
-//   - clock_timestamp(), not now(): the server's time when the row is
-//     updated, not when the transaction started.
-const heartbeatSQL = `WITH h AS (
-  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS h(key, fence, ttl)
-), mine AS (
-  SELECT l.key, h.ttl FROM {table} AS l JOIN h ON l.key = h.key AND l.fence = h.fence
-   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
-     FOR NO KEY UPDATE OF l SKIP LOCKED
-), extended AS (
-  UPDATE {table} AS l
-     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
-    FROM mine
-   WHERE l.key = mine.key
-     AND l.expires_at > clock_timestamp()
-     AND ` + raiseSyncCommitSQL + ` IS NOT NULL
-  RETURNING l.key, l.fence, l.expires_at
-)
-SELECT key, fence, expires_at FROM extended
-UNION ALL
-SELECT c.key, c.fence, NULL
-  FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
- WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)
-   AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
 
 // minRetry is the shortest wait before retrying a failed heartbeat round.
 const minRetry = 10 * time.Millisecond
-
-// extension is what a heartbeat round found for one lease. A lease the
-// round reports nothing for is lost.
-type extension struct {
-	expiresAt time.Time // the new server expiry, if extended
-	locked    bool      // not extended: the row is locked by another transaction, and still matched as last committed
-}
 
 // heartbeat is the Locker's one background goroutine. Every interval it
 // extends all held leases in one statement. Rounds are timed from their
@@ -251,51 +174,4 @@ func (r *roundState) cause() string {
 		return "the last heartbeat round failed: " + r.failed.Error()
 	}
 	return ""
-}
-
-// extend runs heartbeatSQL for leases, each with its own TTL, and reports
-// on each lease whose row still matched.
-func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
-	keys := make([]string, len(leases))
-	fences := make([]int64, len(leases))
-	for i, ls := range leases {
-		keys[i], fences[i] = ls.key, ls.fence
-	}
-	ttls := seconds(leases, func(t terms) time.Duration { return t.ttl })
-	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, ttls, keys, fences)
-	if err != nil {
-		return nil, err
-	}
-	return readRound(rows, leases, func(ls *Lease, fence int64) bool { return ls.fence == fence })
-}
-
-// readRound reads what a heartbeat statement reported: the key and mandate
-// (fence or holder) of each row, with its new expiry if extended, NULL if
-// skipped because it was locked. A lease reported neither way is left out:
-// it is lost.
-func readRound[M any](rows pgx.Rows, leases []*Lease, same func(*Lease, M) bool) (map[*Lease]extension, error) {
-	defer rows.Close()
-	byKey := make(map[string]*Lease, len(leases))
-	for _, ls := range leases {
-		byKey[ls.key] = ls
-	}
-	got := make(map[*Lease]extension, len(leases))
-	for rows.Next() {
-		var (
-			key       string
-			mandate   M
-			expiresAt *time.Time
-		)
-		if err := rows.Scan(&key, &mandate, &expiresAt); err != nil {
-			return nil, err
-		}
-		if ls := byKey[key]; ls != nil && same(ls, mandate) {
-			if expiresAt == nil {
-				got[ls] = extension{locked: true}
-			} else {
-				got[ls] = extension{expiresAt: *expiresAt}
-			}
-		}
-	}
-	return got, rows.Err()
 }

@@ -3,49 +3,23 @@ package pglease
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// channelPrefix starts the name of the channel a table's releases are
-// notified on.
-const channelPrefix = "pglease:"
-
-// channelHashLen is the number of hex digits of the hash that ends a
-// channel name too long to be the table's name.
-const channelHashLen = 16
-
 // channel is the channel the release statement notifies the released keys
-// on: "pglease:" and the table's name as given to WithTable. pg_notify
-// refuses a channel of NAMEDATALEN (64) bytes or more, and LISTEN would
-// truncate it silently, so a longer name keeps a readable head (cut on a
-// character boundary) and ends in "~" and 16 hex digits of the SHA-256 of
-// the whole name: stable across processes and versions, and distinct for
-// distinct names. Lockers wake each other only if they name the table the
-// same way ("lease" and "public.lease" are two channels); a waiter that
-// misses a notification still wakes at its backoff and at the holder's
-// expiry.
-func (t table) channel() string { return channelFor(t.String()) }
-
-func channelFor(name string) string {
-	ch := channelPrefix + name
-	if len(ch) <= maxIdentifierLen {
-		return ch
-	}
-	sum := sha256.Sum256([]byte(name))
-	tail := "~" + hex.EncodeToString(sum[:])[:channelHashLen]
-	head := name[:maxIdentifierLen-len(channelPrefix)-len(tail)]
-	for !utf8.ValidString(head) {
-		head = head[:len(head)-1]
-	}
-	return channelPrefix + head + tail
-}
+// on: "pglease:" and the table's name as given to WithTable, cut to fit
+// (sqlstmt.Channel). Lockers wake each other only if they name the table
+// the same way ("lease" and "public.lease" are two channels); a waiter
+// that misses a notification still wakes at its backoff and at the
+// holder's expiry.
+func (t table) channel() string { return sqlstmt.Channel(t.String()) }
 
 // WaitMode says how a Locker's waiting claims learn that a key was
 // released.

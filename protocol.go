@@ -2,11 +2,15 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// protocol is the SQL a Locker speaks to its table. The default, fenced,
-// runs the statements of DESIGN: a fence column fed by a sequence. unfenced
+// protocol is the SQL a Locker speaks to its table: no SQL text is written
+// outside its two implementations and internal/sqlstmt. The default,
+// fenced (fenced.go), runs the statements of DESIGN: a fence column fed by a sequence. unfenced
 // (WithoutFenceColumn) works on a table it cannot alter, with a holder
 // identifier forged per mandate instead of a fence.
 //
@@ -28,21 +32,30 @@ type protocol interface {
 	release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error)
 }
 
-// fenced is the protocol of DESIGN, on a table created by Migrate.
-type fenced struct {
-	claimSQL, heartbeatSQL, releaseSQL string
-	claimAllSQL                        string
-	holder                             string
+// claimed is what a claim statement returned.
+type claimed struct {
+	holder     string
+	fence      int64
+	acquiredAt time.Time
+	expiresAt  time.Time
+	live       bool
+	table      uint32 // the oid of the table the row is in, for Guard
 }
 
-func newFenced(t table, cfg config) *fenced {
-	return &fenced{
-		claimSQL:     t.render(claimSQL),
-		heartbeatSQL: t.render(heartbeatSQL),
-		releaseSQL:   t.render(releaseSQL),
-		claimAllSQL:  t.render(claimAllSQL),
-		holder:       cfg.holder,
+// claimOutcomeOf is what the Scan of a claim statement's row says: no row
+// means another holder's lease is live.
+func claimOutcomeOf(c claimed, err error) (claimed, bool, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, false, nil
 	}
+	return c, err == nil, err
+}
+
+// extension is what a heartbeat round found for one lease. A lease the
+// round reports nothing for is lost.
+type extension struct {
+	expiresAt time.Time // the new server expiry, if extended
+	locked    bool      // not extended: the row is locked by another transaction, and still matched as last committed
 }
 
 // seconds is each lease's TTL or min hold in seconds, as make_interval
@@ -54,4 +67,65 @@ func seconds(leases []*Lease, of func(terms) time.Duration) []float64 {
 		out[i] = of(ls.terms).Seconds()
 	}
 	return out
+}
+
+func ttlOf(t terms) time.Duration     { return t.ttl }
+func minHoldOf(t terms) time.Duration { return t.minHold }
+
+// mandates is each lease's key and mandate (its fence, or its forged
+// holder WithoutFenceColumn): the arrays a heartbeat or release statement
+// matches rows on.
+func mandates[M any](leases []*Lease, mandate func(*Lease) M) ([]string, []M) {
+	keys := make([]string, len(leases))
+	ms := make([]M, len(leases))
+	for i, ls := range leases {
+		keys[i], ms[i] = ls.key, mandate(ls)
+	}
+	return keys, ms
+}
+
+// readReport reads what a heartbeat or release statement reported, one row
+// per lease whose row still matched: its key, its mandate, and what the
+// statement did to it (V: the new expiry or NULL when skipped because
+// locked; released or skipped). A row counts only for the lease of that
+// key and that very mandate. A lease reported neither way is left out: it
+// is lost.
+func readReport[M comparable, V any](rows pgx.Rows, leases []*Lease, mandate func(*Lease) M) (map[*Lease]V, error) {
+	defer rows.Close()
+	byKey := make(map[string]*Lease, len(leases))
+	for _, ls := range leases {
+		byKey[ls.key] = ls
+	}
+	got := make(map[*Lease]V, len(leases))
+	for rows.Next() {
+		var (
+			key  string
+			m    M
+			what V
+		)
+		if err := rows.Scan(&key, &m, &what); err != nil {
+			return nil, err
+		}
+		if ls := byKey[key]; ls != nil && mandate(ls) == m {
+			got[ls] = what
+		}
+	}
+	return got, rows.Err()
+}
+
+// extensions is a heartbeat statement's report (readReport) as
+// extensions: a new expiry, or nil for a row skipped because it was locked.
+func extensions(got map[*Lease]*time.Time, err error) (map[*Lease]extension, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[*Lease]extension, len(got))
+	for ls, expiresAt := range got {
+		if expiresAt == nil {
+			out[ls] = extension{locked: true}
+		} else {
+			out[ls] = extension{expiresAt: *expiresAt}
+		}
+	}
+	return out, nil
 }

@@ -12,7 +12,7 @@ type releaseResult struct {
 }
 
 // newReleases is the coalescer of a Locker's Unlocks: released together
-// when they arrive while other releases are in flight, in one releaseSQL
+// when they arrive while other releases are in flight, in one release
 // statement, as Close releases every lease.
 func (l *Locker) newReleases() *coalescer[releasing, releaseResult] {
 	return &coalescer[releasing, releaseResult]{send: l.sendReleases, limit: maxAloneInFlight}
@@ -42,16 +42,16 @@ func (l *Locker) releaseAlone(ctx context.Context, r releasing) error {
 	return releaseOutcome(r.prior, l.releaseRows(ctx, []releasing{r})[r.ls])
 }
 
-// sendReleases is the coalescer's statement: releaseSQL once for every
-// release of batch (releaseOnce), one or many. The releases it could not
-// settle go again one by one, outside the coalescer, as an Unlock alone
-// always did (releaseRows): a row locked by another transaction (skipped,
-// and sent again until released), a second lease of a key already in the
-// burst (a lease lost to a re-entrant claim: the statement reports by key),
-// or a statement that failed on an error one row may cause (rowError). A
-// row locked elsewhere thus never holds up the others' outcomes, nor a
-// place in flight. releaseSQL never waits on a row lock, so a burst of
-// releases cannot deadlock with a burst of claims.
+// sendReleases is the coalescer's statement: the release statement once
+// for every release of batch (releaseOnce), one or many. The releases it
+// could not settle go again one by one, outside the coalescer, as an Unlock
+// alone always did (releaseRows): a row locked by another transaction
+// (skipped, and sent again until released), a second lease of a key already
+// in the burst (a lease lost to a re-entrant claim: the statement reports
+// by key), or a statement that failed on an error one row may cause
+// (rowError). A row locked elsewhere thus never holds up the others'
+// outcomes, nor a place in flight. The release statement never waits on a
+// row lock, so a burst of releases cannot deadlock with a burst of claims.
 func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseResult {
 	out := make([]releaseResult, len(batch))
 	first := make(map[string]*Lease, len(batch))

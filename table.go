@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // DefaultTable is the name of the lease table when WithTable is not given.
@@ -15,10 +17,10 @@ const DefaultTable = "lease"
 // maxIdentifierLen is PostgreSQL's NAMEDATALEN - 1. A longer name would be
 // truncated silently by the server, so two different table names could end
 // up sharing one sequence; we refuse them instead.
-const maxIdentifierLen = 63
+const maxIdentifierLen = sqlstmt.MaxIdentifierLen
 
 // fenceSeqSuffix names the sequence that issues fences, beside its table.
-const fenceSeqSuffix = "_fence_seq"
+const fenceSeqSuffix = sqlstmt.FenceSeqSuffix
 
 // table is a validated, possibly schema-qualified, lease table name and the
 // name of its fence sequence. SQL only ever sees them quoted.
@@ -50,10 +52,7 @@ func parseTable(s string) (table, error) {
 		return table{}, fmt.Errorf("table name %q: longer than %d bytes, its sequence %q would be truncated by PostgreSQL",
 			s, maxIdentifierLen-len(fenceSeqSuffix), last+fenceSeqSuffix)
 	}
-	t := table{name: pgx.Identifier(parts)}
-	t.seq = append(pgx.Identifier{}, parts...)
-	t.seq[len(t.seq)-1] = last + fenceSeqSuffix
-	return t, nil
+	return table{name: pgx.Identifier(parts), seq: sqlstmt.FenceSeq(parts)}, nil
 }
 
 func checkIdentifier(p string) error {
@@ -80,16 +79,6 @@ func checkIdentifier(p string) error {
 // String is the name as the user gave it.
 func (t table) String() string { return strings.Join(t.name, ".") }
 
-// render fills a statement template: {table} becomes the quoted table name,
-// {seq} the quoted sequence name, and {seqlit} that name as a string literal
-// for nextval(). Identifiers are quoted by pgx.Identifier.Sanitize, and the
-// literal doubles any single quote, so no name can change the statement.
-func (t table) render(tmpl string) string {
-	seq := t.seq.Sanitize()
-	return strings.NewReplacer(
-		"{table}", t.name.Sanitize(),
-		"{seq}", seq,
-		"{seqlit}", "'"+strings.ReplaceAll(seq, "'", "''")+"'",
-		"{chanlit}", "'"+strings.ReplaceAll(t.channel(), "'", "''")+"'", // notify.go
-	).Replace(tmpl)
-}
+// render fills a statement template with the table's quoted names
+// (sqlstmt.Render).
+func (t table) render(tmpl string) string { return sqlstmt.Render(tmpl, t.name) }

@@ -10,86 +10,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // forgeSep separates the replica's holder from the suffix forged for each
 // mandate in WithoutFenceColumn mode.
 const forgeSep = "#"
 
-// unfencedClaimSQL is claimSQL for a table without a fence column.
-//
-//   - $2 is a holder identifier forged for this mandate alone: a late
-//     heartbeat or release of an earlier mandate carries another one and
-//     matches nothing.
-//   - The conflict arm's first test keeps re-entrant claims working: a
-//     replica may take back its own live lease, and only that. $4 is the
-//     replica's holder and '#'; the row's holder must be exactly what
-//     forge makes of it: that prefix, then forgeLen lowercase hex digits,
-//     nothing more. A prefix test alone would take the live lease of a
-//     replica of an older library whose plain holder merely starts the
-//     same way ("host-1#worker"). The prefix is compared by equality, not
-//     by LIKE or a regular expression, so that no character of a holder
-//     acts as a pattern; COLLATE "C" makes the comparisons bytewise even
-//     when the column has a case-insensitive collation.
-//   - {acq} adds acquired_at when the table has it; its value is evaluated
-//     before any wait on the row lock, as in claimSQL.
-//   - The SELECT's WHERE raises synchronous_commit before anything is
-//     written, as in claimSQL: an acknowledged claim survives a crash.
-//   - The acquired time handed back is the proposed expiry minus the TTL:
-//     the server's time when the row was proposed, known even when the
-//     table has no acquired_at column. Release measures the min hold from it.
-const unfencedClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
-SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
-  FROM (SELECT clock_timestamp() AS t) AS clock
- WHERE ` + raiseSyncCommitSQL + ` IS NOT NULL
-ON CONFLICT (key) DO UPDATE
-   SET holder     = EXCLUDED.holder,
-       expires_at = EXCLUDED.expires_at{acqset}
- WHERE (length(lease.holder) = length($4::text) + 16
-        AND left(lease.holder, length($4::text)) = $4::text COLLATE "C"
-        AND right(lease.holder, 16) ~ '^[0-9a-f]{16}$' COLLATE "C")
-    OR lease.expires_at <= clock_timestamp()
-RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live, tableoid`
-
-// unfencedHeartbeatSQL is heartbeatSQL matching each row on its forged
-// holder: it skips locked rows, never moves an expiry back and commits
-// synchronously, for the same reasons, and extends each lease by its own
-// TTL ($1, one per key). It does not read acquired_at, which the table may
-// lack.
-const unfencedHeartbeatSQL = `WITH h AS (
-  SELECT * FROM unnest($2::text[], $3::text[], $1::float8[]) AS h(key, holder, ttl)
-), mine AS (
-  SELECT l.key, h.ttl FROM {table} AS l JOIN h ON l.key = h.key AND l.holder = h.holder COLLATE "C"
-   WHERE l.expires_at > clock_timestamp()
-     FOR NO KEY UPDATE OF l SKIP LOCKED
-), extended AS (
-  UPDATE {table} AS l
-     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
-    FROM mine
-   WHERE l.key = mine.key
-     AND l.expires_at > clock_timestamp()
-     AND ` + raiseSyncCommitSQL + ` IS NOT NULL
-  RETURNING l.key, l.holder, l.expires_at
-)
-SELECT key, holder, expires_at FROM extended
-UNION ALL
-SELECT c.key, c.holder, NULL
-  FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder COLLATE "C"
- WHERE c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM extended)
-   AND (SELECT count(*) FROM extended) < cardinality($2::text[])`
-
-// columnsSQL lists the table's columns, to check it has what this mode
-// needs. to_regclass resolves the name as the statements will.
-const columnsSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypmod, a.attnotnull, a.atthasdef,
-       EXISTS (SELECT 1 FROM pg_index i
-                WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indnkeyatts = 1
-                  AND i.indkey[0] = a.attnum AND i.indpred IS NULL)
-  FROM pg_attribute a
- WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
-
-// unfenced is the protocol of WithoutFenceColumn.
+// unfenced is the protocol of WithoutFenceColumn, on a table it cannot
+// alter: each mandate is matched on a holder identifier forged for it
+// alone. Its statements are in internal/sqlstmt.
 type unfenced struct {
 	t       table
 	replica string
@@ -105,14 +35,17 @@ func newUnfenced(t table, cfg config) *unfenced {
 	return &unfenced{
 		t:       t,
 		replica: cfg.holder,
-		hbSQL:   t.render(unfencedHeartbeatSQL),
-		relSQL:  t.render(unfencedReleaseSQL),
+		hbSQL:   t.render(sqlstmt.UnfencedHeartbeat),
+		relSQL:  t.render(sqlstmt.UnfencedRelease),
 	}
 }
 
 // forgeLen is the length of the suffix forge adds after forgeSep: 16
-// lowercase hex digits, as unfencedClaimSQL checks.
+// lowercase hex digits, as sqlstmt.UnfencedClaim checks.
 const forgeLen = 16
+
+// holderOf is the mandate of a lease of this protocol.
+func holderOf(ls *Lease) string { return ls.holder }
 
 // forge returns a holder identifier for one mandate.
 func (p *unfenced) forge() string {
@@ -128,24 +61,31 @@ func (p *unfenced) claim(ctx context.Context, db DB, key string, ttl time.Durati
 	}
 	c := claimed{holder: p.forge()}
 	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c, false, nil
-	}
-	return c, err == nil, err
+	return claimOutcomeOf(c, err)
 }
 
 func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
-	keys := make([]string, len(leases))
-	holders := make([]string, len(leases))
-	for i, ls := range leases {
-		keys[i], holders[i] = ls.key, ls.holder
-	}
-	ttls := seconds(leases, func(t terms) time.Duration { return t.ttl })
-	rows, err := db.Query(ctx, p.hbSQL, ttls, keys, holders)
+	keys, holders := mandates(leases, holderOf)
+	rows, err := db.Query(ctx, p.hbSQL, seconds(leases, ttlOf), keys, holders)
 	if err != nil {
 		return nil, err
 	}
-	return readRound(rows, leases, func(ls *Lease, holder string) bool { return ls.holder == holder })
+	return extensions(readReport[string, *time.Time](rows, leases, holderOf))
+}
+
+// release measures each lease's min hold from the acquired time its claim
+// returned (a server time), since the table may have no acquired_at column.
+func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
+	keys, holders := mandates(leases, holderOf)
+	acquired := make([]time.Time, len(leases))
+	for i, ls := range leases {
+		acquired[i] = ls.acquiredAt
+	}
+	rows, err := db.Query(ctx, p.relSQL, seconds(leases, minHoldOf), keys, holders, acquired)
+	if err != nil {
+		return nil, err
+	}
+	return readReport[string, bool](rows, leases, holderOf)
 }
 
 // check reads the table's columns once and returns the claim statement that
@@ -167,11 +107,7 @@ func (p *unfenced) check(ctx context.Context, db DB) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("table %s cannot be used WithoutFenceColumn: %w", p.t, err)
 	}
-	acq, acqval, acqset := "", "", ""
-	if hasAcquired {
-		acq, acqval, acqset = ", acquired_at", ", clock.t", ",\n       acquired_at = EXCLUDED.acquired_at"
-	}
-	p.claimSQL = strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(p.t.render(unfencedClaimSQL))
+	p.claimSQL = p.t.render(sqlstmt.UnfencedClaimFor(hasAcquired))
 	p.checked = true
 	return p.claimSQL, nil
 }
@@ -185,7 +121,7 @@ type column struct {
 }
 
 func readColumns(ctx context.Context, db DB, t table) (map[string]column, error) {
-	rows, err := db.Query(ctx, columnsSQL, t.name.Sanitize())
+	rows, err := db.Query(ctx, sqlstmt.Columns, t.name.Sanitize())
 	if err != nil {
 		return nil, err
 	}

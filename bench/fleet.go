@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // Tick styles compared by the fleet study.
@@ -180,7 +181,7 @@ type won struct {
 // then releases what was won, untimed, and checks that each key had
 // exactly one winner.
 func tick(ctx context.Context, fleet []replica, table string, keys []string, style string) (time.Duration, []time.Duration, error) {
-	claim := render(claimSQL, table)
+	claim := render(sqlstmt.Claim, table)
 	n := len(fleet) * len(keys)
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
@@ -230,7 +231,7 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 	}
 
 	winners := map[string]int{}
-	release := render(releaseSQL, table)
+	release := render(sqlstmt.Release, table)
 	var rel sync.WaitGroup
 	relErrs := make([]error, n)
 	for i, w := range wins {

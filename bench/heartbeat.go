@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // Heartbeat styles compared for one round over every lease a Locker holds.
@@ -44,8 +45,8 @@ func studyHeartbeat(ctx context.Context, pool *pgxpool.Pool, sizes []int, reps i
 		if err != nil {
 			return nil, err
 		}
-		batched := render(heartbeatSQL, table)
-		single := render(perLeaseHeartbeatSQL, table)
+		batched := render(sqlstmt.Heartbeat, table)
+		single := render(sqlstmt.BaselinePerLeaseHeartbeat, table)
 		styles := []struct {
 			name  string
 			stmts int
@@ -132,7 +133,7 @@ func beatEach(ctx context.Context, db querier, sql string, keys []string, fences
 
 // seed creates n live leases of heartbeatHolder in table.
 func seed(ctx context.Context, pool *pgxpool.Pool, table string, n int) ([]string, []int64, error) {
-	rows, err := pool.Query(ctx, render(seedLeasesSQL, table), heartbeatHolder, n)
+	rows, err := pool.Query(ctx, render(sqlstmt.SeedLeases, table), heartbeatHolder, n)
 	if err != nil {
 		return nil, nil, err
 	}

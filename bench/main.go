@@ -107,9 +107,6 @@ func run(ctx context.Context, s settings) error {
 	}
 	logf("%s PostgreSQL %s, fsync=%s synchronous_commit=%s autovacuum=%s (naptime %s)",
 		srv.Kind(), env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
-	if err := checkStatements(ctx, srv.DSN()); err != nil {
-		return err
-	}
 
 	logf("fleet study: %d replicas x %v jobs due together, %d ticks each", s.replicas, s.jobs, s.ticks)
 	ticks, err := studyFleet(ctx, srv.DSN(), postmasterPID(ctx, pool), s.replicas, s.jobs, s.ticks)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // A release style of the storage study.
@@ -248,7 +249,7 @@ func expireCycle(pool *pgxpool.Pool, table string) (func(context.Context, string
 // deleteCycle claims with pglease's claim statement (an INSERT, since the
 // row is gone) and releases with deleteReleaseSQL.
 func deleteCycle(pool *pgxpool.Pool, table string) (func(context.Context, string) error, func()) {
-	claim, release := render(claimSQL, table), render(deleteReleaseSQL, table)
+	claim, release := render(sqlstmt.Claim, table), render(deleteReleaseSQL, table)
 	ttl := pglease.DefaultTTL.Seconds()
 	return func(ctx context.Context, key string) error {
 		var (

@@ -1,9 +1,9 @@
 /*
  * The pglease lease protocol for one key and two replicas, as the code runs
- * it: locker.go (claimSQL, Claim, register), heartbeat.go (heartbeatSQL, the
- * round, the trust deadline), lock.go (releaseSQL with min hold and
- * asynchronous commit, the round semaphore, checkTrust), migrate.go
- * (purgeSQL). docs/MODEL.md explains it; model/check.sh runs it.
+ * it: internal/sqlstmt (Claim, Heartbeat, Release: the statements), locker.go
+ * (Claim, register), heartbeat.go (the round, the trust deadline), lock.go
+ * (the release with min hold and asynchronous commit, the round semaphore,
+ * checkTrust), migrate.go (purgeSQL). docs/MODEL.md explains it; model/check.sh runs it.
  *
  * Every event is one atomic step, chosen nondeterministically: a tick of the
  * server clock, a replica sending a statement or reading a reply, the network
@@ -165,7 +165,7 @@ bool fresh;             /* ghost, within a claim's step: it wrote a new fence */
 #define ACQ(i) ct1[i]
 #endif
 
-/* heartbeatSQL's "expires_at > clock_timestamp()" */
+/* sqlstmt.Heartbeat's "expires_at > clock_timestamp()" */
 #ifdef VARIANT_D
 #define HBLIVE true
 #else

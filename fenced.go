@@ -1,0 +1,74 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
+)
+
+// fenced is the protocol of DESIGN, on a table created by Migrate: a fence
+// column fed by a sequence, so that each mandate is matched on the
+// replica's holder and its own fence. Its statements are in
+// internal/sqlstmt, where they say why they are shaped that way.
+type fenced struct {
+	claimSQL, heartbeatSQL, releaseSQL string
+	claimAllSQL                        string
+	holder                             string
+}
+
+func newFenced(t table, cfg config) *fenced {
+	return &fenced{
+		claimSQL:     t.render(sqlstmt.Claim),
+		heartbeatSQL: t.render(sqlstmt.Heartbeat),
+		releaseSQL:   t.render(sqlstmt.Release),
+		claimAllSQL:  t.render(sqlstmt.ClaimAll),
+		holder:       cfg.holder,
+	}
+}
+
+// fenceOf is the mandate of a lease of this protocol.
+func fenceOf(ls *Lease) int64 { return ls.fence }
+
+func (p *fenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
+	c := claimed{holder: p.holder}
+	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table)
+	return claimOutcomeOf(c, err)
+}
+
+func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error) {
+	rows, err := db.Query(ctx, p.claimAllSQL, p.holder, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := make(map[string]claimed, len(keys))
+	for rows.Next() {
+		var key string
+		c := claimed{holder: p.holder}
+		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table); err != nil {
+			return nil, err
+		}
+		got[key] = c
+	}
+	return got, rows.Err()
+}
+
+func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease]extension, error) {
+	keys, fences := mandates(leases, fenceOf)
+	rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, seconds(leases, ttlOf), keys, fences)
+	if err != nil {
+		return nil, err
+	}
+	return extensions(readReport[int64, *time.Time](rows, leases, fenceOf))
+}
+
+func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
+	keys, fences := mandates(leases, fenceOf)
+	rows, err := db.Query(ctx, p.releaseSQL, p.holder, seconds(leases, minHoldOf), keys, fences)
+	if err != nil {
+		return nil, err
+	}
+	return readReport[int64, bool](rows, leases, fenceOf)
+}

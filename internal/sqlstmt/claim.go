@@ -1,0 +1,157 @@
+package sqlstmt
+
+import "strings"
+
+// raiseSyncCommit raises synchronous_commit to on, for this
+// transaction only, when the session's setting (its own, its role's, its
+// database's or the server's default) is off or local. It keeps remote_write,
+// on and remote_apply as they are: off would let a crash lose a write that
+// was acknowledged to the caller, and local would let a failover to a
+// synchronous standby lose it, while a stronger setting is the operator's
+// choice. It is evaluated inside the statement, so it costs no round trip.
+const raiseSyncCommit = `set_config('synchronous_commit',
+         CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+              ELSE current_setting('synchronous_commit') END, true)`
+
+// Claim takes a key in one statement and one round trip.
+//
+//   - INSERT ... ON CONFLICT, not a pure UPDATE: a missing row must become a
+//     lease, not look like "held by another".
+//   - The conflict arm only fires for our own holder (re-entrant claim) or an
+//     expired row; otherwise no row comes back, which is ErrHeld.
+//   - fence takes nextval on every claim, re-entrant ones included, so a
+//     previous mandate's late heartbeat or release matches nothing, and the
+//     fence never restarts after a purge.
+//   - acquired_at and expires_at come from one clock_timestamp() reading
+//     (PostgreSQL never pulls up a subquery whose output calls a volatile
+//     function, so it is read once): expires_at = acquired_at + TTL, and
+//     CHECK (expires_at > acquired_at) holds whatever the server's clock
+//     does between two readings. DO UPDATE takes both from EXCLUDED: they were evaluated
+//     before any wait on the row lock, and clock_timestamp() there would
+//     break the CHECK after a wait longer than the TTL (SQLSTATE 23514).
+//   - The SELECT's WHERE raises synchronous_commit (raiseSyncCommit)
+//     before either arm writes anything: a claim acknowledged to the caller
+//     must survive a crash, or after the restart another holder would claim
+//     the same live key and the sequence, whose advance was lost with it,
+//     would issue the same fences again. A claim that writes nothing has no
+//     transaction id and waits for no flush.
+//   - live reports whether the lease is still unexpired after that wait; a
+//     claim that returns live = false hands out nothing.
+//   - tableoid names the very table the row is in, which the transaction
+//     of a Guard may resolve differently (another search_path).
+//
+// The alias keeps the statement the same whatever the table is called.
+const Claim = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
+SELECT $1, $2, clock.t, clock.t + make_interval(secs => $3)
+  FROM (SELECT clock_timestamp() AS t) AS clock
+ WHERE ` + raiseSyncCommit + ` IS NOT NULL
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+
+// ClaimAll is Claim for every claim of a burst, in one statement,
+// one commit and one WAL flush: the claims a Locker is asked for while
+// another claim statement is in flight (pglease's coalescer). Each key is one
+// row, judged exactly as Claim judges it.
+//
+//   - One row per key of unnest($3), never the same key twice: PostgreSQL
+//     refuses to update a row twice in one statement, and the Locker's
+//     keyTurns keeps a
+//     second claim of a key for the next statement.
+//   - ORDER BY key COLLATE "C": rows are locked in the order they are
+//     inserted, so two Lockers' bursts lock common keys in the same order
+//     and cannot deadlock each other.
+//   - Each claim has its own TTL ($2, one per key, beside the keys): claims
+//     of jobs with their own TTL (Locker.Job) still share one statement.
+//   - acquired_at and expires_at come from one clock_timestamp() reading, in
+//     a subquery PostgreSQL never pulls up (see Claim), taken before any
+//     wait on a row lock: the CHECK (expires_at > acquired_at) holds for
+//     every row, and the expiry is never later than a claim sent alone at
+//     the same moment would get.
+//   - The same conflict arm, guard and RETURNING as Claim (a test keeps
+//     them identical): a row comes back only for
+//     a key taken (new, expired, or our own); a key missing from RETURNING
+//     is ErrHeld. live is false for a row whose lease expired while the
+//     statement waited on its lock.
+//   - Synchronous commit raised as in Claim, before anything is written.
+//   - lock_timeout ($4), for this transaction only: a row locked by another
+//     transaction (an operator's, a long one) would hold up every claim of
+//     the burst. Past it the statement fails with SQLSTATE 55P03 and each
+//     claim is sent again alone, so that only the claim of the locked row
+//     waits, as it would have alone. A claim of another replica in flight
+//     holds a row for one commit, well under it.
+const ClaimAll = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
+SELECT c.key, $1, clock.t, clock.t + make_interval(secs => c.ttl)
+  FROM (SELECT clock_timestamp() AS t) AS clock,
+       unnest($3::text[], $2::float8[]) AS c(key, ttl)
+ WHERE ` + raiseSyncCommit + ` IS NOT NULL
+   AND set_config('lock_timeout', $4, true) IS NOT NULL
+ ORDER BY c.key COLLATE "C"
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+
+// UnfencedClaim is Claim for a table without a fence column.
+//
+//   - $2 is a holder identifier forged for this mandate alone: a late
+//     heartbeat or release of an earlier mandate carries another one and
+//     matches nothing.
+//   - The conflict arm's first test keeps re-entrant claims working: a
+//     replica may take back its own live lease, and only that. $4 is the
+//     replica's holder and '#'; the row's holder must be exactly what
+//     the Locker's forge makes of it: that prefix, then 16 lowercase hex
+//     digits, nothing more. A prefix test alone would take the live lease of a
+//     replica of an older library whose plain holder merely starts the
+//     same way ("host-1#worker"). The prefix is compared by equality, not
+//     by LIKE or a regular expression, so that no character of a holder
+//     acts as a pattern; COLLATE "C" makes the comparisons bytewise even
+//     when the column has a case-insensitive collation.
+//   - {acq}, {acqval} and {acqset} add acquired_at when the table has it
+//     (UnfencedClaimFor); its value is evaluated before any wait on the
+//     row lock, as in Claim.
+//   - The SELECT's WHERE raises synchronous_commit before anything is
+//     written, as in Claim: an acknowledged claim survives a crash.
+//   - The acquired time handed back is the proposed expiry minus the TTL:
+//     the server's time when the row was proposed, known even when the
+//     table has no acquired_at column. UnfencedRelease measures the min
+//     hold from it.
+const UnfencedClaim = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
+SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
+  FROM (SELECT clock_timestamp() AS t) AS clock
+ WHERE ` + raiseSyncCommit + ` IS NOT NULL
+ON CONFLICT (key) DO UPDATE
+   SET holder     = EXCLUDED.holder,
+       expires_at = EXCLUDED.expires_at{acqset}
+ WHERE (length(lease.holder) = length($4::text) + 16
+        AND left(lease.holder, length($4::text)) = $4::text COLLATE "C"
+        AND right(lease.holder, 16) ~ '^[0-9a-f]{16}$' COLLATE "C")
+    OR lease.expires_at <= clock_timestamp()
+RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live, tableoid`
+
+// Columns lists the table's columns, to check it has what
+// WithoutFenceColumn needs. to_regclass resolves the name as the statements will.
+const Columns = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypmod, a.attnotnull, a.atthasdef,
+       EXISTS (SELECT 1 FROM pg_index i
+                WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indnkeyatts = 1
+                  AND i.indkey[0] = a.attnum AND i.indpred IS NULL)
+  FROM pg_attribute a
+ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
+
+// UnfencedClaimFor is UnfencedClaim for a table with an acquired_at column
+// (hasAcquired) or without one: the template with its {acq} placeholders
+// filled, still to be rendered.
+func UnfencedClaimFor(hasAcquired bool) string {
+	acq, acqval, acqset := "", "", ""
+	if hasAcquired {
+		acq, acqval, acqset = ", acquired_at", ", clock.t", ",\n       acquired_at = EXCLUDED.acquired_at"
+	}
+	return strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(UnfencedClaim)
+}

@@ -1,0 +1,91 @@
+package sqlstmt
+
+// Release gives leases back by expiring their rows in place, never by
+// DELETE, in one statement and one round trip whatever their number (Unlock
+// sends one lease, Close every lease it holds: released one by one, a few
+// hundred leases at a few milliseconds per round trip would outlast Close's
+// timeout). It reports on each lease: released, or skipped because its row
+// is locked by another transaction. A lease missing from the result was
+// lost (ErrLost).
+//
+//   - The guard (holder, fence, not expired) makes a previous mandate's late
+//     release touch nothing, and the row of a later mandate is untouched.
+//     COLLATE "C": holders are compared byte for byte, whatever collation
+//     the column has.
+//   - FOR NO KEY UPDATE SKIP LOCKED, the lock the UPDATE takes anyway: a
+//     row locked by another transaction (an operator's, a guarded job's,
+//     another replica's claim in flight) is skipped, not waited for. A
+//     waiting release would hold up the other leases of Close, and, since a
+//     heartbeat round may not run while a release is in flight, every
+//     heartbeat of the Locker. Skipped rows are told from lost ones as the
+//     heartbeat does (the last committed version still matches) and sent
+//     again by the Locker, each attempt on its own.
+//   - GREATEST(clock_timestamp(), acquired_at + min hold) keeps the lease
+//     until the min hold has passed since the claim (WithMinHold), and
+//     otherwise expires it now. Each lease has its own min hold ($2, one
+//     per key, beside the keys and fences: a job's, Locker.Job, or the
+//     Locker's), so one statement releases leases of every job. The hold is at least 1 microsecond
+//     (timestamptz's resolution): after the server's clock steps back,
+//     clock_timestamp() can fall at or before acquired_at, and the CHECK
+//     (expires_at > acquired_at) would fail the statement. The row then
+//     stays held until the clock has caught up with acquired_at.
+//   - set_config('synchronous_commit', 'off', true) makes this statement
+//     commit without waiting for the WAL flush (the setting is read at
+//     commit, before the transaction-local value is reverted). A release
+//     lost in a crash only makes the lease last until its expiry: liveness,
+//     never safety. Claims and heartbeats stay synchronous, and the next
+//     synchronous commit flushes the WAL up to and including this release.
+//   - pg_notify({chanlit}, key) in RETURNING wakes the claims waiting for
+//     the released keys (ClaimWait, an Elector's followers) in the same
+//     statement, at its commit: no added statement or round trip. RETURNING
+//     runs only for rows actually released, never for a skipped or lost one.
+const Release = `WITH r AS (
+  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS r(key, fence, min_hold)
+), mine AS (
+  SELECT l.key, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
+   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
+), released AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp(),
+                               l.acquired_at + make_interval(secs => mine.min_hold),
+                               l.acquired_at + interval '1 microsecond')
+    FROM mine
+   WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
+     AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+  RETURNING l.key, l.fence, pg_notify({chanlit}, l.key)
+)
+SELECT key, fence, true FROM released
+UNION ALL
+SELECT c.key, c.fence, false
+  FROM r JOIN {table} AS c ON c.key = r.key AND c.fence = r.fence
+ WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM released)`
+
+// UnfencedRelease is Release matching each row on its forged holder,
+// with each lease's min hold ($1, one per key) counted from the acquired
+// time each claim returned (a server time), since the table may have no
+// acquired_at column. It wakes the waiting claims of the released keys as
+// Release does.
+const UnfencedRelease = `WITH r AS (
+  SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $1::float8[]) AS r(key, holder, acquired_at, min_hold)
+), mine AS (
+  SELECT l.key, r.acquired_at, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.holder = r.holder COLLATE "C"
+   WHERE l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
+), released AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp(),
+                               mine.acquired_at + make_interval(secs => mine.min_hold),
+                               mine.acquired_at + interval '1 microsecond')
+    FROM mine
+   WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
+     AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+  RETURNING l.key, l.holder, pg_notify({chanlit}, l.key)
+)
+SELECT key, holder, true FROM released
+UNION ALL
+SELECT c.key, c.holder, false
+  FROM r JOIN {table} AS c ON c.key = r.key AND c.holder = r.holder COLLATE "C"
+ WHERE c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM released)`

@@ -1,0 +1,83 @@
+// Package sqlstmt holds the statements of pglease's lease protocol (claim,
+// burst claim, heartbeat, release, with and without the fence column) and
+// the rendering of their templates, written once: the library runs them,
+// and the benchmarks send the very same text raw through a pool as the
+// baseline a Locker is measured against.
+//
+// A statement is a template: Render fills {table}, {seq}, {seqlit} and
+// {chanlit} with the quoted names of one lease table.
+package sqlstmt
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxIdentifierLen is PostgreSQL's NAMEDATALEN - 1. A longer name would be
+// truncated silently by the server.
+const MaxIdentifierLen = 63
+
+// FenceSeqSuffix names the sequence that issues fences, beside its table.
+const FenceSeqSuffix = "_fence_seq"
+
+// channelPrefix starts the name of the channel a table's releases are
+// notified on.
+const channelPrefix = "pglease:"
+
+// channelHashLen is the number of hex digits of the hash that ends a
+// channel name too long to be the table's name.
+const channelHashLen = 16
+
+// FenceSeq is the sequence that issues the fences of table (one part, or
+// schema and name): beside it, named after it.
+func FenceSeq(table pgx.Identifier) pgx.Identifier {
+	seq := append(pgx.Identifier{}, table...)
+	seq[len(seq)-1] += FenceSeqSuffix
+	return seq
+}
+
+// Channel is the channel the release statement notifies the released keys
+// on: "pglease:" and the table's name as given to WithTable. pg_notify
+// refuses a channel of NAMEDATALEN (64) bytes or more, and LISTEN would
+// truncate it silently, so a longer name keeps a readable head (cut on a
+// character boundary) and ends in "~" and 16 hex digits of the SHA-256 of
+// the whole name: stable across processes and versions, and distinct for
+// distinct names. Lockers wake each other only if they name the table the
+// same way ("lease" and "public.lease" are two channels); a waiter that
+// misses a notification still wakes at its backoff and at the holder's
+// expiry.
+func Channel(name string) string {
+	ch := channelPrefix + name
+	if len(ch) <= MaxIdentifierLen {
+		return ch
+	}
+	sum := sha256.Sum256([]byte(name))
+	tail := "~" + hex.EncodeToString(sum[:])[:channelHashLen]
+	head := name[:MaxIdentifierLen-len(channelPrefix)-len(tail)]
+	for !utf8.ValidString(head) {
+		head = head[:len(head)-1]
+	}
+	return channelPrefix + head + tail
+}
+
+// Render fills a statement template for table (one part, or schema and
+// name): {table} becomes the quoted table name, {seq} the quoted name of
+// its fence sequence, {seqlit} that name as a string literal for nextval(),
+// and {chanlit} its release channel (Channel) as a string literal.
+// Identifiers are quoted by pgx.Identifier.Sanitize, and the literals
+// double any single quote, so no name can change the statement.
+func Render(tmpl string, table pgx.Identifier) string {
+	seq := FenceSeq(table).Sanitize()
+	return strings.NewReplacer(
+		"{table}", table.Sanitize(),
+		"{seq}", seq,
+		"{seqlit}", literal(seq),
+		"{chanlit}", literal(Channel(strings.Join(table, "."))),
+	).Replace(tmpl)
+}
+
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
