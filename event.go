@@ -123,7 +123,7 @@ type Event struct {
 	Err    error         // the cause, for failures and losses
 	Took   time.Duration // the round trip of the claim, heartbeat or release
 	Leases int           // heartbeat rounds: leases in the round
-	Skew   Skew          // EventAcquired: the Locker's clock-skew reading after this claim (see ClockSkew); zero otherwise
+	Skew   Skew          // EventAcquired, EventExtended: the Locker's clock-skew reading after this claim or round (see ClockSkew); zero otherwise
 }
 
 func (k EventKind) level() slog.Level {

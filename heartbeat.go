@@ -123,6 +123,11 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 		return nil, false
 	}
 	extended := 0
+	// server is the server's clock while the round ran: a new expiry less
+	// its lease's TTL. The earliest one: an expiry the round did not move
+	// (GREATEST kept a later one, after the server's clock stepped back)
+	// gives a later time, never an earlier one.
+	var server time.Time
 	for _, ls := range leases {
 		switch e, found := got[ls]; {
 		case !found:
@@ -133,9 +138,16 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 		default:
 			ls.extend(e.expiresAt, sent)
 			extended++
+			if at := e.expiresAt.Add(-ls.terms.ttl); server.IsZero() || at.Before(server) {
+				server = at
+			}
 		}
 	}
-	l.emit(Event{Kind: EventExtended, Took: took, Leases: extended})
+	var skew Skew
+	if !server.IsZero() {
+		skew = l.recordSkew(server, sent, took)
+	}
+	l.emit(Event{Kind: EventExtended, Took: took, Leases: extended, Skew: skew})
 	return skipped, true
 }
 

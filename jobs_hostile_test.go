@@ -99,7 +99,6 @@ func TestSkewBeyondHalfAJobsMinHoldIsWarned(t *testing.T) {
 	assert.Equal(t, 1, logs.count(skewWarning), "skew %v beyond half the job's min hold (200ms) must warn:\n%s", s.Offset, logs.buf.String())
 }
 
-
 // Guarantee: another replica cannot claim before acquired_at + min hold. A
 // released lease keeps its row, with this Locker's holder, until its min
 // hold has passed. A ClaimWait of the same key on the same Locker whose

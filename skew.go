@@ -11,8 +11,10 @@ import (
 // database's.
 //
 // Every successful claim returns the server's clock_timestamp() read while
-// the statement ran (acquired_at), so somewhere between the moment the
-// claim was sent and the moment its reply came back. Against the local
+// the statement ran (acquired_at), and every heartbeat round that extended
+// a lease returns its new expiry, that clock plus the lease's TTL: a server
+// time read somewhere between the moment the statement was sent and the
+// moment its reply came back. Against the local
 // wall clock at the send, and the round trip measured on the monotonic
 // clock, the server's clock is then ahead by
 //
@@ -20,7 +22,7 @@ import (
 //
 // whatever the split of the round trip between the two directions. The
 // assumptions: the server read its clock inside the round trip (it does,
-// acquired_at is evaluated by the statement), and the local clock's rate
+// both are evaluated by the statement), and the local clock's rate
 // is right over one round trip. A claim that waited on a row lock has a
 // long round trip and so a wide Uncertainty; the reading keeps the
 // narrowest of the recent samples (see skewFilter).
@@ -65,7 +67,7 @@ const skewWarnWithoutMinHold = time.Second
 // makes a wrong one narrow). A sample whose interval does not meet the
 // reading's means a clock stepped (NTP, a suspend, an operator): the older
 // samples are dropped, so that the reading follows the step at once rather
-// than after skewWindow claims.
+// than after skewWindow samples.
 type skewFilter struct {
 	mu      sync.Mutex
 	samples []Skew // oldest first, at most skewWindow
@@ -105,8 +107,8 @@ func (f *skewFilter) get() (Skew, bool) {
 
 // ClockSkew returns the Locker's latest reading of its wall clock's skew
 // against the database's, and false before its first successful claim.
-// Readings come from claims: a Locker that holds one lease for long (an
-// Elector's leader) keeps its last reading, whose At says how old it is.
+// Readings come from claims and heartbeat rounds, so a Locker that holds
+// leases keeps it fresh; its At says how old it is.
 func (l *Locker) ClockSkew() (Skew, bool) { return l.skew.get() }
 
 // skewBound is the skew beyond which the Locker warns: half the shortest
@@ -125,7 +127,7 @@ func (l *Locker) skewBound() time.Duration {
 	return skewWarnWithoutMinHold
 }
 
-// recordSkew takes the sample of a claim sent at sent (a time.Now() value)
+// recordSkew takes the sample of a claim or heartbeat round sent at sent (a time.Now() value)
 // that returned the server time server after took, and returns the new
 // reading. It logs a warning when the reading goes beyond skewBound, once
 // per crossing, and at info level when it comes back within.

@@ -127,3 +127,53 @@ func TestWithoutMinHoldClockSkewWarnsBeyondOneSecond(t *testing.T) {
 	assert.Equal(t, 1, logs.count(skewWarning))
 	assert.Contains(t, logs.buf.String(), "bound=1s")
 }
+
+// A replica's clock that steps while it holds a lease and claims nothing
+// (an Elector's leader, a long job) shows in the reading through the
+// heartbeat rounds, each of which returns a server time (the new expiry
+// less the lease's TTL), and the warning fires.
+func TestClockSkewFollowsAClockStepThroughHeartbeatRoundsWithoutAnotherClaim(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, "", nil)
+	table := newTable(t, pool)
+	logs := &logBuffer{}
+	extended := make(chan pglease.Skew, 100)
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("leader"),
+		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithMinHold(400*time.Millisecond),
+		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))),
+		pglease.WithHook(func(e pglease.Event) {
+			if e.Kind == pglease.EventExtended {
+				select {
+				case extended <- e.Skew:
+				default:
+				}
+			}
+		}))
+	t.Cleanup(func() { _ = l.Close(ctx) })
+	_, err := l.Claim(ctx, "leadership")
+	require.NoError(t, err)
+	before, ok := l.ClockSkew()
+	require.True(t, ok)
+	require.Less(t, before.Beyond(), 200*time.Millisecond, "no skew before the step: %+v", before)
+
+	// The replica's clock steps back (ahead, past the trust deadline, it
+	// would end the lease as after a suspend).
+	const step = -3 * time.Second
+	pglease.ShiftWallClock(l, step)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case s := <-extended:
+			if (s.Offset + step).Abs() <= s.Uncertainty+10*time.Millisecond {
+				got, ok := l.ClockSkew()
+				require.True(t, ok)
+				assert.Equal(t, s, got, "the round's event carries the reading")
+				assert.Equal(t, 1, logs.count(skewWarning), "one warning for the crossing")
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no heartbeat round showed the step of %v; reading %+v", step, func() pglease.Skew { s, _ := l.ClockSkew(); return s }())
+		}
+	}
+}
