@@ -157,14 +157,14 @@ func (m *Metrics) collectors() []prometheus.Collector {
 // Hook records one event. Pass it to pglease.WithHook; it is safe for
 // concurrent use by several Lockers and returns quickly.
 func (m *Metrics) Hook(e pglease.Event) {
+	if !e.Skew.At.IsZero() { // claims and heartbeat rounds carry a reading
+		m.skew.Set(e.Skew.Offset.Seconds())
+		m.skewUncertainty.Set(e.Skew.Uncertainty.Seconds())
+	}
 	switch e.Kind {
 	case pglease.EventAcquired:
 		m.claims.WithLabelValues(m.labels(e, outcomeAcquired)...).Inc()
 		m.leases.acquired(idOf(e), m.held.WithLabelValues(m.labels(e)...))
-		if !e.Skew.At.IsZero() {
-			m.skew.Set(e.Skew.Offset.Seconds())
-			m.skewUncertainty.Set(e.Skew.Uncertainty.Seconds())
-		}
 	case pglease.EventContended:
 		m.claims.WithLabelValues(m.labels(e, outcomeHeld)...).Inc()
 	case pglease.EventClaimFailed:
