@@ -12,18 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // fullSnapshot reads every column of every row, to prove a call wrote
 // nothing.
-func fullSnapshot(t *testing.T, db pglease.DB, table string) map[string]leaseRow {
+func fullSnapshot(t *testing.T, db pglease.DB, table string) map[string]pgtest.Row {
 	t.Helper()
 	rows, err := db.Query(context.Background(), fmt.Sprintf(`SELECT key, holder, fence, acquired_at, expires_at FROM %s`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
-	out := map[string]leaseRow{}
+	out := map[string]pgtest.Row{}
 	for rows.Next() {
 		var key string
-		var r leaseRow
+		var r pgtest.Row
 		require.NoError(t, rows.Scan(&key, &r.Holder, &r.Fence, &r.AcquiredAt, &r.ExpiresAt))
 		out[key] = r
 	}
@@ -36,10 +37,10 @@ func fullSnapshot(t *testing.T, db pglease.DB, table string) map[string]leaseRow
 // anything; the table is left as it was and the Locker stays usable.
 func TestHostileInputGetsAClearErrorOrPanicAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "hostile", pglease.WithTTL(10*time.Second))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "hostile", pglease.WithTTL(10*time.Second))
 	held, err := l.Claim(ctx, "held")
 	require.NoError(t, err)
 	var nilCtx context.Context
@@ -99,12 +100,12 @@ func TestHostileInputGetsAClearErrorOrPanicAndWritesNothing(t *testing.T) {
 
 func TestCloseWithANilContextLeavesTheLockerClosable(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	// No cleanup Close: if the first Close wedges the Locker, a Close
 	// without deadline would hang the test binary.
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("h"), pglease.WithLogger(quiet))
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("h"), pglease.WithLogger(pgtest.Quiet))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	var nilCtx context.Context
@@ -113,19 +114,19 @@ func TestCloseWithANilContextLeavesTheLockerClosable(t *testing.T) {
 	bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	require.NoError(t, l.Close(bounded), "a Close after the panicking one still releases and returns")
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	require.False(t, row.Live, "the lease was released")
 	require.Error(t, lease.Err())
 }
 
 func TestHugeDurationsWorkAndSubMicrosecondTTLsAreRefused(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 
 	// Durations at the top of the range are valid and behave.
-	huge := newLocker(t, pool, table, "huge", pglease.WithTTL(math.MaxInt64), pglease.WithTimeout(math.MaxInt64))
+	huge := pgtest.Locker(t, pool, table, "huge", pglease.WithTTL(math.MaxInt64), pglease.WithTimeout(math.MaxInt64))
 	lease, err := huge.Claim(ctx, "k")
 	require.NoError(t, err)
 	require.Greater(t, lease.ExpiresAt().Year(), 2300, "a 292-year lease")
@@ -138,7 +139,7 @@ func TestHugeDurationsWorkAndSubMicrosecondTTLsAreRefused(t *testing.T) {
 	for _, ttl := range []time.Duration{time.Nanosecond, 2 * time.Nanosecond, time.Microsecond} {
 		before := fullSnapshot(t, pool, table)
 		msg := panicMessage(func() {
-			l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("tiny"), pglease.WithLogger(quiet), pglease.WithTTL(ttl))
+			l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("tiny"), pglease.WithLogger(pgtest.Quiet), pglease.WithTTL(ttl))
 			defer func() { _ = l.Close(context.Background()) }()
 			_, err := l.Claim(ctx, "tiny")
 			t.Logf("TTL %v accepted; Claim: %v", ttl, err)

@@ -16,14 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second))
 
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -35,7 +36,7 @@ func TestLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing
 	require.ErrorIs(t, err, pglease.ErrLost, "the first mandate's release is late")
 	require.ErrorIs(t, first.Err(), pglease.ErrLost)
 
-	row, ok := readRow(t, pool, table, "job")
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
 	require.True(t, ok)
 	assert.Equal(t, second.Fence(), row.Fence, "the row carries the second mandate's fence")
 	assert.True(t, row.Live, "the second mandate's lease is still live")
@@ -48,17 +49,16 @@ func TestLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing
 
 func TestMigrateCreatesTheTableAndSequenceIdempotentlyUnderAnyTableName(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	n := tableSeq.Add(1)
-	schema := fmt.Sprintf("s_migrate%d", n)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	schema := pgtest.Name("s_migrate")
 	_, err := pool.Exec(ctx, "CREATE SCHEMA "+schema)
 	require.NoError(t, err)
 
-	for _, name := range []string{fmt.Sprintf("other%d", n), schema + ".other", fmt.Sprintf("Mixed_Case$%d", n)} {
+	for _, name := range []string{pgtest.Name("other"), schema + ".other", pgtest.Name("Mixed_Case$")} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
+			ctx := pgtest.Ctx(t)
 			for range 3 {
 				require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(name)))
 			}
@@ -71,7 +71,7 @@ func TestMigrateCreatesTheTableAndSequenceIdempotentlyUnderAnyTableName(t *testi
 			require.NotNil(t, tbl, "table %s exists", name)
 			require.NotNil(t, sq, "sequence of %s exists", name)
 
-			l := newLocker(t, pool, name, "h")
+			l := pgtest.Locker(t, pool, name, "h")
 			lease, err := l.Claim(ctx, "k")
 			require.NoError(t, err)
 			var seqValue int64
@@ -83,14 +83,14 @@ func TestMigrateCreatesTheTableAndSequenceIdempotentlyUnderAnyTableName(t *testi
 
 func TestMigrateIsSafeWhenTenReplicasRunItAtOnce(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	name := fmt.Sprintf("lease_t%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	name := pgtest.TableName()
 	var wg sync.WaitGroup
 	errs := make([]error, 10)
 	for i := range errs {
 		wg.Go(func() {
-			conn, err := pgx.Connect(ctx, server.DSN()) // a replica of its own
+			conn, err := pgx.Connect(ctx, pgtest.Server.DSN()) // a replica of its own
 			if err != nil {
 				errs[i] = err
 				return
@@ -103,16 +103,16 @@ func TestMigrateIsSafeWhenTenReplicasRunItAtOnce(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "replica %d", i)
 	}
-	l := newLocker(t, pool, name, "h")
+	l := pgtest.Locker(t, pool, name, "h")
 	_, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 }
 
 func TestMigratePurgesOnlyRowsExpiredLongerThanTheRetention(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ins := fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at) VALUES ($1, 'h', clock_timestamp() - $2::interval - interval '1 minute', clock_timestamp() - $2::interval)`,
 		pgx.Identifier{table}.Sanitize())
 	for key, ago := range map[string]string{"old": "2 hours", "recent": "10 minutes", "live": "-1 hour"} {
@@ -120,24 +120,24 @@ func TestMigratePurgesOnlyRowsExpiredLongerThanTheRetention(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(time.Hour)))
-	_, ok := readRow(t, pool, table, "old")
+	_, ok := pgtest.ReadRow(t, pool, table, "old")
 	assert.False(t, ok, "expired two hours ago, retention one hour: purged")
-	_, ok = readRow(t, pool, table, "recent")
+	_, ok = pgtest.ReadRow(t, pool, table, "recent")
 	assert.True(t, ok, "expired ten minutes ago: kept")
-	_, ok = readRow(t, pool, table, "live")
+	_, ok = pgtest.ReadRow(t, pool, table, "live")
 	assert.True(t, ok, "live: kept")
 
 	require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
-	_, ok = readRow(t, pool, table, "recent")
+	_, ok = pgtest.ReadRow(t, pool, table, "recent")
 	assert.True(t, ok, "the default retention (24h) keeps it")
 }
 
 func TestLockerNeedsOnlySelectInsertUpdateAndSequenceUsageAtRunTime(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	role := fmt.Sprintf("pglease_rt_%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	role := pgtest.Name("pglease_rt")
 	tbl := pgx.Identifier{table}.Sanitize()
 	for _, stmt := range []string{
 		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'rt-secret'`, role),
@@ -150,16 +150,16 @@ func TestLockerNeedsOnlySelectInsertUpdateAndSequenceUsageAtRunTime(t *testing.T
 	t.Cleanup(func() {
 		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
 	})
-	cfg, err := pgxpool.ParseConfig(server.DSN())
+	cfg, err := pgxpool.ParseConfig(pgtest.Server.DSN())
 	require.NoError(t, err)
 	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "rt-secret"
 	rtPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer rtPool.Close()
 
-	l := newLocker(t, rtPool, table, "rt", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	events := newEventLog()
-	l2 := newLocker(t, rtPool, table, "rt2", pglease.WithHook(events.hook))
+	l := pgtest.Locker(t, rtPool, table, "rt", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	events := pgtest.NewEvents(t)
+	l2 := pgtest.Locker(t, rtPool, table, "rt2", pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	_, err = l2.Claim(ctx, "k")
@@ -179,30 +179,30 @@ func TestLockerNeedsOnlySelectInsertUpdateAndSequenceUsageAtRunTime(t *testing.T
 
 func TestClaimIsOneStatementAndReturnsErrHeldWhileAnotherHolderIsLive(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	a := newLocker(t, pool, table, "replica-a")
-	b := newLocker(t, pool, table, "replica-b")
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	a := pgtest.Locker(t, pool, table, "replica-a")
+	b := pgtest.Locker(t, pool, table, "replica-b")
 
-	counter.reset()
+	counter.Reset()
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
-	assert.Equal(t, 1, counter.get("claim"), "one statement")
-	assert.Equal(t, 0, counter.get("other"))
+	assert.Equal(t, 1, counter.Count("claim"), "one statement")
+	assert.Equal(t, 0, counter.Count("other"))
 	assert.Equal(t, "replica-a", lease.Holder())
 	assert.Equal(t, "job", lease.Key())
-	row, _ := readRow(t, pool, table, "job")
+	row, _ := pgtest.ReadRow(t, pool, table, "job")
 	assert.Equal(t, row.Fence, lease.Fence(), "the fence is the one the database issued")
 	assert.Equal(t, row.ExpiresAt.UnixMicro(), lease.ExpiresAt().UnixMicro())
 
-	counter.reset()
+	counter.Reset()
 	_, err = b.Claim(ctx, "job")
 	require.ErrorIs(t, err, pglease.ErrHeld)
 	assert.Contains(t, err.Error(), `claim "job"`)
-	assert.Equal(t, 1, counter.get("claim"))
-	after, _ := readRow(t, pool, table, "job")
+	assert.Equal(t, 1, counter.Count("claim"))
+	after, _ := pgtest.ReadRow(t, pool, table, "job")
 	assert.Equal(t, row, after, "a contended claim writes nothing")
 	_, ok := b.Held("job")
 	assert.False(t, ok)
@@ -210,10 +210,10 @@ func TestClaimIsOneStatementAndReturnsErrHeldWhileAnotherHolderIsLive(t *testing
 
 func TestReentrantClaimAdvancesTheFenceAndTheFirstLeaseIsLost(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "replica-1")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "replica-1")
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	jobCtx, cancel := first.Context(ctx)
@@ -222,7 +222,7 @@ func TestReentrantClaimAdvancesTheFenceAndTheFirstLeaseIsLost(t *testing.T) {
 	second, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	require.Greater(t, second.Fence(), first.Fence())
-	waitDone(t, first, time.Second)
+	pgtest.WaitDone(t, first, time.Second)
 	require.ErrorIs(t, first.Err(), pglease.ErrLost)
 	<-jobCtx.Done()
 	require.ErrorIs(t, context.Cause(jobCtx), pglease.ErrLost, "the job of the first mandate is told")
@@ -231,11 +231,11 @@ func TestReentrantClaimAdvancesTheFenceAndTheFirstLeaseIsLost(t *testing.T) {
 
 func TestFenceOnlyGrowsAcrossHoldersReclaimsReleasesAndPurge(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	a := newLocker(t, pool, table, "a")
-	b := newLocker(t, pool, table, "b")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	a := pgtest.Locker(t, pool, table, "a")
+	b := pgtest.Locker(t, pool, table, "b")
 	var last int64
 	grows := func(lease *pglease.Lease, err error) *pglease.Lease {
 		t.Helper()
@@ -259,26 +259,26 @@ func TestFenceOnlyGrowsAcrossHoldersReclaimsReleasesAndPurge(t *testing.T) {
 		pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 	require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
-	_, ok := readRow(t, pool, table, "k")
+	_, ok := pgtest.ReadRow(t, pool, table, "k")
 	require.False(t, ok, "purged")
 	grows(a.Claim(ctx, "k"))
 }
 
 func TestUnlockExpiresTheRowInPlaceAndNeverDeletesIt(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	a := newLocker(t, pool, table, "a")
-	b := newLocker(t, pool, table, "b")
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	a := pgtest.Locker(t, pool, table, "a")
+	b := pgtest.Locker(t, pool, table, "b")
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
-	counter.reset()
+	counter.Reset()
 	require.NoError(t, lease.Unlock(ctx))
-	assert.Equal(t, 1, counter.get("release"), "one statement")
-	assert.Equal(t, 0, counter.get("other"), "no DELETE")
-	row, ok := readRow(t, pool, table, "k")
+	assert.Equal(t, 1, counter.Count("release"), "one statement")
+	assert.Equal(t, 0, counter.Count("other"), "no DELETE")
+	row, ok := pgtest.ReadRow(t, pool, table, "k")
 	require.True(t, ok, "the row is still there")
 	assert.False(t, row.Live)
 	assert.Equal(t, "a", row.Holder)
@@ -298,16 +298,16 @@ func TestUnlockExpiresTheRowInPlaceAndNeverDeletesIt(t *testing.T) {
 
 func TestUnlockWithMinHoldKeepsTheLeaseUntilAcquiredPlusMinHold(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const minHold = 2 * time.Second
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(minHold))
-	b := newLocker(t, pool, table, "b")
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(minHold))
+	b := pgtest.Locker(t, pool, table, "b")
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, lease.Unlock(ctx))
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	assert.Equal(t, lease.AcquiredAt().Add(minHold).UnixMicro(), row.ExpiresAt.UnixMicro(), "expires at acquired_at + min hold")
 	assert.True(t, row.Live)
 
@@ -327,26 +327,26 @@ func TestUnlockWithMinHoldKeepsTheLeaseUntilAcquiredPlusMinHold(t *testing.T) {
 
 func TestUnlockReleasesEvenWhenItsContextIsAlreadyCancelled(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a")
-	lease, err := l.Claim(ctxT(t), "k")
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a")
+	lease, err := l.Claim(pgtest.Ctx(t), "k")
 	require.NoError(t, err)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.NoError(t, lease.Unlock(cancelled), "released as gocron does during Shutdown")
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	assert.False(t, row.Live)
 }
 
 func TestClaimThatWaitedOnTheRowLockLongerThanTheTTLHandsOutNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = 500 * time.Millisecond
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	first, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, first.Unlock(ctx))
@@ -392,12 +392,12 @@ func TestClaimThatWaitedOnTheRowLockLongerThanTheTTLHandsOutNothing(t *testing.T
 
 func TestConcurrentClaimsOfOneKeyHaveOneWinningHolderPerRoundAndGrowingFences(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	lockers := make([]*pglease.Locker, 5)
 	for i := range lockers {
-		lockers[i] = newLocker(t, pool, table, fmt.Sprintf("holder-%d", i))
+		lockers[i] = pgtest.Locker(t, pool, table, fmt.Sprintf("holder-%d", i))
 	}
 	var last int64
 	for round := range 10 {
@@ -438,11 +438,11 @@ func TestConcurrentClaimsOfOneKeyHaveOneWinningHolderPerRoundAndGrowingFences(t 
 		}
 		for _, w := range wins {
 			if w.lease != newest {
-				waitDone(t, w.lease, time.Second)
+				pgtest.WaitDone(t, w.lease, time.Second)
 				require.ErrorIs(t, w.lease.Err(), pglease.ErrLost, "older re-entrant mandates of the round are lost")
 			}
 		}
-		row, _ := readRow(t, pool, table, "hot")
+		row, _ := pgtest.ReadRow(t, pool, table, "hot")
 		require.Equal(t, newest.Fence(), row.Fence)
 		last = newest.Fence()
 		require.NoError(t, newest.Unlock(ctx))
@@ -451,10 +451,10 @@ func TestConcurrentClaimsOfOneKeyHaveOneWinningHolderPerRoundAndGrowingFences(t 
 
 func TestCloseReleasesEveryLeaseStopsTheHeartbeatAndIsIdempotent(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet),
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	var leases []*pglease.Lease
 	for i := range 3 {
@@ -466,9 +466,9 @@ func TestCloseReleasesEveryLeaseStopsTheHeartbeatAndIsIdempotent(t *testing.T) {
 	cancel()
 	require.NoError(t, l.Close(cancelled), "Close releases even with a cancelled context")
 	for _, lease := range leases {
-		waitDone(t, lease, time.Second)
+		pgtest.WaitDone(t, lease, time.Second)
 		require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
-		row, _ := readRow(t, pool, table, lease.Key())
+		row, _ := pgtest.ReadRow(t, pool, table, lease.Key())
 		assert.False(t, row.Live, "%s released", lease.Key())
 		require.NoError(t, lease.Unlock(ctx), "Unlock after Close is a no-op")
 	}
@@ -480,10 +480,10 @@ func TestCloseReleasesEveryLeaseStopsTheHeartbeatAndIsIdempotent(t *testing.T) {
 
 func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	seed := newLocker(t, pool, table, "seed")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	seed := pgtest.Locker(t, pool, table, "seed")
 	_, err := seed.Claim(ctx, "existing")
 	require.NoError(t, err)
 	before := snapshotTable(t, pool, table)
@@ -572,7 +572,7 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 	require.Contains(t, panicMessage(func() { pglease.NewLocker(nilPool) }), "db is nil")
 	require.ErrorContains(t, pglease.Migrate(ctx, nil), "db is nil")
 
-	l := newLocker(t, pool, table, "bad-keys")
+	l := pgtest.Locker(t, pool, table, "bad-keys")
 	for name, key := range map[string]string{
 		"empty":        "",
 		"NUL":          "job\x00name",
@@ -593,7 +593,7 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 	lease, err := l.Claim(ctx, hostile)
 	require.NoError(t, err)
 	require.NoError(t, lease.Unlock(ctx))
-	before[hostile] = leaseRow{Holder: "bad-keys", Fence: lease.Fence()}
+	before[hostile] = pgtest.Row{Holder: "bad-keys", Fence: lease.Fence()}
 
 	after := snapshotTable(t, pool, table)
 	require.Len(t, after, len(before), "nothing but the hostile-but-valid key was written")
@@ -633,14 +633,14 @@ func panicMessage(f func()) (msg string) {
 }
 
 // snapshotTable reads holder and fence of every row.
-func snapshotTable(t *testing.T, db pglease.DB, table string) map[string]leaseRow {
+func snapshotTable(t *testing.T, db pglease.DB, table string) map[string]pgtest.Row {
 	t.Helper()
 	rows, err := db.Query(context.Background(), fmt.Sprintf(`SELECT key, holder, fence FROM %s`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
-	out := map[string]leaseRow{}
+	out := map[string]pgtest.Row{}
 	for rows.Next() {
 		var key string
-		var r leaseRow
+		var r pgtest.Row
 		require.NoError(t, rows.Scan(&key, &r.Holder, &r.Fence))
 		out[key] = r
 	}
@@ -650,20 +650,20 @@ func snapshotTable(t *testing.T, db pglease.DB, table string) map[string]leaseRo
 
 func TestClaimWhoseRoundTripOutlastsTheTrustWindowHandsOutNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
 	const ttl = 300 * time.Millisecond
-	events := newEventLog()
-	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
-	open := db.hold("claim") // the claim is on its way longer than the TTL
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
+	open := db.Hold("claim") // the claim is on its way longer than the TTL
 	claimed := make(chan error, 1)
 	go func() {
 		_, err := l.Claim(ctx, "k")
 		claimed <- err
 	}()
-	<-db.enter
+	<-db.Entered
 	time.Sleep(ttl) // the point of the test: a round trip longer than the trust window
 	open()
 	err := <-claimed
@@ -671,7 +671,7 @@ func TestClaimWhoseRoundTripOutlastsTheTrustWindowHandsOutNothing(t *testing.T) 
 	require.ErrorContains(t, err, "longer than the trust window")
 	_, ok := l.Held("k")
 	require.False(t, ok, "no lease is handed out")
-	assert.Zero(t, events.count(pglease.EventAcquired))
+	assert.Zero(t, events.Count(pglease.EventAcquired))
 	again, err := l.Claim(ctx, "k")
 	require.NoError(t, err, "the holder takes its row back at once")
 	require.NoError(t, again.Err())

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // stripComments drops the leading "--" comment block of schema.sql.
@@ -86,7 +87,7 @@ var catalogQueries = map[string]string{
 // sequences of schema, with the schema name replaced by "<schema>".
 func describeLeaseTable(t *testing.T, conn *pgx.Conn, schema string) map[string][]string {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	_, err := conn.Exec(ctx, `SET search_path = pg_catalog`)
 	require.NoError(t, err)
 	out := make(map[string][]string, len(catalogQueries))
@@ -105,13 +106,12 @@ func describeLeaseTable(t *testing.T, conn *pgx.Conn, schema string) map[string]
 
 func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	conn, err := pgx.Connect(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 
-	n := tableSeq.Add(1)
-	byFile, byMigrate := fmt.Sprintf("s_schemasql_file%d", n), fmt.Sprintf("s_schemasql_migrate%d", n)
+	byFile, byMigrate := pgtest.Name("s_schemasql_file"), pgtest.Name("s_schemasql_migrate")
 	for _, s := range []string{byFile, byMigrate} {
 		_, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize())
 		require.NoError(t, err)
@@ -151,12 +151,11 @@ func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.
 
 func TestSchemaSQLWithTheDocumentedRuntimeGrantsIsEnoughForALocker(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	n := tableSeq.Add(1)
-	schema, role := fmt.Sprintf("s_grants%d", n), fmt.Sprintf("pglease_grants_%d", n)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	schema, role := pgtest.Name("s_grants"), pgtest.Name("pglease_grants")
 
-	conn, err := pgx.Connect(ctx, server.DSN())
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	// The owner applies schema.sql; the runtime role gets the grants that
@@ -177,7 +176,7 @@ func TestSchemaSQLWithTheDocumentedRuntimeGrantsIsEnoughForALocker(t *testing.T)
 		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA %s CASCADE; DROP OWNED BY %s; DROP ROLE %s`, schema, role, role))
 	})
 
-	cfg, err := pgxpool.ParseConfig(server.DSN())
+	cfg, err := pgxpool.ParseConfig(pgtest.Server.DSN())
 	require.NoError(t, err)
 	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "grants-secret"
 	rtPool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -185,16 +184,16 @@ func TestSchemaSQLWithTheDocumentedRuntimeGrantsIsEnoughForALocker(t *testing.T)
 	defer rtPool.Close()
 
 	table := schema + ".lease"
-	events := newEventLog()
-	l := newLocker(t, rtPool, table, "rt", pglease.WithTTL(time.Second),
-		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, rtPool, table, "rt", pglease.WithTTL(time.Second),
+		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err, "claim: INSERT, UPDATE and nextval on the sequence")
-	events.waitFor(t, pglease.EventExtended, 5*time.Second)
+	events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 	require.NoError(t, lease.Err(), "heartbeat: UPDATE")
 	require.NoError(t, lease.Unlock(ctx), "release: UPDATE")
 	again, err := l.Claim(ctx, "k")
 	require.NoError(t, err, "re-claim of an expired row: ON CONFLICT DO UPDATE")
 	assert.Greater(t, again.Fence(), lease.Fence())
-	assert.Zero(t, events.count(pglease.EventHeartbeatFailed), "no heartbeat was refused")
+	assert.Zero(t, events.Count(pglease.EventHeartbeatFailed), "no heartbeat was refused")
 }

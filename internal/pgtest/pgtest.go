@@ -112,14 +112,26 @@ func PoolAt(t testing.TB, dsn string, tracer pgx.QueryTracer) *pgxpool.Pool {
 
 func pool(t testing.TB, dsn string, tracer pgx.QueryTracer, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
+	return PoolWith(t, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 8
+		if mode != 0 {
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+		}
+		if tracer != nil {
+			cfg.ConnConfig.Tracer = tracer
+		}
+	})
+}
+
+// PoolWith connects to dsn with pgxpool's defaults changed by configure
+// (if not nil): a session setting, a user, a proxy's address, a pool size.
+// The pool is closed at cleanup (closing it earlier is harmless).
+func PoolWith(t testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
-	cfg.MaxConns = 8
-	if mode != 0 {
-		cfg.ConnConfig.DefaultQueryExecMode = mode
-	}
-	if tracer != nil {
-		cfg.ConnConfig.Tracer = tracer
+	if configure != nil {
+		configure(cfg)
 	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
@@ -129,12 +141,16 @@ func pool(t testing.TB, dsn string, tracer pgx.QueryTracer, mode pgx.QueryExecMo
 
 var tableSeq atomic.Int64
 
-// TableName is a table name no other test of any package uses (the
-// process id tells the packages apart when they share a server); the table
-// is not created.
-func TableName() string {
-	return fmt.Sprintf("lease_p%d_t%d", os.Getpid(), tableSeq.Add(1))
+// Name is prefix made unique among the tests of every package (the process
+// id tells the packages apart when they share a server), for the tables,
+// schemas, roles and databases a test creates.
+func Name(prefix string) string {
+	return fmt.Sprintf("%s_p%d_%d", prefix, os.Getpid(), tableSeq.Add(1))
 }
+
+// TableName is a lease table name no other test uses; the table is not
+// created.
+func TableName() string { return Name("lease") }
 
 // Table returns a fresh table, created by Migrate.
 func Table(t testing.TB, db pglease.DB) string {
