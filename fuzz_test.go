@@ -34,7 +34,7 @@ func FuzzClaimKey(f *testing.F) {
 		"\\", "$1", "💥", strings.Repeat("k", pglease.MaxKeyLen), strings.Repeat("k", pglease.MaxKeyLen+1), " ", "\n\t", "\ufeff"} {
 		f.Add(seed)
 	}
-	pool := newPoolForFuzz(f)
+	pool := pgtest.PoolWith(f, pgtest.Server.DSN(), nil)
 	table := pgtest.Name("lease_fuzzkey")
 	require.NoError(f, pglease.Migrate(context.Background(), pool, pglease.WithTable(table)))
 	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet))
@@ -123,11 +123,6 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
-func newPoolForFuzz(f *testing.F) *pgxpool.Pool {
-	f.Helper()
-	return pgtest.PoolWith(f, pgtest.Server.DSN(), nil)
-}
-
 var fuzzDBOnce sync.Map // fuzz target name -> database name
 
 // fuzzDatabase creates a database for f on the shared server and returns a
@@ -135,7 +130,7 @@ var fuzzDBOnce sync.Map // fuzz target name -> database name
 func fuzzDatabase(f *testing.F) *pgxpool.Pool {
 	f.Helper()
 	ctx := context.Background()
-	admin := newPoolForFuzz(f)
+	admin := pgtest.PoolWith(f, pgtest.Server.DSN(), nil)
 	name := fmt.Sprintf("%s_%d", pgtest.Name("pglease_fuzz"), time.Now().UnixNano()%1e6)
 	_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	require.NoError(f, err)

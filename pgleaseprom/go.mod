@@ -3,7 +3,6 @@ module github.com/pglease/pglease/pgleaseprom
 go 1.25.0
 
 require (
-	github.com/go-co-op/gocron/v2 v2.22.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pglease/pglease v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.24.1
@@ -14,6 +13,7 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-co-op/gocron/v2 v2.22.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
