@@ -29,5 +29,5 @@ func TestElectorRefusesMinHoldWhereverItIsGiven(t *testing.T) {
 		require.Equal(t, "WithMinHold", oe.Option)
 		require.ErrorContains(t, err, "WithMinHold does not apply to NewElector")
 	}
-	require.Empty(t, snapshotTable(t, pool, table), "nothing was claimed")
+	require.Empty(t, fullSnapshot(t, pool, table), "nothing was claimed")
 }

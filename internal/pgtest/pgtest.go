@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,13 +179,14 @@ type Row struct {
 	Live       bool // expires_at is after the server's clock
 }
 
-// ReadRow reads the row of key, and whether there is one.
+// ReadRow reads the row of key in table ("name" or "schema.name"), and
+// whether there is one.
 func ReadRow(t testing.TB, db pglease.DB, table, key string) (Row, bool) {
 	t.Helper()
 	var r Row
 	err := db.QueryRow(context.Background(),
 		fmt.Sprintf(`SELECT holder, fence, acquired_at, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`,
-			pgx.Identifier{table}.Sanitize()), key).
+			pgx.Identifier(strings.Split(table, ".")).Sanitize()), key).
 		Scan(&r.Holder, &r.Fence, &r.AcquiredAt, &r.ExpiresAt, &r.Live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, false
