@@ -77,7 +77,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 				for pglease.Waiters(waiter, "job") == 0 {
 					time.Sleep(time.Millisecond)
 				}
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // the scenario: polling reaches its steady backoff
 				if m, _ := waiter.WaitMode(); mode == "notification" && m != pglease.WaitByNotification {
 					b.Fatalf("waiting by %v", m)
 				}

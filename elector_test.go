@@ -49,7 +49,7 @@ func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testi
 				return
 			}
 			x := run{replica: name, fence: lease.Fence(), start: time.Now()}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the job's work
 			if lease.Err() != nil {
 				return // lost during the run: it did not believe itself valid to the end
 			}

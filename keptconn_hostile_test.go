@@ -57,7 +57,7 @@ func TestKeptConnectionIdledPastTheServerTimeoutFailsNoRoundAndNoRelease(t *test
 			time.Sleep(1600 * time.Millisecond) // the point: the connection idles past idle_session_timeout, before the next round (2.5s)
 			uerr := unlocked.Unlock(ctx)
 			events.WaitFor(t, pglease.EventExtended, 5*time.Second)
-			time.Sleep(1600 * time.Millisecond)
+			time.Sleep(1600 * time.Millisecond) // idle past the timeout again, now before Close's release
 			cerr := l.Close(ctx)
 			var failure error
 			for _, ev := range events.All() {

@@ -399,7 +399,7 @@ func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *t
 					victim <- crash{r, time.Now()}
 				})
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the job's work
 			x.end = time.Now()
 			log.add(x)
 		}), gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))

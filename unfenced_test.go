@@ -199,7 +199,12 @@ func TestWithoutFenceColumnRollingDeployWithOldPlainHolderReplicasNeverRunsATick
 			t.Fatal("the schedulers stopped ticking")
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // let the last counted runs finish
+	// Shutdown returns once the runs in progress have ended: every run
+	// that started is then in the log, and no other starts.
+	for _, s := range scheds {
+		wg.Go(func() { _ = s.Shutdown() })
+	}
+	wg.Wait()
 	runs := log.all()
 	perTick := map[int]int{}
 	kinds := map[string]int{}

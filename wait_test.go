@@ -19,19 +19,6 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// eventually polls cond every few milliseconds, failing after limit: for
-// states that have no signal of their own (a waiter parked on a channel).
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", limit, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // claimWaitAsync starts l.ClaimWait(ctx, key) and returns its outcome.
 func claimWaitAsync(ctx context.Context, l *pglease.Locker, key string) <-chan claimResult {
 	out := make(chan claimResult, 1)
@@ -61,9 +48,9 @@ func receive(t *testing.T, ch <-chan claimResult, limit time.Duration) claimResu
 // waitingOn waits until l has a claim of key parked after finding it held.
 func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key string, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, "waiters parked", func() bool {
+	require.Eventually(t, func() bool {
 		return pglease.Waiters(l, key) >= n && events.Count(pglease.EventContended) >= 1
-	})
+	}, 10*time.Second, 2*time.Millisecond, "waiters parked")
 }
 
 func TestReleaseNotifiesTheReleasedKeyOnTheTablesChannel(t *testing.T) {
@@ -218,7 +205,7 @@ func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	got := claimWaitAsync(ctx, waiter, "job")
-	eventually(t, 5*time.Second, "polling", func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling })
+	require.Eventually(t, func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling }, 5*time.Second, 2*time.Millisecond, "polling")
 	_, reason := waiter.WaitMode()
 	require.Contains(t, reason, "not a *pgxpool.Pool")
 	require.NoError(t, held.Unlock(ctx))
