@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -67,7 +68,12 @@ func newReplica(t *testing.T, table, name string, opts ...pglease.Option) *repli
 // newReplicaOn is newReplica connected to dsn (the shared server when empty).
 func newReplicaOn(t *testing.T, dsn, table, name string, opts ...pglease.Option) *replica {
 	t.Helper()
-	pool := pgtest.PoolAt(t, dsn, nil)
+	var pool *pgxpool.Pool
+	if dsn == "" {
+		pool = pgtest.Pool(t, nil) // through the PgBouncer of -pooler
+	} else {
+		pool = pgtest.PoolAt(t, dsn, nil)
+	}
 	db := pgtest.NewFaultyDB(pool)
 	locker := pgtest.Locker(t, db, table, name, opts...)
 	sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))

@@ -40,7 +40,7 @@ type soakMandate struct {
 }
 
 // soakReplica is one incarnation of one replica slot: a pool through the
-// slot's proxy, a faultyDB to crash it, a Locker and a gocron scheduler
+// slot's proxy, a pgtest.FaultyDB to crash it, a Locker and a gocron scheduler
 // running every job.
 type soakReplica struct {
 	name   string
