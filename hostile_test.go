@@ -43,8 +43,11 @@ func fullSnapshot(t *testing.T, db pglease.DB, table string) map[string]pgtest.R
 // convention, with a panic that says so. The table is left exactly as it
 // was, the Locker stays usable and its held lease untouched, and a key that
 // looks like SQL is only data.
+//
+// Its subtests run one after the other, each comparing the table with the
+// snapshot taken before them; the test is fast, so it does not run in
+// parallel with others either.
 func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
-	t.Parallel()
 	ctx := pgtest.Ctx(t)
 	pool := pgtest.Pool(t, nil)
 	table := pgtest.Table(t, pool)
@@ -121,9 +124,9 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 				assert.Equal(t, tc.option, oe.Option, "%s names the option: %v", c.ctor, c.err)
 				assert.True(t, strings.HasPrefix(c.err.Error(), "pglease: "), c.err.Error())
 				if tc.applies&c.is != 0 {
-					assert.ErrorContains(t, c.err, tc.want, "%s says what is wrong with the value", c.ctor)
+					require.ErrorContains(t, c.err, tc.want, "%s says what is wrong with the value", c.ctor)
 				} else {
-					assert.ErrorContains(t, c.err, tc.option+" does not apply to", "%s refuses an option it would ignore", c.ctor)
+					require.ErrorContains(t, c.err, tc.option+" does not apply to", "%s refuses an option it would ignore", c.ctor)
 				}
 			}
 			nothingWritten(t)
@@ -144,8 +147,8 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 			var oe *pglease.OptionError
 			require.ErrorAs(t, tc.err, &oe)
 			assert.Equal(t, tc.option, oe.Option)
-			assert.ErrorIs(t, tc.err, pglease.ErrInvalidOption)
-			assert.ErrorContains(t, tc.err, tc.option+" does not apply to")
+			require.ErrorIs(t, tc.err, pglease.ErrInvalidOption)
+			require.ErrorContains(t, tc.err, tc.option+" does not apply to")
 			nothingWritten(t)
 		})
 	}

@@ -63,11 +63,13 @@ func TestRuntimeRoleWithOnlyTheDocumentedGrantsRunsClaimHeartbeatUnlockAndGocron
 		table func(t *testing.T) (table string, grants []string)
 	}{
 		{"table made by Migrate", func(t *testing.T) (string, []string) {
+			t.Helper()
 			table := pgtest.Table(t, admin)
 			tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
 			return table, []string{`GRANT SELECT, INSERT, UPDATE ON ` + tbl + ` TO %s`, `GRANT USAGE ON SEQUENCE ` + seq + ` TO %s`}
 		}},
 		{"schema.sql applied by hand", func(t *testing.T) (string, []string) {
+			t.Helper()
 			ctx := pgtest.Ctx(t)
 			schema := pgtest.Name("s_grants")
 			conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
