@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: the admin functions "work on a
@@ -20,13 +21,13 @@ import (
 // even the live lease beside it.
 func TestListShowsEveryRowOfATableWithoutFenceColumnWhoseHolderIsNullable(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := fmt.Sprintf("lease_nfnull%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Name("lease_nfnull")
 	ident := pgx.Identifier{table}.Sanitize()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder text, expires_at timestamptz NOT NULL)`, ident))
 	require.NoError(t, err)
-	l := newLocker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(time.Second))
+	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(time.Second))
 	_, err = l.Claim(ctx, "job")
 	require.NoError(t, err, "the Locker accepts the table")
 	_, err = pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ('reserved', NULL, now() - interval '1 day')`, ident))
@@ -46,14 +47,14 @@ func TestListShowsEveryRowOfATableWithoutFenceColumnWhoseHolderIsNullable(t *tes
 // has a connection of its own, and NewLocker says nothing.
 func TestWithKeptConnectionOnADBItCannotKeepIsRefused(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	conn, err := pgx.Connect(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(ctx) })
 	var got any
 	func() {
 		defer func() { got = recover() }()
-		l := pglease.NewLocker(conn, pglease.WithKeptConnection(), pglease.WithLogger(quiet))
+		l := pglease.NewLocker(conn, pglease.WithKeptConnection(), pglease.WithLogger(pgtest.Quiet))
 		_ = l.Close(ctx)
 	}()
 	err, _ = got.(error)
@@ -67,24 +68,24 @@ func TestWithKeptConnectionOnADBItCannotKeepIsRefused(t *testing.T) {
 // The server and the test share one host clock.
 func TestRevokeOfAShortJobLeaseWithFailingHeartbeatsLetsNobodyInBeforeItEnds(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	fdb := newFaultyDB(pool)
-	a := newLocker(t, fdb, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	fdb := pgtest.NewFaultyDB(pool)
+	a := pgtest.Locker(t, fdb, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond))
 	job := mustJob(t, a, pglease.WithTTL(2*time.Second))
 	lease, err := job.Claim(ctx, "k")
 	require.NoError(t, err)
-	fdb.setFail("heartbeat", fmt.Errorf("blackholed"))
+	fdb.SetFail("heartbeat", fmt.Errorf("blackholed"))
 
 	rev, err := pglease.Revoke(ctx, pool, "k", pglease.WithTable(table))
 	require.NoError(t, err)
 	require.True(t, rev.Changed)
-	waitDone(t, lease, 5*time.Second)
+	pgtest.WaitDone(t, lease, 5*time.Second)
 	ended := time.Now()
 	t.Logf("lease ended %v before the kept expiry (%v)", rev.ExpiresAt.Sub(ended), lease.Err())
 	assert.True(t, ended.Before(rev.ExpiresAt), "the holder trusted its lease past the expiry Revoke kept")
-	b := newLocker(t, pool, table, "b")
+	b := pgtest.Locker(t, pool, table, "b")
 	_, err = b.Claim(ctx, "k")
 	if time.Now().Before(rev.ExpiresAt) {
 		assert.ErrorIs(t, err, pglease.ErrHeld)

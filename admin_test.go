@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // insertAdminRow writes a row of table directly (quoted), with times
@@ -26,10 +27,9 @@ func insertAdminRow(t *testing.T, db pglease.DB, quoted, key, holder string, acq
 
 func TestListPurgeRevokeAndForceExpireWorkOnASchemaQualifiedTableWhoseNameNeedsQuoting(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	n := tableSeq.Add(1)
-	schema, name := fmt.Sprintf("Ops$%d", n), fmt.Sprintf("Leases_T%d", n)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	schema, name := pgtest.Name("Ops$"), pgtest.Name("Leases_T")
 	table := schema + "." + name
 	quoted := pgx.Identifier{schema, name}.Sanitize()
 	_, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
@@ -37,7 +37,7 @@ func TestListPurgeRevokeAndForceExpireWorkOnASchemaQualifiedTableWhoseNameNeedsQ
 	opt := pglease.WithTable(table)
 	require.NoError(t, pglease.Migrate(ctx, pool, opt))
 
-	a := newLocker(t, pool, table, "replica-a", pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithTTL(10*time.Second))
+	a := pgtest.Locker(t, pool, table, "replica-a", pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithTTL(10*time.Second))
 	lease, err := a.Claim(ctx, "b-job")
 	require.NoError(t, err)
 	insertAdminRow(t, pool, quoted, "a-old", "replica-gone", 3*time.Hour, -2*time.Hour)
@@ -71,7 +71,7 @@ func TestListPurgeRevokeAndForceExpireWorkOnASchemaQualifiedTableWhoseNameNeedsQ
 	assert.True(t, rev.Changed)
 	assert.Equal(t, "replica-a", rev.Row.Holder, "the row as found")
 	assert.True(t, rev.ExpiresAt.Equal(rev.Row.ExpiresAt), "revoking keeps the expiry")
-	waitDone(t, lease, 5*time.Second)
+	pgtest.WaitDone(t, lease, 5*time.Second)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost, "the holder loses it at its next heartbeat")
 	_, err = a.Claim(ctx, "b-job")
 	require.ErrorIs(t, err, pglease.ErrHeld, "and cannot take it back before its expiry")
@@ -85,7 +85,7 @@ func TestListPurgeRevokeAndForceExpireWorkOnASchemaQualifiedTableWhoseNameNeedsQ
 	require.NoError(t, err)
 	assert.True(t, forced.Changed)
 	assert.False(t, forced.ExpiresAt.After(forced.ServerNow), "expired at once")
-	taken, err := newLocker(t, pool, table, "replica-b").Claim(ctx, "b-job")
+	taken, err := pgtest.Locker(t, pool, table, "replica-b").Claim(ctx, "b-job")
 	require.NoError(t, err, "claimable at once after ForceExpire")
 	assert.Greater(t, taken.Fence(), lease.Fence())
 
@@ -96,12 +96,12 @@ func TestListPurgeRevokeAndForceExpireWorkOnASchemaQualifiedTableWhoseNameNeedsQ
 
 func TestListRevokeAndPurgeWorkOnATableWithoutFenceColumn(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := fmt.Sprintf("lease_nf%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Name("lease_nf")
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`, table))
 	require.NoError(t, err)
-	l := newLocker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(50*time.Millisecond))
+	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(50*time.Millisecond))
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	opts := []pglease.Option{pglease.WithTable(table), pglease.WithoutFenceColumn()}
@@ -117,7 +117,7 @@ func TestListRevokeAndPurgeWorkOnATableWithoutFenceColumn(t *testing.T) {
 	rev, err := pglease.Revoke(ctx, pool, "job", opts...)
 	require.NoError(t, err)
 	assert.True(t, rev.Changed)
-	waitDone(t, lease, 5*time.Second)
+	pgtest.WaitDone(t, lease, 5*time.Second)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 
 	n, err := pglease.Purge(ctx, pool, pglease.MinRetention, opts...)
@@ -151,7 +151,7 @@ func (r refusingDB) Begin(context.Context) (pgx.Tx, error) {
 
 func TestAdminFunctionsRefuseBadInputNamingItAndSendNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	db := refusingDB{t}
 	revoke := func(key string, opts ...pglease.Option) error {
 		_, err := pglease.Revoke(ctx, db, key, opts...)
@@ -178,9 +178,9 @@ func TestAdminFunctionsRefuseBadInputNamingItAndSendNothing(t *testing.T) {
 
 func TestRevokeOfAMissingKeyOrAHolderColumnTooShortWritesNothingAndSaysWhy(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := fmt.Sprintf("lease_short%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Name("lease_short")
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder varchar(10) NOT NULL, expires_at timestamptz NOT NULL);
 		INSERT INTO %[1]s VALUES ('job', 'old-lib-1', clock_timestamp() + interval '1 hour')`, table))
 	require.NoError(t, err)

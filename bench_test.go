@@ -23,6 +23,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -79,7 +80,7 @@ type stmtKindKey struct{}
 
 func (s *stmtTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	s.started.Add(1)
-	return context.WithValue(ctx, stmtKindKey{}, statementKind(data.SQL))
+	return context.WithValue(ctx, stmtKindKey{}, pgtest.StatementKind(data.SQL))
 }
 
 func (s *stmtTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
@@ -101,22 +102,18 @@ func (s *stmtTracer) endedOf(kind string) int64 {
 // benchPool connects to dsn with room for conns connections and tracer.
 func benchPool(tb testing.TB, dsn string, conns int32, tracer pgx.QueryTracer) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(tb, err)
-	cfg.MaxConns = conns
-	if tracer != nil {
-		cfg.ConnConfig.Tracer = tracer
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(tb, err)
-	tb.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolWith(tb, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = conns
+		if tracer != nil {
+			cfg.ConnConfig.Tracer = tracer
+		}
+	})
 }
 
 // benchTable migrates a fresh lease table named after the benchmark.
 func benchTable(tb testing.TB, db pglease.DB, name string) string {
 	tb.Helper()
-	table := fmt.Sprintf("bench_%s_%d", name, tableSeq.Add(1))
+	table := pgtest.Name("bench_" + name)
 	require.NoError(tb, pglease.Migrate(context.Background(), db, pglease.WithTable(table)))
 	return table
 }
@@ -124,7 +121,7 @@ func benchTable(tb testing.TB, db pglease.DB, name string) string {
 func benchLocker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	tb.Helper()
 	all := append([]pglease.Option{
-		pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithTTL(benchTTL), pglease.WithLogger(quiet),
+		pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithTTL(benchTTL), pglease.WithLogger(pgtest.Quiet),
 	}, opts...)
 	l := pglease.NewLocker(db, all...)
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -262,7 +259,7 @@ func BenchmarkClaimRelease(b *testing.B) {
 		}
 		b.Run(tc.name+"/pglease", func(b *testing.B) {
 			tracer := &stmtTracer{}
-			pool := benchPool(b, server.DSN(), int32(tc.goroutines)+2, tracer)
+			pool := benchPool(b, pgtest.Server.DSN(), int32(tc.goroutines)+2, tracer)
 			table := benchTable(b, pool, "claim")
 			cycles := make([]cycle, tc.goroutines)
 			lockers := map[string]*pglease.Locker{}
@@ -276,7 +273,7 @@ func BenchmarkClaimRelease(b *testing.B) {
 		})
 		b.Run(tc.name+"/raw", func(b *testing.B) {
 			tracer := &stmtTracer{}
-			pool := benchPool(b, server.DSN(), int32(tc.goroutines)+2, tracer)
+			pool := benchPool(b, pgtest.Server.DSN(), int32(tc.goroutines)+2, tracer)
 			table := benchTable(b, pool, "claim")
 			cycles := make([]cycle, tc.goroutines)
 			for g, h := range holders {
@@ -287,7 +284,7 @@ func BenchmarkClaimRelease(b *testing.B) {
 		// Both, alternating cycle by cycle on the same table and keys, so
 		// that a noisy machine slows both alike: the ratio to read.
 		b.Run(tc.name+"/interleaved", func(b *testing.B) {
-			pool := benchPool(b, server.DSN(), int32(tc.goroutines)+2, nil)
+			pool := benchPool(b, pgtest.Server.DSN(), int32(tc.goroutines)+2, nil)
 			table := benchTable(b, pool, "claim")
 			locker, raw := make([]cycle, tc.goroutines), make([]cycle, tc.goroutines)
 			lockers := map[string]*pglease.Locker{}
@@ -395,7 +392,7 @@ func BenchmarkHeartbeatRound(b *testing.B) {
 	for _, n := range heartbeatSizes() {
 		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
 			tracer := &stmtTracer{}
-			pool := benchPool(b, server.DSN(), 8, tracer)
+			pool := benchPool(b, pgtest.Server.DSN(), 8, tracer)
 			table := benchTable(b, pool, "heartbeat")
 			const holder = "replica"
 			keys, fences := seedLeases(b, pool, table, holder, n)
@@ -489,7 +486,7 @@ type heartbeatRound struct {
 func benchLockerRounds(b *testing.B, n int) {
 	b.Helper()
 	tracer := &stmtTracer{}
-	pool := benchPool(b, server.DSN(), 8, tracer)
+	pool := benchPool(b, pgtest.Server.DSN(), 8, tracer)
 	table := benchTable(b, pool, "locker_heartbeat")
 	var seq atomic.Int64
 	rounds := make(chan heartbeatRound, 4096)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // BenchmarkReleaseNotifyCost measures a release (Unlock, one round trip)
@@ -19,15 +20,15 @@ func BenchmarkReleaseNotifyCost(b *testing.B) {
 	for _, variant := range []string{"without_notify", "with_notify", "with_notify_and_listener"} {
 		b.Run(variant, func(b *testing.B) {
 			ctx := context.Background()
-			pool := benchPool(b, server.DSN(), 8, nil)
+			pool := benchPool(b, pgtest.Server.DSN(), 8, nil)
 			table := benchTable(b, pool, "wait")
-			l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet))
+			l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
 			defer l.Close(ctx)
 			if variant == "without_notify" {
 				pglease.DropReleaseNotify(l)
 			}
 			if variant == "with_notify_and_listener" {
-				other := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(quiet))
+				other := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet))
 				defer other.Close(ctx)
 				wctx, cancel := context.WithCancel(ctx)
 				defer cancel()
@@ -58,15 +59,15 @@ func BenchmarkWakeLatency(b *testing.B) {
 	for _, mode := range []string{"notification", "polling"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
-			pool := benchPool(b, server.DSN(), 8, nil)
+			pool := benchPool(b, pgtest.Server.DSN(), 8, nil)
 			table := benchTable(b, pool, "wait")
-			holder := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("holder"), pglease.WithLogger(quiet))
+			holder := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("holder"), pglease.WithLogger(pgtest.Quiet))
 			defer holder.Close(ctx)
 			var db pglease.DB = pool
 			if mode == "polling" {
-				db = newFaultyDB(pool)
+				db = pgtest.NewFaultyDB(pool)
 			}
-			waiter := pglease.NewLocker(db, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(quiet))
+			waiter := pglease.NewLocker(db, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet))
 			defer waiter.Close(ctx)
 			var lat []time.Duration
 			for b.Loop() {
@@ -76,7 +77,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 				for pglease.Waiters(waiter, "job") == 0 {
 					time.Sleep(time.Millisecond)
 				}
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // the scenario: polling reaches its steady backoff
 				if m, _ := waiter.WaitMode(); mode == "notification" && m != pglease.WaitByNotification {
 					b.Fatalf("waiting by %v", m)
 				}
@@ -109,16 +110,16 @@ func BenchmarkElectorHandover(b *testing.B) {
 	for _, variant := range []string{"before_isleader_every_200ms", "after_campaign_notified"} {
 		b.Run(variant, func(b *testing.B) {
 			ctx := context.Background()
-			pool := benchPool(b, server.DSN(), 8, nil)
+			pool := benchPool(b, pgtest.Server.DSN(), 8, nil)
 			table := benchTable(b, pool, "wait")
 			var lat []time.Duration
 			for b.Loop() {
-				leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(quiet))
+				leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet))
 				require.NoError(b, leader.IsLeader(ctx))
 				led := make(chan time.Time, 1)
 				var stop func()
 				if variant == "after_campaign_notified" {
-					follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(quiet),
+					follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet),
 						pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{OnStartedLeading: func(*pglease.Lease) { led <- time.Now() }}))
 					require.ErrorIs(b, follower.IsLeader(ctx), pglease.ErrHeld)
 					for m, _ := follower.WaitMode(); m != pglease.WaitByNotification; m, _ = follower.WaitMode() {
@@ -127,7 +128,7 @@ func BenchmarkElectorHandover(b *testing.B) {
 					stop = func() { require.NoError(b, follower.Close(ctx)) }
 				} else {
 					// The Elector before: a claim of the leader key at each IsLeader.
-					follower := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(quiet))
+					follower := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet))
 					fctx, cancel := context.WithCancel(ctx)
 					done := make(chan struct{})
 					go func() {

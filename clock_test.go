@@ -10,6 +10,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Go's monotonic clock, and its timers, stand still while a host or VM is
@@ -18,15 +19,15 @@ import (
 
 func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterASuspend(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	// The heartbeat is due only after the bound below, and the monotonic
 	// trust deadline (9s) long after: only the watchdog, every margin
 	// (1s), can notice the jump in time.
 	const ttl, interval, bound = 10 * time.Second, 4 * time.Second, 3 * time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "sleeper", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "sleeper", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	jobCtx, cancel := lease.Context(ctx)
@@ -36,7 +37,7 @@ func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterAS
 	// moved, the wall clock has, and the server expired the lease.
 	pglease.ShiftWallClock(l, ttl)
 
-	waitDone(t, lease, bound) // before anything calls Err
+	pgtest.WaitDone(t, lease, bound) // before anything calls Err
 	select {
 	case <-jobCtx.Done():
 	default:
@@ -44,7 +45,7 @@ func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterAS
 	}
 	require.ErrorIs(t, context.Cause(jobCtx), pglease.ErrLost, "the job's context is cancelled with the loss as cause")
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-	ev := events.waitFor(t, pglease.EventLost, time.Second)
+	ev := events.WaitFor(t, pglease.EventLost, time.Second)
 	assert.Equal(t, lease.Fence(), ev.Fence)
 	_, held := l.Held("k")
 	assert.False(t, held)
@@ -52,10 +53,10 @@ func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterAS
 
 func TestErrReportsTheLeaseLostAtOnceAfterAWallClockJumpPastItsTrustDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "sleeper", pglease.WithTTL(time.Minute))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "sleeper", pglease.WithTTL(time.Minute))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, lease.Err())
@@ -68,12 +69,12 @@ func TestErrReportsTheLeaseLostAtOnceAfterAWallClockJumpPastItsTrustDeadline(t *
 
 func TestWallClockSteppedBackDoesNotStretchTrustBeyondTheMonotonicDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	proxy := newProxy(t, "")
 	const ttl = time.Second
-	l := newLocker(t, appPool(t, "", proxy, appName("stepback")), table, "stepped",
+	l := pgtest.Locker(t, appPool(t, "", proxy, appName("stepback")), table, "stepped",
 		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(time.Second))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
@@ -84,10 +85,10 @@ func TestWallClockSteppedBackDoesNotStretchTrustBeyondTheMonotonicDeadline(t *te
 	// server's expiry.
 	proxy.SetMode(faultproxy.Blackhole)
 	pglease.ShiftWallClock(l, -time.Hour)
-	waitDone(t, lease, 3*ttl)
+	pgtest.WaitDone(t, lease, 3*ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	assert.Less(t, time.Since(claimed), 2*ttl, "lost at its monotonic deadline, not an hour later")
-	row, _ := readRow(t, direct, table, "k")
+	row, _ := pgtest.ReadRow(t, direct, table, "k")
 	require.Equal(t, lease.Fence(), row.Fence)
 	proxy.SetMode(faultproxy.Forward)
 }

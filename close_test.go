@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // liveRows counts the rows of table that are live now.
@@ -26,20 +27,17 @@ func liveRows(t *testing.T, db pglease.DB, table string) int {
 
 func TestCloseReleasesAThousandLeasesWithinItsTimeoutOverASlowNetwork(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	proxy := newProxy(t, "")
-	counter := &statementCounter{}
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = proxy.Host(), proxy.Port()
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithHook(events.hook)) // default TTL and timeout
+	counter := &pgtest.Statements{}
+	pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = proxy.Host(), proxy.Port()
+		cfg.ConnConfig.Tracer = counter
+	})
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(events.Hook)) // default TTL and timeout
 
 	const n = 1000
 	leases := make([]*pglease.Lease, n)
@@ -61,24 +59,24 @@ func TestCloseReleasesAThousandLeasesWithinItsTimeoutOverASlowNetwork(t *testing
 	// 5 ms each way: one round trip per lease would take 10 s, twice the
 	// default timeout of Close.
 	proxy.SetLatency(5*time.Millisecond, 0, 1)
-	counter.reset()
+	counter.Reset()
 	start := time.Now()
 	closeErr := l.Close(ctx)
 	took := time.Since(start)
 
 	live := liveRows(t, direct, table)
-	require.Zero(t, live, "rows still live after Close (took %v, %d release statements)", took, counter.get("release"))
+	require.Zero(t, live, "rows still live after Close (took %v, %d release statements)", took, counter.Count("release"))
 	if closeErr != nil {
 		t.Fatalf("Close: %.300s", closeErr)
 	}
-	assert.LessOrEqual(t, counter.get("release"), 3, "a few statements, not one per lease")
-	assert.Equal(t, n, events.count(pglease.EventReleased), "each lease's release reported")
-	assert.Zero(t, events.count(pglease.EventReleaseFailed))
+	assert.LessOrEqual(t, counter.Count("release"), 3, "a few statements, not one per lease")
+	assert.Equal(t, n, events.Count(pglease.EventReleased), "each lease's release reported")
+	assert.Zero(t, events.Count(pglease.EventReleaseFailed))
 	for _, lease := range leases {
 		require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
 	}
 	t.Logf("figures: Close of %d leases over 10 ms round trips took %v in %d statements",
-		n, took.Round(time.Millisecond), counter.get("release"))
+		n, took.Round(time.Millisecond), counter.Count("release"))
 }
 
 func TestCloseKeepsTheMinHoldAndLeavesALaterMandatesRowUntouched(t *testing.T) {
@@ -86,30 +84,30 @@ func TestCloseKeepsTheMinHoldAndLeavesALaterMandatesRowUntouched(t *testing.T) {
 	for _, mode := range []string{"fenced", "unfenced"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
+			ctx := pgtest.Ctx(t)
 			var (
 				pool  *pgxpool.Pool
 				table string
 				opts  = []pglease.Option{pglease.WithTTL(30 * time.Second), pglease.WithMinHold(20 * time.Second)}
 			)
 			if mode == "fenced" {
-				pool = newPool(t, "", nil)
-				table = newTable(t, pool)
+				pool = pgtest.Pool(t, nil)
+				table = pgtest.Table(t, pool)
 			} else {
 				var dsn string
 				table, dsn = legacyTable(t, legacyColumns)
-				pool = newPool(t, dsn, nil)
+				pool = pgtest.PoolAt(t, dsn, nil)
 				opts = append(opts, pglease.WithoutFenceColumn())
 			}
-			events := newEventLog()
-			a := newLocker(t, pool, table, "a", append(opts, pglease.WithHook(events.hook))...)
+			events := pgtest.NewEvents(t)
+			a := pgtest.Locker(t, pool, table, "a", append(opts, pglease.WithHook(events.Hook))...)
 			kept, err := a.Claim(ctx, "kept")
 			require.NoError(t, err)
 			taken, err := a.Claim(ctx, "taken")
 			require.NoError(t, err)
 			// The same replica, restarted, takes "taken" back with a new
 			// mandate before the old Locker closes.
-			next, err := newLocker(t, pool, table, "a", opts...).Claim(ctx, "taken")
+			next, err := pgtest.Locker(t, pool, table, "a", opts...).Claim(ctx, "taken")
 			require.NoError(t, err)
 
 			require.NoError(t, a.Close(ctx), "a lease lost to a later mandate is not an error of Close")
@@ -126,8 +124,8 @@ func TestCloseKeepsTheMinHoldAndLeavesALaterMandatesRowUntouched(t *testing.T) {
 			assert.Equal(t, next.Holder(), nextHolder)
 			assert.Equal(t, next.ExpiresAt().UnixMicro(), nextExp.UnixMicro(), "the later mandate's row is untouched")
 
-			assert.Equal(t, 1, events.count(pglease.EventReleased))
-			assert.Equal(t, 1, events.count(pglease.EventReleaseFailed))
+			assert.Equal(t, 1, events.Count(pglease.EventReleased))
+			assert.Equal(t, 1, events.Count(pglease.EventReleaseFailed))
 			require.NoError(t, next.Unlock(ctx))
 		})
 	}

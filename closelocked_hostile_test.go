@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: Close returns within its timeout even when many rows are
@@ -19,12 +20,12 @@ import (
 // Close on the same leases.
 func TestCloseWithManyLockedRowsEndsWithinItsTimeoutAndReportsEachLeaseOnce(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
 	const timeout = time.Second
-	l := newLocker(t, pool, table, "c", pglease.WithTTL(10*time.Second), pglease.WithTimeout(timeout), pglease.WithHook(events.hook))
+	l := pgtest.Locker(t, pool, table, "c", pglease.WithTTL(10*time.Second), pglease.WithTimeout(timeout), pglease.WithHook(events.Hook))
 	const n = 200
 	leases := make([]*pglease.Lease, n)
 	for i := range leases {
@@ -50,13 +51,11 @@ func TestCloseWithManyLockedRowsEndsWithinItsTimeoutAndReportsEachLeaseOnce(t *t
 	require.Less(t, took, 3*timeout, "Close took %v", took)
 
 	count := map[string]int{}
-	events.mu.Lock()
-	for _, ev := range events.events {
+	for _, ev := range events.All() {
 		if ev.Kind == pglease.EventReleased || ev.Kind == pglease.EventReleaseFailed || ev.Kind == pglease.EventLost {
 			count[ev.Key]++
 		}
 	}
-	events.mu.Unlock()
 	bad := 0
 	for _, ls := range leases {
 		if count[ls.Key()] != 1 {
@@ -64,8 +63,8 @@ func TestCloseWithManyLockedRowsEndsWithinItsTimeoutAndReportsEachLeaseOnce(t *t
 		}
 	}
 	t.Logf("figures: Close of %d leases, %d rows locked, ~%d Unlocks racing: took %v; released %d, failed %d, lost %d",
-		n, n/2, n/3, took.Round(time.Millisecond), events.count(pglease.EventReleased), events.count(pglease.EventReleaseFailed), events.count(pglease.EventLost))
+		n, n/2, n/3, took.Round(time.Millisecond), events.Count(pglease.EventReleased), events.Count(pglease.EventReleaseFailed), events.Count(pglease.EventLost))
 	require.Zero(t, bad, "leases without exactly one outcome event")
-	row, _ := readRow(t, pool, table, "k150")
+	row, _ := pgtest.ReadRow(t, pool, table, "k150")
 	require.False(t, row.Live, "an unlocked row was released")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: "no goroutine outlives Close". A claim whose caller gave up
@@ -16,33 +17,33 @@ import (
 // waits for that give-back: it returns only once the row is released, and
 // no statement of the Locker runs after it.
 func TestOrphanReleaseOfABurstClaimNeverRunsAfterClose(t *testing.T) {
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	f := newFaultyDB(pool)
-	events := newEventLog()
-	a := pglease.NewLocker(f, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet), pglease.WithHook(events.hook))
-	b := newLocker(t, pool, table, "b")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	f := pgtest.NewFaultyDB(pool)
+	events := pgtest.NewEvents(t)
+	a := pglease.NewLocker(f, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
+	b := pgtest.Locker(t, pool, table, "b")
 	_, err := b.Claim(ctx, "x") // x is held elsewhere: its claim in the burst wins nothing
 	require.NoError(t, err)
 
-	releaseClaims := f.hold("claim")
+	releaseClaims := f.Hold("claim")
 	defer releaseClaims()
 	kctx, cancelK := context.WithCancel(ctx)
 	defer cancelK()
 	send := pglease.PrepareClaimBurst([]context.Context{kctx, ctx}, a, []string{"k", "x"})
 	done := make(chan struct{})
 	go func() { send(); close(done) }()
-	<-f.enter
+	<-f.Entered
 	cancelK()
-	ev := events.waitFor(t, pglease.EventClaimFailed, 10*time.Second)
+	ev := events.WaitFor(t, pglease.EventClaimFailed, 10*time.Second)
 	require.Equal(t, "k", ev.Key)
-	releaseReleases := f.hold("release") // the orphan's give-back will wait here
+	releaseReleases := f.Hold("release") // the orphan's give-back will wait here
 	defer releaseReleases()
 	releaseClaims()
 	<-done // x: ErrHeld; k: orphaned, won, and being given back
 	select {
-	case <-f.enter:
+	case <-f.Entered:
 	case <-ctx.Done():
 		t.Fatal("the orphan's release never came")
 	}
@@ -55,6 +56,6 @@ func TestOrphanReleaseOfABurstClaimNeverRunsAfterClose(t *testing.T) {
 	}
 	releaseReleases()
 	require.NoError(t, <-closeErr)
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	require.False(t, row.Live, "the orphan's give-back of k (fence %d) ran before Close returned", row.Fence)
 }

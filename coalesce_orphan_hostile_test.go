@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: "a caller whose context ends gets an error and a row it won
@@ -19,18 +20,18 @@ import (
 // cancelled after commit leaves the row ours until its expiry, later than
 // the previous lease's, so the overlap is new with coalescing.
 func TestOrphanedReentrantClaimInBurstNeverFreesTheKeyUnderATrustedPreviousLease(t *testing.T) {
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	f := newFaultyDB(pool)
-	events := newEventLog()
-	a := newLocker(t, f, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHook(events.hook))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	f := pgtest.NewFaultyDB(pool)
+	events := pgtest.NewEvents(t)
+	a := pgtest.Locker(t, f, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHook(events.Hook))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
 
 	first, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 
-	release := f.hold("claim")
+	release := f.Hold("claim")
 	defer release()
 	kctx, cancelK := context.WithCancel(ctx)
 	defer cancelK()
@@ -42,12 +43,12 @@ func TestOrphanedReentrantClaimInBurstNeverFreesTheKeyUnderATrustedPreviousLease
 	got := make(chan result, 1)
 	go func() { ls, es := send(); got <- result{ls, es} }()
 	select {
-	case <-f.enter: // the burst's statement is on its way
+	case <-f.Entered: // the burst's statement is on its way
 	case <-ctx.Done():
 		t.Fatal("burst never sent")
 	}
 	cancelK()                                                         // the caller of k gives up while its claim is in the statement
-	ev := events.waitFor(t, pglease.EventClaimFailed, 10*time.Second) // Claim(k) has returned its error
+	ev := events.WaitFor(t, pglease.EventClaimFailed, 10*time.Second) // Claim(k) has returned its error
 	require.Equal(t, "k", ev.Key)
 	release()
 	r := <-got
@@ -57,7 +58,7 @@ func TestOrphanedReentrantClaimInBurstNeverFreesTheKeyUnderATrustedPreviousLease
 	// Wait until the orphan's release has expired row k.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		row, ok := readRow(t, pool, table, "k")
+		row, ok := pgtest.ReadRow(t, pool, table, "k")
 		require.True(t, ok)
 		if !row.Live {
 			break

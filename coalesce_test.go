@@ -13,19 +13,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAndGrowingFences(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	setup := newPool(t, "", nil)
-	table := newTable(t, setup)
+	ctx := pgtest.Ctx(t)
+	setup := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, setup)
 	const replicas, keys, rounds = 3, 40, 5
-	counters := make([]*statementCounter, replicas)
+	counters := make([]*pgtest.Statements, replicas)
 	lockers := make([]*pglease.Locker, replicas)
 	for i := range lockers {
-		counters[i] = &statementCounter{}
-		lockers[i] = newLocker(t, newPool(t, "", counters[i]), table, fmt.Sprintf("r%d", i))
+		counters[i] = &pgtest.Statements{}
+		lockers[i] = pgtest.Locker(t, pgtest.Pool(t, counters[i]), table, fmt.Sprintf("r%d", i))
 	}
 	names := make([]string, keys)
 	for i := range names {
@@ -38,7 +39,7 @@ func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAnd
 		errs := make([][]error, replicas)
 		var wg sync.WaitGroup
 		for i, l := range lockers {
-			counters[i].reset()
+			counters[i].Reset()
 			wg.Go(func() { leases[i], errs[i] = pglease.ClaimBurst(ctx, l, names) })
 		}
 		wg.Wait()
@@ -57,7 +58,7 @@ func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAnd
 			require.Len(t, winners, 1, "round %d key %s: exactly one winner", round, key)
 			w := winners[0]
 			require.NoError(t, w.Err(), "the winner's lease is held")
-			row, ok := readRow(t, setup, table, key)
+			row, ok := pgtest.ReadRow(t, setup, table, key)
 			require.True(t, ok)
 			require.Equal(t, w.Holder(), row.Holder)
 			require.Equal(t, w.Fence(), row.Fence)
@@ -65,13 +66,13 @@ func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAnd
 			lastFence[key] = w.Fence()
 		}
 		for i, l := range lockers {
-			require.Equal(t, 1, counters[i].get("claim"), "replica %d: the burst of %d claims is one statement", i, keys)
+			require.Equal(t, 1, counters[i].Count("claim"), "replica %d: the burst of %d claims is one statement", i, keys)
 			if len(won[i]) > 0 {
-				counters[i].reset()
+				counters[i].Reset()
 				for _, err := range pglease.UnlockBurst(ctx, l, won[i]) {
 					require.NoError(t, err)
 				}
-				require.Equal(t, 1, counters[i].get("release"), "replica %d: its %d unlocks are one statement", i, len(won[i]))
+				require.Equal(t, 1, counters[i].Count("release"), "replica %d: its %d unlocks are one statement", i, len(won[i]))
 			}
 		}
 		require.Zero(t, liveRows(t, setup, table), "every lease released")
@@ -80,15 +81,15 @@ func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAnd
 
 func TestBurstGivesARepeatedKeyAReentrantClaimALockedRowAndABadRowEachItsOwnOutcome(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ident := pgx.Identifier{table}.Sanitize()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT no_bad CHECK (key <> 'bad')`, ident))
 	require.NoError(t, err)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithHook(events.hook))
-	other := newLocker(t, pool, table, "b")
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(events.Hook))
+	other := pgtest.Locker(t, pool, table, "b")
 
 	before, err := l.Claim(ctx, "reentrant")
 	require.NoError(t, err)
@@ -118,7 +119,7 @@ func TestBurstGivesARepeatedKeyAReentrantClaimALockedRowAndABadRowEachItsOwnOutc
 	// Every claim but the locked row's gets its outcome while the row is
 	// still locked: two acquisitions of dup, free and reentrant.
 	for range 4 {
-		events.waitFor(t, pglease.EventAcquired, 10*time.Second)
+		events.WaitFor(t, pglease.EventAcquired, 10*time.Second)
 	}
 	require.NoError(t, tx.Commit(ctx))
 	b := <-done
@@ -135,7 +136,7 @@ func TestBurstGivesARepeatedKeyAReentrantClaimALockedRowAndABadRowEachItsOwnOutc
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, outcome["bad"][0], &pgErr)
 	require.Equal(t, "23514", pgErr.Code, "the bad row fails with its own cause")
-	_, ok := readRow(t, pool, table, "bad")
+	_, ok := pgtest.ReadRow(t, pool, table, "bad")
 	require.False(t, ok)
 
 	require.NoError(t, outcome["reentrant"][0])
@@ -153,7 +154,7 @@ func TestBurstGivesARepeatedKeyAReentrantClaimALockedRowAndABadRowEachItsOwnOutc
 	held, ok := l.Held("dup")
 	require.True(t, ok)
 	require.Same(t, second, held, "the lease held is the row's")
-	row, _ := readRow(t, pool, table, "dup")
+	row, _ := pgtest.ReadRow(t, pool, table, "dup")
 	require.Equal(t, second.Fence(), row.Fence)
 }
 
@@ -179,11 +180,11 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			t.Parallel()
 			t.Run("WonHeldAndReentrant", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				pool := newPool(t, "", nil)
-				table := newTable(t, pool)
-				l := newLocker(t, pool, table, "a")
-				other := newLocker(t, pool, table, "b")
+				ctx := pgtest.Ctx(t)
+				pool := pgtest.Pool(t, nil)
+				table := pgtest.Table(t, pool)
+				l := pgtest.Locker(t, pool, table, "a")
+				other := pgtest.Locker(t, pool, table, "b")
 				mine, err := l.Claim(ctx, "mine")
 				require.NoError(t, err)
 				_, err = other.Claim(ctx, "theirs")
@@ -197,7 +198,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 				require.ErrorIs(t, mine.Err(), pglease.ErrLost)
 				require.ErrorIs(t, errs[2], pglease.ErrHeld)
 				require.Nil(t, leases[2])
-				row, _ := readRow(t, pool, table, "new")
+				row, _ := pgtest.ReadRow(t, pool, table, "new")
 				require.Equal(t, leases[0].Fence(), row.Fence)
 				require.Equal(t, row.AcquiredAt, leases[0].AcquiredAt())
 				require.Equal(t, row.ExpiresAt, leases[0].ExpiresAt())
@@ -205,19 +206,19 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			})
 			t.Run("PastTheTrustWindow", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				pool := newPool(t, "", nil)
-				table := newTable(t, pool)
-				db := newFaultyDB(pool)
+				ctx := pgtest.Ctx(t)
+				pool := pgtest.Pool(t, nil)
+				table := pgtest.Table(t, pool)
+				db := pgtest.NewFaultyDB(pool)
 				const ttl = 300 * time.Millisecond
-				l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
-				open := db.hold("claim")
+				l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+				open := db.Hold("claim")
 				done := make(chan []error, 1)
 				go func() {
 					_, errs := claim(ctx, l, []string{"k1", "k2"})
 					done <- errs
 				}()
-				<-db.enter
+				<-db.Entered
 				time.Sleep(ttl) // the point of the test: a statement on its way longer than the trust window
 				open()
 				errs := <-done
@@ -233,11 +234,11 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			})
 			t.Run("ExpiredWhileWaitingOnTheRowLock", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				pool := newPool(t, "", nil)
-				table := newTable(t, pool)
+				ctx := pgtest.Ctx(t)
+				pool := pgtest.Pool(t, nil)
+				table := pgtest.Table(t, pool)
 				const ttl = 500 * time.Millisecond
-				l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+				l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
 				first, err := l.Claim(ctx, "k")
 				require.NoError(t, err)
 				require.NoError(t, first.Unlock(ctx))
@@ -265,19 +266,19 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			})
 			t.Run("StatementFailed", func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxT(t)
-				pool := newPool(t, "", nil)
-				table := newTable(t, pool)
-				db := newFaultyDB(pool)
-				l := newLocker(t, db, table, "a")
+				ctx := pgtest.Ctx(t)
+				pool := pgtest.Pool(t, nil)
+				table := pgtest.Table(t, pool)
+				db := pgtest.NewFaultyDB(pool)
+				l := pgtest.Locker(t, db, table, "a")
 				cause := errors.New("connection reset by peer")
-				db.setFail("claim", cause)
+				db.SetFail("claim", cause)
 				leases, errs := claim(ctx, l, []string{"k1", "k2"})
 				for i, err := range errs {
 					require.ErrorIs(t, err, cause, "each claim with the cause")
 					require.Nil(t, leases[i])
 				}
-				db.setFail("claim", nil)
+				db.SetFail("claim", nil)
 				_, errs = claim(ctx, l, []string{"k1", "k2"})
 				for _, err := range errs {
 					require.NoError(t, err, "the next claims work")
@@ -289,19 +290,19 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 
 func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
-	l := newLocker(t, db, table, "a")
-	open := db.hold("claim")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
+	l := pgtest.Locker(t, db, table, "a")
+	open := db.Hold("claim")
 	short, cancel := context.WithCancel(ctx)
 	done := make(chan []error, 1)
 	go func() {
 		_, errs := pglease.ClaimBurstEach([]context.Context{short, ctx}, l, []string{"gone", "stays"})
 		done <- errs
 	}()
-	<-db.enter // the burst statement is on its way
+	<-db.Entered // the burst statement is on its way
 	cancel()
 	open()
 	errs := <-done
@@ -310,7 +311,7 @@ func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.
 
 	// The claim of "gone" won, and nobody holds it: its row is given back,
 	// then its key's turn, so that the next claims of the key go through.
-	other := newLocker(t, pool, table, "b")
+	other := pgtest.Locker(t, pool, table, "b")
 	require.Eventually(t, func() bool {
 		_, err := other.Claim(ctx, "gone")
 		return err == nil
@@ -321,9 +322,9 @@ func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.
 
 func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	setup := newPool(t, "", nil)
-	table := newTable(t, setup)
+	ctx := pgtest.Ctx(t)
+	setup := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, setup)
 	const n = 300
 	// Expired rows of a third holder: each burst's conflict arm locks every
 	// row it reaches, and waits on those the other has locked.
@@ -336,9 +337,9 @@ func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testi
 		up[i] = fmt.Sprintf("k%04d", i+1)
 		down[n-1-i] = up[i]
 	}
-	ca, cb := &statementCounter{}, &statementCounter{}
-	a := newLocker(t, newPool(t, "", ca), table, "a")
-	b := newLocker(t, newPool(t, "", cb), table, "b")
+	ca, cb := &pgtest.Statements{}, &pgtest.Statements{}
+	a := pgtest.Locker(t, pgtest.Pool(t, ca), table, "a")
+	b := pgtest.Locker(t, pgtest.Pool(t, cb), table, "b")
 	each := func(ctx context.Context) []context.Context {
 		ctxs := make([]context.Context, n)
 		for i := range ctxs {
@@ -348,8 +349,8 @@ func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testi
 	}
 	sendA := pglease.PrepareClaimBurst(each(ctx), a, up)
 	sendB := pglease.PrepareClaimBurst(each(ctx), b, down)
-	ca.reset()
-	cb.reset()
+	ca.Reset()
+	cb.Reset()
 	var errsA, errsB []error
 	var wg sync.WaitGroup
 	wg.Go(func() { _, errsA = sendA() })
@@ -370,17 +371,17 @@ func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testi
 	}
 	// A deadlock would have failed one statement (SQLSTATE 40P01) after
 	// deadlock_timeout and sent its claims again one by one.
-	require.Equal(t, 1, ca.get("claim"), "a's burst is one statement")
-	require.Equal(t, 1, cb.get("claim"), "b's burst is one statement")
+	require.Equal(t, 1, ca.Count("claim"), "a's burst is one statement")
+	require.Equal(t, 1, cb.Count("claim"), "b's burst is one statement")
 }
 
 func TestClaimsWaitingOnRowsLockedElsewhereDoNotHoldUpTheLockersOtherClaims(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ident := pgx.Identifier{table}.Sanitize()
-	l := newLocker(t, newPool(t, "", nil), table, "a")
+	l := pgtest.Locker(t, pgtest.Pool(t, nil), table, "a")
 	// Six lapsed rows (the pool has 8 connections), locked by an open
 	// transaction: each claim of one
 	// waits on its lock, as a claim alone always has.

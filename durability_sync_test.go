@@ -12,6 +12,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // syncOffScope turns synchronous_commit off for the connections a pool opens
@@ -39,7 +40,7 @@ var syncOffScopes = []syncOffScope{
 // exec runs statements on a connection of its own.
 func exec(t *testing.T, dsn string, stmts ...string) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
@@ -53,25 +54,22 @@ func exec(t *testing.T, dsn string, stmts ...string) {
 // because of scope, and checks that they do.
 func syncOffPool(t *testing.T, dsn string, scope syncOffScope) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.MaxConns = 4
-	if scope.runtime {
-		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	}
+	pool := pgtest.PoolWith(t, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 4
+		if scope.runtime {
+			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		}
+	})
 	// A reload reaches every backend soon, not at once: wait until a new
 	// session sees it.
 	require.Eventually(t, func() bool {
-		conn, err := pgx.ConnectConfig(context.Background(), cfg.ConnConfig)
+		conn, err := pgx.ConnectConfig(context.Background(), pool.Config().ConnConfig)
 		require.NoError(t, err)
 		defer conn.Close(context.Background())
 		var got string
 		require.NoError(t, conn.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&got))
 		return got == "off"
 	}, 10*time.Second, 20*time.Millisecond, "sessions never saw synchronous_commit = off set at the %s level", scope.name)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 	return pool
 }
 
@@ -79,8 +77,8 @@ func syncOffPool(t *testing.T, dsn string, scope syncOffScope) *pgxpool.Pool {
 // table itself survives the crash whatever the sessions' settings.
 func durableTable(t *testing.T, srv *pgserver.Server) string {
 	t.Helper()
-	table := fmt.Sprintf("lease_t%d", tableSeq.Add(1))
-	ctx := ctxT(t)
+	table := pgtest.TableName()
+	ctx := pgtest.Ctx(t)
 	conn, err := pgx.Connect(ctx, srv.DSN())
 	require.NoError(t, err)
 	defer conn.Close(ctx)
@@ -94,7 +92,7 @@ func durableTable(t *testing.T, srv *pgserver.Server) string {
 func crashAndRestart(t *testing.T, srv *pgserver.Server) {
 	t.Helper()
 	require.NoError(t, srv.Stop(pgserver.Immediate))
-	require.NoError(t, srv.Start(ctxT(t)))
+	require.NoError(t, srv.Start(pgtest.Ctx(t)))
 }
 
 // With synchronous_commit off at any level, a commit returns before its WAL
@@ -109,13 +107,13 @@ func TestAcknowledgedClaimsSurviveACrashWhateverTheSynchronousCommitDefault(t *t
 	const keys = 200
 	for _, scope := range syncOffScopes {
 		t.Run(scope.name, func(t *testing.T) {
-			ctx := ctxT(t)
+			ctx := pgtest.Ctx(t)
 			table := durableTable(t, srv)
 			exec(t, srv.DSN(), scope.set...)
 			t.Cleanup(func() { exec(t, srv.DSN(), scope.reset...) })
 			pool := syncOffPool(t, srv.DSN(), scope)
 
-			before := newLocker(t, pool, table, "before", pglease.WithTTL(time.Minute))
+			before := pgtest.Locker(t, pool, table, "before", pglease.WithTTL(time.Minute))
 			fences := make(map[string]int64, keys)
 			var maxFence int64
 			for k := range keys {
@@ -130,17 +128,17 @@ func TestAcknowledgedClaimsSurviveACrashWhateverTheSynchronousCommitDefault(t *t
 			// Its leases' releases fail on the dead pool; the rows stay.
 			_ = before.Close(ctx)
 
-			after := newPool(t, srv.DSN(), nil)
+			after := pgtest.PoolAt(t, srv.DSN(), nil)
 			lost := 0
 			for key, fence := range fences {
-				row, ok := readRow(t, after, table, key)
+				row, ok := pgtest.ReadRow(t, after, table, key)
 				if !ok || row.Fence != fence || !row.Live {
 					lost++
 				}
 			}
 			require.Zero(t, lost, "of %d claims acknowledged before the crash, %d are gone or changed after it", keys, lost)
 
-			other := newLocker(t, after, table, "other", pglease.WithTTL(time.Minute))
+			other := pgtest.Locker(t, after, table, "other", pglease.WithTTL(time.Minute))
 			for key := range fences {
 				_, err := other.Claim(ctx, key)
 				require.ErrorIs(t, err, pglease.ErrHeld, "%s was claimed before the crash and is live until its TTL", key)
@@ -159,15 +157,15 @@ func TestAcknowledgedClaimsSurviveACrashWhateverTheSynchronousCommitDefault(t *t
 func TestAcknowledgedHeartbeatsSurviveACrashWhateverTheSynchronousCommitDefault(t *testing.T) {
 	t.Parallel()
 	srv := crashServer(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	scope := syncOffScopes[2] // database
 	table := durableTable(t, srv)
 	exec(t, srv.DSN(), scope.set...)
 	pool := syncOffPool(t, srv.DSN(), scope)
 
-	events := newEventLog()
-	l := newLocker(t, pool, table, "before", pglease.WithTTL(20*time.Second),
-		pglease.WithHeartbeatInterval(time.Second), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "before", pglease.WithTTL(20*time.Second),
+		pglease.WithHeartbeatInterval(time.Second), pglease.WithHook(events.Hook))
 	const keys = 20
 	leases := make([]*pglease.Lease, keys)
 	for k := range leases {
@@ -177,13 +175,13 @@ func TestAcknowledgedHeartbeatsSurviveACrashWhateverTheSynchronousCommitDefault(
 	}
 	// Right after a heartbeat round has extended every lease: the next one
 	// is a second away.
-	events.waitFor(t, pglease.EventExtended, 5*time.Second)
+	events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 	require.NoError(t, srv.Stop(pgserver.Immediate))
 	require.NoError(t, srv.Start(ctx))
-	after := newPool(t, srv.DSN(), nil)
+	after := pgtest.PoolAt(t, srv.DSN(), nil)
 	for _, lease := range leases {
 		believed := lease.ExpiresAt() // no heartbeat can succeed after the crash
-		row, ok := readRow(t, after, table, lease.Key())
+		row, ok := pgtest.ReadRow(t, after, table, lease.Key())
 		require.True(t, ok, "%s", lease.Key())
 		require.Equal(t, lease.Fence(), row.Fence, "%s", lease.Key())
 		require.False(t, row.ExpiresAt.Before(believed),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // mandate is one acknowledged claim, as its holder saw it. Local times are
@@ -93,7 +94,7 @@ func (h *history) byKey() map[string][]*mandate {
 // loses some of them, acknowledged as they were.
 func crashServer(t *testing.T) *pgserver.Server {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, srv.Close()) })
@@ -141,10 +142,10 @@ func readDurableRow(t *testing.T, db pglease.DB, table, key string) durableRow {
 
 func TestCrashRightAfterReleasesNeitherMovesFencesBackNorLetsMandatesOverlap(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	srv := crashServer(t)
-	pool := newPool(t, srv.DSN(), nil)
-	table := newTable(t, pool)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
 
 	const (
 		ttl     = 5 * time.Second
@@ -155,7 +156,7 @@ func TestCrashRightAfterReleasesNeitherMovesFencesBackNorLetsMandatesOverlap(t *
 	keyName := func(k int) string { return fmt.Sprintf("job-%d", k) }
 	before := make([]*pglease.Locker, holders)
 	for h := range before {
-		before[h] = newLocker(t, pool, table, fmt.Sprintf("before-%d", h), pglease.WithTTL(ttl))
+		before[h] = pgtest.Locker(t, pool, table, fmt.Sprintf("before-%d", h), pglease.WithTTL(ttl))
 	}
 	hist := &history{}
 
@@ -228,7 +229,7 @@ func TestCrashRightAfterReleasesNeitherMovesFencesBackNorLetsMandatesOverlap(t *
 	require.Len(t, last, keys)
 
 	require.NoError(t, srv.Start(ctx))
-	after := newPool(t, srv.DSN(), nil)
+	after := pgtest.PoolAt(t, srv.DSN(), nil)
 
 	// Every acknowledged claim survived; some acknowledged releases did not.
 	rows := map[string]durableRow{}
@@ -256,7 +257,7 @@ func TestCrashRightAfterReleasesNeitherMovesFencesBackNorLetsMandatesOverlap(t *
 	acquired := map[int64]time.Duration{} // fence -> round trip of its claim
 	var acquiredMu sync.Mutex
 	for h := range takers {
-		takers[h] = newLocker(t, after, table, fmt.Sprintf("after-%d", h), pglease.WithTTL(ttl),
+		takers[h] = pgtest.Locker(t, after, table, fmt.Sprintf("after-%d", h), pglease.WithTTL(ttl),
 			pglease.WithHook(func(ev pglease.Event) {
 				if ev.Kind == pglease.EventAcquired {
 					acquiredMu.Lock()

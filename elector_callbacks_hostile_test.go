@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: LeaderCallbacks may call the Elector, Close included. A
@@ -17,17 +18,17 @@ import (
 // is the one running it.
 func TestElectorCloseCalledFromALeaderCallbackReturns(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 
-	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(quiet))
+	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet))
 	t.Cleanup(func() { _ = leader.Close(context.Background()) })
 	require.NoError(t, leader.IsLeader(ctx))
 
 	var follower *pglease.Elector
 	closed := make(chan error, 1)
-	follower = pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(quiet),
+	follower = pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
 			OnNewLeader: func(holder string) {
 				if holder != "follower" {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // callLog records an Elector's callbacks in the order they ran.
@@ -62,7 +63,7 @@ func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *ca
 		OnStoppedLeading: func(lease *pglease.Lease) { log.add(fmt.Sprintf("stopped %d", lease.Fence())) },
 		OnNewLeader:      func(h string) { log.add("leader " + h) },
 	}
-	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(quiet),
+	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderCallbacks(cb)}, opts...)
 	e = pglease.NewElector(db, all...)
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
@@ -71,25 +72,25 @@ func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *ca
 
 func TestElectorFollowerTakesOverAtTheLeadersCloseWithoutAnotherIsLeader(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
 	log1, log2 := newCallLog(), newCallLog()
 	e1 := recordingElector(t, pool, table, "e1", log1)
-	e2 := recordingElector(t, pool, table, "e2", log2, pglease.WithHook(events.hook))
+	e2 := recordingElector(t, pool, table, "e2", log2, pglease.WithHook(events.Hook))
 
 	require.NoError(t, e1.IsLeader(ctx))
 	require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld) // starts e2's campaign
 	log2.waitFor(t, "leader e1", 5*time.Second)
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	first, ok := e1.Leader()
 	require.True(t, ok)
 
 	require.NoError(t, e1.Close(ctx))
 	// The default TTL is 60s and the safety pause of a notified waiter at
 	// least 2.5s: within 2s, only the release's notification wakes e2.
-	second := events.waitFor(t, pglease.EventElected, 2*time.Second)
+	second := events.WaitFor(t, pglease.EventElected, 2*time.Second)
 	require.Equal(t, "e2", second.Holder)
 	require.Greater(t, second.Fence, first.Fence())
 	lease, ok := e2.Leader()
@@ -100,9 +101,9 @@ func TestElectorFollowerTakesOverAtTheLeadersCloseWithoutAnotherIsLeader(t *test
 
 func TestLeaderCallbacksFireInOrderOnceEachAndNeverAfterClose(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	log1, log2 := newCallLog(), newCallLog()
 	e1 := recordingElector(t, pool, table, "e1", log1)
 	e2 := recordingElector(t, pool, table, "e2", log2)
@@ -139,9 +140,9 @@ func TestLeaderCallbacksFireInOrderOnceEachAndNeverAfterClose(t *testing.T) {
 
 func TestElectorCloseWhileItsCampaignWaitsReturnsPromptly(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	e1 := recordingElector(t, pool, table, "e1", newCallLog())
 	e2 := recordingElector(t, pool, table, "e2", newCallLog())
 	require.NoError(t, e1.IsLeader(ctx))

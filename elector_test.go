@@ -13,29 +13,30 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 type electedReplica struct {
 	name    string
-	db      *faultyDB
+	db      *pgtest.FaultyDB
 	elector *pglease.Elector
 	sched   gocron.Scheduler
 }
 
 func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const period, ttl = 200 * time.Millisecond, 1500 * time.Millisecond
 	log := newRunLog()
-	events := newEventLog()
+	events := pgtest.NewEvents(t)
 	var replicas []*electedReplica
 	for i := range 3 {
 		name := fmt.Sprintf("replica-%d", i+1)
-		db := newFaultyDB(newPool(t, "", nil))
-		e := pglease.NewElector(db, pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(quiet),
-			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond), pglease.WithHook(events.hook))
+		db := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
+		e := pglease.NewElector(db, pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(pgtest.Quiet),
+			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond), pglease.WithHook(events.Hook))
 		t.Cleanup(func() { _ = e.Close(context.Background()) })
 		s, err := gocron.NewScheduler(gocron.WithDistributedElector(e))
 		require.NoError(t, err)
@@ -48,7 +49,7 @@ func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testi
 				return
 			}
 			x := run{replica: name, fence: lease.Fence(), start: time.Now()}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the job's work
 			if lease.Err() != nil {
 				return // lost during the run: it did not believe itself valid to the end
 			}
@@ -92,7 +93,7 @@ func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testi
 	// Crash the leader: its database access stops dead, nothing is released.
 	crashed := time.Now()
 	dead := byName(first.replica)
-	dead.db.cut(errors.New("replica crashed"))
+	dead.db.Cut(errors.New("replica crashed"))
 	go func() { _ = dead.sched.Shutdown() }()
 	second := leaderOf(crashed, ttl+5*period)
 	require.NotEqual(t, first.replica, second.replica)
@@ -121,18 +122,18 @@ func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testi
 			require.False(t, b.start.Before(a.end), "%s and %s led at once", a.replica, b.replica)
 		}
 	}
-	require.Positive(t, events.count(pglease.EventElected))
+	require.Positive(t, events.Count(pglease.EventElected))
 }
 
 func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
 	var mu sync.Mutex
 	var elected []pglease.Event
-	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet),
+	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderKey("leader-of-"+table), pglease.WithHook(func(ev pglease.Event) {
 			if ev.Kind == pglease.EventElected {
 				mu.Lock()
@@ -141,16 +142,16 @@ func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 			}
 		}))
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(quiet),
+	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderKey("leader-of-"+table))
 	t.Cleanup(func() { _ = follower.Close(context.Background()) })
 
 	require.NoError(t, e.IsLeader(ctx))
-	counter.reset()
+	counter.Reset()
 	for range 100 {
 		require.NoError(t, e.IsLeader(ctx))
 	}
-	assert.Zero(t, counter.get("claim"), "a fresh leader asks nobody")
+	assert.Zero(t, counter.Count("claim"), "a fresh leader asks nobody")
 	err := follower.IsLeader(ctx)
 	require.ErrorIs(t, err, pglease.ErrHeld)
 	lease, ok := e.Leader()
@@ -167,20 +168,20 @@ func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 
 func TestElectorHasNoMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const key = "leader"
-	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet),
+	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute))
 	t.Cleanup(func() { _ = leader.Close(context.Background()) })
-	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(quiet),
+	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute))
 	t.Cleanup(func() { _ = follower.Close(context.Background()) })
 
 	require.NoError(t, leader.IsLeader(ctx))
 	require.NoError(t, leader.Close(ctx))
-	row, ok := readRow(t, pool, table, key)
+	row, ok := pgtest.ReadRow(t, pool, table, key)
 	require.True(t, ok)
 	assert.False(t, row.Live, "resigned leadership expires at once (expires_at %v, acquired_at %v)", row.ExpiresAt, row.AcquiredAt)
 	require.NoError(t, follower.IsLeader(ctx), "the follower leads at once")

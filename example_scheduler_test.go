@@ -13,10 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // databaseURL stands for your service's connection string.
-func databaseURL() string { return server.DSN() }
+func databaseURL() string { return pgtest.Server.DSN() }
 
 // Wire a gocron scheduler to pglease: every replica runs the same code, and
 // each tick of "send-invoices" runs on one of them. Inside the job, the

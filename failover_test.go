@@ -19,6 +19,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgcluster"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 var (
@@ -43,18 +44,14 @@ func startCluster(t *testing.T, synchronous bool) *pgcluster.Cluster {
 // target_session_attrs=read-write, as applications reach an HA PostgreSQL.
 func clusterPool(t *testing.T, c *pgcluster.Cluster, app string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(c.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolWith(t, c.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+		cfg.MaxConns = 4
+	})
 }
 
 // rowsOn reads every row of table on the server at dsn alone.
-func rowsOn(ctx context.Context, t *testing.T, dsn, table string) map[string]leaseRow {
+func rowsOn(ctx context.Context, t *testing.T, dsn, table string) map[string]pgtest.Row {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
@@ -63,11 +60,11 @@ func rowsOn(ctx context.Context, t *testing.T, dsn, table string) map[string]lea
 		pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 	defer rows.Close()
-	out := map[string]leaseRow{}
+	out := map[string]pgtest.Row{}
 	for rows.Next() {
 		var (
 			key string
-			r   leaseRow
+			r   pgtest.Row
 		)
 		require.NoError(t, rows.Scan(&key, &r.Holder, &r.Fence, &r.AcquiredAt, &r.ExpiresAt, &r.Live))
 		out[key] = r
@@ -85,7 +82,7 @@ func rowsOn(ctx context.Context, t *testing.T, dsn, table string) map[string]lea
 // standby flushed every commit the primary acknowledged before the crash;
 // it is read once it has replayed all it flushed, which is what the
 // promotion replays too.
-func keptRows(ctx context.Context, t *testing.T, c *pgcluster.Cluster, table string) map[string]leaseRow {
+func keptRows(ctx context.Context, t *testing.T, c *pgcluster.Cluster, table string) map[string]pgtest.Row {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, c.StandbyDSN())
 	require.NoError(t, err)
@@ -185,7 +182,7 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 	}
 
 	admin := clusterPool(t, c, "admin")
-	table := newTable(t, admin)
+	table := pgtest.Table(t, admin)
 	admin.Close()
 
 	var (
@@ -213,7 +210,7 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 	for i := range reps {
 		name := fmt.Sprintf("replica-%d", i)
 		pool := clusterPool(t, c, name)
-		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(quiet),
+		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(pgtest.Quiet),
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithTimeout(time.Second), pglease.WithHook(hook))
 		sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
 		require.NoError(t, err)
@@ -439,7 +436,7 @@ func TestReleaseLostInAFailoverToASynchronousStandbyOnlyDelaysTheNextClaimByAtMo
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin := clusterPool(t, c, "admin")
-	table := newTable(t, admin)
+	table := pgtest.Table(t, admin)
 	// The WAL writer flushes asynchronous commits within a few of its
 	// delays; a long one keeps the releases in the primary's memory until
 	// the crash, as a short one does for a crash within a few milliseconds.
@@ -449,7 +446,7 @@ func TestReleaseLostInAFailoverToASynchronousStandbyOnlyDelaysTheNextClaimByAtMo
 	require.NoError(t, err)
 	admin.Close()
 
-	a := newLocker(t, clusterPool(t, c, "a"), table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(2*time.Second))
+	a := pgtest.Locker(t, clusterPool(t, c, "a"), table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(2*time.Second))
 	leases := make([]*pglease.Lease, keys)
 	for i := range leases {
 		leases[i], err = a.Claim(ctx, fmt.Sprintf("k%d", i))
@@ -468,7 +465,7 @@ func TestReleaseLostInAFailoverToASynchronousStandbyOnlyDelaysTheNextClaimByAtMo
 
 	lostReleases := 0
 	var worstDelay time.Duration
-	b := newLocker(t, clusterPool(t, c, "b"), table, "b", pglease.WithTTL(ttl), pglease.WithTimeout(2*time.Second))
+	b := pgtest.Locker(t, clusterPool(t, c, "b"), table, "b", pglease.WithTTL(ttl), pglease.WithTimeout(2*time.Second))
 	for i, ls := range leases {
 		require.ErrorIs(t, ls.Err(), pglease.ErrReleased, "the mandate ended when it was released")
 		r, ok := rows[ls.Key()]

@@ -18,6 +18,7 @@ import (
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Fault injection with real parts: a TCP proxy between a Locker's pool and
@@ -30,7 +31,7 @@ import (
 func newProxy(t *testing.T, dsn string) *faultproxy.Proxy {
 	t.Helper()
 	if dsn == "" {
-		dsn = server.DSN()
+		dsn = pgtest.Server.DSN()
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	require.NoError(t, err)
@@ -46,20 +47,16 @@ func newProxy(t *testing.T, dsn string) *faultproxy.Proxy {
 func appPool(t *testing.T, dsn string, p *faultproxy.Proxy, app string) *pgxpool.Pool {
 	t.Helper()
 	if dsn == "" {
-		dsn = server.DSN()
+		dsn = pgtest.Server.DSN()
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	if p != nil {
-		cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolWith(t, dsn, func(cfg *pgxpool.Config) {
+		if p != nil {
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+		cfg.MaxConns = 4
+	})
 }
 
 var appSeq = 0
@@ -78,7 +75,7 @@ func appName(prefix string) string {
 // transaction (commit or rollback).
 func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit bool)) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	var fence int64
@@ -104,7 +101,7 @@ func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit
 // ends that transaction (commit or rollback).
 func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commit bool)) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
@@ -184,17 +181,17 @@ func lastTrusted(t *testing.T, lease *pglease.Lease, limit time.Duration) (trust
 
 func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	proxy := newProxy(t, "")
 	// 25-100 ms each way: every statement takes 50-200 ms.
 	proxy.SetLatency(62*time.Millisecond, 38*time.Millisecond, 1)
 	const ttl, interval = 2 * time.Second, 300 * time.Millisecond
-	events := newEventLog()
-	a := newLocker(t, appPool(t, "", proxy, appName("latency")), table, "slow-replica",
-		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))
-	b := newLocker(t, direct, table, "fast-replica", pglease.WithTTL(ttl))
+	events := pgtest.NewEvents(t)
+	a := pgtest.Locker(t, appPool(t, "", proxy, appName("latency")), table, "slow-replica",
+		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
+	b := pgtest.Locker(t, direct, table, "fast-replica", pglease.WithTTL(ttl))
 
 	var leases []*pglease.Lease
 	for i := range 10 {
@@ -202,25 +199,25 @@ func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 		require.NoError(t, err)
 		leases = append(leases, lease)
 	}
-	for ev := events.waitFor(t, pglease.EventExtended, ttl); ev.Leases < len(leases); {
-		ev = events.waitFor(t, pglease.EventExtended, ttl) // rounds that ran while claiming
+	for ev := events.WaitFor(t, pglease.EventExtended, ttl); ev.Leases < len(leases); {
+		ev = events.WaitFor(t, pglease.EventExtended, ttl) // rounds that ran while claiming
 	}
 	start := time.Now()
 	var worst time.Duration
 	rounds := 0
 	for time.Since(start) < 2*ttl { // across two TTLs of heartbeats
-		ev := events.waitFor(t, pglease.EventExtended, ttl)
+		ev := events.WaitFor(t, pglease.EventExtended, ttl)
 		require.Equal(t, len(leases), ev.Leases, "every lease extended in each round")
 		worst = max(worst, ev.Took)
 		rounds++
 		_, err := b.Claim(ctx, "k0")
 		require.ErrorIs(t, err, pglease.ErrHeld)
 	}
-	assert.Zero(t, events.count(pglease.EventLost))
-	assert.Zero(t, events.count(pglease.EventHeartbeatFailed))
+	assert.Zero(t, events.Count(pglease.EventLost))
+	assert.Zero(t, events.Count(pglease.EventHeartbeatFailed))
 	for _, lease := range leases {
 		require.NoError(t, lease.Err())
-		row, _ := readRow(t, direct, table, lease.Key())
+		row, _ := pgtest.ReadRow(t, direct, table, lease.Key())
 		require.Equal(t, lease.Fence(), row.Fence)
 		require.True(t, row.Live)
 	}
@@ -234,27 +231,27 @@ func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 
 func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderIn(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	proxy := newProxy(t, "")
 	const ttl, interval = time.Second, 200 * time.Millisecond
-	events := newEventLog()
-	a := newLocker(t, appPool(t, "", proxy, appName("blackhole")), table, "partitioned",
-		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook), pglease.WithTimeout(time.Second))
+	events := pgtest.NewEvents(t)
+	a := pgtest.Locker(t, appPool(t, "", proxy, appName("blackhole")), table, "partitioned",
+		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook), pglease.WithTimeout(time.Second))
 	// b's own heartbeat is far away, so its row only changes if someone else
 	// changes it.
-	b := newLocker(t, direct, table, "survivor", pglease.WithTTL(30*time.Second))
+	b := pgtest.Locker(t, direct, table, "survivor", pglease.WithTTL(30*time.Second))
 
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
-	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 
 	proxy.SetMode(faultproxy.Blackhole)
 	trusted, lost := lastTrusted(t, lease, 3*ttl)
-	waitDone(t, lease, time.Second)
+	pgtest.WaitDone(t, lease, time.Second)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-	row, _ := readRow(t, direct, table, "k")
+	row, _ := pgtest.ReadRow(t, direct, table, "k")
 	require.Equal(t, lease.Fence(), row.Fence)
 	require.True(t, trusted.Before(row.ExpiresAt),
 		"trusted locally until %v, after the server expiry %v", trusted, row.ExpiresAt)
@@ -267,19 +264,19 @@ func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderI
 	}, 3*ttl, 5*time.Millisecond)
 	require.Greater(t, next.Fence(), lease.Fence())
 	require.False(t, next.AcquiredAt().Before(row.ExpiresAt), "claimed at %v, old lease expired at %v", next.AcquiredAt(), row.ExpiresAt)
-	taken, _ := readRow(t, direct, table, "k")
+	taken, _ := pgtest.ReadRow(t, direct, table, "k")
 
 	// The network heals: the old holder's heartbeat and Unlock touch nothing.
 	proxy.SetMode(faultproxy.Forward)
 	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
 	_, err = a.Claim(ctx, "k")
 	require.ErrorIs(t, err, pglease.ErrHeld, "the partitioned replica is back and sees the new mandate")
-	extended := events.count(pglease.EventExtended)
+	extended := events.Count(pglease.EventExtended)
 	_, err = a.Claim(ctx, "other") // gives a's heartbeat something to do again
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > extended }, 5*time.Second, 10*time.Millisecond)
-	after, _ := readRow(t, direct, table, "k")
-	got := leaseRow{Holder: after.Holder, Fence: after.Fence, AcquiredAt: after.AcquiredAt, ExpiresAt: after.ExpiresAt, Live: taken.Live}
+	require.Eventually(t, func() bool { return events.Count(pglease.EventExtended) > extended }, 5*time.Second, 10*time.Millisecond)
+	after, _ := pgtest.ReadRow(t, direct, table, "k")
+	got := pgtest.Row{Holder: after.Holder, Fence: after.Fence, AcquiredAt: after.AcquiredAt, ExpiresAt: after.ExpiresAt, Live: taken.Live}
 	require.Equal(t, taken, got)
 	require.NoError(t, next.Err())
 	t.Logf("figures: blackhole > TTL %v: Err() last nil %v before the server expiry (next poll %v later), takeover %v after that expiry, fence %d -> %d, dropped %d bytes",
@@ -304,7 +301,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 			t.Run("claim", func(t *testing.T) {
 				t.Parallel()
 				ctx, direct, table, proxy, app := cutSetup(t, "midclaim")
-				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(2*time.Second))
+				a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(2*time.Second))
 				seed, err := a.Claim(ctx, "k")
 				require.NoError(t, err)
 				require.NoError(t, seed.Unlock(ctx))
@@ -333,7 +330,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 				// freed first, the claim commits for a client that is gone,
 				// and the row carries a's holder until its expiry.
 				backendGone(t, direct, pid)
-				row, _ := readRow(t, direct, table, "k")
+				row, _ := pgtest.ReadRow(t, direct, table, "k")
 				orphan := row.Fence != seed.Fence()
 				next, err := a.Claim(ctx, "k")
 				require.NoError(t, err, "the next claim works")
@@ -344,20 +341,20 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 			t.Run("heartbeat", func(t *testing.T) {
 				t.Parallel()
 				ctx, direct, table, proxy, app := cutSetup(t, "midheartbeat")
-				events := newEventLog()
-				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(3*time.Second),
-					pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+				events := pgtest.NewEvents(t)
+				a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(3*time.Second),
+					pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
 				lease, err := a.Claim(ctx, "k")
 				require.NoError(t, err)
 				_, end := lockTable(t, direct, table)
 				pid := blockedBackend(t, direct, app, "unnest(")
 				cut(t, direct, proxy, pid)
-				events.waitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
+				events.WaitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
 				end(false)
-				before := events.count(pglease.EventExtended)
-				require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > before }, 3*time.Second, 5*time.Millisecond)
+				before := events.Count(pglease.EventExtended)
+				require.Eventually(t, func() bool { return events.Count(pglease.EventExtended) > before }, 3*time.Second, 5*time.Millisecond)
 				require.NoError(t, lease.Err(), "a cut shorter than the trust window loses nothing")
-				row, _ := readRow(t, direct, table, "k")
+				row, _ := pgtest.ReadRow(t, direct, table, "k")
 				require.Equal(t, lease.Fence(), row.Fence)
 				require.NoError(t, lease.Unlock(ctx))
 			})
@@ -365,8 +362,8 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 				t.Parallel()
 				ctx, direct, table, proxy, app := cutSetup(t, "midrelease")
 				const ttl = 2 * time.Second
-				a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl))
-				b := newLocker(t, direct, table, "b", pglease.WithTTL(ttl))
+				a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl))
+				b := pgtest.Locker(t, direct, table, "b", pglease.WithTTL(ttl))
 				lease, err := a.Claim(ctx, "k")
 				require.NoError(t, err)
 				// A table lock: a release skips a locked row, but waits
@@ -381,7 +378,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 				require.Error(t, lease.Err(), "the lease is over either way")
 				end(false)
 				backendGone(t, direct, pid)
-				row, _ := readRow(t, direct, table, "k")
+				row, _ := pgtest.ReadRow(t, direct, table, "k")
 				require.Equal(t, lease.Fence(), row.Fence)
 				orphan := !row.Live
 				// Whatever happened to the release, the key is free again by
@@ -401,16 +398,16 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 
 func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	srv := privateServer(t)
-	pool := newPool(t, srv.DSN(), nil)
-	table := newTable(t, pool)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
 	const ttl, interval = 3 * time.Second, 300 * time.Millisecond
-	events := newEventLog()
+	events := pgtest.NewEvents(t)
 	var lockers []*pglease.Locker
 	for i := range 3 {
-		lockers = append(lockers, newLocker(t, pool, table, fmt.Sprintf("r%d", i),
-			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook), pglease.WithTimeout(2*time.Second)))
+		lockers = append(lockers, pgtest.Locker(t, pool, table, fmt.Sprintf("r%d", i),
+			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook), pglease.WithTimeout(2*time.Second)))
 	}
 	var (
 		highest        int64 // the greatest fence issued so far
@@ -438,7 +435,7 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 	// row intact and live, or lost; none is believed without its row.
 	check := func(mode pgserver.Mode) {
 		for _, lease := range held {
-			row, _ := readRow(t, pool, table, lease.Key())
+			row, _ := pgtest.ReadRow(t, pool, table, lease.Key())
 			if err := lease.Err(); err != nil {
 				require.ErrorIs(t, err, pglease.ErrLost, "after a %s restart", mode)
 				lost++
@@ -452,9 +449,9 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 
 	claimAll(0)
 	for round, mode := range []pgserver.Mode{pgserver.Fast, pgserver.Immediate, pgserver.Immediate} {
-		before := events.count(pglease.EventExtended)
+		before := events.Count(pglease.EventExtended)
 		require.NoError(t, srv.Restart(ctx, mode))
-		require.Eventually(t, func() bool { return events.count(pglease.EventExtended) >= before+2*len(lockers) }, 2*ttl, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return events.Count(pglease.EventExtended) >= before+2*len(lockers) }, 2*ttl, 10*time.Millisecond,
 			"heartbeats resume after a %s restart", mode)
 		check(mode)
 		claimAll(round + 1) // re-entrant claims: each replaces the lease it held
@@ -464,7 +461,7 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 	// after it still grow.
 	require.NoError(t, srv.Stop(pgserver.Immediate))
 	for _, lease := range held {
-		waitDone(t, lease, 2*ttl)
+		pgtest.WaitDone(t, lease, 2*ttl)
 		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 		lost++
 	}
@@ -476,13 +473,13 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 
 func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesReleasedRow(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	app := appName("rowlock")
 	proxy := newProxy(t, "")
 	const ttl = time.Second
-	a := newLocker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
+	a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
 		pglease.WithTimeout(time.Second))
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
@@ -496,9 +493,9 @@ func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesRelease
 	proxy.SetMode(faultproxy.Blackhole)
 
 	trusted, _ := lastTrusted(t, lease, 3*ttl)
-	waitDone(t, lease, time.Second)
+	pgtest.WaitDone(t, lease, time.Second)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-	row, _ := readRow(t, direct, table, "k")
+	row, _ := pgtest.ReadRow(t, direct, table, "k")
 	require.True(t, trusted.Before(row.ExpiresAt), "trusted until %v, server expiry %v", trusted, row.ExpiresAt)
 	// A backend waiting on a lock does not notice that its client left.
 	require.True(t, backendWaiting(t, direct, pid), "the abandoned heartbeat is still queued on the server")
@@ -515,7 +512,7 @@ func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesRelease
 	require.EqualValues(t, 1, tag.RowsAffected())
 	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = GREATEST(clock_timestamp(), acquired_at + interval '30 seconds') WHERE key = 'k'`, tbl))
 	require.NoError(t, err)
-	var next leaseRow
+	var next pgtest.Row
 	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT holder, fence, acquired_at, expires_at FROM %s WHERE key = 'k'`, tbl)).
 		Scan(&next.Holder, &next.Fence, &next.AcquiredAt, &next.ExpiresAt))
 	commit(true)
@@ -524,14 +521,14 @@ func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesRelease
 	proxy.SetMode(faultproxy.Forward)
 	backendGone(t, direct, pid)
 
-	after, _ := readRow(t, direct, table, "k")
+	after, _ := pgtest.ReadRow(t, direct, table, "k")
 	require.True(t, after.Live)
 	after.Live = false
 	require.Equal(t, next, after, "the late heartbeat left the next mandate's released row untouched")
 	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
 	_, err = a.Claim(ctx, "k")
 	require.ErrorIs(t, err, pglease.ErrHeld)
-	final, _ := readRow(t, direct, table, "k")
+	final, _ := pgtest.ReadRow(t, direct, table, "k")
 	final.Live = false
 	require.Equal(t, next, final)
 	t.Logf("figures: heartbeat blocked by a table lock past the TTL: trusted until %v before the server expiry; the abandoned heartbeat ran after the next mandate's release and left it untouched",
@@ -540,24 +537,24 @@ func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesRelease
 
 func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	proxy := newProxy(t, "")
 	app := appName("paused")
 	const ttl = time.Second
-	events := newEventLog()
-	a := newLocker(t, appPool(t, "", proxy, app), table, "paused", pglease.WithTTL(ttl),
-		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook), pglease.WithTimeout(time.Second))
-	b := newLocker(t, direct, table, "next", pglease.WithTTL(30*time.Second))
+	events := pgtest.NewEvents(t)
+	a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "paused", pglease.WithTTL(ttl),
+		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook), pglease.WithTimeout(time.Second))
+	b := pgtest.Locker(t, direct, table, "next", pglease.WithTTL(30*time.Second))
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
-	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 
 	// Everything the holder sends from now on is held, as if its process
 	// were stopped after writing to its sockets, or its link congested.
 	proxy.SetMode(faultproxy.Stall)
-	waitDone(t, lease, 3*ttl)
+	pgtest.WaitDone(t, lease, 3*ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	var next *pglease.Lease
 	require.Eventually(t, func() bool {
@@ -565,7 +562,7 @@ func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *te
 		return err == nil
 	}, 3*ttl, 5*time.Millisecond)
 	require.Greater(t, next.Fence(), lease.Fence())
-	taken, _ := readRow(t, direct, table, "k")
+	taken, _ := pgtest.ReadRow(t, direct, table, "k")
 
 	// Resume: the held heartbeat reaches the server after the takeover.
 	proxy.SetMode(faultproxy.Forward)
@@ -575,7 +572,7 @@ func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *te
 		return direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'`, app).Scan(&busy) == nil && busy == 0
 	}, 5*time.Second, 5*time.Millisecond, "the late statements have run")
 	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
-	after, _ := readRow(t, direct, table, "k")
+	after, _ := pgtest.ReadRow(t, direct, table, "k")
 	require.Equal(t, taken, after, "the next mandate is untouched")
 	require.NoError(t, next.Err())
 	t.Logf("figures: paused holder: %d bytes delivered late after the takeover, next mandate fence %d untouched", proxy.Stats().LateBytes, next.Fence())
@@ -583,13 +580,13 @@ func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *te
 
 func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
 	const ttl, timeout = time.Second, 4 * time.Second
-	a := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(timeout))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
+	a := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(timeout))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
 	working, err := a.Claim(ctx, "working")
 	require.NoError(t, err)
 	finished, err := a.Claim(ctx, "finished")
@@ -599,11 +596,11 @@ func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t 
 
 	// The network to the database goes bad: heartbeats fail, and the
 	// release of the job that just finished hangs until its timeout.
-	db.setFail("heartbeat", errors.New("network unreachable"))
-	open := db.hold("release")
+	db.SetFail("heartbeat", errors.New("network unreachable"))
+	open := db.Hold("release")
 	defer open()
 	go func() { _ = finished.Unlock(ctx) }()
-	require.Equal(t, "release", <-db.enter)
+	require.Equal(t, "release", <-db.Entered)
 
 	// Another replica takes the working job's key once the server lets it.
 	var next *pglease.Lease
@@ -629,6 +626,6 @@ func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t 
 // table, a fault proxy and the application name its Locker's pool uses.
 func cutSetup(t *testing.T, name string) (context.Context, *pgxpool.Pool, string, *faultproxy.Proxy, string) {
 	t.Helper()
-	direct := newPool(t, "", nil)
-	return ctxT(t), direct, newTable(t, direct), newProxy(t, ""), appName(name)
+	direct := pgtest.Pool(t, nil)
+	return pgtest.Ctx(t), direct, pgtest.Table(t, direct), newProxy(t, ""), appName(name)
 }

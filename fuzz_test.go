@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Run briefly, in CI for instance:
@@ -33,10 +34,10 @@ func FuzzClaimKey(f *testing.F) {
 		"\\", "$1", "💥", strings.Repeat("k", pglease.MaxKeyLen), strings.Repeat("k", pglease.MaxKeyLen+1), " ", "\n\t", "\ufeff"} {
 		f.Add(seed)
 	}
-	pool := newPoolForFuzz(f)
-	table := fmt.Sprintf("lease_fuzzkey%d", tableSeq.Add(1))
+	pool := pgtest.PoolWith(f, pgtest.Server.DSN(), nil)
+	table := pgtest.Name("lease_fuzzkey")
 	require.NoError(f, pglease.Migrate(context.Background(), pool, pglease.WithTable(table)))
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("fuzz"), pglease.WithLogger(quiet))
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet))
 	f.Cleanup(func() { _ = l.Close(context.Background()) })
 
 	f.Fuzz(func(t *testing.T, key string) {
@@ -102,7 +103,7 @@ func FuzzTableName(f *testing.F) {
 		var found *string
 		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, pgx.Identifier(parts).Sanitize()).Scan(&found))
 		require.NotNil(t, found, "table %q exists under its quoted name", name)
-		l := pglease.NewLocker(pool, pglease.WithTable(name), pglease.WithHolder("fuzz"), pglease.WithLogger(quiet))
+		l := pglease.NewLocker(pool, pglease.WithTable(name), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet))
 		defer func() { _ = l.Close(context.Background()) }()
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)
@@ -122,14 +123,6 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
-func newPoolForFuzz(f *testing.F) *pgxpool.Pool {
-	f.Helper()
-	pool, err := pgxpool.New(context.Background(), server.DSN())
-	require.NoError(f, err)
-	f.Cleanup(pool.Close)
-	return pool
-}
-
 var fuzzDBOnce sync.Map // fuzz target name -> database name
 
 // fuzzDatabase creates a database for f on the shared server and returns a
@@ -137,16 +130,12 @@ var fuzzDBOnce sync.Map // fuzz target name -> database name
 func fuzzDatabase(f *testing.F) *pgxpool.Pool {
 	f.Helper()
 	ctx := context.Background()
-	admin := newPoolForFuzz(f)
-	name := fmt.Sprintf("pglease_fuzz_%d_%d", tableSeq.Add(1), time.Now().UnixNano()%1e6)
+	admin := pgtest.PoolWith(f, pgtest.Server.DSN(), nil)
+	name := fmt.Sprintf("%s_%d", pgtest.Name("pglease_fuzz"), time.Now().UnixNano()%1e6)
 	_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	require.NoError(f, err)
 	fuzzDBOnce.Store(f.Name(), name)
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(f, err)
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(f, err)
+	pool := pgtest.PoolWith(f, pgtest.Server.DSN(), func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = name })
 	f.Cleanup(func() {
 		pool.Close()
 		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: under a generic plan (plan_cache_mode = force_generic_plan, as
@@ -18,20 +19,17 @@ import (
 // again once the lock is gone.
 func TestHeartbeatUnderAGenericPlanSkipsLockedRowsWhateverTheirNumber(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	cfg.MaxConns = 4
-	generic, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(generic.Close)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
+	generic := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		cfg.MaxConns = 4
+	})
 
-	events := newEventLog()
+	events := pgtest.NewEvents(t)
 	const ttl = 4 * time.Second
-	l := newLocker(t, generic, table, "g", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.hook))
+	l := pgtest.Locker(t, generic, table, "g", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
 	keys := []string{"a", "b", "c", "d"}
 	leases := make(map[string]*pglease.Lease)
 	for _, k := range keys {
@@ -39,14 +37,14 @@ func TestHeartbeatUnderAGenericPlanSkipsLockedRowsWhateverTheirNumber(t *testing
 		require.NoError(t, err)
 		leases[k] = ls
 	}
-	expiry := func(k string) time.Time { r, _ := readRow(t, direct, table, k); return r.ExpiresAt }
+	expiry := func(k string) time.Time { r, _ := pgtest.ReadRow(t, direct, table, k); return r.ExpiresAt }
 	extendedPast := func(k string, at time.Time) {
 		t.Helper()
 		require.Eventually(t, func() bool { return expiry(k).After(at) }, 3*time.Second, 10*time.Millisecond, "%s extended", k)
 	}
 	// Many rounds with no row locked: the generic plan is in use.
 	for range 8 {
-		events.waitFor(t, pglease.EventExtended, 2*time.Second)
+		events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 	}
 	for _, locked := range [][]string{{"b"}, keys, {}} {
 		ends := make([]func(bool), 0, len(locked))
@@ -62,7 +60,7 @@ func TestHeartbeatUnderAGenericPlanSkipsLockedRowsWhateverTheirNumber(t *testing
 			}
 		}
 		for range 10 {
-			events.waitFor(t, pglease.EventExtended, 2*time.Second)
+			events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 		}
 		for k, at := range frozen {
 			require.Equal(t, at, expiry(k), "%s locked: not extended", k)
@@ -77,5 +75,5 @@ func TestHeartbeatUnderAGenericPlanSkipsLockedRowsWhateverTheirNumber(t *testing
 			extendedPast(k, expiry(k))
 		}
 	}
-	require.Zero(t, events.count(pglease.EventLost), "no lease lost, %d heartbeat failures", events.count(pglease.EventHeartbeatFailed))
+	require.Zero(t, events.Count(pglease.EventLost), "no lease lost, %d heartbeat failures", events.Count(pglease.EventHeartbeatFailed))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: "no claim can take the key over before that transaction commits
@@ -20,20 +21,20 @@ import (
 // PREPARED, and the guarded write lands before the later mandate's.
 func TestAPreparedGuardedTransactionKeepsTheKeyAcrossACrashUntilCommitPrepared(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	srv, err := pgserver.Start(ctx, pgserver.Options{Private: true, Durable: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	admin := newPool(t, srv.DSN(), nil)
+	admin := pgtest.PoolAt(t, srv.DSN(), nil)
 	_, err = admin.Exec(ctx, `ALTER SYSTEM SET max_prepared_transactions = 4`)
 	require.NoError(t, err)
 	admin.Close()
 	require.NoError(t, srv.Restart(ctx, pgserver.Fast))
 
-	pool := newPool(t, srv.DSN(), nil)
-	table := newTable(t, pool)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -47,8 +48,8 @@ func TestAPreparedGuardedTransactionKeepsTheKeyAcrossACrashUntilCommitPrepared(t
 	_ = tx.Rollback(ctx) // the session's transaction is over; the prepared one lives on
 
 	require.NoError(t, srv.Restart(ctx, pgserver.Immediate))
-	pool2 := newPool(t, srv.DSN(), nil)
-	b := newLocker(t, pool2, table, "b")
+	pool2 := pgtest.PoolAt(t, srv.DSN(), nil)
+	b := pgtest.Locker(t, pool2, table, "b")
 
 	// a's row has lapsed by now (TTL 1s, nobody could extend it across the
 	// crash); b must still wait for the prepared guard.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // BenchmarkGuardedCommit measures what Guard adds to a job's transaction:
@@ -21,13 +22,13 @@ import (
 // which makes the commit cheap and the ratio an upper bound.
 func BenchmarkGuardedCommit(b *testing.B) {
 	ctx := context.Background()
-	pool := benchPool(b, server.DSN(), 4, nil)
-	table := fmt.Sprintf("lease_b%d", tableSeq.Add(1))
+	pool := benchPool(b, pgtest.Server.DSN(), 4, nil)
+	table := pgtest.TableName()
 	require.NoError(b, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
-	ledger := fmt.Sprintf("ledger_b%d", tableSeq.Add(1))
+	ledger := pgtest.Name("ledger")
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigserial PRIMARY KEY, key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL)`, ledger))
 	require.NoError(b, err)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("bench"), pglease.WithTTL(benchTTL), pglease.WithLogger(quiet))
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("bench"), pglease.WithTTL(benchTTL), pglease.WithLogger(pgtest.Quiet))
 	defer func() { _ = l.Close(ctx) }()
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(b, err)

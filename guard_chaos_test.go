@@ -18,6 +18,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 var (
@@ -89,9 +90,9 @@ func TestGuardChaosNoKeysLedgerHasAWriteOfAnOlderMandateAfterANewerOne(t *testin
 	t.Logf("guard chaos seed %d (replay with -guardchaos.seed=%d), duration %v", seed, seed, *guardChaosFor)
 	rng := rand.New(rand.NewSource(seed))
 
-	admin := newPool(t, "", nil)
-	table := newTable(t, admin)
-	ledger := fmt.Sprintf("ledger_t%d", tableSeq.Add(1))
+	admin := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, admin)
+	ledger := pgtest.Name("ledger")
 	_, err := admin.Exec(context.Background(), fmt.Sprintf(commitOrderedLedgerDDL, ledger))
 	require.NoError(t, err)
 	insert := fmt.Sprintf(`INSERT INTO %s (key, holder, fence, token) VALUES ($1, $2, $3, $4)`, ledger)
@@ -168,7 +169,7 @@ func TestGuardChaosNoKeysLedgerHasAWriteOfAnOlderMandateAfterANewerOne(t *testin
 		gens[r]++
 		pool := appPool(t, "", proxies[r], appName("guardchaos"))
 		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(fmt.Sprintf("r%d-g%d", r, gens[r])),
-			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithLogger(quiet))
+			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithLogger(pgtest.Quiet))
 		ctx, cancel := context.WithCancel(context.Background())
 		inc := &guardIncarnation{pool: pool, locker: l, cancel: cancel}
 		for w := range workers {

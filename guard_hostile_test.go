@@ -14,6 +14,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgbouncer"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: heartbeat.go promises "a release stuck on an unreachable
@@ -25,10 +26,10 @@ import (
 // gate: every other lease of the Locker starves and is lost.
 func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second),
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second),
 		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(4*time.Second))
 
 	guarded, err := l.Claim(ctx, "guarded")
@@ -69,11 +70,11 @@ func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing
 // already updated, and it lands, unseen, once the guarded transaction ends.)
 func TestCloseWithAGuardedTransactionOpenStillReleasesTheOtherLeases(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	a := newLocker(t, pool, table, "a", pglease.WithTimeout(time.Second)) // TTL 60s
-	b := newLocker(t, pool, table, "b")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(time.Second)) // TTL 60s
+	b := pgtest.Locker(t, pool, table, "b")
 
 	guarded, err := a.Claim(ctx, "guarded")
 	require.NoError(t, err)
@@ -106,22 +107,16 @@ func TestCloseWithAGuardedTransactionOpenStillReleasesTheOtherLeases(t *testing.
 // has already handed to a later one.
 func TestGuardChecksTheLockersLeaseTableNotOneOfTheSameNameOnTheTransactionsSearchPath(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	admin := newPool(t, "", nil)
-	n := tableSeq.Add(1)
-	s1, s2 := fmt.Sprintf("tenant_a%d", n), fmt.Sprintf("tenant_b%d", n)
+	ctx := pgtest.Ctx(t)
+	admin := pgtest.Pool(t, nil)
+	s1, s2 := pgtest.Name("tenant_a"), pgtest.Name("tenant_b")
 	for _, s := range []string{s1, s2} {
 		_, err := admin.Exec(ctx, "CREATE SCHEMA "+s)
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+s+" CASCADE") })
 	}
 	onPath := func(schema string) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig(server.DSN())
-		require.NoError(t, err)
-		cfg.ConnConfig.RuntimeParams["search_path"] = schema
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
+		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["search_path"] = schema })
 		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable("lease")))
 		return pool
 	}
@@ -129,15 +124,15 @@ func TestGuardChecksTheLockersLeaseTableNotOneOfTheSameNameOnTheTransactionsSear
 
 	// Tenant A: a's mandate, then a later one of the same service (holder
 	// "svc" again, another Locker: a re-entrant claim with a new fence).
-	first, err := newLocker(t, poolA, "lease", "svc").Claim(ctx, "job")
+	first, err := pgtest.Locker(t, poolA, "lease", "svc").Claim(ctx, "job")
 	require.NoError(t, err)
-	later, err := newLocker(t, poolA, "lease", "svc").Claim(ctx, "job")
+	later, err := pgtest.Locker(t, poolA, "lease", "svc").Claim(ctx, "job")
 	require.NoError(t, err)
 	require.Greater(t, later.Fence(), first.Fence())
 
 	// Tenant B: the same service holds the same key, fence from its own
 	// sequence.
-	tenantB, err := newLocker(t, poolB, "lease", "svc").Claim(ctx, "job")
+	tenantB, err := pgtest.Locker(t, poolB, "lease", "svc").Claim(ctx, "job")
 	require.NoError(t, err)
 	require.Equal(t, first.Fence(), tenantB.Fence(), "both sequences start at 1")
 
@@ -160,12 +155,12 @@ func TestGuardChecksTheLockersLeaseTableNotOneOfTheSameNameOnTheTransactionsSear
 // says to call it in the outermost transaction.)
 func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	a1 := newLocker(t, pool, table, "a")
-	a2 := newLocker(t, pool, table, "a")
+	a1 := pgtest.Locker(t, pool, table, "a")
+	a2 := pgtest.Locker(t, pool, table, "a")
 
 	first, err := a1.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -197,10 +192,10 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 // lock then).
 func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -222,11 +217,11 @@ func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T
 // lock of a claim in flight must not leave a transaction that commits.
 func TestGuardCancelledWhileWaitingOnAClaimInFlightLeavesNothingToCommit(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	l := newLocker(t, pool, table, "a")
+	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -261,14 +256,14 @@ func TestGuardThroughPgBouncerInTransactionMode(t *testing.T) {
 	for _, m := range bouncerModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
-			b := pgbouncer.New(t, server.DSN(), m.opts)
+			ctx := pgtest.Ctx(t)
+			b := pgbouncer.New(t, pgtest.Server.DSN(), m.opts)
 			pool := bouncedPool(t, b, m.mode)
-			admin := newPool(t, "", nil)
-			table := newTable(t, admin)
+			admin := pgtest.Pool(t, nil)
+			table := pgtest.Table(t, admin)
 			ledger := newLedger(t, admin)
-			a1 := newLocker(t, pool, table, "a")
-			a2 := newLocker(t, pool, table, "a")
+			a1 := pgtest.Locker(t, pool, table, "a")
+			a2 := pgtest.Locker(t, pool, table, "a")
 			first, err := a1.Claim(ctx, "job")
 			require.NoError(t, err)
 			require.NoError(t, guardedWrite(ctx, pool, ledger, first))
@@ -294,10 +289,10 @@ type wrappedTx struct{ pgx.Tx }
 // transaction should be an error too, not a panic deep in Guard.
 func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	lease, err := newLocker(t, pool, table, "a").Claim(ctx, "job")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	lease, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
 	require.NoError(t, err)
 	var gerr error
 	require.NotPanics(t, func() { gerr = lease.Guard(ctx, wrappedTx{}) })
@@ -314,12 +309,12 @@ func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 // and every replica is refused the key for the claimer's whole TTL.
 func TestALockThatTimedOutOnAGuardedRowDoesNotTakeTheKeyLater(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-	b := newLocker(t, pool, table, "b", pglease.WithTimeout(300*time.Millisecond)) // TTL 60s
-	c := newLocker(t, pool, table, "c")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTimeout(300*time.Millisecond)) // TTL 60s
+	c := pgtest.Locker(t, pool, table, "c")
 
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -334,20 +329,20 @@ func TestALockThatTimedOutOnAGuardedRowDoesNotTakeTheKeyLater(t *testing.T) {
 	var waiting int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, 'ON CONFLICT') > 0`).Scan(&waiting))
 	t.Logf("claims still waiting on the server after Lock returned: %d", waiting)
-	require.Eventually(t, func() bool { r, _ := readRow(t, pool, table, "job"); return !r.Live }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { r, _ := pgtest.ReadRow(t, pool, table, "job"); return !r.Live }, 5*time.Second, 10*time.Millisecond,
 		"a's row lapses while guarded")
 	require.NoError(t, tx.Commit(ctx)) // the guarded writes land; the key is free
 
 	// Give a cancelled statement every chance to land.
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
-		r, _ := readRow(t, pool, table, "job")
+		r, _ := pgtest.ReadRow(t, pool, table, "job")
 		if r.Holder == "b" {
 			break
 		}
 		time.Sleep(10 * time.Millisecond) // polling the row, bounded above
 	}
-	r, _ := readRow(t, pool, table, "job")
+	r, _ := pgtest.ReadRow(t, pool, table, "job")
 	t.Logf("row after the guarded commit: %+v", r)
 	_, held := b.Held("job")
 	assert.False(t, held)

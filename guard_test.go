@@ -15,13 +15,14 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // newLedger creates a ledger table beside a lease table: one row per guarded
 // write, in commit-independent insertion order (id).
 func newLedger(t *testing.T, db pglease.DB) string {
 	t.Helper()
-	name := fmt.Sprintf("ledger_t%d", tableSeq.Add(1))
+	name := pgtest.Name("ledger")
 	_, err := db.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s (
 		id bigserial PRIMARY KEY, key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL,
 		at timestamptz NOT NULL DEFAULT clock_timestamp())`, name))
@@ -84,11 +85,11 @@ func waitLockWait(t *testing.T, db pglease.DB, fragment string, limit time.Durat
 
 func TestGuardedTransactionCommitsWhileTheMandateIsCurrent(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	l := newLocker(t, pool, table, "a")
+	l := pgtest.Locker(t, pool, table, "a")
 
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -102,15 +103,15 @@ func TestGuardedTransactionCommitsWhileTheMandateIsCurrent(t *testing.T) {
 // claimed the lapsed key. The commit must fail with ErrLost and write nothing.
 func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	admin := newPool(t, "", nil)
-	table := newTable(t, admin)
+	ctx := pgtest.Ctx(t)
+	admin := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, admin)
 	ledger := newLedger(t, admin)
 
 	proxy := newProxy(t, "")
 	paused := appPool(t, "", proxy, appName("guard_paused"))
-	a := newLocker(t, paused, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-	b := newLocker(t, admin, table, "b", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	a := pgtest.Locker(t, paused, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	b := pgtest.Locker(t, admin, table, "b", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -150,17 +151,17 @@ func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNot
 // commits, and the commit is still safe: nobody could take the row meanwhile.
 func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	fa := newFaultyDB(pool)
-	a := newLocker(t, fa, table, "a", pglease.WithTTL(500*time.Millisecond), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	b := newLocker(t, pool, table, "b")
+	fa := pgtest.NewFaultyDB(pool)
+	a := pgtest.Locker(t, fa, table, "a", pglease.WithTTL(500*time.Millisecond), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	b := pgtest.Locker(t, pool, table, "b")
 
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
-	fa.setFail("heartbeat", errors.New("paused")) // a stops extending: its row lapses while guarded
+	fa.SetFail("heartbeat", errors.New("paused")) // a stops extending: its row lapses while guarded
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -168,11 +169,11 @@ func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *t
 	require.NoError(t, err)
 	require.NoError(t, lease.Guard(ctx, tx))
 
-	waitDone(t, lease, 5*time.Second) // past its trust deadline, so past its server expiry soon after
+	pgtest.WaitDone(t, lease, 5*time.Second) // past its trust deadline, so past its server expiry soon after
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	var expired bool
 	require.Eventually(t, func() bool {
-		r, _ := readRow(t, pool, table, "job")
+		r, _ := pgtest.ReadRow(t, pool, table, "job")
 		expired = !r.Live
 		return expired
 	}, 5*time.Second, 10*time.Millisecond)
@@ -207,11 +208,11 @@ func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *t
 
 func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a")
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a")
 
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -224,14 +225,14 @@ func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	counter.reset()
+	counter.Reset()
 	err = first.Guard(ctx, tx)
 	require.ErrorIs(t, err, pglease.ErrLost)
 	assert.Contains(t, err.Error(), "re-claimed by the same holder")
 	err = third.Guard(ctx, tx)
 	require.ErrorIs(t, err, pglease.ErrLost, "a released mandate guards nothing")
 	require.ErrorIs(t, err, pglease.ErrReleased)
-	assert.Zero(t, counter.get("other"), "no statement was sent")
+	assert.Zero(t, counter.Count("other"), "no statement was sent")
 
 	require.NoError(t, second.Guard(ctx, tx))
 	require.NoError(t, tx.Commit(ctx))
@@ -239,10 +240,10 @@ func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) 
 
 func TestGuardWithANilOrFinishedTransactionNamesTheProblem(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -297,10 +298,10 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 // outer transaction ends.
 func TestGuardInARolledBackSavepointNoLongerLocksTheRowButAReleasedOneDoes(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -329,13 +330,13 @@ func TestGuardInARolledBackSavepointNoLongerLocksTheRowButAReleasedOneDoes(t *te
 // transaction's first statement takes the snapshot and the lock together.
 func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
-		pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
+		pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -344,7 +345,7 @@ func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
 		require.NoError(t, err) // the snapshot is taken here
-		events.waitFor(t, pglease.EventExtended, 5*time.Second)
+		events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 		err = lease.Guard(ctx, tx)
 		var pgErr *pgconn.PgError
 		require.ErrorAs(t, err, &pgErr, iso)
@@ -373,14 +374,14 @@ func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(
 
 func TestGuardWithoutFenceColumnMatchesTheForgedHolderOfTheMandate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	table, dsn := legacyTable(t, legacyColumns)
-	pool := newPool(t, dsn, nil)
-	admin := newPool(t, "", nil)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	admin := pgtest.Pool(t, nil)
 	ledger := newLedger(t, admin)
 	_, err := admin.Exec(ctx, fmt.Sprintf(`GRANT INSERT, SELECT ON %s TO PUBLIC; GRANT USAGE ON SEQUENCE %s_id_seq TO PUBLIC`, ledger, ledger))
 	require.NoError(t, err)
-	l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
 
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -388,7 +389,7 @@ func TestGuardWithoutFenceColumnMatchesTheForgedHolderOfTheMandate(t *testing.T)
 
 	// A second Locker of the same replica re-claims the key: the row now
 	// carries another forged holder, though the replica prefix is the same.
-	other := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
+	other := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
 	second, err := other.Claim(ctx, "job")
 	require.NoError(t, err)
 	require.NoError(t, first.Err(), "first's Locker has not noticed yet")
@@ -403,11 +404,11 @@ func TestGuardWithoutFenceColumnMatchesTheForgedHolderOfTheMandate(t *testing.T)
 
 func TestGuardOnTheElectorsLeadershipLease(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ledger := newLedger(t, pool)
-	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(quiet))
+	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 
 	require.NoError(t, e.IsLeader(ctx))
@@ -435,15 +436,15 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 	for _, hold := range []time.Duration{interval, ttl + interval} {
 		t.Run(hold.String(), func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
-			pool := newPool(t, "", nil)
-			table := newTable(t, pool)
+			ctx := pgtest.Ctx(t)
+			pool := pgtest.Pool(t, nil)
+			table := pgtest.Table(t, pool)
 			ledger := newLedger(t, pool)
-			events := newEventLog()
-			l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))
+			events := pgtest.NewEvents(t)
+			l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			events.waitFor(t, pglease.EventExtended, 5*time.Second) // the hold starts right after a heartbeat
+			events.WaitFor(t, pglease.EventExtended, 5*time.Second) // the hold starts right after a heartbeat
 
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
@@ -460,7 +461,7 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 			committed := time.Since(guarded)
 
 			if hold < ttl-interval {
-				ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+				ev := events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 				require.NoError(t, lease.Err(), "a short guard costs the lease nothing")
 				t.Logf("figures: guard held %v: lease kept; the heartbeat after it took %v", committed.Round(time.Millisecond), ev.Took.Round(time.Millisecond))
 				return
@@ -468,7 +469,7 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 			require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 			t.Logf("figures: guard held %v (TTL %v, interval %v): lease lost locally, %v after the hold began; the commit went through",
 				committed.Round(time.Millisecond), ttl, interval, committed.Round(time.Millisecond))
-			r, ok := readRow(t, pool, table, "job")
+			r, ok := pgtest.ReadRow(t, pool, table, "job")
 			require.True(t, ok)
 			assert.Equal(t, lease.Fence(), r.Fence, "nobody took the row while it was guarded")
 		})

@@ -14,16 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestRowLockedPastTheTrustWindowLosesOnlyThatLease(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	locked, err := l.Claim(ctx, "locked")
 	require.NoError(t, err)
 	var others []*pglease.Lease
@@ -53,7 +54,7 @@ func TestRowLockedPastTheTrustWindowLosesOnlyThatLease(t *testing.T) {
 
 	// A lock past the trust window: that lease alone is lost.
 	end = lockRow(t, pool, table, "locked")
-	waitDone(t, locked, 2*ttl)
+	pgtest.WaitDone(t, locked, 2*ttl)
 	require.ErrorIs(t, locked.Err(), pglease.ErrLost)
 	for _, lease := range others {
 		require.NoError(t, lease.Err(), "lease %q of the same Locker", lease.Key())
@@ -64,18 +65,18 @@ func TestRowLockedPastTheTrustWindowLosesOnlyThatLease(t *testing.T) {
 		extendedPast(lease, ttl)
 		require.NoError(t, lease.Err())
 	}
-	assert.Equal(t, 1, events.count(pglease.EventLost))
+	assert.Equal(t, 1, events.Count(pglease.EventLost))
 }
 
 func TestLeasesOfAnotherLockerLockedByItsClaimAreNotLostButRetried(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	events := newEventLog()
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
 	const interval = 50 * time.Millisecond
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.hook))
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
 	var leases []*pglease.Lease
 	for i := range 10 {
 		lease, err := l.Claim(ctx, fmt.Sprintf("k%d", i))
@@ -84,7 +85,7 @@ func TestLeasesOfAnotherLockerLockedByItsClaimAreNotLostButRetried(t *testing.T)
 	}
 	// Other replicas try the same keys all the time, as gocron's replicas
 	// do at every tick: each claim locks the row it finds held.
-	others := newLocker(t, pool, table, "b")
+	others := pgtest.Locker(t, pool, table, "b")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 2 {
@@ -103,26 +104,18 @@ func TestLeasesOfAnotherLockerLockedByItsClaimAreNotLostButRetried(t *testing.T)
 			}
 		})
 	}
-	counter.reset()
-	deadline := time.After(2 * time.Second)
-	for done := false; !done; {
-		select {
-		case <-deadline:
-			done = true
-		case ev := <-events.signal:
-			require.NotEqual(t, pglease.EventLost, ev.Kind, "%v", ev.Err)
-		}
-	}
+	counter.Reset()
+	time.Sleep(2 * time.Second) // the scenario: two seconds of claims contending with the rounds
 	close(stop)
 	wg.Wait()
 	for _, lease := range leases {
 		require.NoError(t, lease.Err())
 	}
-	rounds := events.count(pglease.EventExtended) + events.count(pglease.EventHeartbeatFailed)
+	rounds := events.Count(pglease.EventExtended) + events.Count(pglease.EventHeartbeatFailed)
 	t.Logf("figures: 2 s of claims contending with 10 leases: %d rounds (interval %v), %d heartbeat statements, %d claims",
-		rounds, interval, counter.get("heartbeat"), counter.get("claim"))
-	assert.InDelta(t, rounds, counter.get("heartbeat"), 2, "one statement per round")
-	assert.Zero(t, counter.get("other"))
+		rounds, interval, counter.Count("heartbeat"), counter.Count("claim"))
+	assert.InDelta(t, rounds, counter.Count("heartbeat"), 2, "one statement per round")
+	assert.Zero(t, counter.Count("other"))
 }
 
 // syncSpyDB runs every heartbeat statement once more in a transaction it
@@ -137,7 +130,7 @@ type syncSpyDB struct {
 }
 
 func (s *syncSpyDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if statementKind(sql) == "heartbeat" {
+	if pgtest.StatementKind(sql) == "heartbeat" {
 		if err := s.spy(ctx, sql, args); err != nil {
 			return nil, fmt.Errorf("spy: %w", err)
 		}
@@ -177,29 +170,29 @@ func TestHeartbeatCommitsSynchronouslyWhateverTheDefaultAndNeverWeakensIt(t *tes
 	for _, mode := range []string{"fenced", "without fence column"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
+			ctx := pgtest.Ctx(t)
 			var (
-				pool  = newPool(t, "", nil)
+				pool  = pgtest.Pool(t, nil)
 				table string
 				opts  = []pglease.Option{pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(20 * time.Millisecond)}
 			)
 			if mode == "fenced" {
-				table = newTable(t, pool)
+				table = pgtest.Table(t, pool)
 			} else {
 				var dsn string
 				table, dsn = legacyTable(t, legacyColumns)
-				pool = newPool(t, dsn, nil)
+				pool = pgtest.PoolAt(t, dsn, nil)
 				opts = append(opts, pglease.WithoutFenceColumn())
 			}
 			for setting, want := range map[string]string{
 				"off": "on", "local": "on", "remote_write": "remote_write", "on": "on", "remote_apply": "remote_apply",
 			} {
-				events := newEventLog()
+				events := pgtest.NewEvents(t)
 				spy := &syncSpyDB{DB: pool, pool: pool, setting: setting}
-				l := newLocker(t, spy, table, "a-"+setting, append(opts, pglease.WithHook(events.hook))...)
+				l := pgtest.Locker(t, spy, table, "a-"+setting, append(opts, pglease.WithHook(events.Hook))...)
 				_, err := l.Claim(ctx, "k-"+setting)
 				require.NoError(t, err)
-				ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+				ev := events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 				require.Equal(t, 1, ev.Leases)
 				require.NoError(t, l.Close(ctx))
 				spy.mu.Lock()
@@ -213,13 +206,13 @@ func TestHeartbeatCommitsSynchronouslyWhateverTheDefaultAndNeverWeakensIt(t *tes
 
 func TestServerClockSteppedBackFailsNoStatementAndCostsNoOtherLease(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = 2 * time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(50*time.Millisecond),
-		pglease.WithMinHold(0), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(50*time.Millisecond),
+		pglease.WithMinHold(0), pglease.WithHook(events.Hook))
 	stepped, err := l.Claim(ctx, "stepped")
 	require.NoError(t, err)
 	other, err := l.Claim(ctx, "other")
@@ -232,9 +225,9 @@ func TestServerClockSteppedBackFailsNoStatementAndCostsNoOtherLease(t *testing.T
 		pgx.Identifier{table}.Sanitize()), ttl.Seconds())
 	require.NoError(t, err)
 
-	before := events.count(pglease.EventExtended)
+	before := events.Count(pglease.EventExtended)
 	from := other.ExpiresAt()
-	require.Eventually(t, func() bool { return events.count(pglease.EventExtended) >= before+5 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return events.Count(pglease.EventExtended) >= before+5 }, 5*time.Second, 5*time.Millisecond)
 	for _, ev := range eventsOf(events, pglease.EventHeartbeatFailed) {
 		var pgErr *pgconn.PgError
 		require.False(t, errors.As(ev.Err, &pgErr) && pgErr.Code == "23514", "CHECK violation: %v", ev.Err)
@@ -245,17 +238,15 @@ func TestServerClockSteppedBackFailsNoStatementAndCostsNoOtherLease(t *testing.T
 	assert.True(t, other.ExpiresAt().After(from), "the other lease is extended in the same rounds")
 
 	require.NoError(t, stepped.Unlock(ctx), "release after the step")
-	row, _ := readRow(t, pool, table, "stepped")
+	row, _ := pgtest.ReadRow(t, pool, table, "stepped")
 	assert.True(t, row.ExpiresAt.After(row.AcquiredAt))
 	require.NoError(t, other.Unlock(ctx))
 }
 
 // eventsOf returns the events of kind logged so far.
-func eventsOf(e *eventLog, kind pglease.EventKind) []pglease.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func eventsOf(e *pgtest.Events, kind pglease.EventKind) []pglease.Event {
 	var out []pglease.Event
-	for _, ev := range e.events {
+	for _, ev := range e.All() {
 		if ev.Kind == kind {
 			out = append(out, ev)
 		}
@@ -273,7 +264,7 @@ type slowDB struct {
 }
 
 func (s *slowDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if statementKind(sql) == "heartbeat" {
+	if pgtest.StatementKind(sql) == "heartbeat" {
 		s.mu.Lock()
 		s.starts = append(s.starts, time.Now())
 		s.mu.Unlock()
@@ -294,15 +285,15 @@ func (s *slowDB) started() int {
 
 func TestSlowHeartbeatRoundsKeepTheirPeriodAndLoseNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	// Each round takes 3/4 of the interval. Timed from its end, a round
 	// would start every 1.4 s and its reply would come 2 s after the
 	// previous one was sent: past the trust window (2 s - 200 ms).
 	const ttl, interval, delay = 2 * time.Second, 800 * time.Millisecond, 600 * time.Millisecond
 	db := &slowDB{DB: pool, delay: delay}
-	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval))
+	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 

@@ -13,17 +13,18 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestHeartbeatKeepsTheLeaseAcrossSeveralTTLsWhileOthersGetErrHeld(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = 600 * time.Millisecond
-	events := newEventLog()
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(150*time.Millisecond), pglease.WithHook(events.hook))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	events := pgtest.NewEvents(t)
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(150*time.Millisecond), pglease.WithHook(events.Hook))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl))
 	lease, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 	firstExpiry := lease.ExpiresAt()
@@ -40,24 +41,25 @@ func TestHeartbeatKeepsTheLeaseAcrossSeveralTTLsWhileOthersGetErrHeld(t *testing
 		select {
 		case <-lease.Done():
 			t.Fatalf("lease lost: %v", lease.Err())
-		case <-events.signal:
+		default:
 		}
+		events.WaitFor(t, pglease.EventExtended, 2*ttl)
 	}
 	require.NoError(t, lease.Err())
-	assert.Greater(t, events.count(pglease.EventExtended), 4)
-	assert.Zero(t, events.count(pglease.EventLost))
-	row, _ := readRow(t, pool, table, "k")
+	assert.Greater(t, events.Count(pglease.EventExtended), 4)
+	assert.Zero(t, events.Count(pglease.EventLost))
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	assert.Equal(t, lease.Fence(), row.Fence, "heartbeats never change the fence")
 }
 
 func TestHeartbeatExtendsEveryLeaseInOneStatementPerRound(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	const n = 50
 	for i := range n {
 		_, err := l.Claim(ctx, fmt.Sprintf("k%02d", i))
@@ -65,28 +67,28 @@ func TestHeartbeatExtendsEveryLeaseInOneStatementPerRound(t *testing.T) {
 	}
 	// A first full round: rounds that started while the claims were still
 	// running extend fewer leases.
-	for events.waitFor(t, pglease.EventExtended, 5*time.Second).Leases < n {
+	for events.WaitFor(t, pglease.EventExtended, 5*time.Second).Leases < n {
 	}
-	counter.reset()
-	before := events.count(pglease.EventExtended)
+	counter.Reset()
+	before := events.Count(pglease.EventExtended)
 	for range 3 {
-		ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+		ev := events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 		assert.Equal(t, n, ev.Leases, "every lease in each round")
 	}
-	rounds := events.count(pglease.EventExtended) - before
-	statements := counter.get("heartbeat")
+	rounds := events.Count(pglease.EventExtended) - before
+	statements := counter.Count("heartbeat")
 	assert.InDelta(t, rounds, statements, 1, "one statement per round (%d rounds, %d statements)", rounds, statements)
-	assert.Equal(t, 0, counter.get("other"))
+	assert.Equal(t, 0, counter.Count("other"))
 }
 
 func TestRowStolenBehindTheLockersBackIsDetectedAsLostWithinOneTTL(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	jobCtx, cancel := lease.Context(ctx)
@@ -95,12 +97,12 @@ func TestRowStolenBehindTheLockersBackIsDetectedAsLostWithinOneTTL(t *testing.T)
 	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'thief', fence = nextval(%s), expires_at = clock_timestamp() + interval '1 hour' WHERE key = 'k'`,
 		pgx.Identifier{table}.Sanitize(), "'"+pgx.Identifier{table + "_fence_seq"}.Sanitize()+"'"))
 	require.NoError(t, err)
-	stolen, _ := readRow(t, pool, table, "k")
+	stolen, _ := pgtest.ReadRow(t, pool, table, "k")
 
-	waitDone(t, lease, ttl)
+	pgtest.WaitDone(t, lease, ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	require.ErrorIs(t, context.Cause(jobCtx), pglease.ErrLost, "the job's context is cancelled with the cause")
-	ev := events.waitFor(t, pglease.EventLost, time.Second)
+	ev := events.WaitFor(t, pglease.EventLost, time.Second)
 	assert.Equal(t, "k", ev.Key)
 	assert.Equal(t, lease.Fence(), ev.Fence)
 	assert.Equal(t, "a", ev.Holder)
@@ -108,42 +110,42 @@ func TestRowStolenBehindTheLockersBackIsDetectedAsLostWithinOneTTL(t *testing.T)
 	assert.False(t, ok)
 
 	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
-	after, _ := readRow(t, pool, table, "k")
+	after, _ := pgtest.ReadRow(t, pool, table, "k")
 	assert.Equal(t, stolen, after, "the thief's row is untouched")
 }
 
 func TestFailedHeartbeatsAreRetriedAndAShortOutageLosesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
-	events := newEventLog()
-	l := newLocker(t, db, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
-	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 
-	db.setFail("heartbeat", errors.New("connection refused"))
+	db.SetFail("heartbeat", errors.New("connection refused"))
 	for range 3 {
-		events.waitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
+		events.WaitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
 	}
-	db.setFail("heartbeat", nil)
-	events.waitFor(t, pglease.EventExtended, 2*time.Second)
+	db.SetFail("heartbeat", nil)
+	events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 	require.NoError(t, lease.Err(), "an outage shorter than the trust window loses nothing")
-	assert.GreaterOrEqual(t, events.count(pglease.EventHeartbeatFailed), 3)
+	assert.GreaterOrEqual(t, events.Count(pglease.EventHeartbeatFailed), 3)
 }
 
 func TestLeaseIsLostAtItsTrustDeadlineBeforeTheServerExpiresIt(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
 	const ttl = time.Second
-	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
-	other := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
-	db.setFail("heartbeat", errors.New("network unreachable"))
+	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	other := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl))
+	db.SetFail("heartbeat", errors.New("network unreachable"))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
@@ -163,12 +165,12 @@ func TestLeaseIsLostAtItsTrustDeadlineBeforeTheServerExpiresIt(t *testing.T) {
 		default:
 		}
 	}
-	waitDone(t, lease, time.Second)
+	pgtest.WaitDone(t, lease, time.Second)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	require.Contains(t, lease.Err().Error(), "trust deadline")
 	// Same machine, same wall clock: the holder stopped believing before the
 	// server would let anyone else in.
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	require.True(t, lastTrusted.Before(row.ExpiresAt), "trusted locally until %v, server expiry %v", lastTrusted, row.ExpiresAt)
 	t.Logf("local trust ended %v before the server expiry", row.ExpiresAt.Sub(lastTrusted))
 
@@ -181,18 +183,18 @@ func TestLeaseIsLostAtItsTrustDeadlineBeforeTheServerExpiresIt(t *testing.T) {
 
 func TestUnlockWaitsForTheHeartbeatInFlightSoItCannotBeReArmed(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
 	const ttl, minHold = 3 * time.Second, 2 * time.Second
-	l := newLocker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithMinHold(minHold))
+	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithMinHold(minHold))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
-	open := db.hold("heartbeat")
+	open := db.Hold("heartbeat")
 	defer open()
-	require.Equal(t, "heartbeat", <-db.enter, "a heartbeat round is in flight")
+	require.Equal(t, "heartbeat", <-db.Entered, "a heartbeat round is in flight")
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- lease.Unlock(ctx) }()
 	select {
@@ -203,7 +205,7 @@ func TestUnlockWaitsForTheHeartbeatInFlightSoItCannotBeReArmed(t *testing.T) {
 	open() // the round completes and extends the lease by a full TTL...
 	require.NoError(t, <-unlocked)
 	// ...and the release, ordered after it, brings it back to the min hold.
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	assert.Equal(t, lease.AcquiredAt().Add(minHold).UnixMicro(), row.ExpiresAt.UnixMicro(),
 		"expires at acquired_at + min hold, not re-armed by the heartbeat")
 }
@@ -224,23 +226,23 @@ func privateServer(t *testing.T) *pgserver.Server {
 
 func TestLeaseSurvivesAServerRestartShorterThanItsTTL(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	srv := privateServer(t)
-	pool := newPool(t, srv.DSN(), nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(8*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond), pglease.WithHook(events.hook))
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(8*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
 	for _, mode := range []pgserver.Mode{pgserver.Fast, pgserver.Immediate} {
 		require.NoError(t, srv.Restart(ctx, mode))
-		before := events.count(pglease.EventExtended)
-		require.Eventually(t, func() bool { return events.count(pglease.EventExtended) > before+1 }, 8*time.Second, 20*time.Millisecond,
+		before := events.Count(pglease.EventExtended)
+		require.Eventually(t, func() bool { return events.Count(pglease.EventExtended) > before+1 }, 8*time.Second, 20*time.Millisecond,
 			"heartbeats resume after a %s restart", mode)
 		require.NoError(t, lease.Err(), "%s restart shorter than the TTL", mode)
 	}
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	assert.Equal(t, lease.Fence(), row.Fence)
 	next, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
@@ -249,21 +251,21 @@ func TestLeaseSurvivesAServerRestartShorterThanItsTTL(t *testing.T) {
 
 func TestLeaseIsLostWhenTheServerStaysDownPastItsTTL(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	srv := privateServer(t)
-	pool := newPool(t, srv.DSN(), nil)
-	table := newTable(t, pool)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
 	const ttl = 1500 * time.Millisecond
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond))
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
 	require.NoError(t, srv.Stop(pgserver.Immediate))
-	waitDone(t, lease, 2*ttl)
+	pgtest.WaitDone(t, lease, 2*ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	require.NoError(t, srv.Start(ctx))
 
-	other := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	other := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl))
 	require.Eventually(t, func() bool {
 		next, err := other.Claim(ctx, "k")
 		return err == nil && next.Fence() > lease.Fence()

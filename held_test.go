@@ -12,14 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestLeasesIsACopyOfTheHeldLeasesSortedByKeyWithTheirServerTimesAndTrustDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second))
 	assert.Empty(t, l.Leases())
 
 	byKey := map[string]*pglease.Lease{}
@@ -69,13 +70,13 @@ func TestLeasesIsACopyOfTheHeldLeasesSortedByKeyWithTheirServerTimesAndTrustDead
 
 func TestLeasesSaysWhenARoundFoundTheRowLockedOrFailed(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	faulty := newFaultyDB(pool)
-	l := newLocker(t, faulty, table, "replica-a", pglease.WithTTL(5*time.Second),
-		pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	faulty := pgtest.NewFaultyDB(pool)
+	l := pgtest.Locker(t, faulty, table, "replica-a", pglease.WithTTL(5*time.Second),
+		pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
 	_, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
@@ -93,10 +94,10 @@ func TestLeasesSaysWhenARoundFoundTheRowLockedOrFailed(t *testing.T) {
 		return len(got) == 1 && got[0].State == pglease.LeaseConfirmed
 	}, 5*time.Second, 10*time.Millisecond, "the next round extends it again")
 
-	faulty.setFail("heartbeat", errors.New("injected: connection reset"))
-	events.waitFor(t, pglease.EventHeartbeatFailed, 5*time.Second)
+	faulty.SetFail("heartbeat", errors.New("injected: connection reset"))
+	events.WaitFor(t, pglease.EventHeartbeatFailed, 5*time.Second)
 	got := l.Leases()
 	require.Len(t, got, 1)
 	assert.Equal(t, pglease.LeaseRetrying, got[0].State)
-	faulty.setFail("heartbeat", nil)
+	faulty.SetFail("heartbeat", nil)
 }

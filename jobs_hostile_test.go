@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: a lease is never trusted past its own server expiry.
@@ -27,11 +28,11 @@ import (
 // at once: two holders believe.
 func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanClaim(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(1900*time.Millisecond))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(1900*time.Millisecond))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
 	short := mustJob(t, a, pglease.WithTTL(4*time.Second), pglease.WithTimeout(20*time.Second))
 
 	long, err := a.Claim(ctx, "k")
@@ -63,7 +64,7 @@ func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanC
 	// Another replica claims at once.
 	other, errB := b.Claim(ctx, "k")
 	longErr := long.Err()
-	row, _ := readRow(t, pool, table, "k")
+	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	t.Logf("row now: %+v; long lease Err=%v; other replica's claim err=%v", row, longErr, errB)
 	if errB == nil {
 		assert.Error(t, longErr, "replica b holds fence %d while the Locker's long lease (fence %d) is still trusted until %v: two holders",
@@ -79,11 +80,11 @@ func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanC
 // replicas of this job would run the same tick twice, yet nothing warns.
 func TestSkewBeyondHalfAJobsMinHoldIsWarned(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	logs := &logBuffer{}
-	l := newLocker(t, pool, table, "skewed", pglease.WithHeartbeatInterval(time.Second),
+	l := pgtest.Locker(t, pool, table, "skewed", pglease.WithHeartbeatInterval(time.Second),
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	job := mustJob(t, l, pglease.WithTTL(10*time.Second), pglease.WithMinHold(400*time.Millisecond))
 
@@ -109,17 +110,17 @@ func TestSkewBeyondHalfAJobsMinHoldIsWarned(t *testing.T) {
 // would claim the key within the min hold and run the same tick again.
 func TestGiveBackOfACancelledClaimWaitKeepsTheMinHoldOfAReleasedLease(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const minHold = 20 * time.Second
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithMinHold(minHold), pglease.WithTimeout(10*time.Second))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithMinHold(minHold), pglease.WithTimeout(10*time.Second))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
 
 	lease, err := a.Claim(ctx, "tick")
 	require.NoError(t, err)
 	require.NoError(t, lease.Unlock(ctx))
-	row, _ := readRow(t, pool, table, "tick")
+	row, _ := pgtest.ReadRow(t, pool, table, "tick")
 	require.True(t, row.Live, "kept for the min hold")
 	_, err = b.Claim(ctx, "tick")
 	require.ErrorIs(t, err, pglease.ErrHeld, "within the min hold")
@@ -162,7 +163,7 @@ func TestGiveBackOfACancelledClaimWaitKeepsTheMinHoldOfAReleasedLease(t *testing
 	}
 	t.Logf("ClaimWait: %v", waitErr)
 
-	row, _ = readRow(t, pool, table, "tick")
+	row, _ = pgtest.ReadRow(t, pool, table, "tick")
 	heldFor := row.ExpiresAt.Sub(row.AcquiredAt)
 	t.Logf("row after the waiter gave up: %+v (held %v after its claim)", row, heldFor)
 	_, err = b.Claim(ctx, "tick")
@@ -179,10 +180,10 @@ func TestGiveBackOfACancelledClaimWaitKeepsTheMinHoldOfAReleasedLease(t *testing
 // Timing-based: it measures how long Done takes after the jump.
 func TestWatchdogSliceOfAJobMadeWhileLeasesAreHeldIsTheJobsOwn(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(60*time.Second), pglease.WithHeartbeatInterval(900*time.Millisecond))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(60*time.Second), pglease.WithHeartbeatInterval(900*time.Millisecond))
 	_, err := l.Claim(ctx, "daily") // the watchdog sleeps 1s slices (margin of 60s)
 	require.NoError(t, err)
 	job := mustJob(t, l, pglease.WithTTL(2*time.Second))
@@ -206,13 +207,13 @@ func TestWatchdogSliceOfAJobMadeWhileLeasesAreHeldIsTheJobsOwn(t *testing.T) {
 // must not turn that wait into a skew beyond half a tiny min hold (10ms).
 func TestSlowClaimsWaitingOnRowLocksDoNotWarnOfSkew(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	logs := &logBuffer{}
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(20*time.Millisecond),
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(20*time.Millisecond),
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(time.Second))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(time.Second))
 	for i := range 3 {
 		key := fmt.Sprintf("k%d", i)
 		lb, err := b.Claim(ctx, key)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // rowTimes is what the server says of a row's times now: its acquired_at,
@@ -41,10 +42,10 @@ func readTimes(t *testing.T, db pglease.DB, table, key string) rowTimes {
 }
 
 // waitRounds waits for n heartbeat rounds that each extended want leases.
-func waitRounds(t *testing.T, events *eventLog, n, want int) {
+func waitRounds(t *testing.T, events *pgtest.Events, n, want int) {
 	t.Helper()
 	for got := 0; got < n; {
-		if ev := events.waitFor(t, pglease.EventExtended, 5*time.Second); ev.Leases == want {
+		if ev := events.WaitFor(t, pglease.EventExtended, 5*time.Second); ev.Leases == want {
 			got++
 		}
 	}
@@ -63,7 +64,7 @@ func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.Option) *pglease.J
 // comes from each job's own min hold alone.
 func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSchedulers(t *testing.T) {
 	t.Parallel()
-	table := newTable(t, newPool(t, "", nil))
+	table := pgtest.Table(t, pgtest.Pool(t, nil))
 	type job struct {
 		name   string
 		period time.Duration
@@ -86,7 +87,7 @@ func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSched
 	base := time.Now().Add(500 * time.Millisecond)
 	for i, skew := range []time.Duration{0, 150 * time.Millisecond, 300 * time.Millisecond} {
 		name := fmt.Sprintf("replica-%d", i+1)
-		l := newLocker(t, newPool(t, "", nil), table, name, pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+		l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name, pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 		sched, err := gocron.NewScheduler()
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
@@ -140,12 +141,12 @@ func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSched
 
 func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "replica-1", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	short := mustJob(t, l, pglease.WithTTL(time.Second))
 	long := mustJob(t, l, pglease.WithTTL(time.Minute))
 
@@ -156,7 +157,7 @@ func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) 
 	longLease, err := long.Claim(ctx, "long")
 	require.NoError(t, err)
 	claimedExpiry := longLease.ExpiresAt()
-	counter.reset()
+	counter.Reset()
 
 	waitRounds(t, events, 3, 3)
 	// Each row has at most its own TTL left, and at least its TTL less two
@@ -172,8 +173,8 @@ func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) 
 	assert.True(t, readTimes(t, pool, table, "long").expiresAt.After(claimedExpiry), "the long lease moved by its own TTL")
 
 	require.NoError(t, l.Close(ctx)) // no round after it
-	rounds := events.count(pglease.EventExtended) + events.count(pglease.EventHeartbeatFailed)
-	beats := counter.get("heartbeat")
+	rounds := events.Count(pglease.EventExtended) + events.Count(pglease.EventHeartbeatFailed)
+	beats := counter.Count("heartbeat")
 	assert.GreaterOrEqual(t, beats, 3)
 	// One statement per round, whatever the TTLs; Close may cut off the
 	// report of the last round in flight.
@@ -182,11 +183,11 @@ func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) 
 
 func TestReleaseKeepsEachJobsLeaseForItsOwnMinHoldInOneStatement(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second)) // min hold 0
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second)) // min hold 0
 	holds := map[string]time.Duration{"locker": 0, "two": 2 * time.Second, "five": 5 * time.Second}
 	var leases []*pglease.Lease
 	for _, key := range []string{"locker", "two", "five"} {
@@ -198,16 +199,16 @@ func TestReleaseKeepsEachJobsLeaseForItsOwnMinHoldInOneStatement(t *testing.T) {
 		require.NoError(t, err)
 		leases = append(leases, lease)
 	}
-	counter.reset()
+	counter.Reset()
 	for _, err := range pglease.UnlockBurst(ctx, l, leases) {
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 1, counter.get("release"), "one release statement for leases of three min holds")
+	assert.Equal(t, 1, counter.Count("release"), "one release statement for leases of three min holds")
 	for _, key := range []string{"two", "five"} {
 		row := readTimes(t, pool, table, key)
 		assert.Equal(t, holds[key], row.expiresAt.Sub(row.acquiredAt), "%s is kept for its own min hold after its claim", key)
 	}
-	row, _ := readRow(t, pool, table, "locker")
+	row, _ := pgtest.ReadRow(t, pool, table, "locker")
 	assert.False(t, row.Live, "the Locker's lease, without min hold, is free at once")
 
 	// Alone, as gocron's Unlock sends it, the job's min hold holds too.
@@ -217,19 +218,19 @@ func TestReleaseKeepsEachJobsLeaseForItsOwnMinHoldInOneStatement(t *testing.T) {
 	require.NoError(t, lease.Unlock(ctx))
 	alone := readTimes(t, pool, table, "alone")
 	assert.Equal(t, 3*time.Second, alone.expiresAt.Sub(alone.acquiredAt))
-	other := newLocker(t, pool, table, "replica-2")
+	other := pgtest.Locker(t, pool, table, "replica-2")
 	_, err = other.Claim(ctx, "alone")
 	require.ErrorIs(t, err, pglease.ErrHeld, "no other replica runs the same tick within the min hold")
 }
 
 func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	counter.reset()
-	l := newLocker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-	held := newLocker(t, pool, table, "replica-2", pglease.WithTTL(5*time.Second), pglease.WithMinHold(2*time.Second))
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	counter.Reset()
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	held := pgtest.Locker(t, pool, table, "replica-2", pglease.WithTTL(5*time.Second), pglease.WithMinHold(2*time.Second))
 	for _, c := range []struct {
 		locker *pglease.Locker
 		opts   []pglease.Option
@@ -242,7 +243,7 @@ func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing
 		{l, []pglease.Option{pglease.WithKeptConnection()}, []string{"WithKeptConnection"}},
 		{l, []pglease.Option{pglease.WithRetention(2 * time.Hour)}, []string{"WithRetention"}},
 		{l, []pglease.Option{pglease.WithLeaderKey("k")}, []string{"WithLeaderKey"}},
-		{l, []pglease.Option{pglease.WithLogger(quiet)}, []string{"WithLogger"}},
+		{l, []pglease.Option{pglease.WithLogger(pgtest.Quiet)}, []string{"WithLogger"}},
 		{l, []pglease.Option{pglease.WithHook(func(pglease.Event) {})}, []string{"WithHook"}},
 		{l, []pglease.Option{nil}, []string{"nil Option"}},
 		{l, []pglease.Option{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
@@ -264,17 +265,17 @@ func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing
 	require.NoError(t, err)
 	assert.Equal(t, 401*time.Millisecond, j.TTL())
 	assert.Equal(t, 401*time.Millisecond, j.MinHold())
-	assert.Zero(t, counter.get("claim")+counter.get("heartbeat")+counter.get("release")+counter.get("other"), "Job sends nothing")
+	assert.Zero(t, counter.Count("claim")+counter.Count("heartbeat")+counter.Count("release")+counter.Count("other"), "Job sends nothing")
 }
 
 func TestWithoutFenceColumnJobLeasesAreExtendedAndHeldByTheirOwnTerms(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	table, dsn := legacyTable(t, legacyColumns)
-	pool := newPool(t, dsn, nil)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(3*time.Second),
-		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	pool := pgtest.PoolAt(t, dsn, nil)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(3*time.Second),
+		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	short := mustJob(t, l, pglease.WithTTL(time.Second), pglease.WithMinHold(500*time.Millisecond))
 	long := mustJob(t, l, pglease.WithTTL(time.Minute), pglease.WithMinHold(2*time.Second))
 	shortLease, err := short.Claim(ctx, "short")
@@ -299,20 +300,20 @@ func TestWithoutFenceColumnJobLeasesAreExtendedAndHeldByTheirOwnTerms(t *testing
 
 func TestCoalescedBurstOfClaimsWithMixedTTLsGivesEachRowItsOwnTTL(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 	ttls := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 1500 * time.Millisecond}
 	keys := make([]string, len(ttls))
 	jobs := make([]*pglease.JobLocker, len(ttls))
 	for i, ttl := range ttls {
 		keys[i], jobs[i] = fmt.Sprintf("job-%d", i), mustJob(t, l, pglease.WithTTL(ttl))
 	}
-	counter.reset()
+	counter.Reset()
 	leases, errs := pglease.ClaimBurstOfJobs(ctx, l, jobs, keys)
-	assert.Equal(t, 1, counter.get("claim"), "the claims of five TTLs go in one statement")
+	assert.Equal(t, 1, counter.Count("claim"), "the claims of five TTLs go in one statement")
 	for i, key := range keys {
 		require.NoError(t, errs[i], key)
 		row := readTimes(t, pool, table, key)
@@ -326,14 +327,14 @@ func TestCoalescedBurstOfClaimsWithMixedTTLsGivesEachRowItsOwnTTL(t *testing.T) 
 // what this test started is looked for.
 func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx := ctxT(t)
-	pool, err := pgxpool.New(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	pool, err := pgxpool.New(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer pool.Close()
-	table := newTable(t, pool)
-	events := newEventLog()
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("replica-1"), pglease.WithLogger(quiet),
-		pglease.WithHook(events.hook), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("replica-1"), pglease.WithLogger(pgtest.Quiet),
+		pglease.WithHook(events.Hook), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	quick := mustJob(t, l, pglease.WithTTL(time.Second))
 	held := mustJob(t, l, pglease.WithTTL(time.Second), pglease.WithMinHold(time.Second))
 	quickLease, err := quick.Claim(ctx, "quick")
@@ -353,14 +354,14 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 
 	require.NoError(t, l.Close(ctx))
 	for _, lease := range []*pglease.Lease{quickLease, heldLease} {
-		waitDone(t, lease, time.Second)
+		pgtest.WaitDone(t, lease, time.Second)
 		require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
 	}
-	row, _ := readRow(t, pool, table, "quick")
+	row, _ := pgtest.ReadRow(t, pool, table, "quick")
 	assert.False(t, row.Live, "released by Close")
 	kept := readTimes(t, pool, table, "held")
 	assert.Equal(t, time.Second, kept.expiresAt.Sub(kept.acquiredAt), "Close keeps the job's min hold")
-	assert.Equal(t, 2, events.count(pglease.EventReleased), "the Locker's hooks report the job leases' release")
+	assert.Equal(t, 2, events.Count(pglease.EventReleased), "the Locker's hooks report the job leases' release")
 	_, err = quick.Claim(ctx, "quick")
 	require.ErrorIs(t, err, pglease.ErrClosed)
 }
@@ -371,18 +372,18 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 // lets another replica in after one second.
 func TestAJobsLeaseIsTrustedOnlyForItsOwnTTLWhileHeartbeatsFail(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
-	l := newLocker(t, db, table, "replica-1", pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
+	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	own, err := l.Claim(ctx, "locker")
 	require.NoError(t, err)
 	lease, err := mustJob(t, l, pglease.WithTTL(time.Second)).Claim(ctx, "short")
 	require.NoError(t, err)
 
-	db.setFail("heartbeat", errors.New("network down"))
-	waitDone(t, lease, 5*time.Second) // trusted for the Locker's TTL, it would last ~54s
+	db.SetFail("heartbeat", errors.New("network down"))
+	pgtest.WaitDone(t, lease, 5*time.Second) // trusted for the Locker's TTL, it would last ~54s
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	require.NoError(t, own.Err(), "the Locker's own lease keeps its own, longer, trust window")
 }

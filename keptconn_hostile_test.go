@@ -1,7 +1,6 @@
 package pglease_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee 4 (WithKeptConnection keeps one pooled connection for
@@ -31,52 +31,47 @@ func TestKeptConnectionIdledPastTheServerTimeoutFailsNoRoundAndNoRelease(t *test
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
-			table := newTable(t, newPool(t, "", nil))
-			cfg, err := pgxpool.ParseConfig(server.DSN())
-			require.NoError(t, err)
-			cfg.ConnConfig.RuntimeParams["idle_session_timeout"] = "1200"
-			cfg.MaxConns = 4
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			ctx := pgtest.Ctx(t)
+			table := pgtest.Table(t, pgtest.Pool(t, nil))
+			pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+				cfg.ConnConfig.RuntimeParams["idle_session_timeout"] = "1200"
+				cfg.MaxConns = 4
+			})
 
-			events := newEventLog()
-			opts := []pglease.Option{pglease.WithTTL(6 * time.Second), pglease.WithHeartbeatInterval(2500 * time.Millisecond), pglease.WithHook(events.hook)}
+			events := pgtest.NewEvents(t)
+			opts := []pglease.Option{pglease.WithTTL(6 * time.Second), pglease.WithHeartbeatInterval(2500 * time.Millisecond), pglease.WithHook(events.Hook)}
 			if kept {
 				opts = append(opts, pglease.WithKeptConnection())
 			}
-			l := newLocker(t, pool, table, "a", opts...)
+			l := pgtest.Locker(t, pool, table, "a", opts...)
 			unlocked, err := l.Claim(ctx, "unlocked")
 			require.NoError(t, err)
 			_, err = l.Claim(ctx, "closed")
 			require.NoError(t, err)
 			for range 2 {
-				events.waitFor(t, pglease.EventExtended, 5*time.Second)
+				events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 			}
 			// Releases run on the kept connection too: one sent after it
 			// idled past the timeout, between two rounds, fails, and the
 			// key stays held until its expiry.
 			time.Sleep(1600 * time.Millisecond) // the point: the connection idles past idle_session_timeout, before the next round (2.5s)
 			uerr := unlocked.Unlock(ctx)
-			events.waitFor(t, pglease.EventExtended, 5*time.Second)
-			time.Sleep(1600 * time.Millisecond)
+			events.WaitFor(t, pglease.EventExtended, 5*time.Second)
+			time.Sleep(1600 * time.Millisecond) // idle past the timeout again, now before Close's release
 			cerr := l.Close(ctx)
 			var failure error
-			events.mu.Lock()
-			for _, ev := range events.events {
+			for _, ev := range events.All() {
 				if ev.Kind == pglease.EventHeartbeatFailed && failure == nil {
 					failure = ev.Err
 				}
 			}
-			events.mu.Unlock()
 			assert.NoError(t, uerr, "Unlock after the kept connection idled")
 			assert.NoError(t, cerr, "Close after the kept connection idled")
 			for _, key := range []string{"unlocked", "closed"} {
-				row, _ := readRow(t, pool, table, key)
+				row, _ := pgtest.ReadRow(t, pool, table, key)
 				assert.False(t, row.Live, "row %q still held until its expiry after its release", key)
 			}
-			assert.Zero(t, events.count(pglease.EventHeartbeatFailed), "failed heartbeat rounds; first: %v", failure)
+			assert.Zero(t, events.Count(pglease.EventHeartbeatFailed), "failed heartbeat rounds; first: %v", failure)
 		})
 	}
 }

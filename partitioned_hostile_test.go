@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: Guard matches the table the claim wrote to. A user who
@@ -17,9 +18,9 @@ import (
 // keep working on such a table, since a row never changes partition.
 func TestGuardHeartbeatAndReleaseWorkOnALeaseTablePartitionedByKey(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	name := fmt.Sprintf("lease_part%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	name := pgtest.Name("lease_part")
 	tbl, seq := pgx.Identifier{name}.Sanitize(), pgx.Identifier{name + "_fence_seq"}.Sanitize()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE SEQUENCE %[2]s AS bigint;
 CREATE TABLE %[1]s (
@@ -32,8 +33,8 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		tbl, seq, pgx.Identifier{name + "_p0"}.Sanitize(), pgx.Identifier{name + "_p1"}.Sanitize()))
 	require.NoError(t, err)
 
-	events := newEventLog()
-	l := newLocker(t, pool, name, "p", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, name, "p", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	for _, k := range []string{"a", "b", "c", "d"} {
 		lease, err := l.Claim(ctx, k)
 		require.NoError(t, err)
@@ -43,9 +44,9 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		require.NoError(t, tx.Rollback(ctx))
 	}
 	for range 3 {
-		events.waitFor(t, pglease.EventExtended, 2*time.Second)
+		events.WaitFor(t, pglease.EventExtended, 2*time.Second)
 	}
-	require.Zero(t, events.count(pglease.EventLost))
+	require.Zero(t, events.Count(pglease.EventLost))
 	require.NoError(t, l.Close(ctx))
-	require.Equal(t, 4, events.count(pglease.EventReleased))
+	require.Equal(t, 4, events.Count(pglease.EventReleased))
 }

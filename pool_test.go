@@ -13,19 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // sharedPool is the README's setup: one pgxpool of the default size for the
 // jobs and the Locker, its backends named app. Closed at cleanup.
 func sharedPool(t *testing.T, app string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
 }
 
 // hogPool starts n jobs that each take a connection of pool and keep it
@@ -53,13 +48,13 @@ func hogPool(t *testing.T, pool *pgxpool.Pool, n int) (stop func()) {
 
 func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	pool := sharedPool(t, appName("starve"))
 	const ttl = time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook), pglease.WithKeptConnection())
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook), pglease.WithKeptConnection())
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
@@ -67,7 +62,7 @@ func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveThe
 	stop := hogPool(t, pool, size)
 	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == int32(size) }, 5*time.Second, 5*time.Millisecond,
 		"the jobs hold every other connection")
-	before := events.count(pglease.EventExtended)
+	before := events.Count(pglease.EventExtended)
 
 	select { // twice the trust window with every connection taken by jobs
 	case <-lease.Done():
@@ -75,9 +70,9 @@ func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveThe
 	case <-time.After(2 * ttl):
 	}
 	require.NoError(t, lease.Err())
-	assert.Greater(t, events.count(pglease.EventExtended), before+2, "heartbeat rounds ran")
-	assert.Zero(t, events.count(pglease.EventHeartbeatFailed))
-	row, _ := readRow(t, direct, table, "k")
+	assert.Greater(t, events.Count(pglease.EventExtended), before+2, "heartbeat rounds ran")
+	assert.Zero(t, events.Count(pglease.EventHeartbeatFailed))
+	row, _ := pgtest.ReadRow(t, direct, table, "k")
 	require.Equal(t, lease.Fence(), row.Fence)
 	require.True(t, row.Live)
 
@@ -85,22 +80,22 @@ func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveThe
 	require.NoError(t, l.Close(ctx))
 	assert.Zero(t, pool.Stat().AcquiredConns(), "Close gives the kept connection back to the pool")
 	t.Logf("figures: pool of %d shared with jobs holding all they could for %v; %d heartbeat rounds, no loss",
-		size, 2*ttl, events.count(pglease.EventExtended)-before)
+		size, 2*ttl, events.Count(pglease.EventExtended)-before)
 }
 
 func TestWithKeptConnectionALeaseLostWhileTheHeartbeatWaitsForANewConnectionNamesTheWait(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	app := appName("starvedloss")
 	pool := sharedPool(t, app)
 	const ttl = time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook), pglease.WithKeptConnection())
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook), pglease.WithKeptConnection())
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
-	events.waitFor(t, pglease.EventExtended, ttl)
+	events.WaitFor(t, pglease.EventExtended, ttl)
 
 	// Jobs take every connection and queue for more; then the heartbeat's
 	// own connection dies, and the pool's next one goes to a queued job.
@@ -119,15 +114,15 @@ func TestWithKeptConnectionALeaseLostWhileTheHeartbeatWaitsForANewConnectionName
 // requireLossNamesThePoolWait waits for lease to be lost and checks that
 // the loss, its event and a heartbeat failure name the wait for a pool
 // connection.
-func requireLossNamesThePoolWait(t *testing.T, lease *pglease.Lease, events *eventLog, ttl time.Duration) {
+func requireLossNamesThePoolWait(t *testing.T, lease *pglease.Lease, events *pgtest.Events, ttl time.Duration) {
 	t.Helper()
-	waitDone(t, lease, 3*ttl)
+	pgtest.WaitDone(t, lease, 3*ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	assert.Regexp(t, `waited [0-9.]+m?s for a connection from the pool \(\d+ of \d+ in use\)`, lease.Err().Error(),
 		"the loss names the wait for a pool connection, not a database failure")
 	var lost, failed []string
 	require.Eventually(t, func() bool {
-		lost, failed = events.errs(pglease.EventLost), events.errs(pglease.EventHeartbeatFailed)
+		lost, failed = eventErrs(events, pglease.EventLost), eventErrs(events, pglease.EventHeartbeatFailed)
 		return len(lost) > 0 && slices.ContainsFunc(failed, waitNamed)
 	}, 2*ttl, 5*time.Millisecond, "a heartbeat failure names the wait for a pool connection; lost %q, heartbeat failures %q", lost, failed)
 	require.Len(t, lost, 1)
@@ -137,13 +132,13 @@ func requireLossNamesThePoolWait(t *testing.T, lease *pglease.Lease, events *eve
 
 func TestJobsHoldingEveryConnectionOfASharedPoolMakeTheLossNameThePoolWait(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	ctx := pgtest.Ctx(t)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	pool := sharedPool(t, appName("starvednamed")) // the README's setup, no option
 	const ttl = time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 	size := int(pool.Stat().MaxConns())
@@ -153,12 +148,10 @@ func TestJobsHoldingEveryConnectionOfASharedPoolMakeTheLossNameThePoolWait(t *te
 
 func waitNamed(msg string) bool { return containsAll(msg, "waited", "for a connection from the pool") }
 
-// errs lists the errors of the events of kind so far.
-func (e *eventLog) errs(kind pglease.EventKind) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// eventErrs lists the errors of the events of kind so far.
+func eventErrs(e *pgtest.Events, kind pglease.EventKind) []string {
 	var out []string
-	for _, ev := range e.events {
+	for _, ev := range e.All() {
 		if ev.Kind == kind && ev.Err != nil {
 			out = append(out, ev.Err.Error())
 		}

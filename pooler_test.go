@@ -15,6 +15,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgbouncer"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // PgBouncer in transaction pooling mode hands each transaction to any of
@@ -77,14 +78,10 @@ func bouncerModes(t *testing.T) []struct {
 // connections than b has server connections. Closed at cleanup.
 func bouncedPool(t *testing.T, b *pgbouncer.Bouncer, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.DefaultQueryExecMode = mode
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolWith(t, b.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		cfg.MaxConns = 8
+	})
 }
 
 // concurrentClaimsSeeOnlyContention runs Lockers side by side on one key
@@ -93,8 +90,8 @@ func bouncedPool(t *testing.T, b *pgbouncer.Bouncer, mode pgx.QueryExecMode) *pg
 // connections: every error must be ErrHeld, and no lease may be lost.
 func concurrentClaimsSeeOnlyContention(t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
-	ctx := ctxT(t)
-	events := newEventLog()
+	ctx := pgtest.Ctx(t)
+	events := pgtest.NewEvents(t)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -102,8 +99,8 @@ func concurrentClaimsSeeOnlyContention(t *testing.T, pool *pgxpool.Pool, table s
 		runs int
 	)
 	for i := range 6 {
-		l := newLocker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(2*time.Second),
-			pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.hook))
+		l := pgtest.Locker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(2*time.Second),
+			pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
 		wg.Go(func() {
 			for n := 0; n < 60; n++ {
 				key := "shared"
@@ -130,7 +127,7 @@ func concurrentClaimsSeeOnlyContention(t *testing.T, pool *pgxpool.Pool, table s
 	}
 	wg.Wait()
 	require.Empty(t, errs, "of %d claims", runs)
-	require.Zero(t, events.count(pglease.EventLost), "leases lost")
+	require.Zero(t, events.Count(pglease.EventLost), "leases lost")
 }
 
 func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionPooling(t *testing.T) {
@@ -138,17 +135,17 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 	for _, m := range bouncerModes(t) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
-			b := pgbouncer.New(t, server.DSN(), m.opts)
+			ctx := pgtest.Ctx(t)
+			b := pgbouncer.New(t, pgtest.Server.DSN(), m.opts)
 			pool := bouncedPool(t, b, m.mode)
-			table := newTable(t, pool) // Migrate, through the pooler
+			table := pgtest.Table(t, pool) // Migrate, through the pooler
 			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "and again: idempotent")
 
 			const ttl = time.Second
 			opts := []pglease.Option{pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200 * time.Millisecond)}
-			events := newEventLog()
-			a := newLocker(t, pool, table, "a", append(opts, pglease.WithHook(events.hook))...)
-			other := newLocker(t, pool, table, "b", opts...)
+			events := pgtest.NewEvents(t)
+			a := pgtest.Locker(t, pool, table, "a", append(opts, pglease.WithHook(events.Hook))...)
+			other := pgtest.Locker(t, pool, table, "b", opts...)
 
 			keys := []string{"k1", "k2", "k3", "k4", "k5"}
 			leases := make([]*pglease.Lease, len(keys))
@@ -166,10 +163,10 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 				t.Fatalf("lease lost through the pooler: %v", leases[0].Err())
 			case <-time.After(3 * ttl):
 			}
-			assert.GreaterOrEqual(t, events.count(pglease.EventExtended), 10, "heartbeat rounds in 3 TTLs")
+			assert.GreaterOrEqual(t, events.Count(pglease.EventExtended), 10, "heartbeat rounds in 3 TTLs")
 			for i, lease := range leases {
 				require.NoError(t, lease.Err())
-				row, ok := readRow(t, pool, table, keys[i])
+				row, ok := pgtest.ReadRow(t, pool, table, keys[i])
 				require.True(t, ok)
 				require.True(t, row.Live)
 				require.Equal(t, lease.Fence(), row.Fence)
@@ -187,7 +184,7 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 			require.NoError(t, a.Close(ctx))
 			for i, lease := range leases[1:] {
 				require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
-				row, _ := readRow(t, pool, table, keys[i+1])
+				row, _ := pgtest.ReadRow(t, pool, table, keys[i+1])
 				require.False(t, row.Live, "released by Close")
 			}
 			require.NoError(t, other.Close(ctx))
@@ -195,9 +192,9 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 			concurrentClaimsSeeOnlyContention(t, pool, table)
 
 			// An Elector elects one leader and hands over on Close.
-			e1 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(quiet))...)
+			e1 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(pgtest.Quiet))...)
 			t.Cleanup(func() { _ = e1.Close(context.Background()) })
-			e2 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(quiet))...)
+			e2 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(pgtest.Quiet))...)
 			t.Cleanup(func() { _ = e2.Close(context.Background()) })
 			require.NoError(t, e1.IsLeader(ctx))
 			require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
@@ -218,16 +215,16 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 // server.
 func TestContractTestsGoThroughThePoolerWithPooler(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, "", nil)
+	pool := pgtest.Pool(t, nil)
 	cfg := pool.Config().ConnConfig
-	srv, err := pgx.ParseConfig(server.DSN())
+	srv, err := pgx.ParseConfig(pgtest.Server.DSN())
 	require.NoError(t, err)
-	if *throughPooler {
+	if pgtest.ThroughPooler() {
 		require.NotEqual(t, srv.Port, cfg.Port, "with -pooler the test pools connect to the PgBouncer")
 		require.Equal(t, pgx.QueryExecModeExec, cfg.DefaultQueryExecMode)
 	} else {
 		require.Equal(t, srv.Port, cfg.Port)
 	}
 	var one int
-	require.NoError(t, pool.QueryRow(ctxT(t), `SELECT 1`).Scan(&one))
+	require.NoError(t, pool.QueryRow(pgtest.Ctx(t), `SELECT 1`).Scan(&one))
 }

@@ -21,14 +21,15 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// runtimeRole creates a login role with grants on table, and returns a
-// pool connected as it; dropped at cleanup.
-func runtimeRole(t *testing.T, admin *pgxpool.Pool, table string, grants ...string) *pgxpool.Pool {
+// runtimeRole creates a login role with grants (each with %s for the
+// role), and returns a pool connected as it; dropped at cleanup.
+func runtimeRole(t *testing.T, admin *pgxpool.Pool, grants ...string) *pgxpool.Pool {
 	t.Helper()
-	ctx := ctxT(t)
-	role := fmt.Sprintf("pglease_role_%d", tableSeq.Add(1))
+	ctx := pgtest.Ctx(t)
+	role := pgtest.Name("pglease_role")
 	stmts := []string{fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'role-pw'`, role)}
 	for _, g := range grants {
 		stmts = append(stmts, fmt.Sprintf(g, role))
@@ -40,63 +41,106 @@ func runtimeRole(t *testing.T, admin *pgxpool.Pool, table string, grants ...stri
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
 	})
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "role-pw"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "role-pw"
+	})
 }
 
-func TestRuntimeRoleWithoutOwnershipDDLOrDeleteRunsClaimHeartbeatUnlockAndGocron(t *testing.T) {
+// A role with only the grants schema.sql documents for the service's role
+// (SELECT, INSERT, UPDATE on the table, USAGE on its sequence, and USAGE on
+// the schema the table lives in) runs everything a Locker does, on a table
+// made by Migrate or by schema.sql applied by hand: a claim, another
+// holder's ErrHeld, heartbeats, a release, the re-claim of the released row
+// (ON CONFLICT DO UPDATE, a fresh fence) and gocron's Lock and Unlock. What
+// it cannot run, Migrate, is TestMigrateAsALesserRoleNamesTheMissingPrivilege.
+func TestRuntimeRoleWithOnlyTheDocumentedGrantsRunsClaimHeartbeatUnlockAndGocron(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	admin := newPool(t, "", nil)
-	table := newTable(t, admin)
-	tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
-	rt := runtimeRole(t, admin, table,
-		`GRANT SELECT, INSERT, UPDATE ON `+tbl+` TO %s`,
-		`GRANT USAGE ON SEQUENCE `+seq+` TO %s`)
+	admin := pgtest.Pool(t, nil)
+	for _, tc := range []struct {
+		name string
+		// table creates a lease table and says which grants the service's
+		// role needs on it.
+		table func(t *testing.T) (table string, grants []string)
+	}{
+		{"table made by Migrate", func(t *testing.T) (string, []string) {
+			t.Helper()
+			table := pgtest.Table(t, admin)
+			tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
+			return table, []string{`GRANT SELECT, INSERT, UPDATE ON ` + tbl + ` TO %s`, `GRANT USAGE ON SEQUENCE ` + seq + ` TO %s`}
+		}},
+		{"schema.sql applied by hand", func(t *testing.T) (string, []string) {
+			t.Helper()
+			ctx := pgtest.Ctx(t)
+			schema := pgtest.Name("s_grants")
+			conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			// As a migration tool would: the file as is, in the schema the
+			// connection's search_path points at.
+			for _, stmt := range []string{"CREATE SCHEMA " + schema, "SET search_path = " + schema, pglease.SchemaSQL} {
+				_, err := conn.Exec(ctx, stmt)
+				require.NoError(t, err, stmt)
+			}
+			t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+			return schema + ".lease", []string{
+				`GRANT USAGE ON SCHEMA ` + schema + ` TO %s`,
+				`GRANT SELECT, INSERT, UPDATE ON ` + schema + `.lease TO %s`,
+				`GRANT USAGE ON SEQUENCE ` + schema + `.lease_fence_seq TO %s`,
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := pgtest.Ctx(t)
+			table, grants := tc.table(t)
+			rt := runtimeRole(t, admin, grants...)
+			events := pgtest.NewEvents(t)
+			l := pgtest.Locker(t, rt, table, "least", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
+			other := pgtest.Locker(t, rt, table, "other")
 
-	events := newEventLog()
-	l := newLocker(t, rt, table, "least", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
-	lease, err := l.Claim(ctx, "k")
-	require.NoError(t, err)
-	for range 3 {
-		events.waitFor(t, pglease.EventExtended, 2*time.Second)
-	}
-	require.NoError(t, lease.Err())
-	require.NoError(t, lease.Unlock(ctx))
-	row, _ := readRow(t, admin, table, "k")
-	require.False(t, row.Live)
+			lease, err := l.Claim(ctx, "k")
+			require.NoError(t, err, "claim: INSERT, UPDATE and nextval on the sequence")
+			_, err = other.Claim(ctx, "k")
+			require.ErrorIs(t, err, pglease.ErrHeld)
+			for range 3 {
+				events.WaitFor(t, pglease.EventExtended, 2*time.Second)
+			}
+			require.NoError(t, lease.Err(), "heartbeat: UPDATE")
+			require.NoError(t, lease.Unlock(ctx), "release: UPDATE")
+			row, _ := pgtest.ReadRow(t, admin, table, "k")
+			require.False(t, row.Live)
+			again, err := other.Claim(ctx, "k")
+			require.NoError(t, err, "re-claim of a released row: ON CONFLICT DO UPDATE")
+			assert.Greater(t, again.Fence(), lease.Fence())
 
-	// The gocron path: Lock, the job sees its lease, Unlock.
-	sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
-	require.NoError(t, err)
-	defer func() { _ = sched.Shutdown() }()
-	fences := make(chan int64, 1)
-	_, err = sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func() {
-		if lease, ok := l.Held("job"); ok {
-			fences <- lease.Fence()
-		}
-	}), gocron.WithName("job"))
-	require.NoError(t, err)
-	sched.Start()
-	select {
-	case f := <-fences:
-		require.Greater(t, f, lease.Fence())
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job did not run under its lease")
+			// The gocron path: Lock, the job sees its lease, Unlock.
+			sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(l))
+			require.NoError(t, err)
+			defer func() { _ = sched.Shutdown() }()
+			fences := make(chan int64, 1)
+			_, err = sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func() {
+				if lease, ok := l.Held("job"); ok {
+					fences <- lease.Fence()
+				}
+			}), gocron.WithName("job"))
+			require.NoError(t, err)
+			sched.Start()
+			select {
+			case f := <-fences:
+				require.Greater(t, f, again.Fence())
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job did not run under its lease")
+			}
+			require.Eventually(t, func() bool { r, _ := pgtest.ReadRow(t, admin, table, "job"); return !r.Live }, 5*time.Second, 10*time.Millisecond, "gocron's Unlock released it")
+			assert.Zero(t, events.Count(pglease.EventClaimFailed)+events.Count(pglease.EventReleaseFailed)+events.Count(pglease.EventLost)+events.Count(pglease.EventHeartbeatFailed))
+		})
 	}
-	require.Eventually(t, func() bool { r, _ := readRow(t, admin, table, "job"); return !r.Live }, 5*time.Second, 10*time.Millisecond, "gocron's Unlock released it")
-	assert.Zero(t, events.count(pglease.EventClaimFailed)+events.count(pglease.EventReleaseFailed)+events.count(pglease.EventLost))
 }
 
 func TestMigrateAsALesserRoleNamesTheMissingPrivilege(t *testing.T) {
 	t.Parallel()
-	admin := newPool(t, "", nil)
-	table := newTable(t, admin)
+	admin := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, admin)
 	tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
 	runtime := []string{`GRANT SELECT, INSERT, UPDATE ON ` + tbl + ` TO %s`, `GRANT USAGE ON SEQUENCE ` + seq + ` TO %s`}
 	for _, tc := range []struct {
@@ -109,8 +153,8 @@ func TestMigrateAsALesserRoleNamesTheMissingPrivilege(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
-			pool := runtimeRole(t, admin, table, tc.grants...)
+			ctx := pgtest.Ctx(t)
+			pool := runtimeRole(t, admin, tc.grants...)
 			before := fullSnapshot(t, admin, table)
 			err := pglease.Migrate(ctx, pool, pglease.WithTable(table))
 			require.Error(t, err)
@@ -145,13 +189,13 @@ func (b *lockedBuffer) String() string {
 
 func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	// A server of our own that asks for passwords (SCRAM) from every role
 	// but the superuser.
 	srv, err := pgserver.Start(ctx, pgserver.Options{Private: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	admin := newPool(t, srv.DSN(), nil)
+	admin := pgtest.PoolAt(t, srv.DSN(), nil)
 	var hba string
 	require.NoError(t, admin.QueryRow(ctx, `SHOW hba_file`).Scan(&hba))
 	_, err = admin.Exec(ctx, fmt.Sprintf(`COPY (SELECT unnest(ARRAY['host all postgres 127.0.0.1/32 trust', 'host all all 127.0.0.1/32 scram-sha-256'])) TO %s`,
@@ -180,10 +224,10 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxT(t)
+			ctx := pgtest.Ctx(t)
 			var logs lockedBuffer
 			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			events := newEventLog()
+			events := pgtest.NewEvents(t)
 			pool, err := pgxpool.New(ctx, tc.dsn)
 			require.NoError(t, err)
 			defer pool.Close()
@@ -197,7 +241,7 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 				return err != nil && strings.Contains(err.Error(), tc.says)
 			}, 10*time.Second, 50*time.Millisecond)
 
-			l := pglease.NewLocker(pool, pglease.WithHolder("h"), pglease.WithLogger(logger), pglease.WithHook(events.hook), pglease.WithTimeout(3*time.Second))
+			l := pglease.NewLocker(pool, pglease.WithHolder("h"), pglease.WithLogger(logger), pglease.WithHook(events.Hook), pglease.WithTimeout(3*time.Second))
 			_, claimErr := l.Claim(ctx, "k")
 			_, lockErr := l.Lock(ctx, "k")
 			errs := []error{claimErr, lockErr, pglease.Migrate(ctx, pool)}
@@ -206,13 +250,11 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 				require.Error(t, e)
 				require.Contains(t, e.Error(), tc.says)
 			}
-			events.mu.Lock()
-			for _, e := range events.events {
+			for _, e := range events.All() {
 				if e.Err != nil {
 					errs = append(errs, e.Err)
 				}
 			}
-			events.mu.Unlock()
 			require.Contains(t, logs.String(), tc.says, "the failure is logged")
 			for _, leak := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret)} {
 				require.NotContains(t, logs.String(), leak)

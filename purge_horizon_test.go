@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // stallClaims makes every claim of holder stall right after it has built
@@ -19,10 +20,10 @@ import (
 // where a descheduled backend, or one waiting on another transaction, sits.
 func stallClaims(t *testing.T, table, holder string) (resume func()) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	name := pgx.Identifier{table}.Sanitize()
 	fn := pgx.Identifier{table + "_stall"}.Sanitize()
-	conn, err := pgx.Connect(ctx, server.DSN())
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	for _, stmt := range []string{
 		fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -70,12 +71,12 @@ func waitStalled(t *testing.T, db pglease.DB, table string) {
 // so Y meets it and takes a fresh, greater fence.
 func TestFenceNeverGoesBackwardsWhenAClaimStallsAcrossAPurge(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	resume := stallClaims(t, table, "y")
-	y := newLocker(t, pool, table, "y")
-	x := newLocker(t, pool, table, "x")
+	y := pgtest.Locker(t, pool, table, "y")
+	x := pgtest.Locker(t, pool, table, "x")
 
 	type result struct {
 		lease *pglease.Lease
@@ -108,7 +109,7 @@ func TestFenceNeverGoesBackwardsWhenAClaimStallsAcrossAPurge(t *testing.T) {
 	require.NoError(t, got.err, "X's lease was released: Y takes the key")
 	require.Greater(t, got.lease.Fence(), xLease.Fence(),
 		"Y's fence after X's: the fence went backwards across the purge")
-	row, ok := readRow(t, pool, table, "k")
+	row, ok := pgtest.ReadRow(t, pool, table, "k")
 	require.True(t, ok)
 	require.Equal(t, got.lease.Fence(), row.Fence)
 }
@@ -117,9 +118,9 @@ func TestFenceNeverGoesBackwardsWhenAClaimStallsAcrossAPurge(t *testing.T) {
 // whatever horizon it is asked for.
 func TestMigrateRefusesAPurgeHorizonBelowMinRetentionAndPurgesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	ins := fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at) VALUES ($1, 'h', clock_timestamp() - $2::interval - interval '1 minute', clock_timestamp() - $2::interval)`,
 		pgx.Identifier{table}.Sanitize())
 	for key, ago := range map[string]string{"just-expired": "1 second", "expired-59m": "59 minutes", "expired-61m": "61 minutes"} {
@@ -132,12 +133,12 @@ func TestMigrateRefusesAPurgeHorizonBelowMinRetentionAndPurgesNothing(t *testing
 		require.ErrorContains(t, err, "a claim draws its fence before it inserts its row", "the refusal says why")
 	}
 	for _, key := range []string{"just-expired", "expired-59m", "expired-61m"} {
-		_, ok := readRow(t, pool, table, key)
+		_, ok := pgtest.ReadRow(t, pool, table, key)
 		require.True(t, ok, "%s: a refused Migrate purges nothing", key)
 	}
 	require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
 	for key, kept := range map[string]bool{"just-expired": true, "expired-59m": true, "expired-61m": false} {
-		_, ok := readRow(t, pool, table, key)
+		_, ok := pgtest.ReadRow(t, pool, table, key)
 		require.Equal(t, kept, ok, "%s kept after a purge at MinRetention", key)
 	}
 }
@@ -148,10 +149,10 @@ func TestMigrateRefusesAPurgeHorizonBelowMinRetentionAndPurgesNothing(t *testing
 // fix, and changes nothing.
 func TestMigrateRefusesALeaseTableOrSequenceThatACrashWouldEmpty(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
 	for _, what := range []string{"TABLE", "SEQUENCE"} {
-		table := newTable(t, pool)
+		table := pgtest.Table(t, pool)
 		name := pgx.Identifier{table}.Sanitize()
 		if what == "SEQUENCE" {
 			name = pgx.Identifier{table + "_fence_seq"}.Sanitize()

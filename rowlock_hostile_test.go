@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee 1 (one locked row costs nothing it need not): the
@@ -23,17 +24,17 @@ import (
 // at all.
 func TestHeartbeatExtendsALeaseWhoseRowIsOnlyKeyShareLocked(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	tbl := pgx.Identifier{table}.Sanitize()
 	child := pgx.Identifier{table + "_runs"}.Sanitize()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigserial PRIMARY KEY, lease_key text NOT NULL REFERENCES %s (key))`, child, tbl))
 	require.NoError(t, err)
 
 	const ttl = time.Second
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
@@ -61,7 +62,7 @@ func TestHeartbeatExtendsALeaseWhoseRowIsOnlyKeyShareLocked(t *testing.T) {
 		select {
 		case <-lease.Done():
 			t.Fatalf("lease lost while its row was only FOR KEY SHARE locked (extended %d rounds): %v",
-				events.count(pglease.EventExtended), lease.Err())
+				events.Count(pglease.EventExtended), lease.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -77,10 +78,10 @@ func TestHeartbeatExtendsALeaseWhoseRowIsOnlyKeyShareLocked(t *testing.T) {
 // TTL) instead of being handed over.
 func TestCloseReleasesTheOtherLeasesWhenOneRowIsLocked(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "a", pglease.WithTimeout(time.Second))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(time.Second))
 	const n = 20
 	for i := range n {
 		_, err := l.Claim(ctx, fmt.Sprintf("k%02d", i))
@@ -95,7 +96,7 @@ func TestCloseReleasesTheOtherLeasesWhenOneRowIsLocked(t *testing.T) {
 	var stillHeld []string
 	for i := 1; i < n; i++ {
 		key := fmt.Sprintf("k%02d", i)
-		if row, _ := readRow(t, pool, table, key); row.Live {
+		if row, _ := pgtest.ReadRow(t, pool, table, key); row.Live {
 			stillHeld = append(stillHeld, key)
 		}
 	}
@@ -109,11 +110,11 @@ func TestCloseReleasesTheOtherLeasesWhenOneRowIsLocked(t *testing.T) {
 // Locker lost, with the database healthy and their rows free.
 func TestUnlockOfALockedRowCostsNoOtherLease(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHook(events.Hook))
 	locked, err := l.Claim(ctx, "locked")
 	require.NoError(t, err)
 	other, err := l.Claim(ctx, "other")

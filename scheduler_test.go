@@ -12,10 +12,12 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // run is one execution of a job, recorded from inside the job.
@@ -53,7 +55,7 @@ func (r *runLog) all() []run {
 // service would have.
 type replica struct {
 	name   string
-	db     *faultyDB
+	db     *pgtest.FaultyDB
 	locker *pglease.Locker
 	sched  gocron.Scheduler
 }
@@ -66,9 +68,14 @@ func newReplica(t *testing.T, table, name string, opts ...pglease.Option) *repli
 // newReplicaOn is newReplica connected to dsn (the shared server when empty).
 func newReplicaOn(t *testing.T, dsn, table, name string, opts ...pglease.Option) *replica {
 	t.Helper()
-	pool := newPool(t, dsn, nil)
-	db := newFaultyDB(pool)
-	locker := newLocker(t, db, table, name, opts...)
+	var pool *pgxpool.Pool
+	if dsn == "" {
+		pool = pgtest.Pool(t, nil) // through the PgBouncer of -pooler
+	} else {
+		pool = pgtest.PoolAt(t, dsn, nil)
+	}
+	db := pgtest.NewFaultyDB(pool)
+	locker := pgtest.Locker(t, db, table, name, opts...)
 	sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sched.Shutdown() })
@@ -97,8 +104,8 @@ func recordingJob(r *replica, name string, log *runLog, work time.Duration) gocr
 // started. It returns the number of runs of each tick.
 func runSkewedSchedulers(t *testing.T, minHold time.Duration, ticks int) map[int]int {
 	t.Helper()
-	pool := newPool(t, "", nil)
-	return runSkewedSchedulersOn(t, "", newTable(t, pool), ticks, pglease.WithMinHold(minHold))
+	pool := pgtest.Pool(t, nil)
+	return runSkewedSchedulersOn(t, "", pgtest.Table(t, pool), ticks, pglease.WithMinHold(minHold))
 }
 
 // runSkewedSchedulersOn is runSkewedSchedulers on a given server and table,
@@ -165,8 +172,8 @@ func TestJobSeesItsFenceAndItsContextEndsTheMomentTheLeaseIsLost(t *testing.T) {
 	for _, how := range []string{"row stolen", "heartbeat blocked"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			pool := newPool(t, "", nil)
-			table := newTable(t, pool)
+			pool := pgtest.Pool(t, nil)
+			table := pgtest.Table(t, pool)
 			const interval = 100 * time.Millisecond
 			var (
 				mu        sync.Mutex
@@ -210,14 +217,14 @@ func TestJobSeesItsFenceAndItsContextEndsTheMomentTheLeaseIsLost(t *testing.T) {
 			r.sched.Start()
 
 			f := <-fence
-			row, _ := readRow(t, pool, table, "long-job")
+			row, _ := pgtest.ReadRow(t, pool, table, "long-job")
 			require.Equal(t, row.Fence, f, "the job sees the fence the database issued")
 			switch how {
 			case "row stolen":
-				_, err = pool.Exec(ctxT(t), fmt.Sprintf(`UPDATE %s SET holder = 'thief', fence = fence + 1000 WHERE key = 'long-job'`, pgx.Identifier{table}.Sanitize()))
+				_, err = pool.Exec(pgtest.Ctx(t), fmt.Sprintf(`UPDATE %s SET holder = 'thief', fence = fence + 1000 WHERE key = 'long-job'`, pgx.Identifier{table}.Sanitize()))
 				require.NoError(t, err)
 			case "heartbeat blocked":
-				open := r.db.hold("heartbeat")
+				open := r.db.Hold("heartbeat")
 				defer open()
 			}
 			e := <-lost
@@ -232,25 +239,25 @@ func TestJobSeesItsFenceAndItsContextEndsTheMomentTheLeaseIsLost(t *testing.T) {
 
 func TestLockBoundsItsClaimWithItsOwnTimeout(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
-	events := newEventLog()
-	l := newLocker(t, db, table, "replica-1", pglease.WithTimeout(200*time.Millisecond), pglease.WithHook(events.hook))
-	open := db.hold("claim")
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTimeout(200*time.Millisecond), pglease.WithHook(events.Hook))
+	open := db.Hold("claim")
 	defer open()
 	lock, err := l.Lock(context.Background(), "job") // gocron's context has no deadline
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Nil(t, lock)
-	ev := events.waitFor(t, pglease.EventClaimFailed, time.Second)
+	ev := events.WaitFor(t, pglease.EventClaimFailed, time.Second)
 	assert.Equal(t, "job", ev.Key)
 	assert.Equal(t, "replica-1", ev.Holder)
 }
 
 func TestSchedulerShutdownReleasesTheRunningJobsLeaseThroughACancelledContext(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	r := newReplica(t, table, "replica-1", pglease.WithTTL(time.Minute))
 	started := make(chan struct{})
 	_, err := r.sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) {
@@ -260,11 +267,11 @@ func TestSchedulerShutdownReleasesTheRunningJobsLeaseThroughACancelledContext(t 
 	require.NoError(t, err)
 	r.sched.Start()
 	<-started
-	row, _ := readRow(t, pool, table, "until-shutdown")
+	row, _ := pgtest.ReadRow(t, pool, table, "until-shutdown")
 	require.True(t, row.Live)
 
 	require.NoError(t, r.sched.Shutdown()) // gocron then calls Unlock with the cancelled job context
-	after, _ := readRow(t, pool, table, "until-shutdown")
+	after, _ := pgtest.ReadRow(t, pool, table, "until-shutdown")
 	assert.False(t, after.Live, "released, not left to its one-minute TTL")
 	assert.Equal(t, row.Fence, after.Fence)
 }
@@ -305,15 +312,15 @@ func (h *recordingHandler) find(event string) []map[string]any {
 
 func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCause(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	db := newFaultyDB(pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	db := pgtest.NewFaultyDB(pool)
 	logs := &recordingHandler{}
-	events := newEventLog()
-	l := newLocker(t, db, table, "replica-1", pglease.WithLogger(slog.New(logs)), pglease.WithHook(events.hook),
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithLogger(slog.New(logs)), pglease.WithHook(events.Hook),
 		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	other := newLocker(t, pool, table, "replica-2")
+	other := pgtest.Locker(t, pool, table, "replica-2")
 
 	// Contention is normal: debug only.
 	_, err := other.Claim(ctx, "held")
@@ -325,10 +332,10 @@ func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCau
 	assert.Equal(t, slog.LevelDebug, contended[0]["level"])
 
 	// A claim that fails for another reason is an error.
-	db.setFail("claim", errors.New("connection refused"))
+	db.SetFail("claim", errors.New("connection refused"))
 	_, err = l.Lock(ctx, "down")
 	require.Error(t, err)
-	db.setFail("claim", nil)
+	db.SetFail("claim", nil)
 	failed := logs.find("claim_failed")
 	require.Len(t, failed, 1)
 	assert.Equal(t, slog.LevelError, failed[0]["level"])
@@ -343,7 +350,7 @@ func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCau
 	lease := lock.(*pglease.Lease)
 	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'thief' WHERE key = 'job'`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
-	ev := events.waitFor(t, pglease.EventLost, 2*time.Second)
+	ev := events.WaitFor(t, pglease.EventLost, 2*time.Second)
 	assert.Equal(t, lease.Fence(), ev.Fence)
 	require.ErrorIs(t, ev.Err, pglease.ErrLost)
 	lostLogs := logs.find("lost")
@@ -359,7 +366,7 @@ func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCau
 	// An Unlock that fails on the database is an error with its cause.
 	lock, err = l.Lock(ctx, "job2")
 	require.NoError(t, err)
-	db.setFail("release", errors.New("server closed the connection"))
+	db.SetFail("release", errors.New("server closed the connection"))
 	require.Error(t, lock.Unlock(ctx))
 	rel = logs.find("release_failed")
 	require.Len(t, rel, 2)
@@ -369,8 +376,8 @@ func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCau
 
 func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const period, ttl = 500 * time.Millisecond, 2 * time.Second
 	log := newRunLog()
 	base := time.Now().Add(300 * time.Millisecond)
@@ -394,11 +401,11 @@ func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *t
 				// replica, so neither its heartbeat nor its release gets
 				// through; its scheduler stops.
 				crashOnce.Do(func() {
-					r.db.cut(errors.New("replica crashed"))
+					r.db.Cut(errors.New("replica crashed"))
 					victim <- crash{r, time.Now()}
 				})
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the job's work
 			x.end = time.Now()
 			log.add(x)
 		}), gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
@@ -413,7 +420,7 @@ func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *t
 		t.Fatal("no replica crashed")
 	}
 	dead := c.r
-	crashRow, _ := readRow(t, pool, table, "tick")
+	crashRow, _ := pgtest.ReadRow(t, pool, table, "tick")
 	require.Equal(t, dead.name, crashRow.Holder)
 	go func() { _ = dead.sched.Shutdown() }()
 
@@ -428,7 +435,7 @@ func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *t
 			}
 			require.NotEqual(t, dead.name, x.replica, "the crashed replica runs nothing")
 			assert.Greater(t, x.fence, crashRow.Fence)
-			now, _ := readRow(t, pool, table, "tick")
+			now, _ := pgtest.ReadRow(t, pool, table, "tick")
 			assert.Equal(t, x.replica, now.Holder)
 			assert.False(t, x.start.Before(crashRow.ExpiresAt), "took over at %v, the dead lease expired at %v", x.start, crashRow.ExpiresAt)
 			t.Logf("%s took over %v after the crash row's expiry, fence %d -> %d", x.replica, x.start.Sub(crashRow.ExpiresAt), crashRow.Fence, x.fence)

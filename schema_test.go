@@ -2,18 +2,16 @@ package pglease_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // stripComments drops the leading "--" comment block of schema.sql.
@@ -86,7 +84,7 @@ var catalogQueries = map[string]string{
 // sequences of schema, with the schema name replaced by "<schema>".
 func describeLeaseTable(t *testing.T, conn *pgx.Conn, schema string) map[string][]string {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	_, err := conn.Exec(ctx, `SET search_path = pg_catalog`)
 	require.NoError(t, err)
 	out := make(map[string][]string, len(catalogQueries))
@@ -105,13 +103,12 @@ func describeLeaseTable(t *testing.T, conn *pgx.Conn, schema string) map[string]
 
 func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	conn, err := pgx.Connect(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 
-	n := tableSeq.Add(1)
-	byFile, byMigrate := fmt.Sprintf("s_schemasql_file%d", n), fmt.Sprintf("s_schemasql_migrate%d", n)
+	byFile, byMigrate := pgtest.Name("s_schemasql_file"), pgtest.Name("s_schemasql_migrate")
 	for _, s := range []string{byFile, byMigrate} {
 		_, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize())
 		require.NoError(t, err)
@@ -147,54 +144,4 @@ func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.
 	assert.Len(t, fromFile["indexes"], 1, "only the primary key: no index on expires_at")
 	assert.Equal(t, []string{"lease_fence_seq type=bigint start=1 increment=1 min=1 max=9223372036854775807 cache=1 cycle=f"},
 		fromFile["sequence"])
-}
-
-func TestSchemaSQLWithTheDocumentedRuntimeGrantsIsEnoughForALocker(t *testing.T) {
-	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	n := tableSeq.Add(1)
-	schema, role := fmt.Sprintf("s_grants%d", n), fmt.Sprintf("pglease_grants_%d", n)
-
-	conn, err := pgx.Connect(ctx, server.DSN())
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	// The owner applies schema.sql; the runtime role gets the grants that
-	// schema.sql's comment documents, plus USAGE on the schema it lives in.
-	for _, stmt := range []string{
-		"CREATE SCHEMA " + schema,
-		"SET search_path = " + schema,
-		pglease.SchemaSQL,
-		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'grants-secret'`, role),
-		fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, schema, role),
-		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON lease TO %s`, role),
-		fmt.Sprintf(`GRANT USAGE ON SEQUENCE lease_fence_seq TO %s`, role),
-	} {
-		_, err := conn.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA %s CASCADE; DROP OWNED BY %s; DROP ROLE %s`, schema, role, role))
-	})
-
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "grants-secret"
-	rtPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer rtPool.Close()
-
-	table := schema + ".lease"
-	events := newEventLog()
-	l := newLocker(t, rtPool, table, "rt", pglease.WithTTL(time.Second),
-		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.hook))
-	lease, err := l.Claim(ctx, "k")
-	require.NoError(t, err, "claim: INSERT, UPDATE and nextval on the sequence")
-	events.waitFor(t, pglease.EventExtended, 5*time.Second)
-	require.NoError(t, lease.Err(), "heartbeat: UPDATE")
-	require.NoError(t, lease.Unlock(ctx), "release: UPDATE")
-	again, err := l.Claim(ctx, "k")
-	require.NoError(t, err, "re-claim of an expired row: ON CONFLICT DO UPDATE")
-	assert.Greater(t, again.Fence(), lease.Fence())
-	assert.Zero(t, events.count(pglease.EventHeartbeatFailed), "no heartbeat was refused")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 var serializableSeq atomic.Int64
@@ -23,19 +24,17 @@ var serializableSeq atomic.Int64
 // every statement of pglease then runs in a SERIALIZABLE transaction.
 func serializablePool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	name := fmt.Sprintf("serializable_%d", serializableSeq.Add(1))
-	admin := newPool(t, "", nil)
+	admin := pgtest.Pool(t, nil)
 	_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	require.NoError(t, err)
 	_, err = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET default_transaction_isolation = 'serializable'")
 	require.NoError(t, err)
-	cfg, err := pgxpool.ParseConfig(server.DSN())
-	require.NoError(t, err)
-	cfg.ConnConfig.Database = name
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
+	pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Database = name
+		cfg.MaxConns = 16
+	})
 	t.Cleanup(func() {
 		pool.Close()
 		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
@@ -55,15 +54,15 @@ func serializablePool(t *testing.T) *pgxpool.Pool {
 func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyContention(t *testing.T) {
 	t.Parallel()
 	pool := serializablePool(t)
-	table := newTable(t, pool)
-	ctx := ctxT(t)
-	events := newEventLog()
+	table := pgtest.Table(t, pool)
+	ctx := pgtest.Ctx(t)
+	events := pgtest.NewEvents(t)
 
 	// Holders of a few keys, heartbeating fast, while others claim the same
 	// keys and claim and release keys of their own, all at once.
 	const keys = 8
-	holder := newLocker(t, pool, table, "holder", pglease.WithTTL(3*time.Second),
-		pglease.WithHeartbeatInterval(20*time.Millisecond), pglease.WithHook(events.hook))
+	holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(3*time.Second),
+		pglease.WithHeartbeatInterval(20*time.Millisecond), pglease.WithHook(events.Hook))
 	held := make([]*pglease.Lease, keys)
 	for i := range held {
 		var err error
@@ -77,8 +76,8 @@ func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyC
 		runs int
 	)
 	for i := range 6 {
-		l := newLocker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(3*time.Second),
-			pglease.WithHeartbeatInterval(20*time.Millisecond), pglease.WithHook(events.hook))
+		l := pgtest.Locker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(3*time.Second),
+			pglease.WithHeartbeatInterval(20*time.Millisecond), pglease.WithHook(events.Hook))
 		wg.Go(func() {
 			for n := range 150 {
 				var key string
@@ -105,13 +104,13 @@ func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyC
 	}
 	wg.Wait()
 	require.Empty(t, errs, "of %d claims", runs)
-	require.Zero(t, events.count(pglease.EventLost), "leases lost")
-	require.Zero(t, events.count(pglease.EventHeartbeatFailed), "heartbeat rounds failed")
-	require.Zero(t, events.count(pglease.EventReleaseFailed), "releases failed")
+	require.Zero(t, events.Count(pglease.EventLost), "leases lost")
+	require.Zero(t, events.Count(pglease.EventHeartbeatFailed), "heartbeat rounds failed")
+	require.Zero(t, events.Count(pglease.EventReleaseFailed), "releases failed")
 	for _, ls := range held {
 		require.NoError(t, ls.Err(), "%s", ls.Key())
 	}
-	t.Logf("figures: serializable: %d claims, %d contended, %d heartbeat rounds", runs, events.count(pglease.EventContended), events.count(pglease.EventExtended))
+	t.Logf("figures: serializable: %d claims, %d contended, %d heartbeat rounds", runs, events.Count(pglease.EventContended), events.Count(pglease.EventExtended))
 }
 
 // TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease:
@@ -120,11 +119,11 @@ func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyC
 func TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease(t *testing.T) {
 	t.Parallel()
 	pool := serializablePool(t)
-	table := newTable(t, pool)
-	ctx := ctxT(t)
-	events := newEventLog()
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(3*time.Second),
-		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.hook))
+	table := pgtest.Table(t, pool)
+	ctx := pgtest.Ctx(t)
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(3*time.Second),
+		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
 	const n = 50
 	leases := make([]*pglease.Lease, n)
 	for i := range leases {
@@ -134,18 +133,18 @@ func TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease(t *te
 	}
 	before := make([]time.Time, n)
 	for i, ls := range leases {
-		r, ok := readRow(t, pool, table, ls.Key())
+		r, ok := pgtest.ReadRow(t, pool, table, ls.Key())
 		require.True(t, ok)
 		before[i] = r.ExpiresAt
 	}
 	for {
-		ev := events.waitFor(t, pglease.EventExtended, 5*time.Second)
+		ev := events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 		if ev.Leases == n {
 			break
 		}
 	}
 	for i, ls := range leases {
-		r, ok := readRow(t, pool, table, ls.Key())
+		r, ok := pgtest.ReadRow(t, pool, table, ls.Key())
 		require.True(t, ok)
 		require.Equal(t, ls.Fence(), r.Fence)
 		require.True(t, r.ExpiresAt.After(before[i]), "%s extended", ls.Key())

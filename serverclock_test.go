@@ -14,6 +14,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // The tests of this file step the server's clock for real: the private
@@ -43,7 +44,7 @@ func startFakeClockServer(t *testing.T) *fakeClock {
 	t.Setenv("FAKETIME_TIMESTAMP_FILE", fc.file)
 	t.Setenv("FAKETIME_NO_CACHE", "1")
 	t.Setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-	srv, err := pgserver.Start(ctxT(t), pgserver.Options{Private: true})
+	srv, err := pgserver.Start(pgtest.Ctx(t), pgserver.Options{Private: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	fc.srv = srv
@@ -67,7 +68,7 @@ func serverNow(t *testing.T, db pglease.DB) time.Time {
 
 func TestFakeClockServerClockReallySteps(t *testing.T) {
 	fc := startFakeClockServer(t)
-	pool := newPool(t, fc.srv.DSN(), nil)
+	pool := pgtest.PoolAt(t, fc.srv.DSN(), nil)
 	before := serverNow(t, pool)
 	require.WithinDuration(t, time.Now(), before, 5*time.Second)
 	fc.step(t, 2*time.Hour)
@@ -81,13 +82,13 @@ func TestFakeClockServerClockReallySteps(t *testing.T) {
 // forward again, while leases are claimed, extended and released.
 func TestServerClockStepsBackAndForthNeverFailAStatement(t *testing.T) {
 	fc := startFakeClockServer(t)
-	ctx := ctxT(t)
-	pool := newPool(t, fc.srv.DSN(), nil)
-	table := newTable(t, pool)
-	events := newEventLog()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.PoolAt(t, fc.srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
 	const ttl = 2 * time.Second
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.hook))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl))
 
 	la, err := a.Claim(ctx, "k1")
 	require.NoError(t, err)
@@ -95,7 +96,7 @@ func TestServerClockStepsBackAndForthNeverFailAStatement(t *testing.T) {
 	// Heartbeats across the step.
 	time.Sleep(ttl) // three heartbeat periods must pass on the real clock across the step
 	require.NoError(t, la.Err(), "a step back must not end a held lease")
-	require.Zero(t, events.count(pglease.EventHeartbeatFailed), "no heartbeat may fail after a step back")
+	require.Zero(t, events.Count(pglease.EventHeartbeatFailed), "no heartbeat may fail after a step back")
 	// A claim and a re-entrant claim with the clock behind acquired_at.
 	la2, err := a.Claim(ctx, "k1")
 	require.NoError(t, err, "re-entrant claim after a step back")
@@ -112,7 +113,7 @@ func TestServerClockStepsBackAndForthNeverFailAStatement(t *testing.T) {
 	fc.step(t, -2*time.Hour)
 	require.NoError(t, la3.Unlock(ctx), "release of a lease claimed before a 2h step back")
 	fc.step(t, 0)
-	require.Zero(t, events.count(pglease.EventHeartbeatFailed))
+	require.Zero(t, events.Count(pglease.EventHeartbeatFailed))
 }
 
 // Assumption measured, not a guarantee: a forward step of the server's
@@ -120,12 +121,12 @@ func TestServerClockStepsBackAndForthNeverFailAStatement(t *testing.T) {
 // still trusts its lease. How long do both believe?
 func TestServerClockStepForwardLetsAnotherHolderInForAtMostOneHeartbeat(t *testing.T) {
 	fc := startFakeClockServer(t)
-	ctx := ctxT(t)
-	pool := newPool(t, fc.srv.DSN(), nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.PoolAt(t, fc.srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
 	const ttl = 3 * time.Second
-	a := newLocker(t, pool, table, "a", pglease.WithTTL(ttl))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(ttl))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl))
 	la, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 	fc.step(t, 10*time.Second)
@@ -162,9 +163,9 @@ func TestServerClockStepForwardLetsAnotherHolderInForAtMostOneHeartbeat(t *testi
 // nextval drew the fence) blocked on an advisory lock.
 func TestFenceNeverGoesBackwardsAcrossAPurgeWhenTheServerClockStepsForwardLessThanTheHorizon(t *testing.T) {
 	fc := startFakeClockServer(t)
-	ctx := ctxT(t)
-	pool := newPool(t, fc.srv.DSN(), nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.PoolAt(t, fc.srv.DSN(), nil)
+	table := pgtest.Table(t, pool)
 	_, err := pool.Exec(ctx, fmt.Sprintf(`
 CREATE FUNCTION stall_%[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -180,8 +181,8 @@ CREATE TRIGGER stall BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION stall_
 	_, err = gate.Exec(ctx, `SELECT pg_advisory_lock(4242)`)
 	require.NoError(t, err)
 
-	stalled := newLocker(t, pool, table, "stalled", pglease.WithTTL(time.Minute))
-	b := newLocker(t, pool, table, "b", pglease.WithTTL(time.Minute))
+	stalled := pgtest.Locker(t, pool, table, "stalled", pglease.WithTTL(time.Minute))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(time.Minute))
 
 	type result struct {
 		lease *pglease.Lease

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee: DB's documentation says a *pgx.Conn satisfies it, and a Locker
@@ -21,16 +22,16 @@ import (
 // connection's buffers, and no lease may be lost while the server is fine.
 func TestLockerOnASingleConnectionClaimsAndReleasesWhileTheHeartbeatRuns(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	conn, err := pgx.Connect(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 
-	events := newEventLog()
-	l := newLocker(t, conn, table, "single", pglease.WithTTL(2*time.Second),
-		pglease.WithHeartbeatInterval(5*time.Millisecond), pglease.WithHook(events.hook))
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, conn, table, "single", pglease.WithTTL(2*time.Second),
+		pglease.WithHeartbeatInterval(5*time.Millisecond), pglease.WithHook(events.Hook))
 	// One lease held throughout keeps the heartbeat busy.
 	held, err := l.Claim(ctx, "held")
 	require.NoError(t, err)
@@ -47,10 +48,10 @@ func TestLockerOnASingleConnectionClaimsAndReleasesWhileTheHeartbeatRuns(t *test
 		}
 	}
 	t.Logf("figures: 300 claim+unlock on one *pgx.Conn with a 5ms heartbeat: %d failed, %d heartbeat rounds failed, %d leases lost",
-		len(failures), events.count(pglease.EventHeartbeatFailed), events.count(pglease.EventLost))
+		len(failures), events.Count(pglease.EventHeartbeatFailed), events.Count(pglease.EventLost))
 	if len(failures) > 0 {
 		t.Errorf("claims and releases on a *pgx.Conn while the heartbeat runs: %d of 300 failed, first: %v", len(failures), failures[0])
 	}
-	require.Zero(t, events.count(pglease.EventHeartbeatFailed), "heartbeat rounds failed on a *pgx.Conn")
+	require.Zero(t, events.Count(pglease.EventHeartbeatFailed), "heartbeat rounds failed on a *pgx.Conn")
 	require.NoError(t, held.Err())
 }

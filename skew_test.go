@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // logBuffer collects a Locker's log lines, safe for concurrent writes.
@@ -45,9 +46,9 @@ const (
 
 func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHold(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	logs := &logBuffer{}
 	var (
 		mu       sync.Mutex
@@ -109,11 +110,11 @@ func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHo
 
 func TestWithoutMinHoldClockSkewWarnsBeyondOneSecond(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	logs := &logBuffer{}
-	l := newLocker(t, pool, table, "skewed",
+	l := pgtest.Locker(t, pool, table, "skewed",
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 
 	pglease.ShiftWallClock(l, 500*time.Millisecond)
@@ -134,9 +135,9 @@ func TestWithoutMinHoldClockSkewWarnsBeyondOneSecond(t *testing.T) {
 // less the lease's TTL), and the warning fires.
 func TestClockSkewFollowsAClockStepThroughHeartbeatRoundsWithoutAnotherClaim(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	logs := &logBuffer{}
 	extended := make(chan pglease.Skew, 100)
 	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("leader"),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 var (
@@ -39,12 +40,12 @@ type soakMandate struct {
 }
 
 // soakReplica is one incarnation of one replica slot: a pool through the
-// slot's proxy, a faultyDB to crash it, a Locker and a gocron scheduler
+// slot's proxy, a pgtest.FaultyDB to crash it, a Locker and a gocron scheduler
 // running every job.
 type soakReplica struct {
 	name   string
 	pool   *pgxpool.Pool
-	db     *faultyDB
+	db     *pgtest.FaultyDB
 	locker *pglease.Locker
 	sched  gocron.Scheduler
 }
@@ -86,8 +87,8 @@ func TestChaosSoakNoTwoMandatesOverlapFencesGrowAndNoKeyStarves(t *testing.T) {
 		return lo + time.Duration(rnd.Int63n(int64(hi-lo)+1))
 	}
 
-	direct := newPool(t, "", nil)
-	table := newTable(t, direct)
+	direct := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, direct)
 	var (
 		mu       sync.Mutex
 		runs     []soakMandate
@@ -110,8 +111,8 @@ func TestChaosSoakNoTwoMandatesOverlapFencesGrowAndNoKeyStarves(t *testing.T) {
 		slot.gen++
 		r := &soakReplica{name: fmt.Sprintf("replica-%d.%d", index, slot.gen)}
 		r.pool = appPool(t, "", slot.proxy, r.name)
-		r.db = newFaultyDB(r.pool)
-		r.locker = pglease.NewLocker(r.db, pglease.WithTable(table), pglease.WithHolder(r.name), pglease.WithLogger(quiet),
+		r.db = pgtest.NewFaultyDB(r.pool)
+		r.locker = pglease.NewLocker(r.db, pglease.WithTable(table), pglease.WithHolder(r.name), pglease.WithLogger(pgtest.Quiet),
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithTimeout(time.Second), pglease.WithHook(hook))
 		sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(r.locker))
 		require.NoError(t, err)
@@ -154,7 +155,7 @@ func TestChaosSoakNoTwoMandatesOverlapFencesGrowAndNoKeyStarves(t *testing.T) {
 	}
 	stop := func(r *soakReplica, crash bool) {
 		if crash {
-			r.db.cut(errors.New("replica crashed"))
+			r.db.Cut(errors.New("replica crashed"))
 		}
 		wg.Go(func() {
 			_ = r.sched.Shutdown()

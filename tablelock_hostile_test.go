@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // Guarantee 1's limit and 4's promise that a loss names its cause:
@@ -18,11 +19,11 @@ import (
 // plain silence of the heartbeat.
 func TestLeasesLostBehindATableLockSayTheHeartbeatWasInFlight(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = time.Second
-	l := newLocker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	var leases []*pglease.Lease
 	for _, key := range []string{"a", "b", "c"} {
 		lease, err := l.Claim(ctx, key)
@@ -32,7 +33,7 @@ func TestLeasesLostBehindATableLockSayTheHeartbeatWasInFlight(t *testing.T) {
 	_, end := lockTable(t, pool, table)
 	defer end(false)
 	for _, lease := range leases {
-		waitDone(t, lease, 3*ttl)
+		pgtest.WaitDone(t, lease, 3*ttl)
 		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	}
 	msg := leases[0].Err().Error()

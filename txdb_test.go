@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // A Locker's statements must each commit on their own: on a pgx.Tx (which
@@ -17,8 +18,8 @@ import (
 // caller's transaction. NewLocker and NewElector refuse one, naming it.
 func TestNewLockerRefusesATransactionAsItsDB(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	conn, err := pgx.Connect(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	tx, err := conn.Begin(ctx)

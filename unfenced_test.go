@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // legacyTable creates, as another owner, the lease table an older library
@@ -24,11 +25,10 @@ import (
 // INSERT and UPDATE it. It returns the table and the runtime role's DSN.
 func legacyTable(t *testing.T, columns string) (string, string) {
 	t.Helper()
-	ctx := ctxT(t)
-	admin := newPool(t, "", nil)
-	n := tableSeq.Add(1)
-	table := fmt.Sprintf("legacy_lease%d", n)
-	owner, runtime := fmt.Sprintf("legacy_owner%d", n), fmt.Sprintf("legacy_rt%d", n)
+	ctx := pgtest.Ctx(t)
+	admin := pgtest.Pool(t, nil)
+	table := pgtest.Name("legacy_lease")
+	owner, runtime := pgtest.Name("legacy_owner"), pgtest.Name("legacy_rt")
 	for _, stmt := range []string{
 		fmt.Sprintf(`CREATE ROLE %s NOLOGIN`, owner),
 		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'legacy-secret'`, runtime),
@@ -42,19 +42,19 @@ func legacyTable(t *testing.T, columns string) (string, string) {
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), fmt.Sprintf(`DROP TABLE %s; DROP ROLE %s; DROP OWNED BY %s; DROP ROLE %s`, table, owner, runtime, runtime))
 	})
-	cfg, err := pgx.ParseConfig(server.DSN())
+	cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
 	require.NoError(t, err)
-	return table, strings.Replace(server.DSN(), cfg.User+"@", runtime+":legacy-secret@", 1)
+	return table, strings.Replace(pgtest.Server.DSN(), cfg.User+"@", runtime+":legacy-secret@", 1)
 }
 
 const legacyColumns = `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL, acquired_at timestamptz`
 
 func TestWithoutFenceColumnLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	table, dsn := legacyTable(t, legacyColumns)
-	pool := newPool(t, dsn, nil)
-	l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	pool := pgtest.PoolAt(t, dsn, nil)
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
 
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func TestWithoutFenceColumnLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUn
 	start := second.ExpiresAt()
 	require.Eventually(t, func() bool { return second.ExpiresAt().Sub(start) > 2*time.Second }, 5*time.Second, 20*time.Millisecond)
 	require.NoError(t, second.Err())
-	other := newLocker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
+	other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
 	_, err = other.Claim(ctx, "job")
 	require.ErrorIs(t, err, pglease.ErrHeld)
 	require.NoError(t, second.Unlock(ctx))
@@ -84,17 +84,17 @@ func TestWithoutFenceColumnLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUn
 
 func TestWithoutFenceColumnStolenRowIsDetectedAsLost(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	table, dsn := legacyTable(t, `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL`)
-	pool := newPool(t, dsn, nil)
+	pool := pgtest.PoolAt(t, dsn, nil)
 	const ttl = time.Second
-	l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
+	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
 		pglease.WithMinHold(500*time.Millisecond))
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'replica-9#feed' WHERE key = 'job'`, table))
 	require.NoError(t, err)
-	waitDone(t, lease, ttl)
+	pgtest.WaitDone(t, lease, ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
 	row, _ := readLegacyRow(t, pool, table, "job")
@@ -166,9 +166,9 @@ func TestWithoutFenceColumnRollingDeployWithOldPlainHolderReplicasNeverRunsATick
 		var locker gocron.Locker
 		if i%2 == 0 {
 			name = fmt.Sprintf("old-%d", i)
-			locker = &oldLocker{pool: newPool(t, dsn, nil), table: table, holder: name}
+			locker = &oldLocker{pool: pgtest.PoolAt(t, dsn, nil), table: table, holder: name}
 		} else {
-			locker = newLocker(t, newPool(t, dsn, nil), table, name, pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
+			locker = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, name, pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
 		}
 		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 		require.NoError(t, err)
@@ -199,7 +199,12 @@ func TestWithoutFenceColumnRollingDeployWithOldPlainHolderReplicasNeverRunsATick
 			t.Fatal("the schedulers stopped ticking")
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // let the last counted runs finish
+	// Shutdown returns once the runs in progress have ended: every run
+	// that started is then in the log, and no other starts.
+	for _, s := range scheds {
+		wg.Go(func() { _ = s.Shutdown() })
+	}
+	wg.Wait()
 	runs := log.all()
 	perTick := map[int]int{}
 	kinds := map[string]int{}
@@ -220,7 +225,7 @@ func TestWithoutFenceColumnRollingDeployWithOldPlainHolderReplicasNeverRunsATick
 
 func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	cases := map[string]struct{ columns, want string }{
 		"no holder":       {`key text PRIMARY KEY, expires_at timestamptz NOT NULL`, "no column holder"},
 		"short holder":    {`key text PRIMARY KEY, holder varchar(12) NOT NULL, expires_at timestamptz NOT NULL`, "too short"},
@@ -232,9 +237,9 @@ func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			table, dsn := legacyTable(t, tc.columns)
-			pool := newPool(t, dsn, nil)
-			l := newLocker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
-			ctx := ctxT(t)
+			pool := pgtest.PoolAt(t, dsn, nil)
+			l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
+			ctx := pgtest.Ctx(t)
 			_, err := l.Claim(ctx, "job")
 			require.ErrorContains(t, err, tc.want)
 			require.ErrorContains(t, err, "cannot be used WithoutFenceColumn")
@@ -243,8 +248,8 @@ func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T
 			require.Zero(t, rows)
 		})
 	}
-	pool := newPool(t, "", nil)
-	l := newLocker(t, pool, "no_such_legacy_table", "replica-1", pglease.WithoutFenceColumn())
+	pool := pgtest.Pool(t, nil)
+	l := pgtest.Locker(t, pool, "no_such_legacy_table", "replica-1", pglease.WithoutFenceColumn())
 	_, err := l.Claim(ctx, "job")
 	require.ErrorContains(t, err, "table no_such_legacy_table does not exist")
 
@@ -256,9 +261,9 @@ func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T
 	}), "must not contain \"#\"")
 }
 
-func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (leaseRow, bool) {
+func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (pgtest.Row, bool) {
 	t.Helper()
-	var r leaseRow
+	var r pgtest.Row
 	err := db.QueryRow(context.Background(), fmt.Sprintf(`SELECT holder, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`, table), key).
 		Scan(&r.Holder, &r.ExpiresAt, &r.Live)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -270,9 +275,9 @@ func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (leaseRow, bo
 
 func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	table, dsn := legacyTable(t, legacyColumns)
-	pool := newPool(t, dsn, nil)
+	pool := pgtest.PoolAt(t, dsn, nil)
 	insert := func(key, holder string) {
 		t.Helper()
 		_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ($1, $2, clock_timestamp() + interval '1 hour')`, table), key, holder)
@@ -293,8 +298,8 @@ func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t 
 	for key, holder := range foreign {
 		insert(key, holder)
 	}
-	l := newLocker(t, pool, table, "host-1", pglease.WithoutFenceColumn())
-	meta := newLocker(t, pool, table, "h.st_1%", pglease.WithoutFenceColumn())
+	l := pgtest.Locker(t, pool, table, "host-1", pglease.WithoutFenceColumn())
+	meta := pgtest.Locker(t, pool, table, "h.st_1%", pglease.WithoutFenceColumn())
 	for key, holder := range foreign {
 		before, ok := readLegacyRow(t, pool, table, key)
 		require.True(t, ok)
@@ -363,10 +368,10 @@ func (r scanGateRow) Scan(dest ...any) error {
 
 func TestWithoutFenceColumnConcurrentReentrantClaimsKeepTheRowsOwnMandate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	table, dsn := legacyTable(t, legacyColumns)
-	pool := newPool(t, dsn, nil)
-	other := newLocker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
+	pool := pgtest.PoolAt(t, dsn, nil)
+	other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
 	opts := []pglease.Option{pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
 
 	// requireRowsMandate checks that the lease l holds is the row's, and
@@ -386,7 +391,7 @@ func TestWithoutFenceColumnConcurrentReentrantClaimsKeepTheRowsOwnMandate(t *tes
 	// Forced: the first claim commits, then returns only after a second
 	// claim of the same key has had every chance to commit and register.
 	gate := &scanGateDB{DB: pool, scanned: make(chan struct{}), release: make(chan struct{})}
-	l := newLocker(t, gate, table, "replica-1", opts...)
+	l := pgtest.Locker(t, gate, table, "replica-1", opts...)
 	first := make(chan error, 1)
 	go func() { _, err := l.Claim(ctx, "forced"); first <- err }()
 	<-gate.scanned
@@ -405,7 +410,7 @@ func TestWithoutFenceColumnConcurrentReentrantClaimsKeepTheRowsOwnMandate(t *tes
 	requireRowsMandate(l, "forced")
 
 	// Free: many claims of one key at once, round after round.
-	l = newLocker(t, pool, table, "replica-3", opts...)
+	l = pgtest.Locker(t, pool, table, "replica-3", opts...)
 	for round := range 20 {
 		key := fmt.Sprintf("free-%d", round)
 		var wg sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // lostReplyDB runs every statement for real, but once armed, the next
@@ -38,7 +39,7 @@ func (r lostReplyRow) Scan(dest ...any) error {
 
 func (d *lostReplyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	row := d.DB.QueryRow(ctx, sql, args...)
-	if statementKind(sql) == "claim" && d.armed.CompareAndSwap(true, false) {
+	if pgtest.StatementKind(sql) == "claim" && d.armed.CompareAndSwap(true, false) {
 		return lostReplyRow{row, d}
 	}
 	return row
@@ -50,13 +51,13 @@ func (d *lostReplyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx
 // other Locker's waiter out until its TTL, with nobody holding the key.
 func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
 	db := &lostReplyDB{DB: pool, lost: make(chan struct{})}
-	waiter := newLocker(t, db, table, "waiter", pglease.WithHook(events.hook))
+	waiter := pgtest.Locker(t, db, table, "waiter", pglease.WithHook(events.Hook))
 
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -71,7 +72,7 @@ func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 
 	_, ok := waiter.Held("job")
 	require.False(t, ok)
-	row, ok := readRow(t, pool, table, "job")
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
 	require.True(t, ok)
 	require.False(t, row.Live && row.Holder == "waiter",
 		"ClaimWait returned an error but left a live row under its holder, held by nobody until %v: %+v", row.ExpiresAt, row)
@@ -85,11 +86,11 @@ func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 // leave a live row under its holder that nobody holds.
 func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const ttl = 4 * time.Second // trust window 3.6s
-	waiter := newLocker(t, pool, table, "waiter", pglease.WithTTL(ttl), pglease.WithTimeout(10*time.Second))
+	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithTTL(ttl), pglease.WithTimeout(10*time.Second))
 	tbl := pgx.Identifier{table}.Sanitize()
 
 	// An expired row of a former holder, locked by an open transaction.
@@ -103,17 +104,18 @@ func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing
 	require.NoError(t, err)
 
 	got := claimWaitAsync(ctx, waiter, "job")
-	eventually(t, 5*time.Second, "the waiter's claim waits on the row lock", func() bool {
+	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%'`+" AND query LIKE '%"+table+"%'").Scan(&n))
 		return n == 1
-	})
-	start := time.Now()
-	time.Sleep(ttl - ttl/20 - time.Since(start)) // 3.8s: past the trust window, within the TTL
+	}, 5*time.Second, 10*time.Millisecond, "the waiter's claim waits on the row lock")
+	// The scenario: the lock is held 3.8s, past the trust window (3.6s)
+	// and within the TTL.
+	time.Sleep(ttl - ttl/20)
 	require.NoError(t, tx.Commit(ctx))
 	r := receive(t, got, 10*time.Second)
-	row, ok := readRow(t, pool, table, "job")
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
 	require.True(t, ok)
 	if r.err == nil {
 		// Back within the trust window, or given back and claimed again:
@@ -133,17 +135,17 @@ func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing
 // ends, and goleak (TestMain) finds nothing left.
 func TestPoolClosedBeforeTheLockerWithAWaiterDoesNotHang(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
-	wpool := newPool(t, "", nil)
-	waiter := pglease.NewLocker(wpool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(quiet), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	wpool := pgtest.Pool(t, nil)
+	waiter := pglease.NewLocker(wpool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
 	_, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	got := claimWaitAsync(ctx, waiter, "job")
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 1)
 
 	poolClosed := make(chan struct{})
@@ -169,21 +171,21 @@ func TestPoolClosedBeforeTheLockerWithAWaiterDoesNotHang(t *testing.T) {
 // each, as before waiting claims existed.
 func TestNoExtraStatementOnClaimAndUnlockWhenNobodyWaits(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", counter)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "one")
-	counter.reset()
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, counter)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "one")
+	counter.Reset()
 	const n = 20
 	for i := range n {
 		lease, err := l.Claim(ctx, fmt.Sprintf("k%d", i))
 		require.NoError(t, err)
 		require.NoError(t, lease.Unlock(ctx))
 	}
-	require.Equal(t, n, counter.get("claim"))
-	require.Equal(t, n, counter.get("release"))
-	require.Zero(t, counter.get("other"), "statements other than claim and release")
+	require.Equal(t, n, counter.Count("claim"))
+	require.Equal(t, n, counter.Count("release"))
+	require.Zero(t, counter.Count("other"), "statements other than claim and release")
 	mode, _ := l.WaitMode()
 	require.Equal(t, pglease.WaitIdle, mode, "a listener started without a waiter")
 }

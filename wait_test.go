@@ -16,20 +16,8 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgbouncer"
+	"github.com/pglease/pglease/internal/pgtest"
 )
-
-// eventually polls cond every few milliseconds, failing after limit: for
-// states that have no signal of their own (a waiter parked on a channel).
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", limit, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // claimWaitAsync starts l.ClaimWait(ctx, key) and returns its outcome.
 func claimWaitAsync(ctx context.Context, l *pglease.Locker, key string) <-chan claimResult {
@@ -58,25 +46,25 @@ func receive(t *testing.T, ch <-chan claimResult, limit time.Duration) claimResu
 }
 
 // waitingOn waits until l has a claim of key parked after finding it held.
-func waitingOn(t *testing.T, l *pglease.Locker, events *eventLog, key string, n int) {
+func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key string, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, "waiters parked", func() bool {
-		return pglease.Waiters(l, key) >= n && events.count(pglease.EventContended) >= 1
-	})
+	require.Eventually(t, func() bool {
+		return pglease.Waiters(l, key) >= n && events.Count(pglease.EventContended) >= 1
+	}, 10*time.Second, 2*time.Millisecond, "waiters parked")
 }
 
 func TestReleaseNotifiesTheReleasedKeyOnTheTablesChannel(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	conn, err := pgx.Connect(ctx, server.DSN())
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{pglease.ChannelFor(table)}.Sanitize())
 	require.NoError(t, err)
 
-	l := newLocker(t, pool, table, "a")
+	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	require.NoError(t, lease.Unlock(ctx))
@@ -101,14 +89,14 @@ func TestReleaseNotifiesTheReleasedKeyOnTheTablesChannel(t *testing.T) {
 
 func TestChannelNamesFitPgNotifyAndStayDistinctForOddAndLongTableNames(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := pgtest.Ctx(t)
 	names := []string{
 		"lease", `we"ird`, "with space", "ünïcödé_tåble", "public.lease",
 		strings.Repeat("a", 63), strings.Repeat("a", 62) + "b", "s." + strings.Repeat("t", 63),
 		strings.Repeat("é", 31) + "x", strings.Repeat("ü", 40) + "." + strings.Repeat("ö", 31),
 		`"; DROP TABLE x; --`,
 	}
-	conn, err := pgx.Connect(ctx, server.DSN())
+	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	seen := map[string]string{}
@@ -136,17 +124,17 @@ func TestChannelNamesFitPgNotifyAndStayDistinctForOddAndLongTableNames(t *testin
 
 func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
-	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	got := claimWaitAsync(ctx, waiter, "job")
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	mode, reason := waiter.WaitMode()
 	require.Equal(t, pglease.WaitByNotification, mode, reason)
 	waitingOn(t, waiter, events, "job", 1)
@@ -156,25 +144,25 @@ func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 	require.NoError(t, held.Unlock(ctx))
 	r := receive(t, got, 3*time.Second)
 	require.NoError(t, r.err)
-	row, _ := readRow(t, pool, table, "job")
+	row, _ := pgtest.ReadRow(t, pool, table, "job")
 	require.Equal(t, "waiter", row.Holder)
 	require.Equal(t, r.lease.Fence(), row.Fence)
 }
 
 func TestClaimWaitWakesAtTheHoldersExpiryWhichNotifiesNobody(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 	// A holder that crashed: its row lapses in 700ms, and nothing notifies.
 	_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ('job', 'crashed', clock_timestamp() + interval '700 milliseconds')`,
 		pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 
 	got := claimWaitAsync(ctx, waiter, "job")
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	// Woken at the expiry read on the server, well before the 5s backoff.
 	r := receive(t, got, 4*time.Second)
 	require.NoError(t, r.err)
@@ -183,20 +171,20 @@ func TestClaimWaitWakesAtTheHoldersExpiryWhichNotifiesNobody(t *testing.T) {
 
 func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAcquires(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	b := pgbouncer.New(t, server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 3})
+	ctx := pgtest.Ctx(t)
+	b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 3})
 	pool := bouncedPool(t, b, pgx.QueryExecModeExec)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
-	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	got := claimWaitAsync(ctx, waiter, "job")
-	ev := events.waitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+	ev := events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	for ev.Err == nil || !strings.Contains(ev.Err.Error(), "probe") {
-		ev = events.waitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+		ev = events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	}
 	mode, reason := waiter.WaitMode()
 	require.Equal(t, pglease.WaitByPolling, mode)
@@ -209,15 +197,15 @@ func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAc
 
 func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	holder := newLocker(t, pool, table, "holder")
-	waiter := newLocker(t, newFaultyDB(pool), table, "waiter")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "waiter")
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	got := claimWaitAsync(ctx, waiter, "job")
-	eventually(t, 5*time.Second, "polling", func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling })
+	require.Eventually(t, func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling }, 5*time.Second, 2*time.Millisecond, "polling")
 	_, reason := waiter.WaitMode()
 	require.Contains(t, reason, "not a *pgxpool.Pool")
 	require.NoError(t, held.Unlock(ctx))
@@ -226,11 +214,11 @@ func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 
 func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	holder := newLocker(t, pool, table, "holder")
-	waiter := newLocker(t, pool, table, "waiter")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pgtest.Locker(t, pool, table, "waiter")
 
 	// Given up while held: ErrHeld and the context's error, nothing claimed.
 	_, err := holder.Claim(ctx, "job")
@@ -253,7 +241,7 @@ func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 		require.NoError(t, held.Unlock(ctx))
 		r := receive(t, got, 5*time.Second)
 		cancel()
-		row, ok := readRow(t, pool, table, key)
+		row, ok := pgtest.ReadRow(t, pool, table, key)
 		require.True(t, ok)
 		if r.err == nil {
 			require.Equal(t, "waiter", row.Holder)
@@ -270,13 +258,13 @@ func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 
 func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	counter := &statementCounter{}
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
-	waiter := newLocker(t, newPool(t, "", counter), table, "waiter", pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	counter := &pgtest.Statements{}
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pgtest.Locker(t, pgtest.Pool(t, counter), table, "waiter", pglease.WithHook(events.Hook))
 
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -288,10 +276,10 @@ func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T
 			results <- claimResult{lease, err}
 		}()
 	}
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
-	events.waitFor(t, pglease.EventContended, 10*time.Second) // the retry after LISTEN
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventContended, 10*time.Second) // the retry after LISTEN
 	waitingOn(t, waiter, events, "job", n)
-	counter.reset()
+	counter.Reset()
 	require.NoError(t, held.Unlock(ctx))
 
 	// Each winner holds the key alone; its Unlock hands it to the next.
@@ -308,25 +296,25 @@ func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T
 		// One claim per release; a herd would be one per waiter (n). A
 		// waiter whose safety pause (2.5s to 5s) ends on its own on a
 		// loaded machine may add one: two are allowed for the whole run.
-		claims := counter.get("claim")
+		claims := counter.Count("claim")
 		assert.LessOrEqual(t, claims, i+1+2, "claim statements for %d releases", i+1)
 		require.NoError(t, r.lease.Unlock(ctx))
 	}
-	t.Logf("claim statements for %d waiters: %d", n, counter.get("claim"))
+	t.Logf("claim statements for %d waiters: %d", n, counter.Count("claim"))
 }
 
 func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	const lockers, each = 3, 3
 	var holding atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, lockers*each)
 	wins := atomic.Int32{}
 	for i := range lockers {
-		l := newLocker(t, pool, table, fmt.Sprintf("l%d", i))
+		l := pgtest.Locker(t, pool, table, fmt.Sprintf("l%d", i))
 		for range each {
 			wg.Go(func() {
 				lease, err := l.ClaimWait(ctx, "job")
@@ -356,29 +344,29 @@ func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 
 func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
-	waiter := newLocker(t, pool, table, "waiter", pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	got := claimWaitAsync(ctx, waiter, "job")
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 1)
 	pid := pglease.ListenerPID(waiter)
 	require.NotZero(t, pid)
 	_, err = pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
-	events.waitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	// Released while nobody listens, or right after the new LISTEN: either
 	// way the waiter takes the key within the bound.
 	require.NoError(t, held.Unlock(ctx))
 	r := receive(t, got, 4*time.Second)
 	require.NoError(t, r.err)
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	require.NotEqual(t, pid, pglease.ListenerPID(waiter), "listening again on a new connection")
 
 	// And it still wakes by notification.
@@ -389,19 +377,19 @@ func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 
 func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	events := newEventLog()
-	holder := newLocker(t, pool, table, "holder")
-	waiter := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(quiet), pglease.WithHook(events.hook))
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	events := pgtest.NewEvents(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	waiter := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
 	_, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	var outs []<-chan claimResult
 	for range 3 {
 		outs = append(outs, claimWaitAsync(ctx, waiter, "job"))
 	}
-	events.waitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 3)
 	require.NoError(t, waiter.Close(ctx))
 	for _, out := range outs {
@@ -414,10 +402,10 @@ func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
 
 func TestClaimWaitDoesNotTakeOverALeaseOfItsOwnLocker(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t, "", nil)
-	table := newTable(t, pool)
-	l := newLocker(t, pool, table, "one")
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	l := pgtest.Locker(t, pool, table, "one")
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

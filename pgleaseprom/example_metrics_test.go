@@ -8,11 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pgleaseprom"
 )
 
 // databaseURL stands for your service's connection string.
-func databaseURL() string { return server.DSN() }
+func databaseURL() string { return pgtest.Server.DSN() }
 
 // Export what a Locker does as Prometheus metrics: register the Metrics,
 // pass its Hook to the Locker.

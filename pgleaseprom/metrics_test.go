@@ -1,6 +1,7 @@
 package pgleaseprom_test
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pgleaseprom"
 )
 
@@ -29,14 +31,14 @@ func outcome(o string) map[string]string { return map[string]string{"outcome": o
 
 func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 
-	a := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
-	b := newLocker(t, pool, table, "b", pglease.WithHook(m.Hook))
-	noTable := newLocker(t, pool, fmt.Sprintf("leaseprom_missing%d", tableSeq.Add(1)), "c", pglease.WithHook(m.Hook))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithHook(m.Hook))
+	noTable := pgtest.Locker(t, pool, pgtest.TableName(), "c", pglease.WithHook(m.Hook))
 
 	assert.Zero(t, value(t, reg, "pglease_claims_total", outcome("error")), "every outcome is exported at zero from the start")
 
@@ -70,11 +72,11 @@ func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
 
 func TestLeasesHeldGaugeCountsEachLeaseOnceThroughReleaseLossAndUnlockOfTheLostLease(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
-	l := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook),
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook),
 		pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	held := func() float64 { return value(t, reg, "pglease_leases_held", nil) }
 
@@ -117,12 +119,12 @@ func TestLeasesHeldGaugeCountsEachLeaseOnceThroughReleaseLossAndUnlockOfTheLostL
 
 func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
-	db := &failingHeartbeats{DB: pool}
-	l := newLocker(t, db, table, "a", pglease.WithHook(m.Hook),
+	db := pgtest.NewFaultyDB(pool)
+	l := pgtest.Locker(t, db, table, "a", pglease.WithHook(m.Hook),
 		pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond))
 
 	lease, err := l.Claim(ctx, "job")
@@ -135,11 +137,11 @@ func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *te
 	assert.Positive(t, sum, "each round's round trip took some time")
 	assert.Zero(t, value(t, reg, "pglease_heartbeat_failures_total", nil))
 
-	db.fail.Store(true)
+	db.SetFail("heartbeat", errors.New("injected heartbeat failure"))
 	require.Eventually(t, func() bool {
 		return value(t, reg, "pglease_heartbeat_failures_total", nil) >= 2
 	}, 10*time.Second, 10*time.Millisecond, "failed rounds are counted")
-	db.fail.Store(false)
+	db.SetFail("heartbeat", nil)
 	before, _ := histogram(t, reg, "pglease_heartbeat_duration_seconds")
 	require.Eventually(t, func() bool {
 		n, _ := histogram(t, reg, "pglease_heartbeat_duration_seconds")
@@ -152,14 +154,14 @@ func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *te
 
 func TestPerKeyLabelsClaimHeldLostAndReleaseSeriesWithTheKey(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{
 		Namespace: "app", Subsystem: "jobs", PerKey: true, ConstLabels: prometheus.Labels{"service": "billing"},
 	})
-	a := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
-	b := newLocker(t, pool, table, "b", pglease.WithHook(m.Hook))
+	a := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithHook(m.Hook))
 	series := func(labels ...string) map[string]string {
 		out := map[string]string{"service": "billing"}
 		for i := 0; i+1 < len(labels); i += 2 {
@@ -228,9 +230,9 @@ func TestLeasesHeldGaugeCountsALeaseLostAndThenUnlockedOnce(t *testing.T) {
 
 func TestElectionsAreCountedWhenAnElectorBecomesTheLeader(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	quiet := pglease.WithLogger(slog.New(slog.DiscardHandler))
 	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithHook(m.Hook), quiet)
@@ -265,13 +267,13 @@ func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 
 func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	assert.Zero(t, value(t, reg, "pglease_clock_skew_seconds", nil), "0 until the first claim")
 
-	l := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook))
 	_, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	skew, ok := l.ClockSkew()
@@ -294,11 +296,11 @@ func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {
 
 func TestLeasesHeldGaugeReturnsToZeroWhenCloseOvertakesClaimsInFlight(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := newTable(t, pool)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
-	l := newLocker(t, pool, table, "a", pglease.WithHook(m.Hook))
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook))
 
 	var wg sync.WaitGroup
 	started := make(chan struct{}, 50)

@@ -14,26 +14,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestMigrateIsIdempotentAndCreatesATableALockerCanUse(t *testing.T) {
 	t.Parallel()
-	table := freshTable()
+	table := pgtest.TableName()
 	for range 2 {
 		out := ok(t, "migrate", "-table", table, "-retention", "1h")
 		assert.Contains(t, out, "table "+table+" and sequence "+table+"_fence_seq are ready")
 	}
-	l := newLocker(t, newPool(t), table, "a")
-	_, err := l.Claim(ctxT(t), "job")
+	l := pgtest.Locker(t, pgtest.Pool(t, nil), table, "a")
+	_, err := l.Claim(pgtest.Ctx(t), "job")
 	require.NoError(t, err)
 }
 
 func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
-	l := newLocker(t, pool, table, "replica-a")
+	l := pgtest.Locker(t, pool, table, "replica-a")
 	b, err := l.Claim(ctx, "b-job")
 	require.NoError(t, err)
 	a, err := l.Claim(ctx, "a-job")
@@ -88,17 +89,17 @@ func TestStatusJSONOfAnEmptyTableIsAnEmptyArray(t *testing.T) {
 
 func TestReleaseOfALiveKeyMakesItClaimableByAnotherHolderAndItsHolderLosesIt(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
-	a := newLocker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	b := newLocker(t, pool, table, "replica-b")
+	a := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	b := pgtest.Locker(t, pool, table, "replica-b")
 	lease, err := a.Claim(ctx, "nightly")
 	require.NoError(t, err)
 	_, err = b.Claim(ctx, "nightly")
 	require.ErrorIs(t, err, pglease.ErrHeld)
 
-	r0 := runCmd(t, "release", "-now", "-dsn", server.DSN(), "-table", table, "nightly")
+	r0 := runCmd(t, "release", "-now", "-dsn", pgtest.Server.DSN(), "-table", table, "nightly")
 	require.Equal(t, exitOK, r0.code, r0.stderr)
 	out := r0.stdout
 	assert.Contains(t, out, `released key "nightly"`)
@@ -107,11 +108,11 @@ func TestReleaseOfALiveKeyMakesItClaimableByAnotherHolderAndItsHolderLosesIt(t *
 	assert.Contains(t, r0.stderr, "WARNING", "-now says what it risks")
 	assert.Contains(t, r0.stderr, "two replicas may run the job at once")
 
-	r := readRow(t, pool, table, "nightly")
-	assert.False(t, r.live, "expired now")
-	assert.Equal(t, "replica-a", r.holder, "holder untouched")
-	assert.Equal(t, lease.Fence(), r.fence, "fence untouched")
-	assert.True(t, r.expiresAt.After(r.acquiredAt), "the CHECK holds")
+	r, _ := pgtest.ReadRow(t, pool, table, "nightly")
+	assert.False(t, r.Live, "expired now")
+	assert.Equal(t, "replica-a", r.Holder, "holder untouched")
+	assert.Equal(t, lease.Fence(), r.Fence, "fence untouched")
+	assert.True(t, r.ExpiresAt.After(r.AcquiredAt), "the CHECK holds")
 
 	taken, err := b.Claim(ctx, "nightly")
 	require.NoError(t, err, "another holder can claim the released key")
@@ -126,21 +127,22 @@ func TestReleaseOfALiveKeyMakesItClaimableByAnotherHolderAndItsHolderLosesIt(t *
 
 func TestReleaseOfAnExpiredKeyChangesNothingAndOfAMissingKeyExitsOne(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
 	insertRow(t, pool, table, "old", "replica-gone", 2*time.Hour, -time.Hour)
-	before := readRow(t, pool, table, "old")
+	before, _ := pgtest.ReadRow(t, pool, table, "old")
 
 	out := ok(t, "release", "-table", table, "old")
 	assert.Contains(t, out, `key "old" was not live`)
-	assert.Equal(t, before, readRow(t, pool, table, "old"), "an expired row is left as it was")
+	after, _ := pgtest.ReadRow(t, pool, table, "old")
+	assert.Equal(t, before, after, "an expired row is left as it was")
 
 	insertRow(t, pool, table, "-dash", "replica-gone", 2*time.Hour, -time.Hour)
-	r := runCmd(t, "release", "-table", table, "-dsn", server.DSN(), "--", "-dash")
+	r := runCmd(t, "release", "-table", table, "-dsn", pgtest.Server.DSN(), "--", "-dash")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `key "-dash" was not live`, "after --, a key may start with a dash")
 
-	r = runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "never-claimed")
+	r = runCmd(t, "release", "-dsn", pgtest.Server.DSN(), "-table", table, "never-claimed")
 	assert.Equal(t, exitFail, r.code)
 	assert.Contains(t, r.stderr, `key "never-claimed" not found in table `+table)
 	assert.Empty(t, r.stdout)
@@ -148,23 +150,23 @@ func TestReleaseOfAnExpiredKeyChangesNothingAndOfAMissingKeyExitsOne(t *testing.
 
 func TestReleaseKeepsTheCheckConstraintWhenTheServerClockIsBehindTheClaim(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
 	// acquired_at an hour ahead of clock_timestamp(): as if the server's
 	// clock had been set back since the claim. clock_timestamp() alone
 	// would violate CHECK (expires_at > acquired_at).
 	insertRow(t, pool, table, "ahead", "replica-a", -time.Hour, 2*time.Hour)
 
-	r := runCmd(t, "release", "-now", "-dsn", server.DSN(), "-table", table, "ahead")
+	r := runCmd(t, "release", "-now", "-dsn", pgtest.Server.DSN(), "-table", table, "ahead")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "the server clock is behind the claim's acquired_at")
-	row := readRow(t, pool, table, "ahead")
-	assert.Equal(t, row.acquiredAt.Add(time.Microsecond), row.expiresAt, "one microsecond after acquired_at, the smallest expiry the CHECK allows")
+	row, _ := pgtest.ReadRow(t, pool, table, "ahead")
+	assert.Equal(t, row.AcquiredAt.Add(time.Microsecond), row.ExpiresAt, "one microsecond after acquired_at, the smallest expiry the CHECK allows")
 }
 
 func TestPurgeDeletesOnlyRowsExpiredLongerAgoAndPrintsHowMany(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
 	insertRow(t, pool, table, "old1", "h", 3*time.Hour, -2*time.Hour)
 	insertRow(t, pool, table, "old2", "h", 3*time.Hour, -90*time.Minute)
@@ -183,7 +185,7 @@ func TestPurgeDeletesOnlyRowsExpiredLongerAgoAndPrintsHowMany(t *testing.T) {
 
 func TestPurgeAndMigrateRefuseAHorizonBelowMinRetentionAndSayWhy(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
 	insertRow(t, pool, table, "recent", "h", time.Hour, -10*time.Minute)
 	for _, args := range [][]string{
@@ -192,7 +194,7 @@ func TestPurgeAndMigrateRefuseAHorizonBelowMinRetentionAndSayWhy(t *testing.T) {
 		{"migrate", "-table", table, "-retention", "0s"},
 		{"migrate", "-table", table, "-retention", "10m"},
 	} {
-		r := runCmd(t, append(args, "-dsn", server.DSN())...)
+		r := runCmd(t, append(args, "-dsn", pgtest.Server.DSN())...)
 		assert.Equal(t, exitUsage, r.code, "%v: stderr: %s", args, r.stderr)
 		assert.Contains(t, r.stderr, "must be at least 1h0m0s (pglease.MinRetention)", "%v", args)
 		assert.Contains(t, r.stderr, "a fence smaller than one already handed out", "%v: the refusal says why", args)
@@ -205,7 +207,7 @@ func TestPurgeAndMigrateRefuseAHorizonBelowMinRetentionAndSayWhy(t *testing.T) {
 
 func TestBadUsageExitsTwoWithAMessageAndSendsNothing(t *testing.T) {
 	t.Parallel()
-	dsn := server.DSN()
+	dsn := pgtest.Server.DSN()
 	for name, args := range map[string][]string{
 		"no command":                {},
 		"unknown command":           {"frobnicate", "-dsn", dsn},
@@ -251,7 +253,7 @@ func TestHelpPrintsTheExitCodesAndExitsZero(t *testing.T) {
 
 func TestWithoutDsnTheEnvironmentIsUsedAndWithoutEitherItIsAUsageError(t *testing.T) {
 	table := migrated(t)
-	t.Setenv(envDSN, server.DSN())
+	t.Setenv(envDSN, pgtest.Server.DSN())
 	r := runCmd(t, "status", "-json", "-table", table)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.JSONEq(t, "[]", r.stdout)
@@ -265,7 +267,7 @@ func TestWithoutDsnTheEnvironmentIsUsedAndWithoutEitherItIsAUsageError(t *testin
 // closedPort returns a 127.0.0.1 port that nothing listens on.
 func closedPort(t *testing.T) int {
 	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(ctxT(t), "tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(pgtest.Ctx(t), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
@@ -295,18 +297,18 @@ func TestUnreachableDatabaseExitsOneAndNeverPrintsThePassword(t *testing.T) {
 
 func TestMissingTableExitsOneAndSaysHowToCreateIt(t *testing.T) {
 	t.Parallel()
-	table := freshTable()
-	r := runCmd(t, "status", "-dsn", server.DSN(), "-table", table)
+	table := pgtest.TableName()
+	r := runCmd(t, "status", "-dsn", pgtest.Server.DSN(), "-table", table)
 	assert.Equal(t, exitFail, r.code)
 	assert.Contains(t, r.stderr, "pglease migrate -table "+table)
 }
 
 func TestRuntimeGrantsAreEnoughForStatusAndReleaseButNotForPurgeOrMigrate(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
-	role := fmt.Sprintf("pglease_cli_%d", tableSeq.Add(1))
+	role := pgtest.Name("pglease_cli")
 	for _, stmt := range []string{
 		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'cli-secret'`, role),
 		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON %s TO %s`, table, role),
@@ -318,12 +320,12 @@ func TestRuntimeGrantsAreEnoughForStatusAndReleaseButNotForPurgeOrMigrate(t *tes
 	t.Cleanup(func() {
 		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
 	})
-	cfg, err := pgx.ParseConfig(server.DSN())
+	cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
 	require.NoError(t, err)
 	runtimeDSN := fmt.Sprintf("host=%s port=%d user=%s password=cli-secret dbname=%s sslmode=disable",
 		cfg.Host, cfg.Port, role, cfg.Database)
 
-	l := newLocker(t, pool, table, "replica-a")
+	l := pgtest.Locker(t, pool, table, "replica-a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 	insertRow(t, pool, table, "old", "h", 3*time.Hour, -2*time.Hour)
@@ -348,12 +350,12 @@ func TestRuntimeGrantsAreEnoughForStatusAndReleaseButNotForPurgeOrMigrate(t *tes
 
 func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := freshTable()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.TableName()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`, table))
 	require.NoError(t, err)
-	l := newLocker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithTTL(2*time.Second))
+	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithTTL(2*time.Second))
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -380,11 +382,11 @@ func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 	_, err = l.Claim(ctx, "job")
 	require.ErrorIs(t, err, pglease.ErrHeld, "the revoked holder cannot take its lease back")
-	other := newLocker(t, pool, table, "replica-b", pglease.WithoutFenceColumn())
+	other := pgtest.Locker(t, pool, table, "replica-b", pglease.WithoutFenceColumn())
 	_, err = other.Claim(ctx, "job")
 	require.ErrorIs(t, err, pglease.ErrHeld, "nobody else either, before its expiry")
 
-	r := runCmd(t, "release", "-now", "-dsn", server.DSN(), "-table", table, "job")
+	r := runCmd(t, "release", "-now", "-dsn", pgtest.Server.DSN(), "-table", table, "job")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `released key "job"`)
 	_, err = other.Claim(ctx, "job")
@@ -393,21 +395,21 @@ func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 
 func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExpiry(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
 	lost := make(chan pglease.Event, 10)
-	a := newLocker(t, pool, table, "replica-a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
+	a := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
 		pglease.WithHook(func(e pglease.Event) {
 			if e.Kind == pglease.EventLost {
 				lost <- e
 			}
 		}))
-	b := newLocker(t, pool, table, "replica-b")
+	b := pgtest.Locker(t, pool, table, "replica-b")
 	lease, err := a.Claim(ctx, "nightly")
 	require.NoError(t, err)
 
-	r := runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "nightly")
+	r := runCmd(t, "release", "-dsn", pgtest.Server.DSN(), "-table", table, "nightly")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	_, err = b.Claim(ctx, "nightly")
 	require.ErrorIs(t, err, pglease.ErrHeld, "nobody can claim a revoked key before its expiry")
@@ -416,10 +418,10 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 	assert.Contains(t, r.stdout, fmt.Sprintf("fence %d", lease.Fence()))
 	assert.Contains(t, r.stdout, "any holder may claim it from")
 	assert.Empty(t, r.stderr)
-	revoked := readRow(t, pool, table, "nightly")
-	assert.Equal(t, pglease.RevokedHolder, revoked.holder)
-	assert.Equal(t, lease.Fence(), revoked.fence, "fence untouched")
-	assert.True(t, revoked.live)
+	revoked, _ := pgtest.ReadRow(t, pool, table, "nightly")
+	assert.Equal(t, pglease.RevokedHolder, revoked.Holder)
+	assert.Equal(t, lease.Fence(), revoked.Fence, "fence untouched")
+	assert.True(t, revoked.Live)
 
 	select {
 	case e := <-lost:
@@ -432,8 +434,9 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 	require.ErrorIs(t, err, pglease.ErrHeld, "the holder cannot take it back")
 	_, err = b.Claim(ctx, "nightly")
 	require.ErrorIs(t, err, pglease.ErrHeld)
-	assert.Equal(t, revoked, readRow(t, pool, table, "nightly"), "no heartbeat or claim extended or took the revoked row")
-	r = runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "nightly")
+	after, _ := pgtest.ReadRow(t, pool, table, "nightly")
+	assert.Equal(t, revoked, after, "no heartbeat or claim extended or took the revoked row")
+	r = runCmd(t, "release", "-dsn", pgtest.Server.DSN(), "-table", table, "nightly")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "already revoked")
 
@@ -442,7 +445,7 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 		taken, err = b.Claim(ctx, "nightly")
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "claimable once expired")
-	assert.False(t, taken.AcquiredAt().Before(revoked.expiresAt), "not before the revoked lease's expiry")
+	assert.False(t, taken.AcquiredAt().Before(revoked.ExpiresAt), "not before the revoked lease's expiry")
 	assert.Greater(t, taken.Fence(), lease.Fence(), "with a greater fence")
 
 	assert.Contains(t, panicMessage(func() { pglease.NewLocker(pool, pglease.WithHolder(pglease.RevokedHolder)) }), "reserved")
@@ -450,14 +453,14 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 
 func TestRevokeSaysWhyItCannotWhenTheHolderColumnIsTooShortAndChangesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
-	pool := newPool(t)
-	table := freshTable()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.TableName()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder varchar(10) NOT NULL, expires_at timestamptz NOT NULL);
 		INSERT INTO %[1]s VALUES ('job', 'old-lib-1', clock_timestamp() + interval '1 hour')`, table))
 	require.NoError(t, err)
 
-	r := runCmd(t, "release", "-dsn", server.DSN(), "-table", table, "job")
+	r := runCmd(t, "release", "-dsn", pgtest.Server.DSN(), "-table", table, "job")
 	assert.Equal(t, exitFail, r.code)
 	assert.Contains(t, r.stderr, "too short for the revoke marker")
 	assert.Contains(t, r.stderr, "release -now")

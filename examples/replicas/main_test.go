@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,15 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// server is the PostgreSQL the demo runs against in these tests (-dsn).
-var server *pgserver.Server
-
-func TestMain(m *testing.M) {
-	server = pgserver.ForTestMain(pgserver.Options{})
-	os.Exit(server.AfterTests(m.Run()))
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // demoOutput is what one run of the demo printed and returned.
 type demoOutput struct {
@@ -79,7 +73,7 @@ func (o demoOutput) runs(t *testing.T) []timelineRun {
 
 func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing.T) {
 	const ttl, period = 2 * time.Second, time.Second
-	out := runDemo(context.Background(), t, "-dsn", server.DSN(), "-table", "demo_min_hold",
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_min_hold",
 		"-duration", "10s", "-ttl", ttl.String(), "-period", period.String())
 
 	require.Equal(t, 0, out.code)
@@ -119,7 +113,7 @@ func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing
 // the next replica's timer fires: the double runs come every tick, not by
 // chance.
 func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
-	out := runDemo(context.Background(), t, "-dsn", server.DSN(), "-table", "demo_no_min_hold",
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_no_min_hold",
 		"-min-hold", "0", "-duration", "4s", "-period", "500ms", "-ttl", "1s", "-skew", "300ms")
 
 	assert.Equal(t, 0, out.code, "double runs are expected without min hold: not a failure")
@@ -138,7 +132,7 @@ func TestDemoReplicasInSeparateProcessesRunEachTickOnce(t *testing.T) {
 	for i, name := range names {
 		wg.Go(func() {
 			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), []string{"-dsn", server.DSN(), "-table", "demo_processes",
+			code := run(context.Background(), []string{"-dsn", pgtest.Server.DSN(), "-table", "demo_processes",
 				"-replica", name, "-duration", "4s", "-ttl", "2s"}, &stdout, &stderr)
 			outs[i] = demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String()}
 		})
@@ -181,7 +175,7 @@ func TestDemoReplicasInSeparateProcessesRunEachTickOnce(t *testing.T) {
 // shut down, Lockers closed, no goroutine left, the summary printed. It
 // also takes the server from PGLEASE_DATABASE_URL when -dsn is not given.
 func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
-	t.Setenv(pgserver.EnvDatabaseURL, server.DSN())
+	t.Setenv(pgserver.EnvDatabaseURL, pgtest.Server.DSN())
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
 	out := runDemo(ctx, t, "-table", "demo_interrupted", "-duration", "25s")

@@ -2,25 +2,19 @@ package pgbouncer_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease/internal/pgbouncer"
-	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
-var server *pgserver.Server
-
-func TestMain(m *testing.M) {
-	server = pgserver.ForTestMain(pgserver.Options{})
-	os.Exit(server.AfterTests(m.Run()))
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestBouncerPoolsTransactionsOfManyClientsOverFewServerConnections(t *testing.T) {
-	b := pgbouncer.New(t, server.DSN(), pgbouncer.Options{PoolSize: 2})
+	b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolSize: 2})
 	ctx := context.Background()
 	var pids = map[int32]bool{}
 	for range 6 {

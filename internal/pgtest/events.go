@@ -27,11 +27,12 @@ type Events struct {
 
 // NewEvents returns an empty recorder; the test fails at its end if more
 // than maxEvents arrived.
-func NewEvents(t testing.TB) *Events {
-	e := &Events{t: t, arrived: make(chan struct{})}
-	t.Cleanup(func() {
+func NewEvents(tb testing.TB) *Events {
+	tb.Helper()
+	e := &Events{t: tb, arrived: make(chan struct{})}
+	tb.Cleanup(func() {
 		if e.overflowed() {
-			t.Errorf("pgtest: more than %d events: the recorder refused the rest", maxEvents)
+			tb.Errorf("pgtest: more than %d events: the recorder refused the rest", maxEvents)
 		}
 	})
 	return e
@@ -80,8 +81,8 @@ func (e *Events) Count(kind pglease.EventKind) int {
 // WaitFor returns the first event of kind after the one the previous
 // WaitFor returned, waiting for it up to limit, and fails the test if none
 // arrives.
-func (e *Events) WaitFor(t testing.TB, kind pglease.EventKind, limit time.Duration) pglease.Event {
-	t.Helper()
+func (e *Events) WaitFor(tb testing.TB, kind pglease.EventKind, limit time.Duration) pglease.Event {
+	tb.Helper()
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	for {
@@ -97,12 +98,12 @@ func (e *Events) WaitFor(t testing.TB, kind pglease.EventKind, limit time.Durati
 		overflow, arrived := e.overflow, e.arrived
 		e.mu.Unlock()
 		if overflow {
-			t.Fatalf("pgtest: more than %d events: the recorder refused the rest", maxEvents)
+			tb.Fatalf("pgtest: more than %d events: the recorder refused the rest", maxEvents)
 		}
 		select {
 		case <-arrived:
 		case <-deadline.C:
-			t.Fatalf("no %v event within %v", kind, limit)
+			tb.Fatalf("no %v event within %v", kind, limit)
 		}
 	}
 }

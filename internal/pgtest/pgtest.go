@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,10 +84,10 @@ func startPooler() (b *pgbouncer.Bouncer, ok bool) {
 func ThroughPooler() bool { return poolerDSN != "" }
 
 // Ctx is a context that ends with the test, or after 30 seconds.
-func Ctx(t testing.TB) context.Context {
-	t.Helper()
+func Ctx(tb testing.TB) context.Context {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
+	tb.Cleanup(cancel)
 	return ctx
 }
 
@@ -95,61 +96,77 @@ var Quiet = slog.New(slog.DiscardHandler)
 
 // Pool connects to the shared server (through the PgBouncer of -pooler),
 // with tracer if not nil; it is closed at cleanup.
-func Pool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
-	t.Helper()
+func Pool(tb testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+	tb.Helper()
 	if poolerDSN != "" {
-		return pool(t, poolerDSN, tracer, pgx.QueryExecModeExec)
+		return pool(tb, poolerDSN, tracer, pgx.QueryExecModeExec)
 	}
-	return pool(t, Server.DSN(), tracer, 0)
+	return pool(tb, Server.DSN(), tracer, 0)
 }
 
 // PoolAt connects to dsn (another server, a proxy), with tracer if not
 // nil; it is closed at cleanup.
-func PoolAt(t testing.TB, dsn string, tracer pgx.QueryTracer) *pgxpool.Pool {
-	t.Helper()
-	return pool(t, dsn, tracer, 0)
+func PoolAt(tb testing.TB, dsn string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	tb.Helper()
+	return pool(tb, dsn, tracer, 0)
 }
 
-func pool(t testing.TB, dsn string, tracer pgx.QueryTracer, mode pgx.QueryExecMode) *pgxpool.Pool {
-	t.Helper()
+func pool(tb testing.TB, dsn string, tracer pgx.QueryTracer, mode pgx.QueryExecMode) *pgxpool.Pool {
+	tb.Helper()
+	return PoolWith(tb, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 8
+		if mode != 0 {
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+		}
+		if tracer != nil {
+			cfg.ConnConfig.Tracer = tracer
+		}
+	})
+}
+
+// PoolWith connects to dsn with pgxpool's defaults changed by configure
+// (if not nil): a session setting, a user, a proxy's address, a pool size.
+// The pool is closed at cleanup (closing it earlier is harmless).
+func PoolWith(tb testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.MaxConns = 8
-	if mode != 0 {
-		cfg.ConnConfig.DefaultQueryExecMode = mode
-	}
-	if tracer != nil {
-		cfg.ConnConfig.Tracer = tracer
+	require.NoError(tb, err)
+	if configure != nil {
+		configure(cfg)
 	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
+	require.NoError(tb, err)
+	tb.Cleanup(p.Close)
 	return p
 }
 
 var tableSeq atomic.Int64
 
-// TableName is a table name no other test of any package uses (the
-// process id tells the packages apart when they share a server); the table
-// is not created.
-func TableName() string {
-	return fmt.Sprintf("lease_p%d_t%d", os.Getpid(), tableSeq.Add(1))
+// Name is prefix made unique among the tests of every package (the process
+// id tells the packages apart when they share a server), for the tables,
+// schemas, roles and databases a test creates.
+func Name(prefix string) string {
+	return fmt.Sprintf("%s_p%d_%d", prefix, os.Getpid(), tableSeq.Add(1))
 }
 
+// TableName is a lease table name no other test uses; the table is not
+// created.
+func TableName() string { return Name("lease") }
+
 // Table returns a fresh table, created by Migrate.
-func Table(t testing.TB, db pglease.DB) string {
-	t.Helper()
+func Table(tb testing.TB, db pglease.DB) string {
+	tb.Helper()
 	name := TableName()
-	require.NoError(t, pglease.Migrate(context.Background(), db, pglease.WithTable(name)))
+	require.NoError(tb, pglease.Migrate(context.Background(), db, pglease.WithTable(name)))
 	return name
 }
 
 // Locker returns a quiet Locker on table, closed at cleanup.
-func Locker(t testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
-	t.Helper()
+func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
+	tb.Helper()
 	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
 	l := pglease.NewLocker(db, all...)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }
 
@@ -162,27 +179,28 @@ type Row struct {
 	Live       bool // expires_at is after the server's clock
 }
 
-// ReadRow reads the row of key, and whether there is one.
-func ReadRow(t testing.TB, db pglease.DB, table, key string) (Row, bool) {
-	t.Helper()
+// ReadRow reads the row of key in table ("name" or "schema.name"), and
+// whether there is one.
+func ReadRow(tb testing.TB, db pglease.DB, table, key string) (Row, bool) {
+	tb.Helper()
 	var r Row
 	err := db.QueryRow(context.Background(),
 		fmt.Sprintf(`SELECT holder, fence, acquired_at, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`,
-			pgx.Identifier{table}.Sanitize()), key).
+			pgx.Identifier(strings.Split(table, ".")).Sanitize()), key).
 		Scan(&r.Holder, &r.Fence, &r.AcquiredAt, &r.ExpiresAt, &r.Live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, false
 	}
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return r, true
 }
 
 // WaitDone waits for a lease to end, failing the test after limit.
-func WaitDone(t testing.TB, lease *pglease.Lease, limit time.Duration) {
-	t.Helper()
+func WaitDone(tb testing.TB, lease *pglease.Lease, limit time.Duration) {
+	tb.Helper()
 	select {
 	case <-lease.Done():
 	case <-time.After(limit):
-		t.Fatalf("lease %q fence %d still held after %v", lease.Key(), lease.Fence(), limit)
+		tb.Fatalf("lease %q fence %d still held after %v", lease.Key(), lease.Fence(), limit)
 	}
 }
