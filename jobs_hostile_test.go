@@ -67,7 +67,7 @@ func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanC
 	row, _ := pgtest.ReadRow(t, pool, table, "k")
 	t.Logf("row now: %+v; long lease Err=%v; other replica's claim err=%v", row, longErr, errB)
 	if errB == nil {
-		assert.Error(t, longErr, "replica b holds fence %d while the Locker's long lease (fence %d) is still trusted until %v: two holders",
+		require.Error(t, longErr, "replica b holds fence %d while the Locker's long lease (fence %d) is still trusted until %v: two holders",
 			other.Fence(), long.Fence(), long.ExpiresAt())
 	}
 	assert.False(t, errB == nil && longErr == nil, "two replicas believe they hold k")
