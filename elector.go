@@ -29,6 +29,7 @@ type Elector struct {
 
 	kick    chan struct{} // IsLeader asks the campaign to try at once
 	closing chan struct{} // closed by Close
+	queued  chan struct{} // closed once the first Close has queued the last callbacks
 
 	mu        sync.Mutex
 	lease     *Lease        // the current mandate, or nil
@@ -92,6 +93,7 @@ func NewElector(db DB, opts ...Option) *Elector {
 		cb:        l.cfg.leaderCallbacks,
 		kick:      make(chan struct{}, 1),
 		closing:   make(chan struct{}),
+		queued:    make(chan struct{}),
 		attempted: make(chan struct{}),
 		callsSig:  make(chan struct{}, 1),
 	}
@@ -325,15 +327,25 @@ func (e *Elector) Close(ctx context.Context) error {
 	e.closed = true
 	stop, done := e.stop, e.done
 	e.mu.Unlock()
-	if first {
-		close(e.closing)
+	if !first {
+		// Idempotent, and like the first: it returns once the callbacks
+		// the first Close queued have run.
+		err := e.locker.Close(ctx)
+		select {
+		case <-e.queued:
+		case <-ctx.Done():
+			return fmt.Errorf("pglease: Elector.Close: waiting for the first Close: %w", ctx.Err())
+		}
+		e.waitCallbacks()
+		return resigned(err)
 	}
-	if first && stop != nil {
+	close(e.closing)
+	if stop != nil {
 		stop()
 		<-done
 	}
 	err := e.locker.Close(ctx)
-	if first && stop != nil {
+	if stop != nil {
 		e.mu.Lock()
 		lease := e.lease
 		e.mu.Unlock()
@@ -343,15 +355,31 @@ func (e *Elector) Close(ctx context.Context) error {
 		e.mu.Lock()
 		e.stop = nil // the callbacks' goroutine returns once the queue is empty
 		signal(e.callsSig)
-		callsDone := e.callsDone
 		e.mu.Unlock()
-		// Called from a callback, Close runs on the callbacks' goroutine:
-		// it cannot wait for it. The callbacks still due run once the one
-		// that called Close returns.
-		if id := goroutineID(); id == 0 || id != e.callsGoroutine.Load() {
-			<-callsDone
-		}
 	}
+	close(e.queued)
+	e.waitCallbacks()
+	return resigned(err)
+}
+
+// waitCallbacks waits until the callbacks' goroutine has run every callback
+// queued and returned. Called from a callback, Close runs on that very
+// goroutine and cannot wait for it: the callbacks still due run once the
+// one that called Close returns.
+func (e *Elector) waitCallbacks() {
+	e.mu.Lock()
+	callsDone := e.callsDone
+	e.mu.Unlock()
+	if callsDone == nil {
+		return // the campaign never started: no callback ever ran
+	}
+	if id := goroutineID(); id == 0 || id != e.callsGoroutine.Load() {
+		<-callsDone
+	}
+}
+
+// resigned is what Close returns for the Locker's Close error err.
+func resigned(err error) error {
 	if errors.Is(err, ErrLost) {
 		return nil // it was no longer leading: nothing to hand over
 	}

@@ -61,7 +61,7 @@ func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease
 	if err != nil {
 		return nil, err
 	}
-	return extensions(readReport[int64, *time.Time](rows, leases, fenceOf))
+	return extensions(readReport(rows, leases, fenceOf, heartbeatFields))
 }
 
 func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
@@ -70,5 +70,5 @@ func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Leas
 	if err != nil {
 		return nil, err
 	}
-	return readReport[int64, bool](rows, leases, fenceOf)
+	return readReport(rows, leases, fenceOf, releaseFields)
 }

@@ -123,10 +123,8 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 		return nil, false
 	}
 	extended := 0
-	// server is the server's clock while the round ran: a new expiry less
-	// its lease's TTL. The earliest one: an expiry the round did not move
-	// (GREATEST kept a later one, after the server's clock stepped back)
-	// gives a later time, never an earlier one.
+	// server is the server's clock as the round ran, for the clock-skew
+	// reading (the earliest reported: all are within the round trip).
 	var server time.Time
 	for _, ls := range leases {
 		switch e, found := got[ls]; {
@@ -138,9 +136,9 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 		default:
 			ls.extend(e.expiresAt, sent)
 			extended++
-			if at := e.expiresAt.Add(-ls.terms.ttl); server.IsZero() || at.Before(server) {
-				server = at
-			}
+		}
+		if e, found := got[ls]; found && (server.IsZero() || e.serverNow.Before(server)) {
+			server = e.serverNow
 		}
 	}
 	var skew Skew

@@ -70,6 +70,9 @@ type Locker struct {
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
 	// or 0 when none has one: the clock-skew warning's bound (skewBound).
 	minHold atomic.Int64
+	// maxMinHold is the longest min hold of the Locker and its jobs: what
+	// the give-back of a waiting claim keeps (giveBackSQL).
+	maxMinHold atomic.Int64
 }
 
 // NewLocker returns a Locker on db. Invalid options, a nil db, or a db that
@@ -118,6 +121,7 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	}
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))
+	l.maxMinHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.waits.table = t
 	return l

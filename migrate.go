@@ -53,9 +53,6 @@ const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 //go:embed schema.sql
 var SchemaSQL string
 
-// errNoFenceDDL: the table of WithoutFenceColumn belongs to someone else.
-var errNoFenceDDL = errors.New("pglease: WithoutFenceColumn works on an existing table that pglease must not alter: Migrate and Schema do not apply")
-
 // schemaStatements is the DDL Migrate runs, in order.
 var schemaStatements = []string{createSequenceSQL, createTableSQL}
 
@@ -66,9 +63,6 @@ func Schema(opts ...Option) (string, error) {
 	cfg, err := newConfig(opts, forSchema)
 	if err != nil {
 		return "", err
-	}
-	if cfg.noFence {
-		return "", errNoFenceDDL
 	}
 	t, _ := parseTable(cfg.table)
 	var b strings.Builder
@@ -91,12 +85,9 @@ func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	if isNil(db) {
 		return errors.New("pglease: migrate: db is nil")
 	}
-	cfg, err := newConfig(opts, forSchema)
+	cfg, err := newConfig(opts, forMigrate)
 	if err != nil {
 		return err
-	}
-	if cfg.noFence {
-		return errNoFenceDDL
 	}
 	t, _ := parseTable(cfg.table)
 	if err := migrate(ctx, db, t, cfg); err != nil {

@@ -37,6 +37,11 @@ type constructor struct {
 	otherwise string
 }
 
+// noDDL says why WithoutFenceColumn does not apply to Migrate and Schema.
+var noDDL = map[string]string{
+	"WithoutFenceColumn": "it works on an existing table that pglease must not alter: Migrate and Schema do not apply",
+}
+
 // whyNot says, by default, why an option does not apply where it is refused.
 var whyNot = map[string]string{
 	"WithRetention":       "it sets the purge horizon of Migrate",
@@ -57,8 +62,11 @@ var (
 		applies: append(slices.DeleteFunc(slices.Clone(lockerOptions), func(o string) bool { return o == "WithMinHold" }), "WithLeaderKey", "WithLeaderCallbacks"),
 		why:     map[string]string{"WithMinHold": "an Elector's Close hands leadership over at once"},
 	}
-	forSchema = constructor{name: "Migrate and Schema", applies: []string{"WithTable", "WithRetention", "WithoutFenceColumn"}}
-	forJob    = constructor{
+	// WithoutFenceColumn works on an existing table that pglease must not
+	// alter: there is no DDL to run or print for it.
+	forMigrate = constructor{name: "Migrate", applies: []string{"WithTable", "WithRetention"}, why: noDDL}
+	forSchema  = constructor{name: "Schema", applies: []string{"WithTable"}, why: noDDL}
+	forJob     = constructor{
 		name:      "Locker.Job",
 		applies:   []string{"WithTTL", "WithMinHold", "WithTimeout"},
 		otherwise: "it is a setting of the whole Locker (one holder, one table, one heartbeat for every job): a job takes only WithTTL, WithMinHold and WithTimeout",

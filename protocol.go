@@ -56,6 +56,7 @@ func claimOutcomeOf(c claimed, err error) (claimed, bool, error) {
 type extension struct {
 	expiresAt time.Time // the new server expiry, if extended
 	locked    bool      // not extended: the row is locked by another transaction, and still matched as last committed
+	serverNow time.Time // the server's clock as the statement ran, for the clock-skew reading
 }
 
 // seconds is each lease's TTL or min hold in seconds, as make_interval
@@ -86,11 +87,11 @@ func mandates[M any](leases []*Lease, mandate func(*Lease) M) ([]string, []M) {
 
 // readReport reads what a heartbeat or release statement reported, one row
 // per lease whose row still matched: its key, its mandate, and what the
-// statement did to it (V: the new expiry or NULL when skipped because
-// locked; released or skipped). A row counts only for the lease of that
-// key and that very mandate. A lease reported neither way is left out: it
-// is lost.
-func readReport[M comparable, V any](rows pgx.Rows, leases []*Lease, mandate func(*Lease) M) (map[*Lease]V, error) {
+// statement did to it (V, read into the columns fields gives: the new
+// expiry or NULL when skipped because locked, and the server's clock;
+// released or skipped). A row counts only for the lease of that key and
+// that very mandate. A lease reported neither way is left out: it is lost.
+func readReport[M comparable, V any](rows pgx.Rows, leases []*Lease, mandate func(*Lease) M, fields func(*V) []any) (map[*Lease]V, error) {
 	defer rows.Close()
 	byKey := make(map[string]*Lease, len(leases))
 	for _, ls := range leases {
@@ -103,7 +104,7 @@ func readReport[M comparable, V any](rows pgx.Rows, leases []*Lease, mandate fun
 			m    M
 			what V
 		)
-		if err := rows.Scan(&key, &m, &what); err != nil {
+		if err := rows.Scan(append([]any{&key, &m}, fields(&what)...)...); err != nil {
 			return nil, err
 		}
 		if ls := byKey[key]; ls != nil && mandate(ls) == m {
@@ -113,18 +114,32 @@ func readReport[M comparable, V any](rows pgx.Rows, leases []*Lease, mandate fun
 	return got, rows.Err()
 }
 
+// heartbeatRow is what a heartbeat statement reports on one lease: its new
+// expiry, or NULL when its row was skipped because locked, and the
+// server's clock.
+type heartbeatRow struct {
+	expiresAt *time.Time
+	now       time.Time
+}
+
+func heartbeatFields(r *heartbeatRow) []any { return []any{&r.expiresAt, &r.now} }
+
+// releaseFields reads whether a release statement released the row (true)
+// or skipped it because locked (false).
+func releaseFields(released *bool) []any { return []any{released} }
+
 // extensions is a heartbeat statement's report (readReport) as
-// extensions: a new expiry, or nil for a row skipped because it was locked.
-func extensions(got map[*Lease]*time.Time, err error) (map[*Lease]extension, error) {
+// extensions.
+func extensions(got map[*Lease]heartbeatRow, err error) (map[*Lease]extension, error) {
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[*Lease]extension, len(got))
-	for ls, expiresAt := range got {
-		if expiresAt == nil {
-			out[ls] = extension{locked: true}
+	for ls, r := range got {
+		if r.expiresAt == nil {
+			out[ls] = extension{locked: true, serverNow: r.now}
 		} else {
-			out[ls] = extension{expiresAt: *expiresAt}
+			out[ls] = extension{expiresAt: *r.expiresAt, serverNow: r.now}
 		}
 	}
 	return out, nil

@@ -11,10 +11,9 @@ import (
 // database's.
 //
 // Every successful claim returns the server's clock_timestamp() read while
-// the statement ran (acquired_at), and every heartbeat round that extended
-// a lease returns its new expiry, that clock plus the lease's TTL: a server
-// time read somewhere between the moment the statement was sent and the
-// moment its reply came back. Against the local
+// the statement ran (acquired_at), and every heartbeat round returns that
+// clock too: a server time read somewhere between the moment the statement
+// was sent and the moment its reply came back. Against the local
 // wall clock at the send, and the round trip measured on the monotonic
 // clock, the server's clock is then ahead by
 //

@@ -70,7 +70,7 @@ func (p *unfenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lea
 	if err != nil {
 		return nil, err
 	}
-	return extensions(readReport[string, *time.Time](rows, leases, holderOf))
+	return extensions(readReport(rows, leases, holderOf, heartbeatFields))
 }
 
 // release measures each lease's min hold from the acquired time its claim
@@ -85,7 +85,7 @@ func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Le
 	if err != nil {
 		return nil, err
 	}
-	return readReport[string, bool](rows, leases, holderOf)
+	return readReport(rows, leases, holderOf, releaseFields)
 }
 
 // check reads the table's columns once and returns the claim statement that

@@ -346,9 +346,11 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 //     (expires_at = acquired_at + TTL, both from one clock reading): a row a
 //     release already expired, or kept for its min hold, is not a claim
 //     nobody holds, and is left as it is.
-//   - It keeps the Locker's min hold ($4), as a release of that claim
-//     would: a replica whose scheduler fires a little later must not get
-//     the tick that claim took.
+//   - It keeps the longest min hold of the Locker and its jobs ($4): a
+//     release of that claim would keep the Locker's, so that a replica
+//     whose scheduler fires a little later does not get the tick the claim
+//     took; and a job's released row whose min hold equals the Locker's
+//     TTL looks like such a claim, and must keep the job's.
 const giveBackSQL = `UPDATE {table}
    SET expires_at = GREATEST(clock_timestamp(),
                              acquired_at + make_interval(secs => $4),
@@ -375,7 +377,7 @@ func (l *Locker) giveBack(ctx context.Context, key string) {
 		return
 	}
 	rows, err := l.conns.release.Query(tctx, l.waits.table.render(giveBackSQL), key, l.cfg.holder,
-		l.cfg.ttl.Seconds(), l.cfg.minHold.Seconds())
+		l.cfg.ttl.Seconds(), time.Duration(l.maxMinHold.Load()).Seconds())
 	if err == nil {
 		rows.Close()
 	}

@@ -44,7 +44,11 @@ package sqlstmt
 //     at commit: an extension acknowledged before its WAL is flushed could
 //     vanish in a crash while the holder keeps trusting it for a full TTL.
 //   - clock_timestamp(), not now(): the server's time when the row is
-//     updated, not when the transaction started.
+//     updated, not when the transaction started. Each row also reports the
+//     server's clock as the statement ran: a time read within the round
+//     trip, for the Locker's clock-skew reading. The new expiry less the
+//     TTL is not one: GREATEST keeps an expiry that is later (an operator
+//     extended the row, the server's clock stepped back).
 const Heartbeat = `WITH h AS (
   SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS h(key, fence, ttl)
 ), mine AS (
@@ -58,11 +62,11 @@ const Heartbeat = `WITH h AS (
    WHERE l.key = mine.key
      AND l.expires_at > clock_timestamp()
      AND ` + raiseSyncCommit + ` IS NOT NULL
-  RETURNING l.key, l.fence, l.expires_at
+  RETURNING l.key, l.fence, l.expires_at, clock_timestamp() AS now
 )
-SELECT key, fence, expires_at FROM extended
+SELECT key, fence, expires_at, now FROM extended
 UNION ALL
-SELECT c.key, c.fence, NULL
+SELECT c.key, c.fence, NULL, clock_timestamp()
   FROM h JOIN {table} AS c ON c.key = h.key AND c.fence = h.fence
  WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
    AND c.key NOT IN (SELECT key FROM extended)
@@ -86,11 +90,11 @@ const UnfencedHeartbeat = `WITH h AS (
    WHERE l.key = mine.key
      AND l.expires_at > clock_timestamp()
      AND ` + raiseSyncCommit + ` IS NOT NULL
-  RETURNING l.key, l.holder, l.expires_at
+  RETURNING l.key, l.holder, l.expires_at, clock_timestamp() AS now
 )
-SELECT key, holder, expires_at FROM extended
+SELECT key, holder, expires_at, now FROM extended
 UNION ALL
-SELECT c.key, c.holder, NULL
+SELECT c.key, c.holder, NULL, clock_timestamp()
   FROM h JOIN {table} AS c ON c.key = h.key AND c.holder = h.holder COLLATE "C"
  WHERE c.expires_at > clock_timestamp()
    AND c.key NOT IN (SELECT key FROM extended)
