@@ -580,9 +580,7 @@ func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *te
 
 func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	const ttl, timeout = time.Second, 4 * time.Second
 	a := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(timeout))

@@ -26,9 +26,7 @@ import (
 // gate: every other lease of the Locker starves and is lost.
 func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second),
 		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(4*time.Second))
 
@@ -70,9 +68,7 @@ func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing
 // already updated, and it lands, unseen, once the guarded transaction ends.)
 func TestCloseWithAGuardedTransactionOpenStillReleasesTheOtherLeases(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(time.Second)) // TTL 60s
 	b := pgtest.Locker(t, pool, table, "b")
 
@@ -155,9 +151,7 @@ func TestGuardChecksTheLockersLeaseTableNotOneOfTheSameNameOnTheTransactionsSear
 // says to call it in the outermost transaction.)
 func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	a1 := pgtest.Locker(t, pool, table, "a")
 	a2 := pgtest.Locker(t, pool, table, "a")
@@ -192,9 +186,7 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 // lock then).
 func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -217,9 +209,7 @@ func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T
 // lock of a claim in flight must not leave a transaction that commits.
 func TestGuardCancelledWhileWaitingOnAClaimInFlightLeavesNothingToCommit(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
@@ -289,9 +279,7 @@ type wrappedTx struct{ pgx.Tx }
 // transaction should be an error too, not a panic deep in Guard.
 func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	lease, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
 	require.NoError(t, err)
 	var gerr error
@@ -309,9 +297,7 @@ func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 // and every replica is refused the key for the claimer's whole TTL.
 func TestALockThatTimedOutOnAGuardedRowDoesNotTakeTheKeyLater(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 	b := pgtest.Locker(t, pool, table, "b", pglease.WithTimeout(300*time.Millisecond)) // TTL 60s
 	c := pgtest.Locker(t, pool, table, "c")

@@ -85,9 +85,7 @@ func waitLockWait(t *testing.T, db pglease.DB, fragment string, limit time.Durat
 
 func TestGuardedTransactionCommitsWhileTheMandateIsCurrent(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	l := pgtest.Locker(t, pool, table, "a")
 
@@ -151,9 +149,7 @@ func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNot
 // commits, and the commit is still safe: nobody could take the row meanwhile.
 func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	fa := pgtest.NewFaultyDB(pool)
 	a := pgtest.Locker(t, fa, table, "a", pglease.WithTTL(500*time.Millisecond), pglease.WithHeartbeatInterval(100*time.Millisecond))
@@ -240,9 +236,7 @@ func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) 
 
 func TestGuardWithANilOrFinishedTransactionNamesTheProblem(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -298,9 +292,7 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 // outer transaction ends.
 func TestGuardInARolledBackSavepointNoLongerLocksTheRowButAReleasedOneDoes(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -330,9 +322,7 @@ func TestGuardInARolledBackSavepointNoLongerLocksTheRowButAReleasedOneDoes(t *te
 // transaction's first statement takes the snapshot and the lock together.
 func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
@@ -404,9 +394,7 @@ func TestGuardWithoutFenceColumnMatchesTheForgedHolderOfTheMandate(t *testing.T)
 
 func TestGuardOnTheElectorsLeadershipLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
@@ -436,9 +424,7 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 	for _, hold := range []time.Duration{interval, ttl + interval} {
 		t.Run(hold.String(), func(t *testing.T) {
 			t.Parallel()
-			ctx := pgtest.Ctx(t)
-			pool := pgtest.Pool(t, nil)
-			table := pgtest.Table(t, pool)
+			ctx, pool, table := pgtest.Setup(t)
 			ledger := newLedger(t, pool)
 			events := pgtest.NewEvents(t)
 			l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))

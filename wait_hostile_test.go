@@ -51,9 +51,7 @@ func (d *lostReplyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx
 // other Locker's waiter out until its TTL, with nobody holding the key.
 func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	db := &lostReplyDB{DB: pool, lost: make(chan struct{})}
@@ -86,9 +84,7 @@ func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 // leave a live row under its holder that nobody holds.
 func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = 4 * time.Second // trust window 3.6s
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithTTL(ttl), pglease.WithTimeout(10*time.Second))
 	tbl := pgx.Identifier{table}.Sanitize()
@@ -135,9 +131,7 @@ func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing
 // ends, and goleak (TestMain) finds nothing left.
 func TestPoolClosedBeforeTheLockerWithAWaiterDoesNotHang(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	wpool := pgtest.Pool(t, nil)

@@ -55,9 +55,7 @@ func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key strin
 
 func TestReleaseNotifiesTheReleasedKeyOnTheTablesChannel(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
@@ -124,9 +122,7 @@ func TestChannelNamesFitPgNotifyAndStayDistinctForOddAndLongTableNames(t *testin
 
 func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
@@ -151,9 +147,7 @@ func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 
 func TestClaimWaitWakesAtTheHoldersExpiryWhichNotifiesNobody(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 	// A holder that crashed: its row lapses in 700ms, and nothing notifies.
@@ -197,9 +191,7 @@ func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAc
 
 func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "waiter")
 	held, err := holder.Claim(ctx, "job")
@@ -214,9 +206,7 @@ func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 
 func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter")
 
@@ -305,9 +295,7 @@ func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T
 
 func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const lockers, each = 3, 3
 	var holding atomic.Int32
 	var wg sync.WaitGroup
@@ -344,9 +332,7 @@ func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 
 func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
@@ -377,9 +363,7 @@ func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 
 func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
@@ -402,9 +386,7 @@ func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
 
 func TestClaimWaitDoesNotTakeOverALeaseOfItsOwnLocker(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "one")
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
