@@ -35,10 +35,7 @@ func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing
 	other, err := l.Claim(ctx, "other")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, guarded.Guard(ctx, tx))
+	tx := guardedTx(t, pool, guarded)
 
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- guarded.Unlock(ctx) }()
@@ -77,10 +74,7 @@ func TestCloseWithAGuardedTransactionOpenStillReleasesTheOtherLeases(t *testing.
 	_, err = a.Claim(ctx, "other")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, guarded.Guard(ctx, tx))
+	tx := guardedTx(t, pool, guarded)
 
 	cerr := a.Close(ctx) // the guarded transaction outlasts Close's timeout
 	t.Logf("close: %v", cerr)
@@ -158,11 +152,8 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 
 	first, err := a1.Claim(ctx, "job")
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", first.Fence())
-	require.NoError(t, err)
+	tx := beginTx(t, pool)
+	require.NoError(t, writeLedger(ctx, tx, ledger, first))
 
 	later, err := a2.Claim(ctx, "job") // takes the key over
 	require.NoError(t, err)
@@ -171,8 +162,7 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 	gerr := first.Guard(ctx, tx)
 	require.ErrorIs(t, gerr, pglease.ErrLost)
 	t.Logf("guard (ignored by the caller): %v", gerr)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", first.Fence())
-	require.Error(t, err, "a write after the failed Guard went through")
+	require.Error(t, writeLedger(ctx, tx, ledger, first), "a write after the failed Guard went through")
 	cerr := tx.Commit(ctx)
 	require.Error(t, cerr, "the outer transaction of a failed Guard committed")
 
@@ -191,10 +181,7 @@ func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, lease.Guard(ctx, tx))
+	tx := guardedTx(t, pool, lease)
 	sp, err := tx.Begin(ctx)
 	require.NoError(t, err)
 	_, err = sp.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'job' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
@@ -221,11 +208,8 @@ func TestGuardCancelledWhileWaitingOnAClaimInFlightLeavesNothingToCommit(t *test
 	_, err = claimInFlight.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'job' FOR NO KEY UPDATE`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-	require.NoError(t, err)
+	tx := beginTx(t, pool)
+	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 	gctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	gerr := lease.Guard(gctx, tx)
 	cancel()
@@ -257,10 +241,7 @@ func TestGuardThroughPgBouncerInTransactionMode(t *testing.T) {
 			first, err := a1.Claim(ctx, "job")
 			require.NoError(t, err)
 			require.NoError(t, guardedWrite(ctx, pool, ledger, first))
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			require.NoError(t, first.Guard(ctx, tx))
+			tx := guardedTx(t, pool, first)
 			require.True(t, rowLockedAgainstUpdate(t, admin, table, "job"))
 			require.NoError(t, tx.Commit(ctx))
 			later, err := a2.Claim(ctx, "job")
@@ -304,10 +285,7 @@ func TestALockThatTimedOutOnAGuardedRowDoesNotTakeTheKeyLater(t *testing.T) {
 
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, lease.Guard(ctx, tx))
+	tx := guardedTx(t, pool, lease)
 
 	_, err = b.Lock(ctx, "job")
 	require.Error(t, err)
