@@ -57,9 +57,7 @@ func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 	db := &lostReplyDB{DB: pool, lost: make(chan struct{})}
 	waiter := pgtest.Locker(t, db, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	waitingOn(t, waiter, events, "job", 1)
 	db.armed.Store(true)
 	require.NoError(t, held.Unlock(ctx))
@@ -136,9 +134,7 @@ func TestPoolClosedBeforeTheLockerWithAWaiterDoesNotHang(t *testing.T) {
 	holder := pgtest.Locker(t, pool, table, "holder")
 	wpool := pgtest.Pool(t, nil)
 	waiter := pglease.NewLocker(wpool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
-	_, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	_, got := holdAndWait(ctx, t, holder, waiter)
 	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 1)
 

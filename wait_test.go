@@ -45,6 +45,15 @@ func receive(t *testing.T, ch <-chan claimResult, limit time.Duration) claimResu
 	return claimResult{}
 }
 
+// holdAndWait has holder claim "job", then starts waiter's ClaimWait of
+// it: the key's lease, and the outcome of the waiting claim.
+func holdAndWait(ctx context.Context, t *testing.T, holder, waiter *pglease.Locker) (*pglease.Lease, <-chan claimResult) {
+	t.Helper()
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	return held, claimWaitAsync(ctx, waiter, "job")
+}
+
 // waitingOn waits until l has a claim of key parked after finding it held.
 func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key string, n int) {
 	t.Helper()
@@ -127,9 +136,7 @@ func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	mode, reason := waiter.WaitMode()
 	require.Equal(t, pglease.WaitByNotification, mode, reason)
@@ -173,9 +180,7 @@ func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAc
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	ev := events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	for ev.Err == nil || !strings.Contains(ev.Err.Error(), "probe") {
 		ev = events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
@@ -194,9 +199,7 @@ func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 	ctx, pool, table := pgtest.Setup(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "waiter")
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	require.Eventually(t, func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling }, 5*time.Second, 2*time.Millisecond, "polling")
 	_, reason := waiter.WaitMode()
 	require.Contains(t, reason, "not a *pgxpool.Pool")
@@ -337,14 +340,12 @@ func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 1)
 	pid := pglease.ListenerPID(waiter)
 	require.NotZero(t, pid)
-	_, err = pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	_, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
 	events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	// Released while nobody listens, or right after the new LISTEN: either
