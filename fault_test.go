@@ -80,8 +80,17 @@ func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit
 	require.NoError(t, err)
 	var fence int64
 	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT fence FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key).Scan(&fence))
+	end = endOnce(t, tx)
+	return end
+}
+
+// endOnce returns the function that ends tx, committing or rolling back,
+// the first time it is called; a transaction not ended by the test is
+// rolled back at cleanup.
+func endOnce(t *testing.T, tx pgx.Tx) func(commit bool) {
+	t.Helper()
 	var once sync.Once
-	end = func(commit bool) {
+	end := func(commit bool) {
 		once.Do(func() {
 			if commit {
 				require.NoError(t, tx.Commit(context.Background()))
@@ -106,17 +115,7 @@ func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commi
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
-	var once sync.Once
-	end := func(commit bool) {
-		once.Do(func() {
-			if commit {
-				require.NoError(t, tx.Commit(context.Background()))
-			} else {
-				require.NoError(t, tx.Rollback(context.Background()))
-			}
-		})
-	}
-	t.Cleanup(func() { end(false) })
+	end := endOnce(t, tx)
 	return tx, end
 }
 
