@@ -65,9 +65,7 @@ func TestErrReportsTheLeaseLostAtOnceAfterAWallClockJumpPastItsTrustDeadline(t *
 
 func TestWallClockSteppedBackDoesNotStretchTrustBeyondTheMonotonicDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	const ttl = time.Second
 	l := pgtest.Locker(t, appPool(t, "", proxy, appName("stepback")), table, "stepped",

@@ -18,9 +18,7 @@ import (
 
 func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAndGrowingFences(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	setup := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, setup)
+	ctx, setup, table := pgtest.Setup(t)
 	const replicas, keys, rounds = 3, 40, 5
 	counters := make([]*pgtest.Statements, replicas)
 	lockers := make([]*pglease.Locker, replicas)
@@ -310,9 +308,7 @@ func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.
 
 func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	setup := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, setup)
+	ctx, setup, table := pgtest.Setup(t)
 	const n = 300
 	// Expired rows of a third holder: each burst's conflict arm locks every
 	// row it reaches, and waits on those the other has locked.

@@ -180,9 +180,7 @@ func lastTrusted(t *testing.T, lease *pglease.Lease, limit time.Duration) (trust
 
 func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	// 25-100 ms each way: every statement takes 50-200 ms.
 	proxy.SetLatency(62*time.Millisecond, 38*time.Millisecond, 1)
@@ -230,9 +228,7 @@ func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 
 func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderIn(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	const ttl, interval = time.Second, 200 * time.Millisecond
 	events := pgtest.NewEvents(t)
@@ -472,9 +468,7 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 
 func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesReleasedRow(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	app := appName("rowlock")
 	proxy := newProxy(t, "")
 	const ttl = time.Second
@@ -536,9 +530,7 @@ func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesRelease
 
 func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	app := appName("paused")
 	const ttl = time.Second

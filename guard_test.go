@@ -126,9 +126,7 @@ func TestGuardedTransactionCommitsWhileTheMandateIsCurrent(t *testing.T) {
 // claimed the lapsed key. The commit must fail with ErrLost and write nothing.
 func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	admin := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, admin)
+	ctx, admin, table := pgtest.Setup(t)
 	ledger := newLedger(t, admin)
 
 	proxy := newProxy(t, "")
