@@ -68,9 +68,7 @@ func TestWithKeptConnectionOnADBItCannotKeepIsRefused(t *testing.T) {
 // The server and the test share one host clock.
 func TestRevokeOfAShortJobLeaseWithFailingHeartbeatsLetsNobodyInBeforeItEnds(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	fdb := pgtest.NewFaultyDB(pool)
 	a := pgtest.Locker(t, fdb, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond))
 	job := mustJob(t, a, pglease.WithTTL(2*time.Second))

@@ -6,11 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
-
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/pgserver"
 )
 
 // burstSizes are the bursts of BenchmarkClaimBurst; -short stops at 100.
@@ -30,12 +26,8 @@ func burstSizes() []int {
 // before coalescing. stmts/op and walsyncs/op count the claim statements
 // and the WAL fsyncs of one burst. The pool has 10 connections.
 func BenchmarkClaimBurst(b *testing.B) {
-	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = srv.Close() })
-	stats, err := pgx.Connect(context.Background(), srv.DSN())
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = stats.Close(context.Background()) })
+	srv := durableServer(b)
+	stats := statsConn(b, srv)
 
 	for _, size := range burstSizes() {
 		keys := make([]string, size)
@@ -125,9 +117,7 @@ func unlockAll(ctx context.Context, b *testing.B, leases []*pglease.Lease) {
 // claim and release ("per-claim"), and the two alternating ("interleaved"):
 // coalescing must cost this cycle nothing.
 func BenchmarkJobCycleCoalescing(b *testing.B) {
-	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = srv.Close() })
+	srv := durableServer(b)
 	for _, goroutines := range []int{1, 4, 16} {
 		keys := make([]string, goroutines)
 		for g := range keys {

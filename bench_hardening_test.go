@@ -2,17 +2,13 @@ package pglease_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -70,9 +66,7 @@ RETURNING l.key, l.fence, l.expires_at`
 //     and reports them, against the previous plain UPDATE, with no row
 //     locked by anyone.
 func BenchmarkHardeningCost(b *testing.B) {
-	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = srv.Close() })
+	srv := durableServer(b)
 
 	for _, def := range []string{"on", "off"} {
 		b.Run("claim/default="+def, func(b *testing.B) {
@@ -101,26 +95,7 @@ func BenchmarkHardeningCost(b *testing.B) {
 			pool := hardeningPool(b, srv.DSN(), "on")
 			table := benchTable(b, pool, "hardening")
 			keys, fences := seedLeases(b, pool, table, "replica", n)
-			round := func(sql string, ttl any) cycle {
-				sql = renderSQL(sql, table)
-				return func(ctx context.Context, _ string) (bool, error) {
-					rows, err := pool.Query(ctx, sql, "replica", ttl, keys, fences)
-					if err != nil {
-						return false, err
-					}
-					extended := 0
-					for rows.Next() {
-						extended++
-					}
-					if err := rows.Err(); err != nil {
-						return false, err
-					}
-					if extended != n {
-						return false, fmt.Errorf("a round extended %d of %d leases", extended, n)
-					}
-					return true, nil
-				}
-			}
+			round := func(sql string, ttl any) cycle { return roundCycle(pool, sql, table, "replica", ttl, keys, fences) }
 			runInterleaved(b, variant{"now", []cycle{round(sqlstmt.Heartbeat, each(n, benchTTL.Seconds()))}},
 				variant{"prev", []cycle{round(prevHeartbeatSQL, benchTTL.Seconds())}}, []string{"round"})
 		})
@@ -148,24 +123,9 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 	release := renderSQL(benchReleaseSQL, table)
 	ttl := benchTTL.Seconds()
 	return func(ctx context.Context, key string) (bool, error) {
-		var (
-			fence    int64
-			acq, exp time.Time
-			live     bool
-		)
-		dest := []any{&fence, &acq, &exp, &live}
-		if claimSQL != prevClaimSQL {
-			dest = append(dest, new(uint32)) // tableoid
-		}
-		err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(dest...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		if err != nil {
+		fence, won, err := claimRaw(ctx, db, claim, key, holder, ttl, claimSQL != prevClaimSQL)
+		if !won || err != nil {
 			return false, err
-		}
-		if !live {
-			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
 		if _, err := db.Exec(ctx, release, holder, each(1, 0), []string{key}, []int64{fence}); err != nil {
 			return true, err
@@ -181,16 +141,14 @@ func prevReleaseCycle(db pglease.DB, table, holder string) cycle {
 	release := renderSQL(prevReleaseSQL, table)
 	ttl := benchTTL.Seconds()
 	return func(ctx context.Context, key string) (bool, error) {
-		var (
-			fence    int64
-			acq, exp time.Time
-			live     bool
-			oid      uint32
-		)
-		if err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(&fence, &acq, &exp, &live, &oid); err != nil {
+		fence, won, err := claimRaw(ctx, db, claim, key, holder, ttl, true)
+		if err != nil {
 			return false, err
 		}
-		_, err := db.Exec(ctx, release, key, holder, fence, 0.0)
+		if !won {
+			return false, fmt.Errorf("claim of %q found it held", key)
+		}
+		_, err = db.Exec(ctx, release, key, holder, fence, 0.0)
 		return true, err
 	}
 }

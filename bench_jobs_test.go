@@ -1,13 +1,9 @@
 package pglease_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -48,9 +44,7 @@ SELECT c.key, c.fence, NULL
 // private server, on the same 1,000 leases. The ratio per-lease/one-ttl is
 // what to read.
 func BenchmarkHeartbeatTTLPerLease(b *testing.B) {
-	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = srv.Close() })
+	srv := durableServer(b)
 
 	for _, n := range []int{10, 1000} {
 		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
@@ -61,26 +55,7 @@ func BenchmarkHeartbeatTTLPerLease(b *testing.B) {
 			for i := 0; i < n; i += 2 {
 				ttls[i] = 10
 			}
-			round := func(sql string, ttl any) cycle {
-				sql = renderSQL(sql, table)
-				return func(ctx context.Context, _ string) (bool, error) {
-					rows, err := pool.Query(ctx, sql, "replica", ttl, keys, fences)
-					if err != nil {
-						return false, err
-					}
-					extended := 0
-					for rows.Next() {
-						extended++
-					}
-					if err := rows.Err(); err != nil {
-						return false, err
-					}
-					if extended != n {
-						return false, fmt.Errorf("a round extended %d of %d leases", extended, n)
-					}
-					return true, nil
-				}
-			}
+			round := func(sql string, ttl any) cycle { return roundCycle(pool, sql, table, "replica", ttl, keys, fences) }
 			runInterleaved(b, variant{"per-lease", []cycle{round(sqlstmt.Heartbeat, ttls)}},
 				variant{"one-ttl", []cycle{round(oneTTLHeartbeatSQL, benchTTL.Seconds())}}, []string{"round"})
 		})

@@ -128,6 +128,27 @@ func benchLocker(tb testing.TB, db pglease.DB, table, holder string, opts ...pgl
 	return l
 }
 
+// durableServer starts a private server that flushes its WAL as a
+// production server does (the shared one runs with fsync off), stopped at
+// cleanup.
+func durableServer(b *testing.B) *pgserver.Server {
+	b.Helper()
+	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+// statsConn connects to srv outside any pool measured, to read its
+// statistics (walSyncs); it is closed at cleanup.
+func statsConn(b *testing.B, srv *pgserver.Server) *pgx.Conn {
+	b.Helper()
+	conn, err := pgx.Connect(context.Background(), srv.DSN())
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
 // cycle is one claim/release attempt on key. It reports whether the claim
 // won (false: another holder's lease was live).
 type cycle func(ctx context.Context, key string) (bool, error)
@@ -153,20 +174,9 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 	release = renderSQL(release, table)
 	ttl := benchTTL.Seconds()
 	return func(ctx context.Context, key string) (bool, error) {
-		var (
-			fence    int64
-			acq, exp time.Time
-			live     bool
-		)
-		err := db.QueryRow(ctx, claim, key, holder, ttl).Scan(&fence, &acq, &exp, &live, new(uint32))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		if err != nil {
+		fence, won, err := claimRaw(ctx, db, claim, key, holder, ttl, true)
+		if !won || err != nil {
 			return false, err
-		}
-		if !live {
-			return false, fmt.Errorf("claim of %q returned an expired row", key)
 		}
 		tag, err := db.Exec(ctx, release, holder, each(1, 0), []string{key}, []int64{fence})
 		if err != nil {
@@ -177,6 +187,55 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 		}
 		return true, nil
 	}
+}
+
+// roundCycle is one heartbeat round sent raw: sql (a heartbeat statement
+// template) with holder, ttl and the leases keys/fences. It fails unless
+// the round extended every lease.
+func roundCycle(db pglease.DB, sql, table, holder string, ttl any, keys []string, fences []int64) cycle {
+	sql = renderSQL(sql, table)
+	return func(ctx context.Context, _ string) (bool, error) {
+		rows, err := db.Query(ctx, sql, holder, ttl, keys, fences)
+		if err != nil {
+			return false, err
+		}
+		extended := 0
+		for rows.Next() {
+			extended++
+		}
+		if err := rows.Err(); err != nil {
+			return false, err
+		}
+		if extended != len(keys) {
+			return false, fmt.Errorf("a round extended %d of %d leases", extended, len(keys))
+		}
+		return true, nil
+	}
+}
+
+// claimRaw sends claim, a rendered claim statement, for key: won is false
+// when another holder's lease is live. withOID: the statement returns the
+// row's tableoid too, as every claim since partitioned tables does.
+func claimRaw(ctx context.Context, db pglease.DB, claim, key, holder string, ttl float64, withOID bool) (fence int64, won bool, err error) {
+	var (
+		acq, exp time.Time
+		live     bool
+	)
+	dest := []any{&fence, &acq, &exp, &live}
+	if withOID {
+		dest = append(dest, new(uint32))
+	}
+	err = db.QueryRow(ctx, claim, key, holder, ttl).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if !live {
+		return 0, false, fmt.Errorf("claim of %q returned an expired row", key)
+	}
+	return fence, true, nil
 }
 
 // runCycles runs b.N cycles spread over len(cycles) goroutines; goroutine g
@@ -572,12 +631,8 @@ func claimMany(b *testing.B, l *pglease.Locker, n int) {
 // from pg_stat_wal, which shows whether the release's set_config takes
 // effect: a synchronous release adds one flush per cycle.
 func BenchmarkReleaseCommit(b *testing.B) {
-	srv, err := pgserver.Start(context.Background(), pgserver.Options{Durable: true, Private: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = srv.Close() })
-	stats, err := pgx.Connect(context.Background(), srv.DSN())
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = stats.Close(context.Background()) })
+	srv := durableServer(b)
+	stats := statsConn(b, srv)
 
 	for _, goroutines := range []int{1, 4} {
 		keys := make([]string, goroutines)

@@ -19,9 +19,7 @@ import (
 
 func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterASuspend(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	// The heartbeat is due only after the bound below, and the monotonic
 	// trust deadline (9s) long after: only the watchdog, every margin
 	// (1s), can notice the jump in time.
@@ -53,9 +51,7 @@ func TestLeaseEndsWithinASliceWhenTheWallClockJumpsPastItsTrustDeadlineAsAfterAS
 
 func TestErrReportsTheLeaseLostAtOnceAfterAWallClockJumpPastItsTrustDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "sleeper", pglease.WithTTL(time.Minute))
 	lease, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
@@ -69,9 +65,7 @@ func TestErrReportsTheLeaseLostAtOnceAfterAWallClockJumpPastItsTrustDeadline(t *
 
 func TestWallClockSteppedBackDoesNotStretchTrustBeyondTheMonotonicDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	const ttl = time.Second
 	l := pgtest.Locker(t, appPool(t, "", proxy, appName("stepback")), table, "stepped",

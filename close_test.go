@@ -27,9 +27,7 @@ func liveRows(t *testing.T, db pglease.DB, table string) int {
 
 func TestCloseReleasesAThousandLeasesWithinItsTimeoutOverASlowNetwork(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	counter := &pgtest.Statements{}
 	pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {

@@ -20,9 +20,7 @@ import (
 // Close on the same leases.
 func TestCloseWithManyLockedRowsEndsWithinItsTimeoutAndReportsEachLeaseOnce(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	const timeout = time.Second
 	l := pgtest.Locker(t, pool, table, "c", pglease.WithTTL(10*time.Second), pglease.WithTimeout(timeout), pglease.WithHook(events.Hook))

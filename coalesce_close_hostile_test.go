@@ -17,9 +17,7 @@ import (
 // waits for that give-back: it returns only once the row is released, and
 // no statement of the Locker runs after it.
 func TestOrphanReleaseOfABurstClaimNeverRunsAfterClose(t *testing.T) {
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	f := pgtest.NewFaultyDB(pool)
 	events := pgtest.NewEvents(t)
 	a := pglease.NewLocker(f, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))

@@ -20,9 +20,7 @@ import (
 // cancelled after commit leaves the row ours until its expiry, later than
 // the previous lease's, so the overlap is new with coalescing.
 func TestOrphanedReentrantClaimInBurstNeverFreesTheKeyUnderATrustedPreviousLease(t *testing.T) {
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	f := pgtest.NewFaultyDB(pool)
 	events := pgtest.NewEvents(t)
 	a := pgtest.Locker(t, f, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHook(events.Hook))

@@ -18,9 +18,7 @@ import (
 
 func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAndGrowingFences(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	setup := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, setup)
+	ctx, setup, table := pgtest.Setup(t)
 	const replicas, keys, rounds = 3, 40, 5
 	counters := make([]*pgtest.Statements, replicas)
 	lockers := make([]*pglease.Locker, replicas)
@@ -81,9 +79,7 @@ func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAnd
 
 func TestBurstGivesARepeatedKeyAReentrantClaimALockedRowAndABadRowEachItsOwnOutcome(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ident := pgx.Identifier{table}.Sanitize()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT no_bad CHECK (key <> 'bad')`, ident))
 	require.NoError(t, err)
@@ -180,9 +176,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			t.Parallel()
 			t.Run("WonHeldAndReentrant", func(t *testing.T) {
 				t.Parallel()
-				ctx := pgtest.Ctx(t)
-				pool := pgtest.Pool(t, nil)
-				table := pgtest.Table(t, pool)
+				ctx, pool, table := pgtest.Setup(t)
 				l := pgtest.Locker(t, pool, table, "a")
 				other := pgtest.Locker(t, pool, table, "b")
 				mine, err := l.Claim(ctx, "mine")
@@ -206,9 +200,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			})
 			t.Run("PastTheTrustWindow", func(t *testing.T) {
 				t.Parallel()
-				ctx := pgtest.Ctx(t)
-				pool := pgtest.Pool(t, nil)
-				table := pgtest.Table(t, pool)
+				ctx, pool, table := pgtest.Setup(t)
 				db := pgtest.NewFaultyDB(pool)
 				const ttl = 300 * time.Millisecond
 				l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
@@ -234,9 +226,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			})
 			t.Run("ExpiredWhileWaitingOnTheRowLock", func(t *testing.T) {
 				t.Parallel()
-				ctx := pgtest.Ctx(t)
-				pool := pgtest.Pool(t, nil)
-				table := pgtest.Table(t, pool)
+				ctx, pool, table := pgtest.Setup(t)
 				const ttl = 500 * time.Millisecond
 				l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
 				first, err := l.Claim(ctx, "k")
@@ -266,9 +256,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 			})
 			t.Run("StatementFailed", func(t *testing.T) {
 				t.Parallel()
-				ctx := pgtest.Ctx(t)
-				pool := pgtest.Pool(t, nil)
-				table := pgtest.Table(t, pool)
+				ctx, pool, table := pgtest.Setup(t)
 				db := pgtest.NewFaultyDB(pool)
 				l := pgtest.Locker(t, db, table, "a")
 				cause := errors.New("connection reset by peer")
@@ -290,9 +278,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 
 func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	l := pgtest.Locker(t, db, table, "a")
 	open := db.Hold("claim")
@@ -322,9 +308,7 @@ func TestClaimWhoseCallerGaveUpInABurstGivesItsRowBackAndItsKeysTurn(t *testing.
 
 func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	setup := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, setup)
+	ctx, setup, table := pgtest.Setup(t)
 	const n = 300
 	// Expired rows of a third holder: each burst's conflict arm locks every
 	// row it reaches, and waits on those the other has locked.
@@ -377,9 +361,7 @@ func TestBurstsOfTwoLockersOverTheSameKeysInOppositeOrdersDoNotDeadlock(t *testi
 
 func TestClaimsWaitingOnRowsLockedElsewhereDoNotHoldUpTheLockersOtherClaims(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ident := pgx.Identifier{table}.Sanitize()
 	l := pgtest.Locker(t, pgtest.Pool(t, nil), table, "a")
 	// Six lapsed rows (the pool has 8 connections), locked by an open

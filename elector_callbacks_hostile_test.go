@@ -18,9 +18,7 @@ import (
 // is the one running it.
 func TestElectorCloseCalledFromALeaderCallbackReturns(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 
 	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet))
 	t.Cleanup(func() { _ = leader.Close(context.Background()) })

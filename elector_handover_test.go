@@ -72,9 +72,7 @@ func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *ca
 
 func TestElectorFollowerTakesOverAtTheLeadersCloseWithoutAnotherIsLeader(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	log1, log2 := newCallLog(), newCallLog()
 	e1 := recordingElector(t, pool, table, "e1", log1)
@@ -101,9 +99,7 @@ func TestElectorFollowerTakesOverAtTheLeadersCloseWithoutAnotherIsLeader(t *test
 
 func TestLeaderCallbacksFireInOrderOnceEachAndNeverAfterClose(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	log1, log2 := newCallLog(), newCallLog()
 	e1 := recordingElector(t, pool, table, "e1", log1)
 	e2 := recordingElector(t, pool, table, "e2", log2)
@@ -140,9 +136,7 @@ func TestLeaderCallbacksFireInOrderOnceEachAndNeverAfterClose(t *testing.T) {
 
 func TestElectorCloseWhileItsCampaignWaitsReturnsPromptly(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	e1 := recordingElector(t, pool, table, "e1", newCallLog())
 	e2 := recordingElector(t, pool, table, "e2", newCallLog())
 	require.NoError(t, e1.IsLeader(ctx))

@@ -25,9 +25,7 @@ type electedReplica struct {
 
 func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, _, table := pgtest.Setup(t)
 	const period, ttl = 200 * time.Millisecond, 1500 * time.Millisecond
 	log := newRunLog()
 	events := pgtest.NewEvents(t)
@@ -168,9 +166,7 @@ func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 
 func TestElectorHasNoMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const key = "leader"
 	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithLeaderKey(key), pglease.WithTTL(time.Minute))

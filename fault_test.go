@@ -80,8 +80,17 @@ func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit
 	require.NoError(t, err)
 	var fence int64
 	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT fence FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key).Scan(&fence))
+	end = endOnce(t, tx)
+	return end
+}
+
+// endOnce returns the function that ends tx, committing or rolling back,
+// the first time it is called; a transaction not ended by the test is
+// rolled back at cleanup.
+func endOnce(t *testing.T, tx pgx.Tx) func(commit bool) {
+	t.Helper()
 	var once sync.Once
-	end = func(commit bool) {
+	end := func(commit bool) {
 		once.Do(func() {
 			if commit {
 				require.NoError(t, tx.Commit(context.Background()))
@@ -106,17 +115,7 @@ func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commi
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
-	var once sync.Once
-	end := func(commit bool) {
-		once.Do(func() {
-			if commit {
-				require.NoError(t, tx.Commit(context.Background()))
-			} else {
-				require.NoError(t, tx.Rollback(context.Background()))
-			}
-		})
-	}
-	t.Cleanup(func() { end(false) })
+	end := endOnce(t, tx)
 	return tx, end
 }
 
@@ -181,9 +180,7 @@ func lastTrusted(t *testing.T, lease *pglease.Lease, limit time.Duration) (trust
 
 func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	// 25-100 ms each way: every statement takes 50-200 ms.
 	proxy.SetLatency(62*time.Millisecond, 38*time.Millisecond, 1)
@@ -231,9 +228,7 @@ func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 
 func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderIn(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	const ttl, interval = time.Second, 200 * time.Millisecond
 	events := pgtest.NewEvents(t)
@@ -473,9 +468,7 @@ func TestServerRestartFastOrImmediateKeepsOrLosesLeasesButNeverIssuesALowerFence
 
 func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesReleasedRow(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	app := appName("rowlock")
 	proxy := newProxy(t, "")
 	const ttl = time.Second
@@ -537,9 +530,7 @@ func TestHeartbeatBlockedByATableLockPastTheTTLCannotReArmTheNextMandatesRelease
 
 func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	proxy := newProxy(t, "")
 	app := appName("paused")
 	const ttl = time.Second
@@ -580,9 +571,7 @@ func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *te
 
 func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	const ttl, timeout = time.Second, 4 * time.Second
 	a := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(timeout))

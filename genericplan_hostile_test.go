@@ -19,9 +19,7 @@ import (
 // again once the lock is gone.
 func TestHeartbeatUnderAGenericPlanSkipsLockedRowsWhateverTheirNumber(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	generic := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 		cfg.MaxConns = 4

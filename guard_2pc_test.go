@@ -2,7 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -40,8 +39,7 @@ func TestAPreparedGuardedTransactionKeepsTheKeyAcrossACrashUntilCommitPrepared(t
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-	require.NoError(t, err)
+	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 	require.NoError(t, lease.Guard(ctx, tx))
 	_, err = tx.Exec(ctx, `PREPARE TRANSACTION 'guarded'`)
 	require.NoError(t, err)

@@ -2,14 +2,12 @@ package pglease_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -23,20 +21,15 @@ import (
 func BenchmarkGuardedCommit(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b, pgtest.Server.DSN(), 4, nil)
-	table := pgtest.TableName()
-	require.NoError(b, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
-	ledger := pgtest.Name("ledger")
-	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigserial PRIMARY KEY, key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL)`, ledger))
-	require.NoError(b, err)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("bench"), pglease.WithTTL(benchTTL), pglease.WithLogger(pgtest.Quiet))
-	defer func() { _ = l.Close(ctx) }()
+	table := benchTable(b, pool, "guard")
+	ledger := newLedger(b, pool)
+	l := benchLocker(b, pool, table, "bench")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(b, err)
-	insert := fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger)
 
 	run := func(guard bool) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, insert, lease.Key(), lease.Holder(), lease.Fence()); err != nil {
+			if err := writeLedger(ctx, tx, ledger, lease); err != nil {
 				return err
 			}
 			if guard {

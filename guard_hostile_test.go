@@ -26,9 +26,7 @@ import (
 // gate: every other lease of the Locker starves and is lost.
 func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second),
 		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(4*time.Second))
 
@@ -37,10 +35,7 @@ func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing
 	other, err := l.Claim(ctx, "other")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, guarded.Guard(ctx, tx))
+	tx := guardedTx(t, pool, guarded)
 
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- guarded.Unlock(ctx) }()
@@ -70,9 +65,7 @@ func TestAnUnlockWaitingOnAGuardedRowDoesNotCostTheLockersOtherLeases(t *testing
 // already updated, and it lands, unseen, once the guarded transaction ends.)
 func TestCloseWithAGuardedTransactionOpenStillReleasesTheOtherLeases(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(time.Second)) // TTL 60s
 	b := pgtest.Locker(t, pool, table, "b")
 
@@ -81,10 +74,7 @@ func TestCloseWithAGuardedTransactionOpenStillReleasesTheOtherLeases(t *testing.
 	_, err = a.Claim(ctx, "other")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, guarded.Guard(ctx, tx))
+	tx := guardedTx(t, pool, guarded)
 
 	cerr := a.Close(ctx) // the guarded transaction outlasts Close's timeout
 	t.Logf("close: %v", cerr)
@@ -155,20 +145,15 @@ func TestGuardChecksTheLockersLeaseTableNotOneOfTheSameNameOnTheTransactionsSear
 // says to call it in the outermost transaction.)
 func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	a1 := pgtest.Locker(t, pool, table, "a")
 	a2 := pgtest.Locker(t, pool, table, "a")
 
 	first, err := a1.Claim(ctx, "job")
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", first.Fence())
-	require.NoError(t, err)
+	tx := beginTx(t, pool)
+	require.NoError(t, writeLedger(ctx, tx, ledger, first))
 
 	later, err := a2.Claim(ctx, "job") // takes the key over
 	require.NoError(t, err)
@@ -177,8 +162,7 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 	gerr := first.Guard(ctx, tx)
 	require.ErrorIs(t, gerr, pglease.ErrLost)
 	t.Logf("guard (ignored by the caller): %v", gerr)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", first.Fence())
-	require.Error(t, err, "a write after the failed Guard went through")
+	require.Error(t, writeLedger(ctx, tx, ledger, first), "a write after the failed Guard went through")
 	cerr := tx.Commit(ctx)
 	require.Error(t, cerr, "the outer transaction of a failed Guard committed")
 
@@ -192,17 +176,12 @@ func TestAFailedGuardWhoseErrorIsIgnoredKeepsTheOuterCommitFromLanding(t *testin
 // lock then).
 func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, lease.Guard(ctx, tx))
+	tx := guardedTx(t, pool, lease)
 	sp, err := tx.Begin(ctx)
 	require.NoError(t, err)
 	_, err = sp.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'job' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
@@ -217,9 +196,7 @@ func TestGuardSurvivesARolledBackSavepointThatLockedTheRowForUpdate(t *testing.T
 // lock of a claim in flight must not leave a transaction that commits.
 func TestGuardCancelledWhileWaitingOnAClaimInFlightLeavesNothingToCommit(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
@@ -231,11 +208,8 @@ func TestGuardCancelledWhileWaitingOnAClaimInFlightLeavesNothingToCommit(t *test
 	_, err = claimInFlight.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'job' FOR NO KEY UPDATE`, pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-	require.NoError(t, err)
+	tx := beginTx(t, pool)
+	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 	gctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	gerr := lease.Guard(gctx, tx)
 	cancel()
@@ -267,10 +241,7 @@ func TestGuardThroughPgBouncerInTransactionMode(t *testing.T) {
 			first, err := a1.Claim(ctx, "job")
 			require.NoError(t, err)
 			require.NoError(t, guardedWrite(ctx, pool, ledger, first))
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			require.NoError(t, first.Guard(ctx, tx))
+			tx := guardedTx(t, pool, first)
 			require.True(t, rowLockedAgainstUpdate(t, admin, table, "job"))
 			require.NoError(t, tx.Commit(ctx))
 			later, err := a2.Claim(ctx, "job")
@@ -289,9 +260,7 @@ type wrappedTx struct{ pgx.Tx }
 // transaction should be an error too, not a panic deep in Guard.
 func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	lease, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
 	require.NoError(t, err)
 	var gerr error
@@ -309,19 +278,14 @@ func TestGuardWithAWrapperAroundANilTransactionReturnsAnError(t *testing.T) {
 // and every replica is refused the key for the claimer's whole TTL.
 func TestALockThatTimedOutOnAGuardedRowDoesNotTakeTheKeyLater(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 	b := pgtest.Locker(t, pool, table, "b", pglease.WithTimeout(300*time.Millisecond)) // TTL 60s
 	c := pgtest.Locker(t, pool, table, "c")
 
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, lease.Guard(ctx, tx))
+	tx := guardedTx(t, pool, lease)
 
 	_, err = b.Lock(ctx, "job")
 	require.Error(t, err)

@@ -20,13 +20,13 @@ import (
 
 // newLedger creates a ledger table beside a lease table: one row per guarded
 // write, in commit-independent insertion order (id).
-func newLedger(t *testing.T, db pglease.DB) string {
-	t.Helper()
+func newLedger(tb testing.TB, db pglease.DB) string {
+	tb.Helper()
 	name := pgtest.Name("ledger")
 	_, err := db.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s (
 		id bigserial PRIMARY KEY, key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL,
 		at timestamptz NOT NULL DEFAULT clock_timestamp())`, name))
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return name
 }
 
@@ -50,16 +50,41 @@ func readLedger(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
 	return out
 }
 
+// writeLedger appends lease's ledger row in tx, without guarding it.
+func writeLedger(ctx context.Context, tx pgx.Tx, ledger string, lease *pglease.Lease) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger),
+		lease.Key(), lease.Holder(), lease.Fence())
+	return err
+}
+
 // guardedWrite appends one ledger row for lease in a new transaction, calls
 // Guard last and commits.
 func guardedWrite(ctx context.Context, db pglease.DB, ledger string, lease *pglease.Lease) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger),
-			lease.Key(), lease.Holder(), lease.Fence()); err != nil {
+		if err := writeLedger(ctx, tx, ledger, lease); err != nil {
 			return err
 		}
 		return lease.Guard(ctx, tx)
 	})
+}
+
+// beginTx begins a transaction on db, rolled back at cleanup unless it
+// ended before.
+func beginTx(t *testing.T, db pglease.DB) pgx.Tx {
+	t.Helper()
+	tx, err := db.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// guardedTx begins a transaction on db (as beginTx) whose first statement
+// is lease's Guard.
+func guardedTx(t *testing.T, db pglease.DB, lease *pglease.Lease) pgx.Tx {
+	t.Helper()
+	tx := beginTx(t, db)
+	require.NoError(t, lease.Guard(context.Background(), tx))
+	return tx
 }
 
 // waitLockWait waits until a backend waits on a row lock while running a
@@ -85,9 +110,7 @@ func waitLockWait(t *testing.T, db pglease.DB, fragment string, limit time.Durat
 
 func TestGuardedTransactionCommitsWhileTheMandateIsCurrent(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	l := pgtest.Locker(t, pool, table, "a")
 
@@ -103,9 +126,7 @@ func TestGuardedTransactionCommitsWhileTheMandateIsCurrent(t *testing.T) {
 // claimed the lapsed key. The commit must fail with ErrLost and write nothing.
 func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	admin := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, admin)
+	ctx, admin, table := pgtest.Setup(t)
 	ledger := newLedger(t, admin)
 
 	proxy := newProxy(t, "")
@@ -117,8 +138,7 @@ func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNot
 	require.NoError(t, err)
 	tx, err := paused.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-	require.NoError(t, err)
+	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 
 	proxy.SetMode(faultproxy.Stall)
 	guarded := make(chan error, 1)
@@ -151,9 +171,7 @@ func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNot
 // commits, and the commit is still safe: nobody could take the row meanwhile.
 func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	fa := pgtest.NewFaultyDB(pool)
 	a := pgtest.Locker(t, fa, table, "a", pglease.WithTTL(500*time.Millisecond), pglease.WithHeartbeatInterval(100*time.Millisecond))
@@ -162,11 +180,8 @@ func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *t
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
 	fa.SetFail("heartbeat", errors.New("paused")) // a stops extending: its row lapses while guarded
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-	require.NoError(t, err)
+	tx := beginTx(t, pool)
+	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 	require.NoError(t, lease.Guard(ctx, tx))
 
 	pgtest.WaitDone(t, lease, 5*time.Second) // past its trust deadline, so past its server expiry soon after
@@ -222,9 +237,7 @@ func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) 
 	require.NoError(t, err)
 	require.NoError(t, third.Unlock(ctx))
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := beginTx(t, pool)
 	counter.Reset()
 	err = first.Guard(ctx, tx)
 	require.ErrorIs(t, err, pglease.ErrLost)
@@ -240,9 +253,7 @@ func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) 
 
 func TestGuardWithANilOrFinishedTransactionNamesTheProblem(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -265,9 +276,7 @@ func TestGuardWithANilOrFinishedTransactionNamesTheProblem(t *testing.T) {
 		require.ErrorContains(t, err, "already been committed or rolled back", end)
 	}
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := beginTx(t, pool)
 	_, err = tx.Exec(ctx, `SELECT 1 / 0`)
 	require.Error(t, err)
 	err = lease.Guard(ctx, tx)
@@ -298,9 +307,7 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 // outer transaction ends.
 func TestGuardInARolledBackSavepointNoLongerLocksTheRowButAReleasedOneDoes(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -330,9 +337,7 @@ func TestGuardInARolledBackSavepointNoLongerLocksTheRowButAReleasedOneDoes(t *te
 // transaction's first statement takes the snapshot and the lock together.
 func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
@@ -343,8 +348,7 @@ func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(
 	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 		require.NoError(t, err)
-		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-		require.NoError(t, err) // the snapshot is taken here
+		require.NoError(t, writeLedger(ctx, tx, ledger, lease)) // the snapshot is taken here
 		events.WaitFor(t, pglease.EventExtended, 5*time.Second)
 		err = lease.Guard(ctx, tx)
 		var pgErr *pgconn.PgError
@@ -363,8 +367,7 @@ func TestGuardUnderRepeatableReadAfterAHeartbeatIsASerializationFailureNotALoss(
 				if err := lease.Guard(ctx, tx); err != nil {
 					return err
 				}
-				_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-				return err
+				return writeLedger(ctx, tx, ledger, lease)
 			})
 			return err == nil
 		}, 5*time.Second, time.Millisecond, iso)
@@ -404,9 +407,7 @@ func TestGuardWithoutFenceColumnMatchesTheForgedHolderOfTheMandate(t *testing.T)
 
 func TestGuardOnTheElectorsLeadershipLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
 	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
@@ -436,9 +437,7 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 	for _, hold := range []time.Duration{interval, ttl + interval} {
 		t.Run(hold.String(), func(t *testing.T) {
 			t.Parallel()
-			ctx := pgtest.Ctx(t)
-			pool := pgtest.Pool(t, nil)
-			table := pgtest.Table(t, pool)
+			ctx, pool, table := pgtest.Setup(t)
 			ledger := newLedger(t, pool)
 			events := pgtest.NewEvents(t)
 			l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
@@ -446,11 +445,8 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 			require.NoError(t, err)
 			events.WaitFor(t, pglease.EventExtended, 5*time.Second) // the hold starts right after a heartbeat
 
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger), "job", "a", lease.Fence())
-			require.NoError(t, err)
+			tx := beginTx(t, pool)
+			require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 			require.NoError(t, lease.Guard(ctx, tx))
 			guarded := time.Now()
 			select {

@@ -19,9 +19,7 @@ import (
 
 func TestRowLockedPastTheTrustWindowLosesOnlyThatLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = time.Second
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
@@ -206,9 +204,7 @@ func TestHeartbeatCommitsSynchronouslyWhateverTheDefaultAndNeverWeakensIt(t *tes
 
 func TestServerClockSteppedBackFailsNoStatementAndCostsNoOtherLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = 2 * time.Second
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(50*time.Millisecond),
@@ -285,9 +281,7 @@ func (s *slowDB) started() int {
 
 func TestSlowHeartbeatRoundsKeepTheirPeriodAndLoseNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	// Each round takes 3/4 of the interval. Timed from its end, a round
 	// would start every 1.4 s and its reply would come 2 s after the
 	// previous one was sent: past the trust window (2 s - 200 ms).

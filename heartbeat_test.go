@@ -18,9 +18,7 @@ import (
 
 func TestHeartbeatKeepsTheLeaseAcrossSeveralTTLsWhileOthersGetErrHeld(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = 600 * time.Millisecond
 	events := pgtest.NewEvents(t)
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(150*time.Millisecond), pglease.WithHook(events.Hook))
@@ -83,9 +81,7 @@ func TestHeartbeatExtendsEveryLeaseInOneStatementPerRound(t *testing.T) {
 
 func TestRowStolenBehindTheLockersBackIsDetectedAsLostWithinOneTTL(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = time.Second
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
@@ -116,9 +112,7 @@ func TestRowStolenBehindTheLockersBackIsDetectedAsLostWithinOneTTL(t *testing.T)
 
 func TestFailedHeartbeatsAreRetriedAndAShortOutageLosesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
@@ -138,9 +132,7 @@ func TestFailedHeartbeatsAreRetriedAndAShortOutageLosesNothing(t *testing.T) {
 
 func TestLeaseIsLostAtItsTrustDeadlineBeforeTheServerExpiresIt(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	const ttl = time.Second
 	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
@@ -183,9 +175,7 @@ func TestLeaseIsLostAtItsTrustDeadlineBeforeTheServerExpiresIt(t *testing.T) {
 
 func TestUnlockWaitsForTheHeartbeatInFlightSoItCannotBeReArmed(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	const ttl, minHold = 3 * time.Second, 2 * time.Second
 	l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithMinHold(minHold))

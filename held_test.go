@@ -17,9 +17,7 @@ import (
 
 func TestLeasesIsACopyOfTheHeldLeasesSortedByKeyWithTheirServerTimesAndTrustDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second))
 	assert.Empty(t, l.Leases())
 
@@ -70,9 +68,7 @@ func TestLeasesIsACopyOfTheHeldLeasesSortedByKeyWithTheirServerTimesAndTrustDead
 
 func TestLeasesSaysWhenARoundFoundTheRowLockedOrFailed(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	faulty := pgtest.NewFaultyDB(pool)
 	l := pgtest.Locker(t, faulty, table, "replica-a", pglease.WithTTL(5*time.Second),

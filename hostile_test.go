@@ -48,9 +48,7 @@ func fullSnapshot(t *testing.T, db pglease.DB, table string) map[string]pgtest.R
 // snapshot taken before them; the test is fast, so it does not run in
 // parallel with others either.
 func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	// A TTL of an hour: no heartbeat moves expires_at while the snapshots
 	// are compared.
 	l := pgtest.Locker(t, pool, table, "hostile", pglease.WithTTL(time.Hour))
@@ -215,9 +213,7 @@ func TestBadInputNamesWhatIsWrongAndWritesNothing(t *testing.T) {
 
 func TestCloseWithANilContextLeavesTheLockerClosable(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	// No cleanup Close: if the first Close wedges the Locker, a Close
 	// without deadline would hang the test binary.
 	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("h"), pglease.WithLogger(pgtest.Quiet))
@@ -236,9 +232,7 @@ func TestCloseWithANilContextLeavesTheLockerClosable(t *testing.T) {
 
 func TestHugeDurationsWorkAndSubMicrosecondTTLsAreRefused(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 
 	// Durations at the top of the range are valid and behave.
 	huge := pgtest.Locker(t, pool, table, "huge", pglease.WithTTL(math.MaxInt64), pglease.WithTimeout(math.MaxInt64))

@@ -28,9 +28,7 @@ import (
 // at once: two holders believe.
 func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanClaim(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(1900*time.Millisecond))
 	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
 	short := mustJob(t, a, pglease.WithTTL(4*time.Second), pglease.WithTimeout(20*time.Second))
@@ -80,9 +78,7 @@ func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanC
 // replicas of this job would run the same tick twice, yet nothing warns.
 func TestSkewBeyondHalfAJobsMinHoldIsWarned(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	logs := &logBuffer{}
 	l := pgtest.Locker(t, pool, table, "skewed", pglease.WithHeartbeatInterval(time.Second),
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
@@ -110,9 +106,7 @@ func TestSkewBeyondHalfAJobsMinHoldIsWarned(t *testing.T) {
 // would claim the key within the min hold and run the same tick again.
 func TestGiveBackOfACancelledClaimWaitKeepsTheMinHoldOfAReleasedLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const minHold = 20 * time.Second
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithMinHold(minHold), pglease.WithTimeout(10*time.Second))
 	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
@@ -180,9 +174,7 @@ func TestGiveBackOfACancelledClaimWaitKeepsTheMinHoldOfAReleasedLease(t *testing
 // Timing-based: it measures how long Done takes after the jump.
 func TestWatchdogSliceOfAJobMadeWhileLeasesAreHeldIsTheJobsOwn(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(60*time.Second), pglease.WithHeartbeatInterval(900*time.Millisecond))
 	_, err := l.Claim(ctx, "daily") // the watchdog sleeps 1s slices (margin of 60s)
 	require.NoError(t, err)
@@ -207,9 +199,7 @@ func TestWatchdogSliceOfAJobMadeWhileLeasesAreHeldIsTheJobsOwn(t *testing.T) {
 // must not turn that wait into a skew beyond half a tiny min hold (10ms).
 func TestSlowClaimsWaitingOnRowLocksDoNotWarnOfSkew(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	logs := &logBuffer{}
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(20*time.Millisecond),
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))

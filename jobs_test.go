@@ -372,9 +372,7 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 // lets another replica in after one second.
 func TestAJobsLeaseIsTrustedOnlyForItsOwnTTLWhileHeartbeatsFail(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	own, err := l.Claim(ctx, "locker")

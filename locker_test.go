@@ -20,9 +20,7 @@ import (
 
 func TestLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second))
 
 	first, err := l.Claim(ctx, "job")
@@ -109,9 +107,7 @@ func TestMigrateIsSafeWhenTenReplicasRunItAtOnce(t *testing.T) {
 
 func TestMigratePurgesOnlyRowsExpiredLongerThanTheRetention(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ins := fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at) VALUES ($1, 'h', clock_timestamp() - $2::interval - interval '1 minute', clock_timestamp() - $2::interval)`,
 		pgx.Identifier{table}.Sanitize())
 	for key, ago := range map[string]string{"old": "2 hours", "recent": "10 minutes", "live": "-1 hour"} {
@@ -164,9 +160,7 @@ func TestClaimIsOneStatementAndReturnsErrHeldWhileAnotherHolderIsLive(t *testing
 
 func TestReentrantClaimAdvancesTheFenceAndTheFirstLeaseIsLost(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "replica-1")
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -185,9 +179,7 @@ func TestReentrantClaimAdvancesTheFenceAndTheFirstLeaseIsLost(t *testing.T) {
 
 func TestFenceOnlyGrowsAcrossHoldersReclaimsReleasesAndPurge(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	a := pgtest.Locker(t, pool, table, "a")
 	b := pgtest.Locker(t, pool, table, "b")
 	var last int64
@@ -252,9 +244,7 @@ func TestUnlockExpiresTheRowInPlaceAndNeverDeletesIt(t *testing.T) {
 
 func TestUnlockWithMinHoldKeepsTheLeaseUntilAcquiredPlusMinHold(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const minHold = 2 * time.Second
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(minHold))
 	b := pgtest.Locker(t, pool, table, "b")
@@ -295,9 +285,7 @@ func TestUnlockReleasesEvenWhenItsContextIsAlreadyCancelled(t *testing.T) {
 
 func TestClaimThatWaitedOnTheRowLockLongerThanTheTTLHandsOutNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = 500 * time.Millisecond
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
@@ -346,9 +334,7 @@ func TestClaimThatWaitedOnTheRowLockLongerThanTheTTLHandsOutNothing(t *testing.T
 
 func TestConcurrentClaimsOfOneKeyHaveOneWinningHolderPerRoundAndGrowingFences(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	lockers := make([]*pglease.Locker, 5)
 	for i := range lockers {
 		lockers[i] = pgtest.Locker(t, pool, table, fmt.Sprintf("holder-%d", i))
@@ -405,9 +391,7 @@ func TestConcurrentClaimsOfOneKeyHaveOneWinningHolderPerRoundAndGrowingFences(t 
 
 func TestCloseReleasesEveryLeaseStopsTheHeartbeatAndIsIdempotent(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	var leases []*pglease.Lease
@@ -434,9 +418,7 @@ func TestCloseReleasesEveryLeaseStopsTheHeartbeatAndIsIdempotent(t *testing.T) {
 
 func TestClaimWhoseRoundTripOutlastsTheTrustWindowHandsOutNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	const ttl = 300 * time.Millisecond
 	events := pgtest.NewEvents(t)

@@ -48,9 +48,7 @@ func hogPool(t *testing.T, pool *pgxpool.Pool, n int) (stop func()) {
 
 func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveTheHeartbeat(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	pool := sharedPool(t, appName("starve"))
 	const ttl = time.Second
 	events := pgtest.NewEvents(t)
@@ -85,9 +83,7 @@ func TestWithKeptConnectionJobsHoldingEveryConnectionOfASharedPoolDoNotStarveThe
 
 func TestWithKeptConnectionALeaseLostWhileTheHeartbeatWaitsForANewConnectionNamesTheWait(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, direct, table := pgtest.Setup(t)
 	app := appName("starvedloss")
 	pool := sharedPool(t, app)
 	const ttl = time.Second
@@ -132,9 +128,7 @@ func requireLossNamesThePoolWait(t *testing.T, lease *pglease.Lease, events *pgt
 
 func TestJobsHoldingEveryConnectionOfASharedPoolMakeTheLossNameThePoolWait(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	direct := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, direct)
+	ctx, _, table := pgtest.Setup(t)
 	pool := sharedPool(t, appName("starvednamed")) // the README's setup, no option
 	const ttl = time.Second
 	events := pgtest.NewEvents(t)

@@ -71,9 +71,7 @@ func waitStalled(t *testing.T, db pglease.DB, table string) {
 // so Y meets it and takes a fresh, greater fence.
 func TestFenceNeverGoesBackwardsWhenAClaimStallsAcrossAPurge(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	resume := stallClaims(t, table, "y")
 	y := pgtest.Locker(t, pool, table, "y")
 	x := pgtest.Locker(t, pool, table, "x")
@@ -118,9 +116,7 @@ func TestFenceNeverGoesBackwardsWhenAClaimStallsAcrossAPurge(t *testing.T) {
 // whatever horizon it is asked for.
 func TestMigrateRefusesAPurgeHorizonBelowMinRetentionAndPurgesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	ins := fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at) VALUES ($1, 'h', clock_timestamp() - $2::interval - interval '1 minute', clock_timestamp() - $2::interval)`,
 		pgx.Identifier{table}.Sanitize())
 	for key, ago := range map[string]string{"just-expired": "1 second", "expired-59m": "59 minutes", "expired-61m": "61 minutes"} {

@@ -24,9 +24,7 @@ import (
 // at all.
 func TestHeartbeatExtendsALeaseWhoseRowIsOnlyKeyShareLocked(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	tbl := pgx.Identifier{table}.Sanitize()
 	child := pgx.Identifier{table + "_runs"}.Sanitize()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigserial PRIMARY KEY, lease_key text NOT NULL REFERENCES %s (key))`, child, tbl))
@@ -78,9 +76,7 @@ func TestHeartbeatExtendsALeaseWhoseRowIsOnlyKeyShareLocked(t *testing.T) {
 // TTL) instead of being handed over.
 func TestCloseReleasesTheOtherLeasesWhenOneRowIsLocked(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(time.Second))
 	const n = 20
 	for i := range n {
@@ -110,9 +106,7 @@ func TestCloseReleasesTheOtherLeasesWhenOneRowIsLocked(t *testing.T) {
 // Locker lost, with the database healthy and their rows free.
 func TestUnlockOfALockedRowCostsNoOtherLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHook(events.Hook))
 	locked, err := l.Claim(ctx, "locked")

@@ -312,9 +312,7 @@ func (h *recordingHandler) find(event string) []map[string]any {
 
 func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCause(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	db := pgtest.NewFaultyDB(pool)
 	logs := &recordingHandler{}
 	events := pgtest.NewEvents(t)

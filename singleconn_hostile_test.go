@@ -22,9 +22,7 @@ import (
 // connection's buffers, and no lease may be lost while the server is fine.
 func TestLockerOnASingleConnectionClaimsAndReleasesWhileTheHeartbeatRuns(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, _, table := pgtest.Setup(t)
 	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })

@@ -46,9 +46,7 @@ const (
 
 func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHold(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	logs := &logBuffer{}
 	var (
 		mu       sync.Mutex
@@ -110,9 +108,7 @@ func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHo
 
 func TestWithoutMinHoldClockSkewWarnsBeyondOneSecond(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	logs := &logBuffer{}
 	l := pgtest.Locker(t, pool, table, "skewed",
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
@@ -135,9 +131,7 @@ func TestWithoutMinHoldClockSkewWarnsBeyondOneSecond(t *testing.T) {
 // less the lease's TTL), and the warning fires.
 func TestClockSkewFollowsAClockStepThroughHeartbeatRoundsWithoutAnotherClaim(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	logs := &logBuffer{}
 	extended := make(chan pglease.Skew, 100)
 	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("leader"),

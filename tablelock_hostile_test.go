@@ -19,9 +19,7 @@ import (
 // plain silence of the heartbeat.
 func TestLeasesLostBehindATableLockSayTheHeartbeatWasInFlight(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = time.Second
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
 	var leases []*pglease.Lease

@@ -51,17 +51,13 @@ func (d *lostReplyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx
 // other Locker's waiter out until its TTL, with nobody holding the key.
 func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	db := &lostReplyDB{DB: pool, lost: make(chan struct{})}
 	waiter := pgtest.Locker(t, db, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	waitingOn(t, waiter, events, "job", 1)
 	db.armed.Store(true)
 	require.NoError(t, held.Unlock(ctx))
@@ -86,9 +82,7 @@ func TestClaimWaitWhoseCommittedClaimLostItsReplyLeavesNoLiveRow(t *testing.T) {
 // leave a live row under its holder that nobody holds.
 func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const ttl = 4 * time.Second // trust window 3.6s
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithTTL(ttl), pglease.WithTimeout(10*time.Second))
 	tbl := pgx.Identifier{table}.Sanitize()
@@ -135,16 +129,12 @@ func TestClaimWaitThatOutwaitsItsTrustWindowOnARowLockLeavesNoLiveRow(t *testing
 // ends, and goleak (TestMain) finds nothing left.
 func TestPoolClosedBeforeTheLockerWithAWaiterDoesNotHang(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	wpool := pgtest.Pool(t, nil)
 	waiter := pglease.NewLocker(wpool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
-	_, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	_, got := holdAndWait(ctx, t, holder, waiter)
 	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 1)
 

@@ -45,6 +45,15 @@ func receive(t *testing.T, ch <-chan claimResult, limit time.Duration) claimResu
 	return claimResult{}
 }
 
+// holdAndWait has holder claim "job", then starts waiter's ClaimWait of
+// it: the key's lease, and the outcome of the waiting claim.
+func holdAndWait(ctx context.Context, t *testing.T, holder, waiter *pglease.Locker) (*pglease.Lease, <-chan claimResult) {
+	t.Helper()
+	held, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	return held, claimWaitAsync(ctx, waiter, "job")
+}
+
 // waitingOn waits until l has a claim of key parked after finding it held.
 func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key string, n int) {
 	t.Helper()
@@ -55,9 +64,7 @@ func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key strin
 
 func TestReleaseNotifiesTheReleasedKeyOnTheTablesChannel(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
@@ -124,16 +131,12 @@ func TestChannelNamesFitPgNotifyAndStayDistinctForOddAndLongTableNames(t *testin
 
 func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	mode, reason := waiter.WaitMode()
 	require.Equal(t, pglease.WaitByNotification, mode, reason)
@@ -151,9 +154,7 @@ func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 
 func TestClaimWaitWakesAtTheHoldersExpiryWhichNotifiesNobody(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 	// A holder that crashed: its row lapses in 700ms, and nothing notifies.
@@ -179,9 +180,7 @@ func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAc
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	ev := events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	for ev.Err == nil || !strings.Contains(ev.Err.Error(), "probe") {
 		ev = events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
@@ -197,14 +196,10 @@ func TestClaimWaitFallsBackToPollingThroughPgBouncerTransactionPoolingAndStillAc
 
 func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "waiter")
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	require.Eventually(t, func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByPolling }, 5*time.Second, 2*time.Millisecond, "polling")
 	_, reason := waiter.WaitMode()
 	require.Contains(t, reason, "not a *pgxpool.Pool")
@@ -214,9 +209,7 @@ func TestClaimWaitPollsOnADBThatIsNotAPoolAndSaysWhy(t *testing.T) {
 
 func TestClaimWaitThatGivesUpNeverLeavesALeaseBehind(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter")
 
@@ -305,9 +298,7 @@ func TestWaitersOfOneLockerSendOneClaimPerReleaseAndOneWinsEachTime(t *testing.T
 
 func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	const lockers, each = 3, 3
 	var holding atomic.Int32
 	var wg sync.WaitGroup
@@ -344,21 +335,17 @@ func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 
 func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
 
-	held, err := holder.Claim(ctx, "job")
-	require.NoError(t, err)
-	got := claimWaitAsync(ctx, waiter, "job")
+	held, got := holdAndWait(ctx, t, holder, waiter)
 	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 	waitingOn(t, waiter, events, "job", 1)
 	pid := pglease.ListenerPID(waiter)
 	require.NotZero(t, pid)
-	_, err = pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	_, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
 	events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	// Released while nobody listens, or right after the new LISTEN: either
@@ -377,9 +364,7 @@ func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 
 func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	events := pgtest.NewEvents(t)
 	holder := pgtest.Locker(t, pool, table, "holder")
 	waiter := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
@@ -402,9 +387,7 @@ func TestCloseEndsWaitingClaimsPromptlyWithErrClosed(t *testing.T) {
 
 func TestClaimWaitDoesNotTakeOverALeaseOfItsOwnLocker(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	l := pgtest.Locker(t, pool, table, "one")
 	first, err := l.Claim(ctx, "job")
 	require.NoError(t, err)

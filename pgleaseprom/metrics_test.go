@@ -31,9 +31,7 @@ func outcome(o string) map[string]string { return map[string]string{"outcome": o
 
 func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 
 	a := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook))
@@ -72,9 +70,7 @@ func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
 
 func TestLeasesHeldGaugeCountsEachLeaseOnceThroughReleaseLossAndUnlockOfTheLostLease(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook),
 		pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
@@ -119,9 +115,7 @@ func TestLeasesHeldGaugeCountsEachLeaseOnceThroughReleaseLossAndUnlockOfTheLostL
 
 func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	db := pgtest.NewFaultyDB(pool)
 	l := pgtest.Locker(t, db, table, "a", pglease.WithHook(m.Hook),
@@ -154,9 +148,7 @@ func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *te
 
 func TestPerKeyLabelsClaimHeldLostAndReleaseSeriesWithTheKey(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{
 		Namespace: "app", Subsystem: "jobs", PerKey: true, ConstLabels: prometheus.Labels{"service": "billing"},
 	})
@@ -230,9 +222,7 @@ func TestLeasesHeldGaugeCountsALeaseLostAndThenUnlockedOnce(t *testing.T) {
 
 func TestElectionsAreCountedWhenAnElectorBecomesTheLeader(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	quiet := pglease.WithLogger(slog.New(slog.DiscardHandler))
 	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithHook(m.Hook), quiet)
@@ -267,9 +257,7 @@ func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 
 func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	assert.Zero(t, value(t, reg, "pglease_clock_skew_seconds", nil), "0 until the first claim")
 
@@ -296,9 +284,7 @@ func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {
 
 func TestLeasesHeldGaugeReturnsToZeroWhenCloseOvertakesClaimsInFlight(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(m.Hook))
 

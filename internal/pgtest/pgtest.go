@@ -161,6 +161,16 @@ func Table(tb testing.TB, db pglease.DB) string {
 	return name
 }
 
+// Setup is how most tests begin: a context that ends with the test (Ctx),
+// a pool on the shared server (Pool, without a tracer) and a fresh lease
+// table on it (Table).
+func Setup(tb testing.TB) (context.Context, *pgxpool.Pool, string) {
+	tb.Helper()
+	ctx := Ctx(tb)
+	p := Pool(tb, nil)
+	return ctx, p, Table(tb, p)
+}
+
 // Locker returns a quiet Locker on table, closed at cleanup.
 func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	tb.Helper()
