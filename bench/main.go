@@ -86,10 +86,7 @@ func run(ctx context.Context, s settings) error {
 	logf := func(format string, args ...any) {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, args...))
 	}
-	if err := os.MkdirAll(s.out, 0o755); err != nil {
-		return err
-	}
-	db, err := lab.StartDB(ctx)
+	db, err := lab.Start(ctx, s.out)
 	if err != nil {
 		return err
 	}

@@ -62,10 +62,7 @@ func run(quick bool, out string) error {
 	if quick {
 		lockers, leases, measure, claimFor = []int{1, 4}, []int{10, 100}, 2*time.Second, time.Second
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	db, err := lab.StartDB(ctx)
+	db, err := lab.Start(ctx, out)
 	if err != nil {
 		return err
 	}

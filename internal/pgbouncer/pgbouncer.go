@@ -158,11 +158,7 @@ func Start(ctx context.Context, upstream string, opts Options) (_ *Bouncer, err 
 		return nil, fmt.Errorf("pgbouncer: max_prepared_statements needs PgBouncer 1.21 or later, %s is %s", bin, versionString(version))
 	}
 
-	cred, err := pgproc.Credential()
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: %w", err)
-	}
-	dir, err := pgproc.MkdirTemp("pglease-pgbouncer-*", cred)
+	dir, cred, err := pgproc.MkdirTemp("pglease-pgbouncer-*")
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}

@@ -96,11 +96,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("pgcluster: %s not found beside initdb in %s: %w", name, bin, err)
 		}
 	}
-	cred, err := pgproc.Credential()
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: %w", err)
-	}
-	root, err := pgproc.MkdirTemp("pglease-cluster-*", cred)
+	root, cred, err := pgproc.MkdirTemp("pglease-cluster-*")
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}

@@ -3,8 +3,8 @@
 // internal/pgbouncer) as child processes of ours, the same way everywhere:
 //
 //   - as the "postgres" user when running as root, since PostgreSQL and
-//     PgBouncer refuse to run as root (Credential), in directories that user
-//     owns (MkdirTemp, Chown);
+//     PgBouncer refuse to run as root, in directories that user owns
+//     (MkdirTemp, Chown);
 //   - with an environment of their own: no PG* variables of ours, HOME in
 //     their directory, LC_ALL=C so that messages are in English (Prepare);
 //   - in a process group of their own, so that Ctrl-C reaches us and not
@@ -34,10 +34,10 @@ import (
 // ErrPortInUse marks a launch that failed because the port was taken.
 var ErrPortInUse = errors.New("port already in use")
 
-// Credential returns the credentials to run server programs as: the
+// credential returns the credentials to run server programs as: the
 // "postgres" user when running as root, and nil (the current user)
 // otherwise.
-func Credential() (*syscall.Credential, error) {
+func credential() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -62,18 +62,23 @@ func Chown(path string, cred *syscall.Credential) error {
 	return os.Chown(path, int(cred.Uid), int(cred.Gid))
 }
 
-// MkdirTemp creates a temporary directory, as os.MkdirTemp does, owned by
-// the user of cred.
-func MkdirTemp(pattern string, cred *syscall.Credential) (string, error) {
+// MkdirTemp creates a temporary directory, as os.MkdirTemp does, for
+// server programs: owned by the user they run as, whose credentials it
+// returns for Prepare and Chown.
+func MkdirTemp(pattern string) (string, *syscall.Credential, error) {
+	cred, err := credential()
+	if err != nil {
+		return "", nil, err
+	}
 	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := Chown(dir, cred); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", err
+		return "", nil, err
 	}
-	return dir, nil
+	return dir, cred, nil
 }
 
 // Prepare sets the directory, environment and user of a child process:

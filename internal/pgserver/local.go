@@ -128,10 +128,7 @@ func (l *localServer) dsn() string {
 // postgres on a free port.
 func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, _ string, err error) {
 	l := &localServer{bin: bin, durable: opts.Durable, logf: opts.logf}
-	if l.cred, err = pgproc.Credential(); err != nil {
-		return nil, "", fmt.Errorf("pgserver: %w", err)
-	}
-	if l.dir, err = pgproc.MkdirTemp("pglease-pg-*", l.cred); err != nil {
+	if l.dir, l.cred, err = pgproc.MkdirTemp("pglease-pg-*"); err != nil {
 		return nil, "", fmt.Errorf("pgserver: %w", err)
 	}
 	defer func() {

@@ -22,9 +22,13 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
-// StartDB starts a durable private server and opens a pool on it. Close
-// closes both.
-func StartDB(ctx context.Context) (*DB, error) {
+// Start creates the directory out, where a study writes its results, then
+// starts a durable private server and opens a pool on it. Close closes
+// both.
+func Start(ctx context.Context, out string) (*DB, error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
 	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
 	if err != nil {
 		return nil, err
