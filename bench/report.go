@@ -125,20 +125,20 @@ func markdown(env environment, s settings, runs []storageRun, beats []beatPoint)
 }
 
 func beatStyles(beats []beatPoint) []string {
-	var out []string
-	for _, p := range beats {
-		if !slices.Contains(out, p.Style) {
-			out = append(out, p.Style)
-		}
-	}
-	return out
+	return distinct(beats, func(p beatPoint) string { return p.Style })
 }
 
 func beatSizes(beats []beatPoint) []int {
-	var out []int
-	for _, p := range beats {
-		if !slices.Contains(out, p.Leases) {
-			out = append(out, p.Leases)
+	return distinct(beats, func(p beatPoint) int { return p.Leases })
+}
+
+// distinct is the values of field over points, each once, in the order
+// they first appear.
+func distinct[P any, V comparable](points []P, field func(P) V) []V {
+	var out []V
+	for _, p := range points {
+		if v := field(p); !slices.Contains(out, v) {
+			out = append(out, v)
 		}
 	}
 	return out
