@@ -93,7 +93,8 @@ func Prepare(cmd *exec.Cmd, dir string, cred *syscall.Credential) {
 		}
 		env = append(env, kv)
 	}
-	cmd.Env = append(env, "HOME="+dir, "LC_ALL=C")
+	env = append(env, "HOME="+dir, "LC_ALL=C")
+	cmd.Env = env
 	// Setpgid: a signal to our process group (Ctrl-C) does not reach the
 	// server; we stop it ourselves. Pdeathsig: the server dies with us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}

@@ -156,7 +156,8 @@ func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, 
 	}
 	l.logf("pgserver: local PostgreSQL ready on 127.0.0.1:%d after %s (dir %s)",
 		l.port, time.Since(began).Round(time.Millisecond), l.dir)
-	return l, l.dsn(), nil
+	dsn := l.dsn()
+	return l, dsn, nil
 }
 
 // command returns a command running the server binary name as the server's
