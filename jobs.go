@@ -119,13 +119,7 @@ func (j *JobLocker) Claim(ctx context.Context, key string) (*Lease, error) {
 // and timeout. Pass it to gocron.WithDistributedJobLocker.
 func (j *JobLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	mustContext(ctx, "Lock")
-	ctx, cancel := context.WithTimeout(ctx, j.terms.timeout)
-	defer cancel()
-	lease, err := j.Claim(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return lease, nil
+	return j.locker.lock(ctx, key, j.terms)
 }
 
 // lower sets v to d if d is shorter, or v is 0 (none yet), and reports

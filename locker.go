@@ -275,11 +275,17 @@ func (l *Locker) supersede(key string) {
 // contention stays at debug level.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	mustContext(ctx, "Lock")
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	return l.lock(ctx, key, l.terms())
+}
+
+// lock is Lock on the given terms, the Locker's or a job's: a claim within
+// their timeout.
+func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	lease, err := l.Claim(ctx, key)
+	lease, err := l.claim(ctx, key, t)
 	if err != nil {
-		return nil, err
+		return nil, err // a nil gocron.Lock, not a nil *Lease in one
 	}
 	return lease, nil
 }

@@ -120,28 +120,16 @@ func WithHolder(id string) Option {
 // which is also how long other replicas wait after a holder crashes. The
 // default is DefaultTTL (60s).
 func WithTTL(d time.Duration) Option {
-	return func(c *config) {
-		c.use("WithTTL")
-		if d < MinTTL {
-			c.invalid("WithTTL", "WithTTL(%v): TTL must be at least MinTTL (%v)", d, MinTTL)
-			return
-		}
-		c.ttl = d
-	}
+	return durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
+		func(c *config) { c.ttl = d })
 }
 
 // WithHeartbeatInterval sets how often the Locker extends its leases. It
 // must be less than TTL/2, so that one failed heartbeat is retried before the
 // lease lapses. The default is TTL/3.
 func WithHeartbeatInterval(d time.Duration) Option {
-	return func(c *config) {
-		c.use("WithHeartbeatInterval")
-		if d <= 0 {
-			c.invalid("WithHeartbeatInterval", "WithHeartbeatInterval(%v): interval must be positive", d)
-			return
-		}
-		c.heartbeat = d
-	}
+	return durationOption("WithHeartbeatInterval", d, time.Nanosecond, "interval must be positive",
+		func(c *config) { c.heartbeat = d })
 }
 
 // WithMinHold keeps a released lease until acquired_at + d, so that a
@@ -149,14 +137,8 @@ func WithHeartbeatInterval(d time.Duration) Option {
 // again. The holder itself can still re-claim it. It must be <= TTL. The
 // default is 0: Unlock expires the lease at once.
 func WithMinHold(d time.Duration) Option {
-	return func(c *config) {
-		c.use("WithMinHold")
-		if d < 0 {
-			c.invalid("WithMinHold", "WithMinHold(%v): min hold must not be negative", d)
-			return
-		}
-		c.minHold = d
-	}
+	return durationOption("WithMinHold", d, 0, "min hold must not be negative",
+		func(c *config) { c.minHold = d })
 }
 
 // WithTable sets the lease table, "name" or "schema.name". The fence
@@ -178,14 +160,10 @@ func WithTable(name string) Option {
 // claim that stalled between drawing its fence and inserting its row issue a
 // fence smaller than one already handed out. The default is Retention (24h).
 func WithRetention(d time.Duration) Option {
-	return func(c *config) {
-		c.use("WithRetention")
-		if d < MinRetention {
-			c.invalid("WithRetention", "WithRetention(%v): retention must be at least MinRetention (%v): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", d, MinRetention)
-			return
-		}
-		c.retention = d
-	}
+	return durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
+		"a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between "+
+		"issue a fence smaller than one already handed out", MinRetention),
+		func(c *config) { c.retention = d })
 }
 
 // WithTimeout bounds each claim made by Lock and each release made by
@@ -193,14 +171,8 @@ func WithRetention(d time.Duration) Option {
 // before Unlock during shutdown, so pglease applies its own bound. The
 // default is DefaultTimeout (5s).
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) {
-		c.use("WithTimeout")
-		if d <= 0 {
-			c.invalid("WithTimeout", "WithTimeout(%v): timeout must be positive", d)
-			return
-		}
-		c.timeout = d
-	}
+	return durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
+		func(c *config) { c.timeout = d })
 }
 
 // WithLeaderKey sets the key an Elector claims on the lease table. Every
@@ -274,6 +246,19 @@ func WithHook(hook func(Event)) Option {
 			return
 		}
 		c.hooks = append(c.hooks, hook)
+	}
+}
+
+// durationOption is the option name with duration d: it applies set when
+// d >= least, and is refused otherwise, saying "name(d): why".
+func durationOption(name string, d, least time.Duration, why string, set func(*config)) Option {
+	return func(c *config) {
+		c.use(name)
+		if d < least {
+			c.invalid(name, "%s(%v): %s", name, d, why)
+			return
+		}
+		set(c)
 	}
 }
 

@@ -142,32 +142,29 @@ func readColumns(ctx context.Context, db DB, t table) (map[string]column, error)
 // whether it has acquired_at.
 func checkColumns(cols map[string]column, holderLen int) (hasAcquired bool, err error) {
 	var problems []string
-	key, ok := cols["key"]
-	switch {
-	case !ok:
-		problems = append(problems, "no column key")
-	case !textual(key.typ):
-		problems = append(problems, fmt.Sprintf("column key is %s, not text", key.typ))
-	case !key.unique:
+	// need reads the column name, which must exist with a type that
+	// isType accepts (want names it); false when it recorded a problem.
+	need := func(name, want string, isType func(string) bool) (column, bool) {
+		c, ok := cols[name]
+		switch {
+		case !ok:
+			problems = append(problems, "no column "+name)
+		case !isType(c.typ):
+			problems = append(problems, fmt.Sprintf("column %s is %s, not %s", name, c.typ, want))
+		default:
+			return c, true
+		}
+		return c, false
+	}
+	if key, ok := need("key", "text", textual); ok && !key.unique {
 		problems = append(problems, "column key has no unique index of its own (ON CONFLICT (key) needs one)")
 	}
-	holder, ok := cols["holder"]
-	switch {
-	case !ok:
-		problems = append(problems, "no column holder")
-	case !textual(holder.typ):
-		problems = append(problems, fmt.Sprintf("column holder is %s, not text", holder.typ))
-	case holder.typmod > 4 && int(holder.typmod-4) < holderLen:
+	if holder, ok := need("holder", "text", textual); ok && holder.typmod > 4 && int(holder.typmod-4) < holderLen {
 		problems = append(problems, fmt.Sprintf("column holder is %s, too short for the %d-character holder identifiers of this replica", holder.typ, holderLen))
 	}
-	if exp, ok := cols["expires_at"]; !ok {
-		problems = append(problems, "no column expires_at")
-	} else if exp.typ != "timestamp with time zone" {
-		problems = append(problems, fmt.Sprintf("column expires_at is %s, not timestamptz", exp.typ))
-	}
-	acq, hasAcquired := cols["acquired_at"]
-	if hasAcquired && acq.typ != "timestamp with time zone" {
-		problems = append(problems, fmt.Sprintf("column acquired_at is %s, not timestamptz", acq.typ))
+	need("expires_at", "timestamptz", timestamptz)
+	if _, hasAcquired = cols["acquired_at"]; hasAcquired {
+		need("acquired_at", "timestamptz", timestamptz)
 	}
 	for name, c := range cols {
 		switch name {
@@ -187,3 +184,5 @@ func checkColumns(cols map[string]column, holderLen int) (hasAcquired bool, err 
 func textual(typ string) bool {
 	return typ == "text" || strings.HasPrefix(typ, "character varying")
 }
+
+func timestamptz(typ string) bool { return typ == "timestamp with time zone" }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/bench/internal/lab"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -72,7 +71,7 @@ type replica struct {
 // Ticks of the two styles alternate.
 func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs []int, ticks int) ([]tickPoint, error) {
 	var out []tickPoint
-	serverCPU := func() float64 { return treeCPU(postmaster) }
+	serverCPU := func() float64 { return lab.ServerCPU(postmaster) }
 	for _, j := range jobs {
 		table := fmt.Sprintf("fleet_%d", j)
 		cnt := &counter{}
@@ -257,69 +256,4 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 		}
 	}
 	return took, lat, nil
-}
-
-// postmasterPID is the process id of the server's postmaster: the parent of
-// a backend of pool. It is only meaningful for a server on this host.
-func postmasterPID(ctx context.Context, pool *pgxpool.Pool) int {
-	var backend int
-	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
-		return -1
-	}
-	f := procStat(backend)
-	if len(f) < 2 {
-		return -1
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
-// procStat is the fields of /proc/pid/stat after the command name, or nil
-// unless the process is a postgres one.
-func procStat(pid int) []string {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(stat)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || closing < open || s[open+1:closing] != "postgres" {
-		return nil
-	}
-	return strings.Fields(s[closing+1:])
-}
-
-// treeCPU is the user and system CPU time, in seconds, of the postmaster
-// and its children (backends, WAL writer, checkpointer...), or -1 when it
-// cannot be read (a server in a container, or not Linux). Other servers on
-// the host are not counted.
-func treeCPU(postmaster int) float64 {
-	if postmaster <= 0 {
-		return -1
-	}
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return -1
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	var total int64
-	found := false
-	for _, d := range dirs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		pid, _ := strconv.Atoi(d.Name())
-		f := procStat(pid)
-		if len(f) < 13 || pid != postmaster && f[1] != strconv.Itoa(postmaster) {
-			continue
-		}
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		total += utime + stime
-		found = true
-	}
-	if !found {
-		return -1
-	}
-	return float64(total) / ticksPerSecond
 }

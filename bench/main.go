@@ -27,9 +27,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/bench/internal/lab"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -88,28 +86,21 @@ func run(ctx context.Context, s settings) error {
 	logf := func(format string, args ...any) {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, args...))
 	}
-	if err := os.MkdirAll(s.out, 0o755); err != nil {
-		return err
-	}
-	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
+	db, err := lab.Start(ctx, s.out)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	pool, err := pgxpool.New(ctx, srv.DSN())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer db.Close()
+	pool := db.Pool
 	env, err := describe(ctx, pool)
 	if err != nil {
 		return err
 	}
 	logf("%s PostgreSQL %s, fsync=%s synchronous_commit=%s autovacuum=%s (naptime %s)",
-		srv.Kind(), env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
+		db.Kind(), env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
 
 	logf("fleet study: %d replicas x %v jobs due together, %d ticks each", s.replicas, s.jobs, s.ticks)
-	ticks, err := studyFleet(ctx, srv.DSN(), postmasterPID(ctx, pool), s.replicas, s.jobs, s.ticks)
+	ticks, err := studyFleet(ctx, db.DSN(), lab.PostmasterPID(ctx, pool), s.replicas, s.jobs, s.ticks)
 	if err != nil {
 		return fmt.Errorf("fleet study: %w", err)
 	}
@@ -144,7 +135,7 @@ func run(ctx context.Context, s settings) error {
 	}
 
 	logf("storage study: %d cycles over %d keys for each release style", s.cycles, s.keys)
-	runs, err := studyStorage(ctx, srv.DSN(), s.cycles, s.keys, func(msg string) { logf("  %s", msg) })
+	runs, err := studyStorage(ctx, db.DSN(), s.cycles, s.keys, func(msg string) { logf("  %s", msg) })
 	if err != nil {
 		return fmt.Errorf("storage study: %w", err)
 	}

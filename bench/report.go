@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/bench/internal/lab"
 )
 
 // environment is what a reader needs to compare these numbers with theirs.
@@ -62,7 +63,7 @@ func writeCSV(dir string, runs []storageRun, beats []beatPoint) error {
 				i64(s.HOTUpdates), i64(s.Deletes), i64(s.Vacuums), i64(s.Autovacuums), i64(s.WALBytes)})
 		}
 	}
-	if err := writeRows(filepath.Join(dir, "storage.csv"), rows); err != nil {
+	if err := lab.WriteCSV(filepath.Join(dir, "storage.csv"), rows); err != nil {
 		return err
 	}
 	rows = [][]string{{"style", "leases", "statements", "round_ms", "rounds"}}
@@ -70,20 +71,7 @@ func writeCSV(dir string, runs []storageRun, beats []beatPoint) error {
 		rows = append(rows, []string{b.Style, itoa(b.Leases), itoa(b.Statements),
 			strconv.FormatFloat(b.Round.Seconds()*1000, 'f', 4, 64), itoa(b.Rounds)})
 	}
-	return writeRows(filepath.Join(dir, "heartbeat.csv"), rows)
-}
-
-func writeRows(path string, rows [][]string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	if err := w.WriteAll(rows); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return lab.WriteCSV(filepath.Join(dir, "heartbeat.csv"), rows)
 }
 
 func itoa(n int) string   { return strconv.Itoa(n) }
@@ -137,20 +125,20 @@ func markdown(env environment, s settings, runs []storageRun, beats []beatPoint)
 }
 
 func beatStyles(beats []beatPoint) []string {
-	var out []string
-	for _, p := range beats {
-		if !slices.Contains(out, p.Style) {
-			out = append(out, p.Style)
-		}
-	}
-	return out
+	return distinct(beats, func(p beatPoint) string { return p.Style })
 }
 
 func beatSizes(beats []beatPoint) []int {
-	var out []int
-	for _, p := range beats {
-		if !slices.Contains(out, p.Leases) {
-			out = append(out, p.Leases)
+	return distinct(beats, func(p beatPoint) int { return p.Leases })
+}
+
+// distinct is the values of field over points, each once, in the order
+// they first appear.
+func distinct[P any, V comparable](points []P, field func(P) V) []V {
+	var out []V
+	for _, p := range points {
+		if v := field(p); !slices.Contains(out, v) {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -196,5 +184,5 @@ func writeFleetCSV(dir string, points []tickPoint) error {
 			ms(p.Tick.Seconds() * 1000), ms(p.P50.Seconds() * 1000), ms(p.P99.Seconds() * 1000),
 			strconv.FormatFloat(p.Statements, 'f', 1, 64), ms(p.CPU * 1000)})
 	}
-	return writeRows(filepath.Join(dir, "fleet.csv"), rows)
+	return lab.WriteCSV(filepath.Join(dir, "fleet.csv"), rows)
 }

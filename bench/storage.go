@@ -63,27 +63,25 @@ func (r storageRun) CyclesPerSecond() float64 {
 	return float64(s.Cycle) / s.Elapsed.Seconds()
 }
 
-// MaxHeapBytes and MaxIndexBytes are the largest sizes seen at any sample.
+// MaxHeapBytes, MaxIndexBytes and MaxDeadTuples are the largest values
+// seen at any sample.
 func (r storageRun) MaxHeapBytes() int64 {
-	var m int64
-	for _, s := range r.Samples {
-		m = max(m, s.HeapBytes)
-	}
-	return m
+	return r.largest(func(s sample) int64 { return s.HeapBytes })
 }
 
 func (r storageRun) MaxIndexBytes() int64 {
-	var m int64
-	for _, s := range r.Samples {
-		m = max(m, s.IndexBytes)
-	}
-	return m
+	return r.largest(func(s sample) int64 { return s.IndexBytes })
 }
 
 func (r storageRun) MaxDeadTuples() int64 {
+	return r.largest(func(s sample) int64 { return s.DeadTuples })
+}
+
+// largest is the largest value of field over the samples.
+func (r storageRun) largest(field func(sample) int64) int64 {
 	var m int64
 	for _, s := range r.Samples {
-		m = max(m, s.DeadTuples)
+		m = max(m, field(s))
 	}
 	return m
 }

@@ -78,12 +78,15 @@ func New(opts Opts) *Metrics {
 		keyLabel = []string{"key"}
 	}
 	withOutcome := append([]string{"outcome"}, keyLabel...)
-	name := func(n string) (string, string, string) { return ns, opts.Subsystem, n }
+	// The names follow Prometheus' conventions: the tests lint them.
+	named := func(n, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: ns, Subsystem: opts.Subsystem, Name: n, Help: help, ConstLabels: opts.ConstLabels}
+	}
 	counter := func(n, help string, labels []string) *prometheus.CounterVec {
-		ns, sub, n := name(n)
-		return prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: n, Help: help, ConstLabels: opts.ConstLabels,
-		}, labels)
+		return prometheus.NewCounterVec(prometheus.CounterOpts(named(n, help)), labels)
+	}
+	gauge := func(n, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts(named(n, help)))
 	}
 
 	m := &Metrics{
@@ -94,31 +97,21 @@ func New(opts Opts) *Metrics {
 			"Leases that ended without being released: taken by a later mandate, lapsed, or past their trust deadline.", keyLabel),
 		releases: counter("releases_total",
 			"Releases (Unlock or Close), by outcome: released, lost (a later mandate owned the key) or error.", withOutcome),
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: opts.Subsystem, Name: "leases_held", ConstLabels: opts.ConstLabels,
-			Help: "Leases held now: acquired and not yet released or lost.",
-		}, keyLabel),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts(named("leases_held",
+			"Leases held now: acquired and not yet released or lost.")), keyLabel),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: opts.Subsystem, Name: "heartbeat_duration_seconds", ConstLabels: opts.ConstLabels,
 			Help:    "Round trip of each successful heartbeat round, which extends all the leases of a Locker in one statement.",
 			Buckets: buckets,
 		}),
-		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: opts.Subsystem, Name: "heartbeat_failures_total", ConstLabels: opts.ConstLabels,
-			Help: "Heartbeat rounds that failed; they are retried until each lease's trust deadline.",
-		}),
-		elections: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: opts.Subsystem, Name: "elections_total", ConstLabels: opts.ConstLabels,
-			Help: "Times an Elector of this process became the leader.",
-		}),
-		skew: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: opts.Subsystem, Name: "clock_skew_seconds", ConstLabels: opts.ConstLabels,
-			Help: "The database's clock minus this replica's wall clock, as read by the latest claim (positive: the database is ahead).",
-		}),
-		skewUncertainty: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: opts.Subsystem, Name: "clock_skew_uncertainty_seconds", ConstLabels: opts.ConstLabels,
-			Help: "The bound on the error of pglease_clock_skew_seconds (half the round trip of its sample): the skew is certain beyond it.",
-		}),
+		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts(named("heartbeat_failures_total",
+			"Heartbeat rounds that failed; they are retried until each lease's trust deadline."))),
+		elections: prometheus.NewCounter(prometheus.CounterOpts(named("elections_total",
+			"Times an Elector of this process became the leader."))),
+		skew: gauge("clock_skew_seconds",
+			"The database's clock minus this replica's wall clock, as read by the latest claim (positive: the database is ahead)."),
+		skewUncertainty: gauge("clock_skew_uncertainty_seconds",
+			"The bound on the error of pglease_clock_skew_seconds (half the round trip of its sample): the skew is certain beyond it."),
 		leases: newLeaseSet(),
 	}
 	if !opts.PerKey {

@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,15 +30,10 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/bench/internal/lab"
 )
-
-const clockTicks = 100 // USER_HZ: /proc reports CPU time in 1/100 s on Linux
 
 // point is one measured configuration.
 type point struct {
@@ -69,26 +62,19 @@ func run(quick bool, out string) error {
 	if quick {
 		lockers, leases, measure, claimFor = []int{1, 4}, []int{10, 100}, 2*time.Second, time.Second
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
+	db, err := lab.Start(ctx, out)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	pool, err := pgxpool.New(ctx, srv.DSN())
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer db.Close()
+	pool := db.Pool
 	var version string
 	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		return err
 	}
-	fmt.Printf("PostgreSQL %s, durable (fsync, synchronous_commit on), %s\n", version, srv.Kind())
+	fmt.Printf("PostgreSQL %s, durable (fsync, synchronous_commit on), %s\n", version, db.Kind())
 
-	perSec, walPerClaim, err := claimRate(ctx, pool, srv.DSN(), 8, claimFor)
+	perSec, walPerClaim, err := claimRate(ctx, pool, db.DSN(), 8, claimFor)
 	if err != nil {
 		return fmt.Errorf("claim rate: %w", err)
 	}
@@ -97,7 +83,7 @@ func run(quick bool, out string) error {
 	var points []point
 	for _, l := range lockers {
 		for _, n := range leases {
-			p, err := measureHeld(ctx, pool, srv.DSN(), l, n, measure)
+			p, err := measureHeld(ctx, pool, db.DSN(), l, n, measure)
 			if err != nil {
 				return fmt.Errorf("%d lockers x %d leases: %w", l, n, err)
 			}
@@ -141,64 +127,10 @@ func sample(ctx context.Context, pool *pgxpool.Pool, postmaster int) (counters, 
 	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&c.wal); err != nil {
 		return c, err
 	}
-	cpu, err := serverCPU(postmaster)
-	c.cpu = cpu
-	return c, err
-}
-
-// postmasterPID reads the first line of postmaster.pid in the server's
-// data directory.
-func postmasterPID(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	var dir string
-	if err := pool.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
-		return 0, err
+	if c.cpu = lab.ServerCPU(postmaster); c.cpu < 0 {
+		return c, errors.New("the server's CPU time cannot be read from /proc: not a local server on Linux")
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	return strconv.Atoi(strings.TrimSpace(first))
-}
-
-// serverCPU sums the user and system CPU seconds of the postmaster and its
-// children.
-func serverCPU(postmaster int) (float64, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	total := 0.0
-	found := false
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// The command name is in parentheses and may hold spaces: fields
-		// count from after the last ')'.
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		if pid != postmaster && ppid != postmaster {
-			continue
-		}
-		found = found || pid == postmaster
-		utime, _ := strconv.ParseFloat(fields[11], 64)
-		stime, _ := strconv.ParseFloat(fields[12], 64)
-		total += (utime + stime) / clockTicks
-	}
-	if !found {
-		return 0, errors.New("postmaster not found in /proc")
-	}
-	return total, nil
+	return c, nil
 }
 
 // claimRate claims fresh keys from workers connections for d and returns
@@ -207,10 +139,7 @@ func claimRate(ctx context.Context, pool *pgxpool.Pool, dsn string, workers int,
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable("claims")); err != nil {
 		return 0, 0, err
 	}
-	pm, err := postmasterPID(ctx, pool)
-	if err != nil {
-		return 0, 0, err
-	}
+	pm := lab.PostmasterPID(ctx, pool)
 	before, err := sample(ctx, pool, pm)
 	if err != nil {
 		return 0, 0, err
@@ -263,10 +192,7 @@ func measureHeld(ctx context.Context, pool *pgxpool.Pool, dsn string, lockers, l
 	if err := pglease.Migrate(ctx, pool, pglease.WithTable(table)); err != nil {
 		return p, err
 	}
-	pm, err := postmasterPID(ctx, pool)
-	if err != nil {
-		return p, err
-	}
+	pm := lab.PostmasterPID(ctx, pool)
 	var (
 		extended atomic.Int64
 		sent     counter
@@ -342,33 +268,19 @@ func measureHeld(ctx context.Context, pool *pgxpool.Pool, dsn string, lockers, l
 }
 
 func writeCSV(path string, points []point) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write([]string{"lockers", "leases_each", "seconds", "server_cpu_cores", "statements_per_s", "rows_extended_per_s", "wal_bytes_per_s"})
+	rows := [][]string{{"lockers", "leases_each", "seconds", "server_cpu_cores", "statements_per_s", "rows_extended_per_s", "wal_bytes_per_s"}}
 	for _, p := range points {
-		_ = w.Write([]string{strconv.Itoa(p.Lockers), strconv.Itoa(p.LeasesEach), fmt.Sprintf("%.2f", p.Seconds),
+		rows = append(rows, []string{strconv.Itoa(p.Lockers), strconv.Itoa(p.LeasesEach), fmt.Sprintf("%.2f", p.Seconds),
 			fmt.Sprintf("%.3f", p.CPU), fmt.Sprintf("%.1f", p.StatementsPerSec), fmt.Sprintf("%.0f", p.RowsPerSec), fmt.Sprintf("%.0f", p.WALPerSec)})
 	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return lab.WriteCSV(path, rows)
 }
 
 // plotPoints draws y against the total number of leases, one line per
 // number of Lockers.
 func plotPoints(path, title, ylabel string, lockers []int, points []point, y func(point) float64) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "leases held in all (log scale)"
-	p.Y.Label.Text = ylabel
+	p := lab.NewPlot(title, "leases held in all (log scale)", ylabel)
 	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-	p.Legend.Top, p.Legend.Left = true, true
 	var lines []any
 	for _, l := range lockers {
 		var xy plotter.XYs
@@ -382,15 +294,5 @@ func plotPoints(path, title, ylabel string, lockers []int, points []point, y fun
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return err
 	}
-	c := vgsvg.New(8*vg.Inch, 4.5*vg.Inch)
-	p.Draw(draw.Crop(draw.New(c), 0.05*vg.Inch, -0.3*vg.Inch, 0.05*vg.Inch, -0.05*vg.Inch))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := c.WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return lab.SaveSVG(p, path)
 }

@@ -17,10 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -29,8 +27,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/pgproc"
 )
 
 const (
@@ -65,8 +64,7 @@ type Bouncer struct {
 	port     int
 	database string
 	user     string
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	proc     *pgproc.Proc
 }
 
 // New starts a Bouncer in front of the server at upstream (a connection
@@ -160,7 +158,7 @@ func Start(ctx context.Context, upstream string, opts Options) (_ *Bouncer, err 
 		return nil, fmt.Errorf("pgbouncer: max_prepared_statements needs PgBouncer 1.21 or later, %s is %s", bin, versionString(version))
 	}
 
-	dir, err := os.MkdirTemp("", "pglease-pgbouncer-*")
+	dir, cred, err := pgproc.MkdirTemp("pglease-pgbouncer-*")
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
@@ -169,31 +167,18 @@ func Start(ctx context.Context, upstream string, opts Options) (_ *Bouncer, err 
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		if cred, err = postgresUser(); err != nil {
-			return nil, err
-		}
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, fmt.Errorf("pgbouncer: %w", err)
-		}
-	}
 
 	b := &Bouncer{version: version, dir: dir, database: up.Database, user: up.User}
-	for attempt := 1; ; attempt++ {
-		if b.port, err = freePort(); err != nil {
-			return nil, err
-		}
+	if _, err := pgproc.OnFreePort(portAttempts, func(port int) error {
+		b.port = port
 		if err := b.writeConfig(up, opts, cred); err != nil {
-			return nil, err
+			return err
 		}
-		if err = b.launch(ctx, bin, cred); err == nil {
-			return b, nil
-		}
-		if !strings.Contains(err.Error(), "Address already in use") || attempt == portAttempts {
-			return nil, err
-		}
+		return b.launch(ctx, bin, cred)
+	}); err != nil {
+		return nil, err
 	}
+	return b, nil
 }
 
 func (b *Bouncer) configPath() string { return filepath.Join(b.dir, "pgbouncer.ini") }
@@ -230,10 +215,8 @@ ignore_startup_parameters = extra_float_digits
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return fmt.Errorf("pgbouncer: %w", err)
 		}
-		if cred != nil {
-			if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
-				return fmt.Errorf("pgbouncer: %w", err)
-			}
+		if err := pgproc.Chown(path, cred); err != nil {
+			return fmt.Errorf("pgbouncer: %w", err)
 		}
 	}
 	return nil
@@ -248,66 +231,17 @@ func quote(s string) string {
 }
 
 // launch runs pgbouncer on b.port and waits until a query goes through it.
-// On failure no process is left.
+// On failure no process is left; the error wraps pgproc.ErrPortInUse when
+// the port was taken.
 func (b *Bouncer) launch(ctx context.Context, bin string, cred *syscall.Credential) error {
-	logFile, err := os.OpenFile(b.logPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("pgbouncer: %w", err)
-	}
-	defer logFile.Close()
 	cmd := exec.CommandContext(context.Background(), bin, b.configPath()) // stopped by a signal, not a context
-	cmd.Dir = b.dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Setpgid: Ctrl-C does not reach it, we stop it ourselves. Pdeathsig:
-	// it dies with us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgbouncer: starting %s: %w", bin, err)
+	pgproc.Prepare(cmd, b.dir, cred)
+	p, err := pgproc.Launch(ctx, cmd, b.logPath(), b.DSN(), readyTimeout)
+	if err != nil {
+		return fmt.Errorf("pgbouncer: %s on port %d did not start: %w", bin, b.port, err)
 	}
-	b.cmd, b.exited = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(b.exited)
-	}()
-	if err := b.waitReady(ctx); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-b.exited
-		log, _ := os.ReadFile(b.logPath())
-		return fmt.Errorf("pgbouncer: %s on port %d did not start: %w\nlog %s:\n%s", bin, b.port, err, b.logPath(), log)
-	}
+	b.proc = p
 	return nil
-}
-
-// waitReady polls with SELECT 1 through the bouncer until it answers, the
-// process exits, or readyTimeout passes.
-func (b *Bouncer) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	var last error
-	for {
-		cfg, err := pgx.ParseConfig(b.DSN())
-		if err != nil {
-			return err
-		}
-		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-		cfg.ConnectTimeout = time.Second
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err == nil {
-			_, err = conn.Exec(ctx, "SELECT 1")
-			_ = conn.Close(context.Background())
-			if err == nil {
-				return nil
-			}
-		}
-		last = err
-		select {
-		case <-b.exited:
-			return fmt.Errorf("exited: %w", last)
-		case <-ctx.Done():
-			return errors.Join(last, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // DSN is the connection string of the bouncer, for the upstream's database
@@ -322,20 +256,9 @@ func (b *Bouncer) Version() []int { return append([]int(nil), b.version...) }
 // Close stops pgbouncer (SIGTERM, then SIGKILL after a while) and removes
 // its directory.
 func (b *Bouncer) Close() error {
-	err := b.cmd.Process.Signal(syscall.SIGTERM)
-	if errors.Is(err, os.ErrProcessDone) {
-		err = nil // it died by itself; the log may say why
-	} else if err != nil {
-		err = fmt.Errorf("pgbouncer: signalling: %w", err)
-	}
-	timer := time.NewTimer(stopTimeout)
-	defer timer.Stop()
-	select {
-	case <-b.exited:
-	case <-timer.C:
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-		<-b.exited
-		err = errors.Join(err, fmt.Errorf("pgbouncer: did not stop within %s of SIGTERM, killed it", stopTimeout))
+	err := b.proc.Stop(syscall.SIGTERM, stopTimeout)
+	if err != nil {
+		err = fmt.Errorf("pgbouncer: %w", err)
 	}
 	if rmErr := os.RemoveAll(b.dir); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("pgbouncer: %w", rmErr))
@@ -349,29 +272,4 @@ func versionString(v []int) string {
 		parts[i] = strconv.Itoa(n)
 	}
 	return strings.Join(parts, ".")
-}
-
-// postgresUser returns the credentials of user "postgres": PgBouncer
-// refuses to run as root.
-func postgresUser() (*syscall.Credential, error) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: running as root, which PgBouncer refuses, and there is no user \"postgres\" to run it as (`useradd postgres` creates one): %w", err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("pgbouncer: user postgres: %w", err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

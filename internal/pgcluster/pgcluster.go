@@ -24,7 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pglease/pglease/internal/pgproc"
 	"github.com/pglease/pglease/internal/pgserver"
 )
 
@@ -74,12 +74,7 @@ type node struct {
 	name string
 	dir  string // holds data/ and postgres.log
 	port int
-	proc *proc // nil when not running
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
+	proc *pgproc.Proc // nil when not running
 }
 
 func (n *node) dataDir() string { return filepath.Join(n.dir, "data") }
@@ -101,11 +96,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("pgcluster: %s not found beside initdb in %s: %w", name, bin, err)
 		}
 	}
-	cred, err := pgserver.ServerCredential()
-	if err != nil {
-		return nil, err
-	}
-	root, err := os.MkdirTemp("", "pglease-cluster-*")
+	root, cred, err := pgproc.MkdirTemp("pglease-cluster-*")
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
@@ -116,17 +107,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 	for i := range c.nodes {
-		port, err := freePort()
+		port, err := pgproc.FreePort()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
 		c.nodes[i] = &node{name: fmt.Sprintf("node%d", i), dir: filepath.Join(root, fmt.Sprintf("node%d", i)), port: port}
 		if err := c.mkdir(c.nodes[i].dir); err != nil {
 			return nil, err
 		}
-	}
-	if err := c.mkdir(root); err != nil {
-		return nil, err
 	}
 
 	primary := c.nodes[0]
@@ -347,29 +335,12 @@ func (c *Cluster) waitStreaming(ctx context.Context, primary *node) error {
 // launch runs postgres on n's data directory and port and waits until it
 // accepts connections (a hot standby accepts read-only ones).
 func (c *Cluster) launch(ctx context.Context, n *node) error {
-	logFile, err := os.OpenFile(n.logPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	cmd := c.command(context.Background(), "postgres", "-D", n.dataDir(), "-p", strconv.Itoa(n.port)) // stopped by signals, not a context
+	p, err := pgproc.Launch(ctx, cmd, n.logPath(), n.dsn(), readyTimeout)
 	if err != nil {
-		return fmt.Errorf("pgcluster: %w", err)
+		return fmt.Errorf("pgcluster: %s on port %d did not start: %w", n.name, n.port, err)
 	}
-	defer logFile.Close()
-	cmd := exec.CommandContext(context.Background(), filepath.Join(c.bin, "postgres"), // stopped by signals, not a context
-		"-D", n.dataDir(), "-p", strconv.Itoa(n.port))
-	c.prepare(cmd)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgcluster: starting postgres for %s: %w", n.name, err)
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
 	n.proc = p
-	if err := waitReady(ctx, n.dsn(), p.exited); err != nil {
-		_ = c.stop(n, syscall.SIGKILL)
-		log, _ := os.ReadFile(n.logPath())
-		return fmt.Errorf("pgcluster: %s on port %d did not start: %w\nlog %s:\n%s", n.name, n.port, err, n.logPath(), tail(log))
-	}
 	return nil
 }
 
@@ -381,47 +352,26 @@ func (c *Cluster) stop(n *node, sig syscall.Signal) error {
 		return nil
 	}
 	n.proc = nil
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("pgcluster: signalling %s: %w", n.name, err)
-	}
-	timer := time.NewTimer(stopTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.exited:
-		return nil
-	case <-timer.C:
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.exited
-		return fmt.Errorf("pgcluster: %s did not stop within %s after %v, killed it", n.name, stopTimeout, sig)
-	}
-}
-
-// run runs one of the server binaries as the server's user.
-func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
-	c.prepare(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("pgcluster: %s %s: %w\n%s", name, strings.Join(args, " "), err, tail(out))
+	if err := p.Stop(sig, stopTimeout); err != nil {
+		return fmt.Errorf("pgcluster: %s: %w", n.name, err)
 	}
 	return nil
 }
 
-// prepare sets the directory, environment and user of a child process, as
-// internal/pgserver does: no PG* variables of ours, English messages, and a
-// server that dies with the test binary.
-func (c *Cluster) prepare(cmd *exec.Cmd) {
-	cmd.Dir = c.root
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "HOME" || k == "LANG" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_") || strings.HasPrefix(k, "PG") {
-			continue
-		}
-		env = append(env, kv)
+// run runs one of the server binaries as the server's user, to its end.
+func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
+	if err := pgproc.Run(c.command(ctx, name, args...)); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
 	}
-	env = append(env, "HOME="+c.root, "LC_ALL=C")
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: c.cred}
+	return nil
+}
+
+// command returns a command running the server binary name as the server's
+// user.
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	pgproc.Prepare(cmd, c.root, c.cred)
+	return cmd
 }
 
 // mkdir creates dir owned by the server's user.
@@ -429,10 +379,8 @@ func (c *Cluster) mkdir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
-	if c.cred != nil {
-		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			return fmt.Errorf("pgcluster: %w", err)
-		}
+	if err := pgproc.Chown(dir, c.cred); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
 }
@@ -456,59 +404,4 @@ func appendFile(path, text string) error {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
-}
-
-// waitReady pings dsn until it answers, the process exits or readyTimeout
-// passes.
-func waitReady(ctx context.Context, dsn string, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	var last error
-	for {
-		select {
-		case <-exited:
-			return errors.New("server process exited")
-		default:
-		}
-		last = ping(ctx, dsn)
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("server process exited")
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %s: %w", readyTimeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func ping(ctx context.Context, dsn string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	var one int
-	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
-func freePort() (int, error) {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgcluster: finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func tail(b []byte) string {
-	const max = 4096
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return strings.TrimRight(string(b), "\n")
 }

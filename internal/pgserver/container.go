@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgproc"
 )
 
 // Container servers: postgres:16-alpine run by testcontainers-go. The
@@ -140,7 +142,7 @@ func (c *containerServer) dsn(ctx context.Context, command string) (string, erro
 	if !ok {
 		return "", fmt.Errorf("pgserver: container program answered %q, want a dsn", answer)
 	}
-	if err := waitReady(ctx, dsn, nil, readyTimeout); err != nil {
+	if err := pgproc.WaitReady(ctx, dsn, nil, readyTimeout); err != nil {
 		return "", fmt.Errorf("pgserver: container at %s: %w", Redact(dsn), err)
 	}
 	return dsn, nil
@@ -226,5 +228,5 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 func (b *tailBuffer) tail() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return tail(b.buf)
+	return pgproc.Tail(b.buf)
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease/internal/pgproc"
 )
 
 // fakeContainerEnv, set, makes the test binary a fake container program
@@ -94,7 +96,7 @@ func TestDockerProbeRejectsAnEndpointThatDoesNotAnswerPing(t *testing.T) {
 		require.ErrorContains(t, dockerAvailable(t.Context()), "docker.sock")
 	})
 	t.Run("nothing listens", func(t *testing.T) {
-		port, err := freePort()
+		port, err := pgproc.FreePort()
 		require.NoError(t, err)
 		t.Setenv("DOCKER_HOST", fmt.Sprintf("tcp://127.0.0.1:%d", port))
 		require.Error(t, dockerAvailable(t.Context()))

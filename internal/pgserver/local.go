@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgproc"
 )
 
 // Local servers: initdb and postgres from binaries found on this machine,
@@ -24,9 +24,6 @@ const (
 	stopTimeout  = 30 * time.Second // for postgres to exit after a signal
 	portAttempts = 3                // fresh ports tried by the first start
 )
-
-// errPortInUse marks a start that failed because the port was taken.
-var errPortInUse = errors.New("port already in use")
 
 // findBinDir finds the directory holding initdb and postgres: the one of
 // either program in $PATH (symlinks resolved), then `pg_config --bindir`,
@@ -117,14 +114,7 @@ type localServer struct {
 	durable bool
 	cred    *syscall.Credential // nil unless we run as root
 	logf    func(format string, args ...any)
-	proc    *proc // nil when stopped
-}
-
-// proc is one run of postgres.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once cmd.Wait returned
-	logOff int64         // size of the log file when this run started
+	proc    *pgproc.Proc // nil when stopped
 }
 
 func (l *localServer) dataDir() string { return filepath.Join(l.dir, "data") }
@@ -137,85 +127,45 @@ func (l *localServer) dsn() string {
 // startLocal creates a cluster in a fresh temporary directory and starts
 // postgres on a free port.
 func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, _ string, err error) {
-	dir, err := os.MkdirTemp("", "pglease-pg-*")
-	if err != nil {
+	l := &localServer{bin: bin, durable: opts.Durable, logf: opts.logf}
+	if l.dir, l.cred, err = pgproc.MkdirTemp("pglease-pg-*"); err != nil {
 		return nil, "", fmt.Errorf("pgserver: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(dir)
+			_ = os.RemoveAll(l.dir)
 		}
 	}()
-	l := &localServer{bin: bin, dir: dir, durable: opts.Durable, logf: opts.logf}
-	if os.Geteuid() == 0 {
-		if l.cred, err = postgresUser(); err != nil {
-			return nil, "", err
-		}
-		if err := os.Chown(dir, int(l.cred.Uid), int(l.cred.Gid)); err != nil {
-			return nil, "", fmt.Errorf("pgserver: %w", err)
-		}
-	}
 
 	began := time.Now()
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
-		"-D", l.dataDir(), "-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "-N")
-	l.prepare(initdb)
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, "", fmt.Errorf("pgserver: initdb failed: %w\n%s", err, tail(out))
+	if err := pgproc.Run(l.command(ctx, "initdb",
+		"-D", l.dataDir(), "-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "-N")); err != nil {
+		return nil, "", fmt.Errorf("pgserver: %w", err)
 	}
 	l.logf("pgserver: initdb done in %s", time.Since(began).Round(time.Millisecond))
 
-	for attempt := 1; ; attempt++ {
-		if l.port, err = freePort(); err != nil {
-			return nil, "", err
+	if _, err := pgproc.OnFreePort(portAttempts, func(port int) error {
+		l.port = port
+		err := l.launch(ctx)
+		if errors.Is(err, pgproc.ErrPortInUse) {
+			l.logf("pgserver: port %d was taken", port)
 		}
-		err = l.launch(ctx)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
-			return nil, "", err
-		}
-		l.logf("pgserver: port %d was taken, trying another", l.port)
+		return err
+	}); err != nil {
+		return nil, "", err
 	}
 	l.logf("pgserver: local PostgreSQL ready on 127.0.0.1:%d after %s (dir %s)",
-		l.port, time.Since(began).Round(time.Millisecond), dir)
+		l.port, time.Since(began).Round(time.Millisecond), l.dir)
 	dsn := l.dsn()
 	return l, dsn, nil
 }
 
-// postgresUser returns the credentials of user "postgres": PostgreSQL
-// refuses to run as root.
-func postgresUser() (*syscall.Credential, error) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgserver: running as root, and PostgreSQL refuses to run as root, "+
-			"but there is no user \"postgres\" to run it as (`apt-get install -y postgresql` or `useradd postgres` creates one): %w", err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("pgserver: user postgres: %w", err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// prepare sets the directory, environment and user of a child process.
-func (l *localServer) prepare(cmd *exec.Cmd) {
-	cmd.Dir = l.dir
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "HOME" || k == "LANG" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_") || strings.HasPrefix(k, "PG") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	env = append(env, "HOME="+l.dir, "LC_ALL=C")
-	cmd.Env = env
-	// Setpgid: a signal to our process group (Ctrl-C) does not reach the
-	// server; we stop it ourselves. Pdeathsig: the server dies with us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: l.cred}
+// command returns a command running the server binary name as the server's
+// user.
+func (l *localServer) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(l.bin, name), args...)
+	pgproc.Prepare(cmd, l.dir, l.cred)
+	return cmd
 }
 
 func (l *localServer) args() []string {
@@ -234,57 +184,16 @@ func (l *localServer) args() []string {
 }
 
 // launch runs postgres on l.port and waits until it accepts connections.
-// On failure no process is left; the error wraps errPortInUse when the
-// port was taken.
+// On failure no process is left; the error wraps pgproc.ErrPortInUse when
+// the port was taken.
 func (l *localServer) launch(ctx context.Context) error {
-	logFile, err := os.OpenFile(l.logPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	cmd := l.command(context.Background(), "postgres", l.args()...) // stopped by signals, not a context
+	p, err := pgproc.Launch(ctx, cmd, l.logPath(), l.dsn(), readyTimeout)
 	if err != nil {
-		return fmt.Errorf("pgserver: %w", err)
+		return fmt.Errorf("pgserver: postgres on port %d did not start: %w", l.port, err)
 	}
-	defer logFile.Close()
-	fi, err := logFile.Stat()
-	if err != nil {
-		return fmt.Errorf("pgserver: %w", err)
-	}
-	cmd := exec.CommandContext(context.Background(), filepath.Join(l.bin, "postgres"), l.args()...) // stopped by signals, not a context
-	l.prepare(cmd)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgserver: starting postgres: %w", err)
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{}), logOff: fi.Size()}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-
-	err = waitReady(ctx, l.dsn(), p.exited, readyTimeout)
-	if err == nil {
-		l.proc = p
-		return nil
-	}
-	l.kill(p)
-	log := l.readLog(p.logOff)
-	// LC_ALL=C keeps the message in English.
-	if strings.Contains(log, "Address already in use") {
-		err = fmt.Errorf("%w: %w", errPortInUse, err)
-	}
-	return fmt.Errorf("pgserver: postgres on port %d did not start: %w\nlog %s:\n%s", l.port, err, l.logPath(), tail([]byte(log)))
-}
-
-// kill kills the process group of p and waits for it to exit.
-func (l *localServer) kill(p *proc) {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.exited
-}
-
-func (l *localServer) readLog(off int64) string {
-	b, err := os.ReadFile(l.logPath())
-	if err != nil || off > int64(len(b)) {
-		return ""
-	}
-	return string(b[off:])
+	l.proc = p
+	return nil
 }
 
 func (l *localServer) stop(_ context.Context, mode Mode) error {
@@ -297,19 +206,10 @@ func (l *localServer) stop(_ context.Context, mode Mode) error {
 	if mode == Immediate {
 		sig = syscall.SIGQUIT
 	}
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		l.kill(p)
-		return fmt.Errorf("pgserver: signalling postgres: %w", err)
+	if err := p.Stop(sig, stopTimeout); err != nil {
+		return fmt.Errorf("pgserver: postgres: %w", err)
 	}
-	timer := time.NewTimer(stopTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.exited:
-		return nil
-	case <-timer.C:
-		l.kill(p)
-		return fmt.Errorf("pgserver: postgres did not stop within %s after %v, killed it", stopTimeout, sig)
-	}
+	return nil
 }
 
 // start runs postgres again on the same port, retrying for a while if the
@@ -324,7 +224,7 @@ func (l *localServer) start(ctx context.Context) (string, error) {
 		if err == nil {
 			return l.dsn(), nil
 		}
-		if !errors.Is(err, errPortInUse) || time.Now().After(deadline) {
+		if !errors.Is(err, pgproc.ErrPortInUse) || time.Now().After(deadline) {
 			return "", err
 		}
 		l.logf("pgserver: port %d is busy, retrying", l.port)
@@ -342,27 +242,4 @@ func (l *localServer) close() error {
 		err = errors.Join(err, fmt.Errorf("pgserver: %w", rmErr))
 	}
 	return err
-}
-
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgserver: finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tail returns the last lines of a log, at most about 4 KiB.
-func tail(b []byte) string {
-	const max = 4096
-	if len(b) > max {
-		b = b[len(b)-max:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-		return "...\n" + strings.TrimRight(string(b), "\n")
-	}
-	return strings.TrimRight(string(b), "\n")
 }

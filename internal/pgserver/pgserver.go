@@ -47,8 +47,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"github.com/pglease/pglease/internal/pgproc"
 )
 
 // EnvDatabaseURL names the environment variable holding the connection
@@ -127,7 +128,7 @@ type Server struct {
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	if dsn := os.Getenv(EnvDatabaseURL); dsn != "" && !opts.Private {
 		opts.logf("pgserver: using %s=%s", EnvDatabaseURL, Redact(dsn))
-		if err := ping(ctx, dsn, 10*time.Second); err != nil {
+		if err := pgproc.Ping(ctx, dsn, 10*time.Second); err != nil {
 			return nil, fmt.Errorf("pgserver: %s=%s does not answer: %w", EnvDatabaseURL, Redact(dsn), err)
 		}
 		return &Server{kind: kindEnv, dsn: dsn}, nil
@@ -289,45 +290,6 @@ func ForTestMain(opts Options) *Server {
 	}
 	fmt.Fprintf(os.Stderr, "pgserver: using %s PostgreSQL at %s\n", srv.Kind(), Redact(srv.DSN()))
 	return srv
-}
-
-// ping connects to dsn and runs SELECT 1, within timeout.
-func ping(ctx context.Context, dsn string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	var one int
-	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
-// waitReady pings dsn until it answers, exited is closed (the server
-// process died), ctx ends or timeout passes. It returns the last error.
-func waitReady(ctx context.Context, dsn string, exited <-chan struct{}, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		select {
-		case <-exited:
-			return errors.New("server process exited")
-		default:
-		}
-		last = ping(ctx, dsn, 2*time.Second)
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("server process exited")
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %s: %w", timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // redacted is what Redact puts in place of a password.

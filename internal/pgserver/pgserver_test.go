@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pglease/pglease/internal/pgproc"
 )
 
 // TestMain proves that no goroutine (the one waiting on a postgres child,
@@ -122,12 +124,12 @@ func TestServerLifecycle(t *testing.T) {
 	t.Logf("Restart(Immediate) took %s", time.Since(began).Round(time.Millisecond))
 	require.Equal(t, 2, countRows(t, srv.DSN()))
 	if l, ok := srv.be.(*localServer); ok {
-		require.Contains(t, l.readLog(0), "automatic recovery in progress", "Immediate leads to crash recovery")
+		require.Contains(t, pgproc.ReadLog(l.logPath(), 0), "automatic recovery in progress", "Immediate leads to crash recovery")
 	}
 
 	require.NoError(t, srv.Stop(Fast))
 	require.NoError(t, srv.Stop(Fast), "stopping a stopped server does nothing")
-	require.Error(t, ping(ctx, srv.DSN(), 2*time.Second))
+	require.Error(t, pgproc.Ping(ctx, srv.DSN(), 2*time.Second))
 
 	if l, ok := srv.be.(*localServer); ok {
 		// Start waits while the port is briefly taken by someone else.
@@ -162,7 +164,7 @@ func TestServerLifecycle(t *testing.T) {
 	require.NoError(t, srv.Close())
 	require.NoError(t, srv.Close(), "Close is idempotent")
 	require.Error(t, srv.Start(ctx), "a closed server cannot start")
-	require.Error(t, ping(ctx, dsn, 2*time.Second))
+	require.Error(t, pgproc.Ping(ctx, dsn, 2*time.Second))
 	if dir != "" {
 		require.NoDirExists(t, dir)
 		addr := strings.TrimSuffix(strings.TrimPrefix(dsn, "postgres://postgres@"), "/postgres?sslmode=disable")
@@ -188,7 +190,7 @@ func TestDurable(t *testing.T) {
 }
 
 func TestEnvNotAnswering(t *testing.T) {
-	port, err := freePort()
+	port, err := pgproc.FreePort()
 	require.NoError(t, err)
 	dsn := "postgres://lease:s3cr3t@127.0.0.1:" + strconv.Itoa(port) + "/db?sslmode=disable"
 	t.Setenv(EnvDatabaseURL, dsn)
@@ -286,13 +288,4 @@ func TestRedact(t *testing.T) {
 		require.Equal(t, want, got, in)
 		require.NotContains(t, got, "secret")
 	}
-}
-
-func TestTail(t *testing.T) {
-	require.Equal(t, "a\nb", tail([]byte("a\nb\n")))
-	long := strings.Repeat("line\n", 2000) + "last"
-	got := tail([]byte(long))
-	require.True(t, strings.HasPrefix(got, "...\nline"))
-	require.True(t, strings.HasSuffix(got, "\nlast"))
-	require.Less(t, len(got), 4200)
 }

@@ -13,6 +13,16 @@ const raiseSyncCommit = `set_config('synchronous_commit',
          CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
               ELSE current_setting('synchronous_commit') END, true)`
 
+// claimConflict is the conflict arm of Claim and ClaimAll, and its guard:
+// a burst judges each row exactly as a claim alone.
+const claimConflict = `ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = EXCLUDED.expires_at,
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit})
+ WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
+`
+
 // Claim takes a key in one statement and one round trip.
 //
 //   - INSERT ... ON CONFLICT, not a pure UPDATE: a missing row must become a
@@ -45,13 +55,7 @@ const Claim = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_a
 SELECT $1, $2, clock.t, clock.t + make_interval(secs => $3)
   FROM (SELECT clock_timestamp() AS t) AS clock
  WHERE ` + raiseSyncCommit + ` IS NOT NULL
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+` + claimConflict + `RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // ClaimAll is Claim for every claim of a burst, in one statement,
 // one commit and one WAL flush: the claims a Locker is asked for while
@@ -72,10 +76,10 @@ RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live
 //     wait on a row lock: the CHECK (expires_at > acquired_at) holds for
 //     every row, and the expiry is never later than a claim sent alone at
 //     the same moment would get.
-//   - The same conflict arm, guard and RETURNING as Claim (a test keeps
-//     them identical): a row comes back only for
-//     a key taken (new, expired, or our own); a key missing from RETURNING
-//     is ErrHeld. live is false for a row whose lease expired while the
+//   - The same conflict arm and guard as Claim (claimConflict), and the
+//     same RETURNING but for the key (a test keeps them identical): a row
+//     comes back only for a key taken (new, expired, or our own); a key
+//     missing from RETURNING is ErrHeld. live is false for a row whose lease expired while the
 //     statement waited on its lock.
 //   - Synchronous commit raised as in Claim, before anything is written.
 //   - lock_timeout ($4), for this transaction only: a row locked by another
@@ -91,13 +95,7 @@ SELECT c.key, $1, clock.t, clock.t + make_interval(secs => c.ttl)
  WHERE ` + raiseSyncCommit + ` IS NOT NULL
    AND set_config('lock_timeout', $4, true) IS NOT NULL
  ORDER BY c.key COLLATE "C"
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
-RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+` + claimConflict + `RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // UnfencedClaim is Claim for a table without a fence column.
 //
