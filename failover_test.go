@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -130,12 +128,18 @@ func (f *failoverFindings) problem(format string, args ...any) {
 	}
 }
 
-func (f failoverFindings) String() string {
-	var promoted, rebuilt time.Duration
+// slowest returns the longest promotion and the longest time until the
+// standby was back, over the failovers.
+func (f failoverFindings) slowest() (promoted, rebuilt time.Duration) {
 	for _, fo := range f.failovers {
 		promoted = max(promoted, fo.Promoted)
 		rebuilt = max(rebuilt, fo.Rebuilt)
 	}
+	return promoted, rebuilt
+}
+
+func (f failoverFindings) String() string {
+	promoted, rebuilt := f.slowest()
 	return fmt.Sprintf("%d crash-promote cycles (promotion at most %v, standby back at most %v); %d claims, %d mandates; "+
 		"%d leases held at the crashes: %d survived with their fence and expiry, %d superseded by their holder's unacknowledged claim, "+
 		"%d missing (%d rows with an acknowledged extension lost, %d never reported lost, %d believed past the new primary's expiry, by up to %v); fences reissued %d, fence inversions %d, overlapping mandates %d; "+
@@ -156,13 +160,15 @@ type heldLease struct {
 	serverExpiry time.Time
 }
 
-// runFailoverSoak runs replicas of a gocron scheduler (the soak's shape:
-// several Lockers, many keys, every job run recording its mandate) on c
+// runFailoverSoak starts a cluster with a synchronous or an asynchronous
+// standby and runs replicas of a gocron scheduler (the soak's shape:
+// several Lockers, many keys, every job run recording its mandate) on it
 // while the primary is crashed and the standby promoted, cycles times, the
 // old primary being rebuilt as the new standby each time. At each crash it
 // notes every lease believed, and compares them with the rows the standby
-// has before its promotion (keptRows). The mandates are checked offline.
-func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64) failoverFindings {
+// has before its promotion (keptRows). The mandates are checked offline,
+// and the findings logged as figures.
+func runFailoverSoak(t *testing.T, synchronous bool, cycles int) failoverFindings {
 	t.Helper()
 	const (
 		replicas = 3
@@ -173,21 +179,16 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rnd := rand.New(rand.NewSource(seed))
-	var rndMu sync.Mutex
-	randDur := func(lo, hi time.Duration) time.Duration {
-		rndMu.Lock()
-		defer rndMu.Unlock()
-		return lo + time.Duration(rnd.Int63n(int64(hi-lo)+1))
-	}
+	c := startCluster(t, synchronous)
+	rnd := newSoakRand(seedOf(t))
 
 	admin := clusterPool(t, c, "admin")
 	table := pgtest.Table(t, admin)
 	admin.Close()
 
 	var (
+		runs     soakRuns
 		mu       sync.Mutex
-		runs     []soakMandate
 		acquired = map[int64][]string{} // fence -> "key holder" of each acquisition
 		lost     int64
 	)
@@ -216,29 +217,9 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 		require.NoError(t, err)
 		for k := range keys {
 			key := fmt.Sprintf("job-%02d", k)
-			_, err := sched.NewJob(gocron.DurationJob(period), gocron.NewTask(func(ctx context.Context) {
-				lease, ok := l.Held(key)
-				if !ok {
-					return
-				}
-				m := soakMandate{key: key, fence: lease.Fence(), replica: name, start: time.Now()}
-				jctx, cancel := lease.Context(ctx)
-				defer cancel()
-				work := time.NewTimer(randDur(50*time.Millisecond, ttl)) // some runs outlast a heartbeat interval
-				defer work.Stop()
-				select {
-				case <-work.C:
-				case <-jctx.Done():
-					m.lost = errors.Is(context.Cause(jctx), pglease.ErrLost)
-				}
-				m.end = time.Now()
-				m.expiry = lease.ExpiresAt()
-				mu.Lock()
-				runs = append(runs, m)
-				mu.Unlock()
-			}), gocron.WithName(key), gocron.WithSingletonMode(gocron.LimitModeReschedule),
-				gocron.WithStartAt(gocron.WithStartDateTime(base.Add(time.Duration(k)*period/keys))))
-			require.NoError(t, err)
+			// Some runs outlast a heartbeat interval.
+			runs.addJob(t, sched, l, name, key, period, base.Add(time.Duration(k)*period/keys),
+				func() time.Duration { return rnd.dur(50*time.Millisecond, ttl) })
 		}
 		sched.Start()
 		reps[i] = replica{locker: l, sched: sched}
@@ -248,7 +229,7 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 	var suspects []heldLease // leases the new primary did not keep: each must be reported lost
 	began := time.Now()
 	for cycle := range cycles {
-		time.Sleep(randDur(2*time.Second, 3*time.Second)) // load between failovers, not a wait for a result
+		time.Sleep(rnd.dur(2*time.Second, 3*time.Second)) // load between failovers, not a wait for a result
 		require.NoError(t, c.Crash())
 		crashed := time.Now()
 		var held []heldLease
@@ -303,6 +284,7 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 		require.NoError(t, r.locker.Close(context.Background()))
 	}
 
+	all := runs.all()
 	mu.Lock()
 	defer mu.Unlock()
 	f.lostEvents = lost
@@ -313,55 +295,25 @@ func runFailoverSoak(t *testing.T, c *pgcluster.Cluster, cycles int, seed int64)
 			f.problem("fence %d acquired %d times: %s", fence, len(who), strings.Join(who, ", "))
 		}
 	}
-	f.mandates = len(runs)
+	f.mandates = len(all)
 	// How long a holder believed in a lease that the new primary had
 	// already let expire: the window in which another replica could take it.
 	for _, h := range suspects {
-		for _, m := range runs {
+		for _, m := range all {
 			if m.key == h.lease.Key() && m.fence == h.fence && !h.serverExpiry.IsZero() && m.end.After(h.serverExpiry) {
 				f.exposed++
 				f.worstExposure = max(f.worstExposure, m.end.Sub(h.serverExpiry))
 			}
 		}
 	}
-	checkFailoverMandates(&f, runs, began.Add(ttl), ended)
+	mc := checkMandates(all, began.Add(ttl), ended, 0)
+	f.inversions, f.overlaps, f.worstGap = mc.inversions, mc.overlaps, mc.worstGap
+	for _, p := range mc.problems {
+		f.problem("%s", p)
+	}
+	standby := map[bool]string{true: "a synchronous", false: "an asynchronous"}[synchronous]
+	t.Logf("figures: failover to %s standby: %v", standby, f)
 	return f
-}
-
-// checkFailoverMandates counts, per key, mandates whose fence is not above
-// the previous one's, mandates believed at the same time, and the longest
-// time in [from, to] when no mandate of the key was believed.
-func checkFailoverMandates(f *failoverFindings, runs []soakMandate, from, to time.Time) {
-	byKey := map[string][]soakMandate{}
-	for _, m := range runs {
-		byKey[m.key] = append(byKey[m.key], m)
-	}
-	for key, ms := range byKey {
-		sort.Slice(ms, func(i, j int) bool { return ms[i].start.Before(ms[j].start) })
-		covered := from
-		for i, m := range ms {
-			if i > 0 && m.fence <= ms[i-1].fence {
-				f.inversions++
-				f.problem("%s: fence %d (%s) began after fence %d (%s)", key, m.fence, m.replica, ms[i-1].fence, ms[i-1].replica)
-			}
-			for j := i + 1; j < len(ms) && ms[j].start.Before(m.end); j++ {
-				f.overlaps++
-				f.problem("%s: fence %d (%s) believed until %v; fence %d (%s) began at %v", key, m.fence, m.replica,
-					m.end.Format("15:04:05.000"), ms[j].fence, ms[j].replica, ms[j].start.Format("15:04:05.000"))
-			}
-			if !m.start.After(to) {
-				if gap := m.start.Sub(covered); gap > f.worstGap {
-					f.worstGap = gap
-				}
-				if m.end.After(covered) {
-					covered = m.end
-				}
-			}
-		}
-		if gap := to.Sub(covered); gap > f.worstGap {
-			f.worstGap = gap
-		}
-	}
 }
 
 func seedOf(t *testing.T) int64 {
@@ -384,9 +336,7 @@ func seedOf(t *testing.T) int64 {
 // within one TTL plus the time the failover took.
 func TestFailoverToASynchronousStandbyNeverReissuesAFenceNorOverlapsMandatesAndKeepsEveryAcknowledgedLease(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, true)
-	f := runFailoverSoak(t, c, *failoverCycles, seedOf(t))
-	t.Logf("figures: failover to a synchronous standby: %v", f)
+	f := runFailoverSoak(t, true, *failoverCycles)
 	for _, p := range f.problemExamples {
 		t.Error(p)
 	}
@@ -396,10 +346,7 @@ func TestFailoverToASynchronousStandbyNeverReissuesAFenceNorOverlapsMandatesAndK
 	require.Zero(t, f.reissuedFences)
 	require.Zero(t, f.inversions)
 	require.Zero(t, f.overlaps)
-	var rebuilt time.Duration
-	for _, fo := range f.failovers {
-		rebuilt = max(rebuilt, fo.Rebuilt)
-	}
+	_, rebuilt := f.slowest()
 	// TTL, plus the failover (commits wait for the new standby), plus a
 	// period for the next tick, plus a claim's timeout.
 	bound := 2*time.Second + rebuilt + 500*time.Millisecond + time.Second
@@ -412,9 +359,7 @@ func TestFailoverToASynchronousStandbyNeverReissuesAFenceNorOverlapsMandatesAndK
 // synchronous replication rests on. It fails only if the harness does.
 func TestFailoverToAnAsynchronousStandbyMeasuresReissuedFencesAndOverlaps(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, false)
-	f := runFailoverSoak(t, c, *failoverAsyncCycles, seedOf(t))
-	t.Logf("figures: failover to an asynchronous standby: %v", f)
+	f := runFailoverSoak(t, false, *failoverAsyncCycles)
 	for _, p := range f.problemExamples {
 		t.Log("observed:", p)
 	}
