@@ -93,10 +93,8 @@ func concurrentClaimsSeeOnlyContention(t *testing.T, pool *pgxpool.Pool, table s
 	ctx := pgtest.Ctx(t)
 	events := pgtest.NewEvents(t)
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		runs int
+		wg     sync.WaitGroup
+		claims claimTally
 	)
 	for i := range 6 {
 		l := pgtest.Locker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(2*time.Second),
@@ -107,27 +105,53 @@ func concurrentClaimsSeeOnlyContention(t *testing.T, pool *pgxpool.Pool, table s
 				if n%2 == 0 {
 					key = fmt.Sprintf("own-%d", i)
 				}
-				lease, err := l.Claim(ctx, key)
-				if err == nil {
-					err = lease.Unlock(ctx)
-				}
-				mu.Lock()
-				runs++
-				if err != nil && !errors.Is(err, pglease.ErrHeld) {
-					errs = append(errs, err)
-				}
-				mu.Unlock()
+				claims.claim(ctx, l, key)
 			}
-			if err := l.Close(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
+			claims.fail(l.Close(ctx))
 		})
 	}
 	wg.Wait()
-	require.Empty(t, errs, "of %d claims", runs)
+	claims.check(t)
 	require.Zero(t, events.Count(pglease.EventLost), "leases lost")
+}
+
+// claimTally counts claims made side by side and keeps every error other
+// than ErrHeld, the only one contention may cause.
+type claimTally struct {
+	mu   sync.Mutex
+	runs int
+	errs []error
+}
+
+// claim claims key with l and releases it at once.
+func (c *claimTally) claim(ctx context.Context, l *pglease.Locker, key string) {
+	lease, err := l.Claim(ctx, key)
+	if err == nil {
+		err = lease.Unlock(ctx)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs++
+	if err != nil && !errors.Is(err, pglease.ErrHeld) {
+		c.errs = append(c.errs, fmt.Errorf("%s: %w", key, err))
+	}
+}
+
+// fail keeps err, if any.
+func (c *claimTally) fail(err error) {
+	if err != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.errs = append(c.errs, err)
+	}
+}
+
+// check fails the test if any claim failed otherwise than by contention.
+func (c *claimTally) check(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.errs, "of %d claims", c.runs)
 }
 
 func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionPooling(t *testing.T) {

@@ -2,7 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -19,10 +18,12 @@ import (
 
 var serializableSeq atomic.Int64
 
-// serializablePool is a pool on a fresh database of the shared server whose
-// default_transaction_isolation is serializable, as some operators set it:
-// every statement of pglease then runs in a SERIALIZABLE transaction.
-func serializablePool(t *testing.T) *pgxpool.Pool {
+// serializableSetup is pgtest.Setup on a fresh database of the shared
+// server whose default_transaction_isolation is serializable, as some
+// operators set it: every statement of pglease then runs in a SERIALIZABLE
+// transaction. It returns a context, a pool on that database and a lease
+// table in it.
+func serializableSetup(t *testing.T) (context.Context, *pgxpool.Pool, string) {
 	t.Helper()
 	ctx := pgtest.Ctx(t)
 	name := fmt.Sprintf("serializable_%d", serializableSeq.Add(1))
@@ -42,7 +43,7 @@ func serializablePool(t *testing.T) *pgxpool.Pool {
 	var level string
 	require.NoError(t, pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&level))
 	require.Equal(t, "serializable", level)
-	return pool
+	return ctx, pool, pgtest.Table(t, pool)
 }
 
 // TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyContention:
@@ -53,9 +54,7 @@ func serializablePool(t *testing.T) *pgxpool.Pool {
 // retried; none may surface as an error, as contention or as a lost lease.
 func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyContention(t *testing.T) {
 	t.Parallel()
-	pool := serializablePool(t)
-	table := pgtest.Table(t, pool)
-	ctx := pgtest.Ctx(t)
+	ctx, pool, table := serializableSetup(t)
 	events := pgtest.NewEvents(t)
 
 	// Holders of a few keys, heartbeating fast, while others claim the same
@@ -70,10 +69,8 @@ func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyC
 		require.NoError(t, err)
 	}
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		runs int
+		wg     sync.WaitGroup
+		claims claimTally
 	)
 	for i := range 6 {
 		l := pgtest.Locker(t, pool, table, fmt.Sprintf("c%d", i), pglease.WithTTL(3*time.Second),
@@ -89,28 +86,19 @@ func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyC
 				default:
 					key = fmt.Sprintf("own-%d", i)
 				}
-				lease, err := l.Claim(ctx, key)
-				if err == nil {
-					err = lease.Unlock(ctx)
-				}
-				mu.Lock()
-				runs++
-				if err != nil && !errorsIsHeld(err) {
-					errs = append(errs, fmt.Errorf("%s: %w", key, err))
-				}
-				mu.Unlock()
+				claims.claim(ctx, l, key)
 			}
 		})
 	}
 	wg.Wait()
-	require.Empty(t, errs, "of %d claims", runs)
+	claims.check(t)
 	require.Zero(t, events.Count(pglease.EventLost), "leases lost")
 	require.Zero(t, events.Count(pglease.EventHeartbeatFailed), "heartbeat rounds failed")
 	require.Zero(t, events.Count(pglease.EventReleaseFailed), "releases failed")
 	for _, ls := range held {
 		require.NoError(t, ls.Err(), "%s", ls.Key())
 	}
-	t.Logf("figures: serializable: %d claims, %d contended, %d heartbeat rounds", runs, events.Count(pglease.EventContended), events.Count(pglease.EventExtended))
+	t.Logf("figures: serializable: %d claims, %d contended, %d heartbeat rounds", claims.runs, events.Count(pglease.EventContended), events.Count(pglease.EventExtended))
 }
 
 // TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease:
@@ -118,9 +106,7 @@ func TestUnderSerializableDefaultIsolationClaimsHeartbeatsAndReleasesReportOnlyC
 // SERIALIZABLE transaction: one round extends every lease held.
 func TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease(t *testing.T) {
 	t.Parallel()
-	pool := serializablePool(t)
-	table := pgtest.Table(t, pool)
-	ctx := pgtest.Ctx(t)
+	ctx, pool, table := serializableSetup(t)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(3*time.Second),
 		pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
@@ -151,5 +137,3 @@ func TestUnderSerializableDefaultIsolationAHeartbeatRoundExtendsEveryLease(t *te
 		require.NoError(t, ls.Err())
 	}
 }
-
-func errorsIsHeld(err error) bool { return errors.Is(err, pglease.ErrHeld) }
