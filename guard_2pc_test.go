@@ -37,8 +37,7 @@ func TestAPreparedGuardedTransactionKeepsTheKeyAcrossACrashUntilCommitPrepared(t
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
+	tx := beginTx(t, pool)
 	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 	require.NoError(t, lease.Guard(ctx, tx))
 	_, err = tx.Exec(ctx, `PREPARE TRANSACTION 'guarded'`)

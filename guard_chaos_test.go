@@ -256,21 +256,9 @@ func TestGuardChaosNoKeysLedgerHasAWriteOfAnOlderMandateAfterANewerOne(t *testin
 	require.Positive(t, remote, "no Guard arrived late at the server: the run proved nothing about the server-side check")
 }
 
-type ledgerTokenRow struct {
-	id    int64
-	key   string
-	fence int64
-	token string
-}
-
-func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerTokenRow {
+// readLedgerTokens reads every row of a ledger of commitOrderedLedgerDDL in
+// commit order, its number at commit (seq) as its id.
+func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
 	t.Helper()
-	rows, err := db.Query(context.Background(), fmt.Sprintf(`SELECT seq, key, fence, token FROM %s ORDER BY seq`, ledger))
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledgerTokenRow, error) {
-		var e ledgerTokenRow
-		return e, r.Scan(&e.id, &e.key, &e.fence, &e.token)
-	})
-	require.NoError(t, err)
-	return out
+	return queryLedger(t, db, fmt.Sprintf(`SELECT seq, key, holder, fence, token FROM %s ORDER BY seq`, ledger))
 }

@@ -36,15 +36,24 @@ type ledgerEntry struct {
 	key    string
 	holder string
 	fence  int64
+	token  string // only in a commit-ordered ledger (commitOrderedLedgerDDL)
 }
 
+// readLedger reads every row of a ledger of newLedger, in insertion order.
 func readLedger(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
 	t.Helper()
-	rows, err := db.Query(context.Background(), fmt.Sprintf(`SELECT id, key, holder, fence FROM %s ORDER BY id`, ledger))
+	return queryLedger(t, db, fmt.Sprintf(`SELECT id, key, holder, fence, '' FROM %s ORDER BY id`, ledger))
+}
+
+// queryLedger reads the ledger entries query selects: id, key, holder,
+// fence and token, in that order.
+func queryLedger(t *testing.T, db pglease.DB, query string) []ledgerEntry {
+	t.Helper()
+	rows, err := db.Query(context.Background(), query)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledgerEntry, error) {
 		var e ledgerEntry
-		return e, r.Scan(&e.id, &e.key, &e.holder, &e.fence)
+		return e, r.Scan(&e.id, &e.key, &e.holder, &e.fence, &e.token)
 	})
 	require.NoError(t, err)
 	return out
@@ -136,8 +145,7 @@ func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNot
 
 	lease, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
-	tx, err := paused.Begin(ctx)
-	require.NoError(t, err)
+	tx := beginTx(t, paused)
 	require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 
 	proxy.SetMode(faultproxy.Stall)
