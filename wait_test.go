@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -52,6 +53,39 @@ func holdAndWait(ctx context.Context, t *testing.T, holder, waiter *pglease.Lock
 	held, err := holder.Claim(ctx, "job")
 	require.NoError(t, err)
 	return held, claimWaitAsync(ctx, waiter, "job")
+}
+
+// parkedWait is a lease table where Locker "holder" holds "job" while
+// Locker "waiter", its events recorded, has a ClaimWait of it parked,
+// listening for the release.
+type parkedWait struct {
+	ctx            context.Context
+	pool           *pgxpool.Pool
+	table          string
+	events         *pgtest.Events
+	holder, waiter *pglease.Locker
+	held           *pglease.Lease     // the holder's lease of "job"
+	got            <-chan claimResult // the outcome of the waiter's ClaimWait
+}
+
+func parkWaiter(t *testing.T) parkedWait {
+	t.Helper()
+	w := parkedWait{events: pgtest.NewEvents(t)}
+	w.ctx, w.pool, w.table = pgtest.Setup(t)
+	w.holder = pgtest.Locker(t, w.pool, w.table, "holder")
+	w.waiter = pgtest.Locker(t, w.pool, w.table, "waiter", pglease.WithHook(w.events.Hook))
+	w.held, w.got = holdAndWait(w.ctx, t, w.holder, w.waiter)
+	w.events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	waitingOn(t, w.waiter, w.events, "job", 1)
+	return w
+}
+
+// release has the holder release "job" and returns the outcome of the
+// waiter's claim, which must come within limit.
+func (w parkedWait) release(t *testing.T, limit time.Duration) claimResult {
+	t.Helper()
+	require.NoError(t, w.held.Unlock(w.ctx))
+	return receive(t, w.got, limit)
 }
 
 // waitingOn waits until l has a claim of key parked after finding it held.
@@ -131,23 +165,15 @@ func TestChannelNamesFitPgNotifyAndStayDistinctForOddAndLongTableNames(t *testin
 
 func TestClaimWaitWakesByNotificationWhenTheHolderReleases(t *testing.T) {
 	t.Parallel()
-	ctx, pool, table := pgtest.Setup(t)
-	events := pgtest.NewEvents(t)
-	holder := pgtest.Locker(t, pool, table, "holder")
-	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
-
-	held, got := holdAndWait(ctx, t, holder, waiter)
-	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
-	mode, reason := waiter.WaitMode()
+	w := parkWaiter(t)
+	mode, reason := w.waiter.WaitMode()
 	require.Equal(t, pglease.WaitByNotification, mode, reason)
-	waitingOn(t, waiter, events, "job", 1)
 
 	// With the default TTL, no expiry and a 5s safety backoff: only the
 	// notification can wake it within the bound.
-	require.NoError(t, held.Unlock(ctx))
-	r := receive(t, got, 3*time.Second)
+	r := w.release(t, 3*time.Second)
 	require.NoError(t, r.err)
-	row, _ := pgtest.ReadRow(t, pool, table, "job")
+	row, _ := pgtest.ReadRow(t, w.pool, w.table, "job")
 	require.Equal(t, "waiter", row.Holder)
 	require.Equal(t, r.lease.Fence(), row.Fence)
 }
@@ -335,30 +361,22 @@ func TestWaitersOfSeveralLockersTakeTheKeyOneAtATime(t *testing.T) {
 
 func TestClaimWaitWakesAfterTheListenerIsKilledMidWait(t *testing.T) {
 	t.Parallel()
-	ctx, pool, table := pgtest.Setup(t)
-	events := pgtest.NewEvents(t)
-	holder := pgtest.Locker(t, pool, table, "holder")
-	waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithHook(events.Hook))
-
-	held, got := holdAndWait(ctx, t, holder, waiter)
-	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
-	waitingOn(t, waiter, events, "job", 1)
-	pid := pglease.ListenerPID(waiter)
+	w := parkWaiter(t)
+	pid := pglease.ListenerPID(w.waiter)
 	require.NotZero(t, pid)
-	_, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	_, err := w.pool.Exec(w.ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
-	events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+	w.events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 	// Released while nobody listens, or right after the new LISTEN: either
 	// way the waiter takes the key within the bound.
-	require.NoError(t, held.Unlock(ctx))
-	r := receive(t, got, 4*time.Second)
+	r := w.release(t, 4*time.Second)
 	require.NoError(t, r.err)
-	events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
-	require.NotEqual(t, pid, pglease.ListenerPID(waiter), "listening again on a new connection")
+	w.events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
+	require.NotEqual(t, pid, pglease.ListenerPID(w.waiter), "listening again on a new connection")
 
 	// And it still wakes by notification.
-	got = claimWaitAsync(ctx, holder, "job")
-	require.NoError(t, r.lease.Unlock(ctx))
+	got := claimWaitAsync(w.ctx, w.holder, "job")
+	require.NoError(t, r.lease.Unlock(w.ctx))
 	require.NoError(t, receive(t, got, 4*time.Second).err)
 }
 
