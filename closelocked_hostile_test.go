@@ -1,13 +1,11 @@
 package pglease_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -32,11 +30,7 @@ func TestCloseWithManyLockedRowsEndsWithinItsTimeoutAndReportsEachLeaseOnce(t *t
 		require.NoError(t, err)
 	}
 	// Half the rows are locked by an open transaction.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key < 'k100' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
+	pgtest.LockRows(t, pool, table, `key < 'k100'`)
 
 	var wg sync.WaitGroup
 	for i := 0; i < n; i += 3 {

@@ -96,11 +96,7 @@ func TestBurstGivesARepeatedKeyAReentrantClaimALockedRowAndABadRowEachItsOwnOutc
 	_, err = pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
 		VALUES ('a-locked', 'b', now() - interval '2 hours', now() - interval '1 hour')`, ident))
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'a-locked' FOR UPDATE`, ident))
-	require.NoError(t, err)
+	tx := pgtest.LockRows(t, pool, table, `key = 'a-locked'`)
 
 	keys := []string{"free", "dup", "reentrant", "held", "a-locked", "bad", "dup"}
 	type burst struct {
@@ -232,11 +228,7 @@ func TestEveryClaimOutcomeIsReportedIdenticallyAloneAndInABurst(t *testing.T) {
 				first, err := l.Claim(ctx, "k")
 				require.NoError(t, err)
 				require.NoError(t, first.Unlock(ctx))
-				tx, err := pool.Begin(ctx)
-				require.NoError(t, err)
-				defer func() { _ = tx.Rollback(context.Background()) }()
-				_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
-				require.NoError(t, err)
+				tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
 				done := make(chan []error, 1)
 				go func() {
 					_, errs := claim(ctx, l, []string{"k", "other"})
@@ -370,11 +362,7 @@ func TestClaimsWaitingOnRowsLockedElsewhereDoNotHoldUpTheLockersOtherClaims(t *t
 	_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
 		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 6) AS g`, ident))
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key LIKE 'locked-%%' FOR UPDATE`, ident))
-	require.NoError(t, err)
+	tx := pgtest.LockRows(t, pool, table, `key LIKE 'locked-%'`)
 
 	blocked := make(chan error, 6)
 	for i := range 6 {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -76,10 +75,7 @@ func TestLeasesSaysWhenARoundFoundTheRowLockedOrFailed(t *testing.T) {
 	_, err := l.Claim(ctx, "k")
 	require.NoError(t, err)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
+	tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
 	require.Eventually(t, func() bool {
 		got := l.Leases()
 		return len(got) == 1 && got[0].State == pglease.LeaseRowLocked

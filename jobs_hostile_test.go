@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -37,11 +36,7 @@ func TestShortJobReclaimWaitingPastItsTTLEndsTheLongLeaseBeforeAnotherHolderCanC
 	require.NoError(t, err)
 
 	// An operator's (or a guarded job's) transaction holds the row.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
+	tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
 
 	claimed := make(chan error, 1)
 	go func() {
@@ -121,11 +116,7 @@ func TestGiveBackOfACancelledClaimWaitKeepsTheMinHoldOfAReleasedLease(t *testing
 
 	// A transaction holds the row while a's waiting claim is in flight,
 	// and the waiter gives up.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'tick' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
+	tx := pgtest.LockRows(t, pool, table, `key = 'tick'`)
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	waited := make(chan error, 1)
@@ -209,10 +200,7 @@ func TestSlowClaimsWaitingOnRowLocksDoNotWarnOfSkew(t *testing.T) {
 		lb, err := b.Claim(ctx, key)
 		require.NoError(t, err)
 		require.NoError(t, lb.Unlock(ctx))
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key)
-		require.NoError(t, err)
+		tx := pgtest.LockRows(t, pool, table, `key = $1`, key)
 		got := make(chan error, 1)
 		go func() { _, err := a.Claim(ctx, key); got <- err }()
 		select {

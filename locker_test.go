@@ -294,11 +294,7 @@ func TestClaimThatWaitedOnTheRowLockLongerThanTheTTLHandsOutNothing(t *testing.T
 	require.NoError(t, first.Unlock(ctx))
 
 	// Another transaction holds the row lock for longer than the TTL.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
+	tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
 
 	type result struct {
 		lease *pglease.Lease

@@ -214,3 +214,19 @@ func WaitDone(tb testing.TB, lease *pglease.Lease, limit time.Duration) {
 		tb.Fatalf("lease %q fence %d still held after %v", lease.Key(), lease.Fence(), limit)
 	}
 }
+
+// LockRows holds the row locks of the rows of table that where selects (a
+// condition on its columns, args binding $1...), as an operator's or a
+// guarded job's open transaction would: it returns that transaction, rolled
+// back at cleanup if it has not ended by then.
+func LockRows(tb testing.TB, db pglease.DB, table, where string, args ...any) pgx.Tx {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := db.Begin(ctx)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE %s FOR UPDATE`,
+		pgx.Identifier(strings.Split(table, ".")).Sanitize(), where), args...)
+	require.NoError(tb, err)
+	return tx
+}
