@@ -43,11 +43,16 @@ func init() {
 // have no claim in flight. It returns each claim's outcome, in the order of
 // keys.
 func ClaimBurst(ctx context.Context, l *Locker, keys []string) ([]*Lease, []error) {
-	ctxs := make([]context.Context, len(keys))
+	return PrepareClaimBurst(contexts(ctx, len(keys)), l, keys)()
+}
+
+// contexts is n times ctx.
+func contexts(ctx context.Context, n int) []context.Context {
+	ctxs := make([]context.Context, n)
 	for i := range ctxs {
 		ctxs[i] = ctx
 	}
-	return PrepareClaimBurst(ctxs, l, keys)()
+	return ctxs
 }
 
 // ClaimBurstEach is ClaimBurst with a context of its own for each claim.
@@ -59,6 +64,14 @@ func ClaimBurstEach(ctxs []context.Context, l *Locker, keys []string) ([]*Lease,
 // function that sends them and waits for their outcomes: tests send the
 // bursts of several Lockers at the same instant.
 func PrepareClaimBurst(ctxs []context.Context, l *Locker, keys []string) (send func() ([]*Lease, []error)) {
+	return prepareBurst(ctxs, l, keys, func(_ int, ctx context.Context, key string) (*Lease, error) { return l.Claim(ctx, key) })
+}
+
+// prepareBurst is PrepareClaimBurst with claim(i, ctxs[i], keys[i]) making
+// the claim of keys[i]: a claim of l, or of one of its JobLockers.
+func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
+	claim func(i int, ctx context.Context, key string) (*Lease, error),
+) (send func() ([]*Lease, []error)) {
 	c := l.claims
 	queued := make(chan struct{}, len(keys))
 	c.mu.Lock()
@@ -72,7 +85,7 @@ func PrepareClaimBurst(ctxs []context.Context, l *Locker, keys []string) (send f
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			leases[i], errs[i] = l.Claim(ctxs[i], key)
+			leases[i], errs[i] = claim(i, ctxs[i], key)
 		}()
 		if seen[key] {
 			continue // waits for the first claim of key, not in the queue
