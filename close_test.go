@@ -83,20 +83,8 @@ func TestCloseKeepsTheMinHoldAndLeavesALaterMandatesRowUntouched(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := pgtest.Ctx(t)
-			var (
-				pool  *pgxpool.Pool
-				table string
-				opts  = []pglease.Option{pglease.WithTTL(30 * time.Second), pglease.WithMinHold(20 * time.Second)}
-			)
-			if mode == "fenced" {
-				pool = pgtest.Pool(t, nil)
-				table = pgtest.Table(t, pool)
-			} else {
-				var dsn string
-				table, dsn = legacyTable(t, legacyColumns)
-				pool = pgtest.PoolAt(t, dsn, nil)
-				opts = append(opts, pglease.WithoutFenceColumn())
-			}
+			pool, table, opts := leaseTable(t, mode == "fenced")
+			opts = append(opts, pglease.WithTTL(30*time.Second), pglease.WithMinHold(20*time.Second))
 			events := pgtest.NewEvents(t)
 			a := pgtest.Locker(t, pool, table, "a", append(opts, pglease.WithHook(events.Hook))...)
 			kept, err := a.Claim(ctx, "kept")

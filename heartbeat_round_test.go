@@ -169,19 +169,8 @@ func TestHeartbeatCommitsSynchronouslyWhateverTheDefaultAndNeverWeakensIt(t *tes
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := pgtest.Ctx(t)
-			var (
-				pool  = pgtest.Pool(t, nil)
-				table string
-				opts  = []pglease.Option{pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(20 * time.Millisecond)}
-			)
-			if mode == "fenced" {
-				table = pgtest.Table(t, pool)
-			} else {
-				var dsn string
-				table, dsn = legacyTable(t, legacyColumns)
-				pool = pgtest.PoolAt(t, dsn, nil)
-				opts = append(opts, pglease.WithoutFenceColumn())
-			}
+			pool, table, opts := leaseTable(t, mode == "fenced")
+			opts = append(opts, pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(20*time.Millisecond))
 			for setting, want := range map[string]string{
 				"off": "on", "local": "on", "remote_write": "remote_write", "on": "on", "remote_apply": "remote_apply",
 			} {

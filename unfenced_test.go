@@ -49,6 +49,20 @@ func legacyTable(t *testing.T, columns string) (string, string) {
 
 const legacyColumns = `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL, acquired_at timestamptz`
 
+// leaseTable is, for a test run on both kinds of table, a pool and a lease
+// table with the options a Locker needs on it: a fresh table of Migrate on
+// the shared server if fenced, else a legacy one (legacyTable) reached as
+// its runtime role, with WithoutFenceColumn.
+func leaseTable(t *testing.T, fenced bool) (*pgxpool.Pool, string, []pglease.Option) {
+	t.Helper()
+	if fenced {
+		pool := pgtest.Pool(t, nil)
+		return pool, pgtest.Table(t, pool), nil
+	}
+	table, dsn := legacyTable(t, legacyColumns)
+	return pgtest.PoolAt(t, dsn, nil), table, []pglease.Option{pglease.WithoutFenceColumn()}
+}
+
 func TestWithoutFenceColumnLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
 	t.Parallel()
 	ctx := pgtest.Ctx(t)
