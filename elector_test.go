@@ -125,10 +125,7 @@ func TestElectorOneLeaderAtATimeAndFollowersTakeOverAfterCrashAndResign(t *testi
 
 func TestElectorAnswersFromItsTrustWindowWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	var mu sync.Mutex
 	var elected []pglease.Event
 	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),

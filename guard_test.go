@@ -231,10 +231,7 @@ func TestClaimWaitsForAnOpenGuardedTransactionThenSucceedsWithAGreaterFence(t *t
 
 func TestGuardOnALeaseEndedLocallyReturnsErrLostWithoutARoundTrip(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	l := pgtest.Locker(t, pool, table, "a")
 
 	first, err := l.Claim(ctx, "job")

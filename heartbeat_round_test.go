@@ -68,10 +68,7 @@ func TestRowLockedPastTheTrustWindowLosesOnlyThatLease(t *testing.T) {
 
 func TestLeasesOfAnotherLockerLockedByItsClaimAreNotLostButRetried(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	events := pgtest.NewEvents(t)
 	const interval = 50 * time.Millisecond
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))

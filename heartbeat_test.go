@@ -52,10 +52,7 @@ func TestHeartbeatKeepsTheLeaseAcrossSeveralTTLsWhileOthersGetErrHeld(t *testing
 
 func TestHeartbeatExtendsEveryLeaseInOneStatementPerRound(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	const n = 50

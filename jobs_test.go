@@ -141,10 +141,7 @@ func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSched
 
 func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	events := pgtest.NewEvents(t)
 	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
 	short := mustJob(t, l, pglease.WithTTL(time.Second))
@@ -183,10 +180,7 @@ func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) 
 
 func TestReleaseKeepsEachJobsLeaseForItsOwnMinHoldInOneStatement(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second)) // min hold 0
 	holds := map[string]time.Duration{"locker": 0, "two": 2 * time.Second, "five": 5 * time.Second}
 	var leases []*pglease.Lease
@@ -300,10 +294,7 @@ func TestWithoutFenceColumnJobLeasesAreExtendedAndHeldByTheirOwnTerms(t *testing
 
 func TestCoalescedBurstOfClaimsWithMixedTTLsGivesEachRowItsOwnTTL(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 	ttls := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 1500 * time.Millisecond}
 	keys := make([]string, len(ttls))

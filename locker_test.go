@@ -129,10 +129,7 @@ func TestMigratePurgesOnlyRowsExpiredLongerThanTheRetention(t *testing.T) {
 
 func TestClaimIsOneStatementAndReturnsErrHeldWhileAnotherHolderIsLive(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	a := pgtest.Locker(t, pool, table, "replica-a")
 	b := pgtest.Locker(t, pool, table, "replica-b")
 
@@ -212,10 +209,7 @@ func TestFenceOnlyGrowsAcrossHoldersReclaimsReleasesAndPurge(t *testing.T) {
 
 func TestUnlockExpiresTheRowInPlaceAndNeverDeletesIt(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	a := pgtest.Locker(t, pool, table, "a")
 	b := pgtest.Locker(t, pool, table, "b")
 	lease, err := a.Claim(ctx, "k")

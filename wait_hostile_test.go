@@ -169,10 +169,7 @@ func TestPoolClosedBeforeTheLockerWithAWaiterDoesNotHang(t *testing.T) {
 // each, as before waiting claims existed.
 func TestNoExtraStatementOnClaimAndUnlockWhenNobodyWaits(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
+	ctx, pool, table, counter := pgtest.SetupCounted(t)
 	l := pgtest.Locker(t, pool, table, "one")
 	counter.Reset()
 	const n = 20

@@ -171,6 +171,15 @@ func Setup(tb testing.TB) (context.Context, *pgxpool.Pool, string) {
 	return ctx, p, Table(tb, p)
 }
 
+// SetupCounted is Setup with the pool's statements counted from the start,
+// the table's creation included.
+func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *Statements) {
+	tb.Helper()
+	ctx, counter := Ctx(tb), &Statements{}
+	p := Pool(tb, counter)
+	return ctx, p, Table(tb, p), counter
+}
+
 // Locker returns a quiet Locker on table, closed at cleanup.
 func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	tb.Helper()
