@@ -178,6 +178,21 @@ func lastTrusted(t *testing.T, lease *pglease.Lease, limit time.Duration) (trust
 	}
 }
 
+// takeOverFrom claims key with l again and again until the server lets it, as
+// a replica waiting for a lapsed lease, within limit: the new mandate's
+// fence is above the one of prev.
+func takeOverFrom(ctx context.Context, t *testing.T, l *pglease.Locker, key string, prev *pglease.Lease, limit time.Duration) *pglease.Lease {
+	t.Helper()
+	var next *pglease.Lease
+	require.Eventually(t, func() bool {
+		var err error
+		next, err = l.Claim(ctx, key)
+		return err == nil
+	}, limit, 5*time.Millisecond, "%s never took %q", l.Holder(), key)
+	require.Greater(t, next.Fence(), prev.Fence())
+	return next
+}
+
 func TestLatencyWithJitterOnEveryStatementCausesNoFalseLoss(t *testing.T) {
 	t.Parallel()
 	ctx, direct, table := pgtest.Setup(t)
@@ -252,12 +267,7 @@ func TestBlackholeLongerThanTheTTLLosesTheLeaseBeforeTheServerLetsAnotherHolderI
 		"trusted locally until %v, after the server expiry %v", trusted, row.ExpiresAt)
 
 	// Another replica takes over once the server lets it, not before.
-	var next *pglease.Lease
-	require.Eventually(t, func() bool {
-		next, err = b.Claim(ctx, "k")
-		return err == nil
-	}, 3*ttl, 5*time.Millisecond)
-	require.Greater(t, next.Fence(), lease.Fence())
+	next := takeOverFrom(ctx, t, b, "k", lease, 3*ttl)
 	require.False(t, next.AcquiredAt().Before(row.ExpiresAt), "claimed at %v, old lease expired at %v", next.AcquiredAt(), row.ExpiresAt)
 	taken, _ := pgtest.ReadRow(t, direct, table, "k")
 
@@ -378,12 +388,7 @@ func TestConnectionResetMidClaimMidHeartbeatMidReleaseIsReportedHonestly(t *test
 				orphan := !row.Live
 				// Whatever happened to the release, the key is free again by
 				// the old lease's expiry at the latest.
-				var next *pglease.Lease
-				require.Eventually(t, func() bool {
-					next, err = b.Claim(ctx, "k")
-					return err == nil
-				}, 3*ttl, 10*time.Millisecond)
-				require.Greater(t, next.Fence(), lease.Fence())
+				takeOverFrom(ctx, t, b, "k", lease, 3*ttl)
 				t.Logf("figures: %s mid-release: Unlock error %q; release applied anyway (orphan): %v, row live after: %v",
 					how, uerr, orphan, row.Live)
 			})
@@ -547,12 +552,7 @@ func TestPausedHolderItsLateHeartbeatAndUnlockTouchNothingOfTheNextMandate(t *te
 	proxy.SetMode(faultproxy.Stall)
 	pgtest.WaitDone(t, lease, 3*ttl)
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-	var next *pglease.Lease
-	require.Eventually(t, func() bool {
-		next, err = b.Claim(ctx, "k")
-		return err == nil
-	}, 3*ttl, 5*time.Millisecond)
-	require.Greater(t, next.Fence(), lease.Fence())
+	next := takeOverFrom(ctx, t, b, "k", lease, 3*ttl)
 	taken, _ := pgtest.ReadRow(t, direct, table, "k")
 
 	// Resume: the held heartbeat reaches the server after the takeover.
@@ -592,11 +592,7 @@ func TestLeaseContextEndsAtItsTrustDeadlineEvenWhileAnotherLeasesReleaseHangs(t 
 	require.Equal(t, "release", <-db.Entered)
 
 	// Another replica takes the working job's key once the server lets it.
-	var next *pglease.Lease
-	require.Eventually(t, func() bool {
-		next, err = b.Claim(ctx, "working")
-		return err == nil
-	}, 3*ttl, 5*time.Millisecond)
+	next := takeOverFrom(ctx, t, b, "working", working, 3*ttl)
 	takenAt := time.Now()
 	// Done and the job's context, not Err (which checks the deadline when
 	// called), are what a job running under the lease watches.

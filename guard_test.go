@@ -152,12 +152,7 @@ func TestPausedHoldersGuardedCommitAfterAnotherClaimFailsWithErrLostAndWritesNot
 	guarded := make(chan error, 1)
 	go func() { guarded <- lease.Guard(ctx, tx) }() // passes the local check, then waits in the proxy
 
-	var taken *pglease.Lease
-	require.Eventually(t, func() bool {
-		taken, err = b.Claim(ctx, "job")
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "b never took the lapsed key")
-	require.Greater(t, taken.Fence(), lease.Fence())
+	taken := takeOverFrom(ctx, t, b, "job", lease, 10*time.Second)
 	require.NoError(t, guardedWrite(ctx, admin, ledger, taken))
 
 	proxy.SetMode(faultproxy.Forward)
