@@ -111,19 +111,37 @@ func TestWithoutADockerDaemonStartUsesLocalBinariesAndSaysWhyNotDocker(t *testin
 	t.Setenv(EnvDatabaseURL, "")
 	t.Setenv(EnvNoDocker, "")
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "docker.sock"))
-	var mu sync.Mutex
-	var logged []string
-	srv, err := Start(t.Context(), Options{Logf: func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logged = append(logged, fmt.Sprintf(format, args...))
-	}})
+	require.Contains(t, startOnLocalBinaries(t), "pgserver: no Docker daemon: docker at unix://")
+}
+
+// logLines collects what is logged through its logf.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// startOnLocalBinaries starts a server, closed at cleanup, which must run on local
+// binaries, and returns what it logged.
+func startOnLocalBinaries(t *testing.T) string {
+	t.Helper()
+	var log logLines
+	srv, err := Start(t.Context(), Options{Logf: log.logf})
 	require.NoError(t, err)
-	defer func() { require.NoError(t, srv.Close()) }()
+	t.Cleanup(func() { require.NoError(t, srv.Close()) })
 	require.Equal(t, kindLocal, srv.Kind())
-	mu.Lock()
-	defer mu.Unlock()
-	require.Contains(t, strings.Join(logged, "\n"), "pgserver: no Docker daemon: docker at unix://")
+	return strings.Join(log.all(), "\n")
 }
 
 // fakeContainer runs the test binary as a container program answering dsn.
@@ -139,14 +157,8 @@ func TestContainerServerSpeaksTheContainerProgramsProtocol(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, local.Close()) }()
 
-	var mu sync.Mutex
-	var logged []string
-	logf := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logged = append(logged, fmt.Sprintf(format, args...))
-	}
-	c, dsn, err := runContainer(t.Context(), fakeContainer(local.DSN()), logf)
+	var log logLines
+	c, dsn, err := runContainer(t.Context(), fakeContainer(local.DSN()), log.logf)
 	require.NoError(t, err)
 	require.Equal(t, local.DSN(), dsn)
 	require.NoError(t, c.stop(t.Context(), Immediate))
@@ -156,9 +168,7 @@ func TestContainerServerSpeaksTheContainerProgramsProtocol(t *testing.T) {
 	require.Equal(t, local.DSN(), dsn)
 	require.ErrorContains(t, c.stop(t.Context(), "sideways"), `unknown command "stop sideways"`)
 	require.NoError(t, c.close(), "closing stdin ends the program")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Contains(t, logged, "pgcontainer: stdin closed, container removed", "stderr goes to Logf")
+	require.Contains(t, log.all(), "pgcontainer: stdin closed, container removed", "stderr goes to Logf")
 }
 
 func TestContainerProgramThatEndsEarlyIsAnErrorCarryingItsStderr(t *testing.T) {
@@ -181,17 +191,5 @@ func TestDockerDaemonThatRunsNoContainerFallsBackToLocalBinaries(t *testing.T) {
 	t.Setenv(EnvDatabaseURL, "")
 	t.Setenv(EnvNoDocker, "")
 	fakeDocker(t, http.StatusOK) // answers the probe, and nothing else
-	var mu sync.Mutex
-	var logged []string
-	srv, err := Start(t.Context(), Options{Logf: func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logged = append(logged, fmt.Sprintf(format, args...))
-	}})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, srv.Close()) }()
-	require.Equal(t, kindLocal, srv.Kind())
-	mu.Lock()
-	defer mu.Unlock()
-	require.Contains(t, strings.Join(logged, "\n"), "pgserver: no container: pgserver: the container program ended")
+	require.Contains(t, startOnLocalBinaries(t), "pgserver: no container: pgserver: the container program ended")
 }
