@@ -1,5 +1,16 @@
 package sqlstmt
 
+// extendMine extends the rows of the CTE mine (key, ttl) that are still
+// live, each by its own TTL, never moving an expiry back, and raises
+// synchronous_commit: the heart of both heartbeat statements, which differ
+// only in what they match rows on and report.
+const extendMine = `UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
+    FROM mine
+   WHERE l.key = mine.key
+     AND l.expires_at > clock_timestamp()
+     AND ` + raiseSyncCommit + ` IS NOT NULL`
+
 // Heartbeat extends every lease of the Locker in one statement per round,
 // whatever their number, and reports on each lease: extended (with its new
 // expiry), skipped because its row is locked, or lost.
@@ -56,12 +67,7 @@ const Heartbeat = `WITH h AS (
    WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
-  UPDATE {table} AS l
-     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
-    FROM mine
-   WHERE l.key = mine.key
-     AND l.expires_at > clock_timestamp()
-     AND ` + raiseSyncCommit + ` IS NOT NULL
+  ` + extendMine + `
   RETURNING l.key, l.fence, l.expires_at, clock_timestamp() AS now
 )
 SELECT key, fence, expires_at, now FROM extended
@@ -84,12 +90,7 @@ const UnfencedHeartbeat = `WITH h AS (
    WHERE l.expires_at > clock_timestamp()
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
-  UPDATE {table} AS l
-     SET expires_at = GREATEST(clock_timestamp() + make_interval(secs => mine.ttl), l.expires_at)
-    FROM mine
-   WHERE l.key = mine.key
-     AND l.expires_at > clock_timestamp()
-     AND ` + raiseSyncCommit + ` IS NOT NULL
+  ` + extendMine + `
   RETURNING l.key, l.holder, l.expires_at, clock_timestamp() AS now
 )
 SELECT key, holder, expires_at, now FROM extended
