@@ -143,7 +143,9 @@ func WithMinHold(d time.Duration) Option {
 
 // WithTable sets the lease table, "name" or "schema.name". The fence
 // sequence is "<name>_fence_seq" in the same schema. The default is
-// DefaultTable ("lease").
+// DefaultTable ("lease"). A bare name that pglease's statements give one of
+// their own parts (h, mine, extended, r, released, server) would be hidden
+// by it, and is refused: give such a table with its schema.
 func WithTable(name string) Option {
 	return func(c *config) {
 		c.use("WithTable")

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -46,6 +47,9 @@ func parseTable(s string) (table, error) {
 		if err := checkIdentifier(p); err != nil {
 			return table{}, fmt.Errorf("table name %q: %w", s, err)
 		}
+	}
+	if len(parts) == 1 && slices.Contains(sqlstmt.PartNames, parts[0]) {
+		return table{}, fmt.Errorf("table name %q: pglease's statements name one of their parts %q, which would hide a table of that name: give it with its schema (public.%s)", s, s, s)
 	}
 	last := parts[len(parts)-1]
 	if len(last)+len(fenceSeqSuffix) > maxIdentifierLen {
