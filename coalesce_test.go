@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -393,4 +394,31 @@ func TestClaimsWaitingOnRowsLockedElsewhereDoNotHoldUpTheLockersOtherClaims(t *t
 	for range 6 {
 		require.NoError(t, <-blocked, "each waiting claim takes its row once the lock is gone")
 	}
+}
+
+// Guarantee: a burst claims every free key of it even when the session's
+// statement_timeout is shorter than the burst's wait on a locked row: the
+// timeout cancels the burst's statement (SQLSTATE 57014) like a row locked
+// past the lock wait, and each claim then goes alone, so that only the
+// claim of the locked row fails.
+func TestBurstUnderAShortStatementTimeoutStillClaimsEveryFreeKey(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["statement_timeout"] = "150ms"
+	})
+	table := pgtest.Table(t, pool)
+	old := pgtest.Locker(t, pool, table, "old")
+	lease, err := old.Claim(ctx, "b")
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+	pgtest.LockRows(t, pool, table, `key = 'b'`)
+
+	l := pgtest.Locker(t, pool, table, "a")
+	leases, errs := pglease.ClaimBurst(ctx, l, []string{"a", "b", "c"})
+	require.NoError(t, errs[0], "free key a")
+	require.Error(t, errs[1], "b is locked past the statement timeout")
+	require.NoError(t, errs[2], "free key c")
+	require.NoError(t, leases[0].Unlock(ctx))
+	require.NoError(t, leases[2].Unlock(ctx))
 }

@@ -471,3 +471,46 @@ func TestGuardHeldLongHoldsBackTheHeartbeatAndPastTheTrustWindowLosesOnlyLocally
 		})
 	}
 }
+
+// Guarantee: every failure of Guard leaves its transaction aborted, so that
+// a caller who ignores the error and commits writes nothing, whatever the
+// reason was found: a lease the Locker already knows has ended (lost at a
+// heartbeat, released, or its Locker closed) fails without asking the
+// server, and must abort the transaction all the same.
+func TestGuardThatFailsLeavesTheTransactionAbortedWhateverItFound(t *testing.T) {
+	t.Parallel()
+	ended := map[string]func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string, l *pglease.Locker, lease *pglease.Lease){
+		"LostAtAHeartbeat": func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string, _ *pglease.Locker, lease *pglease.Lease) {
+			_, err := pglease.ForceExpire(ctx, pool, lease.Key(), pglease.WithTable(table))
+			require.NoError(t, err)
+			pgtest.WaitDone(t, lease, 10*time.Second)
+		},
+		"Released": func(ctx context.Context, t *testing.T, _ *pgxpool.Pool, _ string, _ *pglease.Locker, lease *pglease.Lease) {
+			require.NoError(t, lease.Unlock(ctx))
+		},
+		"LockerClosed": func(ctx context.Context, t *testing.T, _ *pgxpool.Pool, _ string, l *pglease.Locker, _ *pglease.Lease) {
+			require.NoError(t, l.Close(ctx))
+		},
+	}
+	for name, end := range ended {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			ledger := newLedger(t, pool)
+			l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(3*time.Second))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			end(ctx, t, pool, table, l, lease)
+			require.Error(t, lease.Err())
+
+			tx := beginTx(t, pool)
+			require.NoError(t, writeLedger(ctx, tx, ledger, lease))
+			err = lease.Guard(ctx, tx)
+			require.ErrorIs(t, err, pglease.ErrLost)
+			// A careless caller commits anyway.
+			commitErr := tx.Commit(ctx)
+			assert.Empty(t, readLedger(t, pool, ledger),
+				"the guarded write of an ended lease committed (Commit returned %v)", commitErr)
+		})
+	}
+}

@@ -432,3 +432,83 @@ func TestClaimWhoseRoundTripOutlastsTheTrustWindowHandsOutNothing(t *testing.T) 
 	require.NoError(t, err, "the holder takes its row back at once")
 	require.NoError(t, again.Err())
 }
+
+// Guarantee: a claim that may have written the row ends the Locker's
+// previous lease of the key, whatever its exit: here a job's re-entrant
+// claim with a TTL far shorter than the lease it supersedes commits, and
+// its reply is lost, and the network stays down for the heartbeat. The
+// previous lease must not stay trusted while its row could lapse at the
+// short TTL and go to another holder.
+func TestReentrantClaimWhoseReplyIsLostEndsThePreviousLeaseBeforeTheKeyCanGoElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	faulty := pgtest.NewFaultyDB(pool)
+	wire := pgtest.NewWire(t, faulty)
+	a := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(60*time.Second), pglease.WithHeartbeatInterval(time.Second))
+	b := pgtest.Locker(t, pool, table, "b")
+	pglease.SetCoalescing(a, false)
+	short, err := a.Job(pglease.WithTTL(3 * time.Second))
+	require.NoError(t, err)
+
+	long, err := a.Claim(ctx, "job")
+	require.NoError(t, err)
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.LoseReply)
+	_, err = short.Claim(ctx, "job")
+	require.Error(t, err, "the reply was lost")
+	<-claim.Ran
+	faulty.SetFail("heartbeat", errors.New("read tcp: connection reset by peer"))
+
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		trusted := long.Err() == nil
+		other, err := b.Claim(ctx, "job")
+		if err == nil {
+			require.False(t, trusted, "b claimed the key (fence %d) while a still trusted its lease (fence %d)", other.Fence(), long.Fence())
+			require.NoError(t, other.Unlock(ctx))
+			break
+		}
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Error(t, long.Err(), "the previous lease ended: its row carries another fence")
+}
+
+// Guarantee: Close ends or waits for every claim in flight, and holds
+// nothing when it returns: a claim whose statement has committed but whose
+// reply is still on its way when Close runs must not outlive Close, or its
+// release would run on a pool the caller has closed by then, and the row
+// would stay live a whole TTL with nobody holding it.
+func TestCloseWaitsForTheClaimInFlightAndLeavesNoLiveRow(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	wire := pgtest.NewWire(t, pool)
+	l := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(5*time.Second))
+	pglease.SetCoalescing(l, false)
+
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.DelayReply)
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(ctx, "job")
+		claimed <- err
+	}()
+	<-claim.Hit
+	<-claim.Ran // committed; the reply is held
+
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	select {
+	case err := <-closed:
+		select {
+		case claimErr := <-claimed:
+			t.Logf("Close: %v; the claim in flight returned before it: %v", err, claimErr)
+		default:
+			t.Fatal("Close returned while a claim was in flight")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10s")
+	}
+	claim.Deliver()
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
+	require.True(t, ok)
+	require.False(t, row.Live, "Close returned and left a live row nobody holds: %+v", row)
+}

@@ -161,3 +161,49 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// Guarantee: claims waiting on rows locked elsewhere never take the last
+// connection of the Locker's pool: with pgxpool's default size on a small
+// machine (4 connections), as README sets it up, claims of more keys than
+// that, all waiting on row locks for several TTLs, leave the heartbeat its
+// connection, and a held lease survives.
+func TestClaimsWaitingOnLockedRowsLeaveTheHeartbeatAConnectionOfADefaultPool(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(c *pgxpool.Config) { c.MaxConns = 4 })
+	table := pgtest.Table(t, pool)
+	locker := pgtest.PoolWith(t, pgtest.Server.DSN(), nil)
+	const ttl = 2 * time.Second
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl))
+	held, err := l.Claim(ctx, "held")
+	require.NoError(t, err)
+
+	keys := []string{"k1", "k2", "k3", "k4", "k5", "k6"}
+	old := pgtest.Locker(t, locker, table, "old")
+	for _, k := range keys {
+		lease, err := old.Claim(ctx, k)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	tx := pgtest.LockRows(t, locker, table, `key LIKE 'k%'`)
+	cctx, cancel := context.WithTimeout(ctx, 4*ttl)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if lease, err := l.Claim(cctx, k); err == nil {
+				_ = lease.Unlock(ctx)
+			}
+		}()
+	}
+	select {
+	case <-held.Done():
+		t.Fatalf("the held lease was lost while claims waited on locked rows: %v", held.Err())
+	case <-time.After(3 * ttl):
+	}
+	require.NoError(t, held.Err())
+	require.NoError(t, tx.Rollback(ctx))
+	wg.Wait()
+}

@@ -421,3 +421,69 @@ func TestClaimWaitDoesNotTakeOverALeaseOfItsOwnLocker(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Greater(t, r.lease.Fence(), first.Fence())
 }
+
+// Guarantee: the give-back of a waiting claim whose outcome it never learned
+// acts on exactly the mandate that claim made, however late it reaches the
+// server: here the claim's reply is lost after its commit, the give-back
+// is held up on the network until the Locker has claimed the key again, and
+// it arrives then. It must leave the newer lease's row alone: expired, the
+// key would go to another replica while this Locker still holds it.
+func TestLateGiveBackOfAFailedClaimWaitLeavesTheLockersNewerLeaseUntouched(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	wire := pgtest.NewWire(t, pool)
+	a := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(10*time.Second), pglease.WithTimeout(2*time.Second))
+	b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(10*time.Second))
+	pglease.SetCoalescing(a, false)
+
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.LoseReply)
+	// Whatever gives the row back (a write that is not a claim) is held up.
+	giveBack := wire.Arm(func(sql string) bool {
+		return pgtest.StatementKind(sql) != "claim" && strings.Contains(sql, "UPDATE")
+	}, pgtest.DeliverLate)
+	_, err := a.ClaimWait(ctx, "job")
+	require.Error(t, err, "the claim's reply was lost")
+	<-claim.Ran
+
+	newer, err := a.Claim(ctx, "job")
+	require.NoError(t, err, "a claims the key again")
+	select {
+	case <-giveBack.Hit:
+		giveBack.Deliver()
+		<-giveBack.Ran
+	default:
+		t.Log("no give-back was sent: the orphaned row lapses at its expiry")
+	}
+
+	_, err = b.Claim(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrHeld, "b took the key while a holds fence %d", newer.Fence())
+	_, held := a.Held("job")
+	require.True(t, held)
+	row, _ := pgtest.ReadRow(t, pool, table, "job")
+	require.Equal(t, newer.Fence(), row.Fence)
+	require.True(t, row.Live)
+}
+
+// Guarantee: a waiting claim that fails gives back what its claim may have
+// committed on the terms that claim was made on, the Locker's own: not the
+// longest min hold of any job of the Locker, which would keep the key from
+// every replica for that long.
+func TestGiveBackOfAFailedClaimWaitKeepsOnlyTheMinHoldOfItsOwnTerms(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	wire := pgtest.NewWire(t, pool)
+	a := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(30*time.Second))
+	_, err := a.Job(pglease.WithTTL(30*time.Second), pglease.WithMinHold(20*time.Second))
+	require.NoError(t, err)
+	b := pgtest.Locker(t, pool, table, "b")
+	pglease.SetCoalescing(a, false)
+
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.LoseReply)
+	_, err = a.ClaimWait(ctx, "job")
+	require.Error(t, err)
+	<-claim.Ran
+
+	lease, err := b.Claim(ctx, "job")
+	require.NoError(t, err, "the given-back key stays held by nobody")
+	require.NoError(t, lease.Unlock(ctx))
+}
