@@ -8,40 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
-
-// guardSQL checks, inside the caller's transaction, that the lease row is
-// still this mandate's, and locks it until that transaction ends.
-//
-//   - FOR SHARE, not FOR UPDATE: it conflicts with every statement that could
-//     hand the key to a later mandate (the claim's ON CONFLICT DO UPDATE,
-//     the heartbeat, the release and the purge take the row FOR NO KEY
-//     UPDATE or stronger), so they wait for the transaction to end. Two
-//     guarded transactions of the same mandate do not wait for each other.
-//   - The match is the mandate's own: key, holder and fence. A row re-claimed
-//     by anyone, this holder included, carries another fence; a lapsed row
-//     fails expires_at > clock_timestamp(), the server's clock, evaluated
-//     after any wait on the row lock (READ COMMITTED rechecks the WHERE on
-//     the newest version of the row). tableoid is the table the claim
-//     wrote to: a transaction whose search_path resolves the name to
-//     another table (a tenant's schema, another database) matches nothing.
-//   - 1 / count(*) divides by zero when no row matched: the statement fails
-//     (SQLSTATE 22012), which aborts the transaction, so that its COMMIT can
-//     only roll back even if the caller ignores Guard's error. count(*) is
-//     not a constant, so the division cannot be folded at plan time.
-const guardSQL = `SELECT 1 / count(*) FROM (
-  SELECT 1 FROM {table}
-   WHERE key = $1 AND holder = $2 COLLATE "C" AND fence = $3 AND tableoid = $4 AND expires_at > clock_timestamp()
-     FOR SHARE
-) AS mandate`
-
-// unfencedGuardSQL is guardSQL for WithoutFenceColumn: the holder forged for
-// this one mandate is matched instead of a fence.
-const unfencedGuardSQL = `SELECT 1 / count(*) FROM (
-  SELECT 1 FROM {table}
-   WHERE key = $1 AND holder = $2 COLLATE "C" AND tableoid = $3 AND expires_at > clock_timestamp()
-     FOR SHARE
-) AS mandate`
 
 // SQLSTATEs Guard names in its errors.
 const (
@@ -67,9 +36,13 @@ const (
 // (no claim could take the row while it was locked), but the job's other
 // effects are no longer covered by any mandate.
 //
-// Guard on a lease that has already ended locally (lost, released, or its
-// Locker closed) returns ErrLost without a round trip. It does not end the
-// lease itself when the row no longer matches: the heartbeat does.
+// Every error Guard returns leaves tx aborted, whatever the cause: the row
+// no longer matched, the lease had already ended locally (lost, released,
+// or its Locker closed: ErrLost without checking the row), ctx ended, or
+// the reply was lost. A caller that ignores the error and commits gets a
+// rollback. Only a tx that had already ended, or a nil one, is left as it
+// is. Guard does not end the lease itself when the row no longer matches:
+// the heartbeat does.
 //
 // Call Guard in the outermost transaction, or in a savepoint (a pgx nested
 // transaction) that is released (committed), never in one that is then
@@ -91,14 +64,24 @@ const (
 // an Elector's leadership lease.
 func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	mustContext(ctx, "Guard")
+	if isNilTx(tx) {
+		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: Guard needs the open transaction whose commit it guards", ls.key, ls.fence)
+	}
+	err := ls.guard(ctx, tx)
+	if err != nil {
+		ls.refuse(ctx, tx, err)
+	}
+	return err
+}
+
+// guard checks ls's mandate in tx; every error it returns makes Guard
+// abort tx (refuse).
+func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	if err := ls.Err(); err != nil {
 		if errors.Is(err, ErrLost) {
 			return fmt.Errorf("pglease: guard %q fence %d: %w", ls.key, ls.fence, err)
 		}
 		return fmt.Errorf("pglease: guard %q fence %d: %w: %w", ls.key, ls.fence, err, ErrLost)
-	}
-	if isNilTx(tx) {
-		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: Guard needs the open transaction whose commit it guards", ls.key, ls.fence)
 	}
 	var one int
 	err := queryGuard(ctx, tx, ls.locker.guardSQL(), ls.guardArgs()...).Scan(&one)
@@ -118,15 +101,31 @@ func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	return fmt.Errorf("pglease: guard %q fence %d: %w", ls.key, ls.fence, err)
 }
 
+// refuse leaves tx aborted after Guard failed with err: a failure the
+// server raised in tx has aborted it already; any other (the lease had
+// ended, the context ended before the statement went out, the reply was
+// lost) is made to abort it by sqlstmt.GuardRefused, sent even if ctx has
+// ended, within the lease's timeout. A tx whose connection is gone cannot
+// commit either.
+func (ls *Lease) refuse(ctx context.Context, tx pgx.Tx, err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxClosed) {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
+	defer cancel()
+	_, _ = execGuard(rctx, tx, sqlstmt.GuardRefused)
+}
+
 // guardSQL renders the guard statement of this Locker's protocol. It is
 // rendered per call, a microsecond beside the round trip, rather than kept
 // in the Locker.
 func (l *Locker) guardSQL() string {
 	t, _ := parseTable(l.cfg.table) // checked by newConfig
 	if l.cfg.noFence {
-		return t.render(unfencedGuardSQL)
+		return t.render(sqlstmt.UnfencedGuard)
 	}
-	return t.render(guardSQL)
+	return t.render(sqlstmt.Guard)
 }
 
 func (ls *Lease) guardArgs() []any {
@@ -145,6 +144,16 @@ func queryGuard(ctx context.Context, tx pgx.Tx, sql string, args ...any) (row pg
 		}
 	}()
 	return tx.QueryRow(ctx, sql, args...)
+}
+
+// execGuard sends stmt on tx, as queryGuard does.
+func execGuard(ctx context.Context, tx pgx.Tx, stmt string) (tag pgconn.CommandTag, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("tx is nil (a wrapper around a nil transaction)")
+		}
+	}()
+	return tx.Exec(ctx, stmt)
 }
 
 func isNilTx(tx pgx.Tx) bool {
