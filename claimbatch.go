@@ -71,7 +71,7 @@ func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
 	if _, ok := p.(batchClaimer); !ok {
 		return nil
 	}
-	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: maxAloneInFlight, linger: burstLockWait(l.cfg.ttl)}
+	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: l.conns.claimLimit(), linger: burstLockWait(l.cfg.ttl)}
 }
 
 // maxAloneInFlight is how many claim (or release) statements of a Locker
@@ -84,30 +84,32 @@ func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
 const maxAloneInFlight = 4
 
 // sendClaim sends the claim of key on terms t, alone or with the others of
-// a burst,
-// and returns what its statement said and when that was sent. done ends
-// key's turn; if ctx ends while the claim is in a statement, sendClaim
-// hands it to the coalescer, which calls it once that statement has
-// returned, and replaces it with a no-op.
-func (l *Locker) sendClaim(ctx context.Context, key string, t terms, done *func()) (claimed, bool, time.Time, error) {
+// a burst, and returns what became of its statement. done ends key's turn;
+// if ctx ends while the claim is in a statement, sendClaim hands it to the
+// coalescer, which calls it once that statement has returned, and
+// replaces it with a no-op.
+func (l *Locker) sendClaim(ctx context.Context, key string, t terms, done *func()) sent {
 	if l.claims == nil {
-		sent := time.Now()
-		c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
-		return c, ok, sent, err
+		return l.claimAlone(ctx, key, t)
 	}
 	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, terms: t, done: *done})
 	switch {
 	case handedOff:
 		*done = func() {}
-		return claimed{}, false, time.Now(), fmt.Errorf("waiting for the claim statement in flight: %w", err)
+		return sent{at: time.Now(), err: fmt.Errorf("waiting for the claim statement in flight: %w", err), fate: orphaned}
 	case err != nil:
-		return claimed{}, false, time.Now(), fmt.Errorf("waiting for the claim statement in flight to return: %w", err)
+		return sent{at: time.Now(), err: fmt.Errorf("waiting for the claim statement in flight to return: %w", err), fate: notSent}
 	case o.alone:
-		sent := time.Now()
-		c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
-		return c, ok, sent, err
+		return l.claimAlone(ctx, key, t)
 	}
-	return o.c, o.ok, o.sent, o.err
+	return sent{c: o.c, ok: o.ok, at: o.sent, err: o.err, fate: fateOf(o.err)}
+}
+
+// claimAlone sends the claim of key in a statement of its own.
+func (l *Locker) claimAlone(ctx context.Context, key string, t terms) sent {
+	at := time.Now()
+	c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
+	return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
@@ -134,7 +136,7 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {
-		case err != nil && rowError(err):
+		case err != nil && rowError(ctx, err):
 			out[i] = claimOutcome{alone: true}
 		case err != nil:
 			out[i] = claimOutcome{err: fmt.Errorf("claim statement of %d keys: %w", len(keys), err), sent: sent}
@@ -145,12 +147,14 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	return out
 }
 
-// rowError reports whether err, the failure of a burst's statement, may
-// come from one of its rows rather than from the statement as a whole: a
-// constraint (class 23) or a value the column refuses (class 22), a row
-// locked past the burst's lock wait (55P03), a deadlock or serialization
-// failure (class 40). Sent alone, the other rows may well succeed.
-func rowError(err error) bool {
+// rowError reports whether err, the failure of a burst's statement sent
+// under ctx, may come from one of its rows rather than from the statement
+// as a whole: a constraint (class 23) or a value the column refuses (class
+// 22), a row locked past the burst's lock wait (55P03), a deadlock or
+// serialization failure (class 40), or a statement_timeout shorter than
+// that lock wait (57014 while ctx is still alive: not a cancellation of
+// the caller's). Sent alone, the other rows may well succeed.
+func rowError(ctx context.Context, err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
@@ -159,7 +163,7 @@ func rowError(err error) bool {
 	case "22", "23", "40":
 		return true
 	}
-	return pgErr.Code == "55P03"
+	return pgErr.Code == "55P03" || pgErr.Code == "57014" && ctx.Err() == nil
 }
 
 // burstLockWait is maxBurstLockWait, or a quarter of the trust window of
@@ -187,6 +191,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	if prev != nil {
 		prev.lose("re-claimed by the same holder, in a claim whose caller gave up")
 	}
+	l.fences.see(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
 	ctx, cancel := context.WithTimeout(context.Background(), cl.terms.timeout)
 	defer cancel()
 	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms}

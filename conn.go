@@ -46,6 +46,11 @@ type conns struct {
 
 	slot   chan struct{} // holds the reserve while a statement uses it
 	single chan struct{} // held by the statement in flight on a DB that is not a pool
+	// claims bounds the pool connections claims hold at once to all but
+	// one: a claim may wait on a row lock for as long as it is held, and
+	// claims of many locked rows must never take every connection, or the
+	// heartbeat would wait behind them until every lease is lost.
+	claims chan struct{}
 
 	mu        sync.Mutex
 	held      *pgxpool.Conn // the reserve; nil until the first claim, once broken, and after close
@@ -72,14 +77,64 @@ func newConns(db DB, keep bool) *conns {
 	if p, ok := db.(pooler); ok {
 		c.pool = p
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
+		c.claims = make(chan struct{}, claimConns(p.Stat().MaxConns()))
 	}
 	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
 	return c
 }
 
+// claimConns is how many connections of a pool of size claims may hold at
+// once: all but one, and at least one.
+func claimConns(size int32) int { return max(1, int(size)-1) }
+
+// claimLimit is how many claim statements a Locker sends at once before it
+// makes the next ones wait and go together: maxAloneInFlight, or fewer on a
+// pool that could not serve that many and the heartbeat.
+func (c *conns) claimLimit() int {
+	if c.claims == nil {
+		return maxAloneInFlight
+	}
+	return min(maxAloneInFlight, cap(c.claims))
+}
+
+// notSentError is the failure of a statement that never left the client:
+// no connection could be had for it.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
 // take returns the DB one statement of kind u runs on, and what to call once
-// the statement is done.
+// the statement is done. Its errors are notSentError: the statement was
+// not sent.
 func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
+	if u == useClaim && c.claims != nil {
+		select {
+		case c.claims <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, notSentError{fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat): %w", cap(c.claims), context.Cause(ctx))}
+		}
+		db, done, err := c.takeFor(ctx, u)
+		if err != nil {
+			<-c.claims
+			return nil, nil, err
+		}
+		return db, func() { done(); <-c.claims }, nil
+	}
+	return c.takeFor(ctx, u)
+}
+
+// takeFor is take without the bound on claims.
+func (c *conns) takeFor(ctx context.Context, u use) (DB, func(), error) {
+	db, done, err := c.takeConn(ctx, u)
+	if err != nil {
+		return nil, nil, notSentError{err}
+	}
+	return db, done, nil
+}
+
+// takeConn is takeFor, its errors unmarked.
+func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 	if c.pool == nil {
 		// One connection (a *pgx.Conn) serves one statement at a time: the
 		// heartbeat and the callers' claims and releases take turns, or

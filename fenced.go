@@ -14,7 +14,7 @@ import (
 // internal/sqlstmt, where they say why they are shaped that way.
 type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
-	claimAllSQL                        string
+	claimAllSQL, mandateSQL            string
 	holder                             string
 }
 
@@ -24,6 +24,7 @@ func newFenced(t table, cfg config) *fenced {
 		heartbeatSQL: t.render(sqlstmt.Heartbeat),
 		releaseSQL:   t.render(sqlstmt.Release),
 		claimAllSQL:  t.render(sqlstmt.ClaimAll),
+		mandateSQL:   t.render(sqlstmt.Mandate),
 		holder:       cfg.holder,
 	}
 }
@@ -71,4 +72,10 @@ func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Leas
 		return nil, err
 	}
 	return readReport(rows, leases, fenceOf, releaseFields)
+}
+
+func (p *fenced) mandate(ctx context.Context, db DB, key string) (rowMandate, error) {
+	var m rowMandate
+	err := db.QueryRow(ctx, p.mandateSQL, key).Scan(&m.holder, &m.fence, &m.live)
+	return m, err
 }

@@ -93,7 +93,6 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	}
 	if c.minHold > 0 {
 		lower(&l.minHold, c.minHold)
-		raise(&l.maxMinHold, c.minHold)
 	}
 	return &JobLocker{locker: l, terms: terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}}, nil
 }
@@ -136,12 +135,3 @@ func lower(v *atomic.Int64, d time.Duration) bool {
 	}
 }
 
-// raise sets v to d if d is longer.
-func raise(v *atomic.Int64, d time.Duration) {
-	for {
-		cur := v.Load()
-		if int64(d) <= cur || v.CompareAndSwap(cur, int64(d)) {
-			return
-		}
-	}
-}

@@ -66,13 +66,17 @@ type Locker struct {
 	watchdog *time.Timer // checks every lease's trust while any is held
 	watching bool        // watchdog armed
 
+	// inFlight counts the claims on their way (Claim, Lock, ClaimWait):
+	// Close ends them and waits for them.
+	inFlight flights
+	// fences remembers the fences handed out, for the give-back of a claim
+	// whose outcome is unknown (claim.go).
+	fences knownFences
+
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
 	// or 0 when none has one: the clock-skew warning's bound (skewBound).
 	minHold atomic.Int64
-	// maxMinHold is the longest min hold of the Locker and its jobs: what
-	// the give-back of a waiting claim keeps (giveBackSQL).
-	maxMinHold atomic.Int64
 }
 
 // NewLocker returns a Locker on db. Invalid options, a nil db, or a db that
@@ -121,7 +125,6 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	}
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))
-	l.maxMinHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.waits.table = t
 	return l
@@ -140,134 +143,6 @@ func (l *Locker) Holder() string { return l.cfg.holder }
 
 // TTL is the lease duration this Locker claims and extends.
 func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
-
-// Claim takes the lease on key, in one statement. It returns an error
-// wrapping ErrHeld while another holder's lease is live. A claim by the same
-// holder while its own lease is live succeeds with a greater fence, and the
-// previous Lease for key is then lost. The lease is extended in the
-// background until Unlock, loss, or Close. Claims of one key by one Locker
-// run one at a time, so that the lease Held returns is always the row's.
-// A claim made while a few claims of the Locker are in flight waits for
-// the first of them, and then goes to the server in one statement with
-// every claim that arrived meanwhile, each judged and reported as if
-// alone: a burst of jobs due together costs a handful of statements, not
-// one per job.
-//
-// Claim uses ctx as given; Lock adds the Locker's timeout.
-func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
-	mustContext(ctx, "Claim")
-	return l.claim(ctx, key, l.terms())
-}
-
-// claim is Claim of a lease on the given terms: the Locker's, or a job's.
-func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error) {
-	if err := checkKey(key); err != nil {
-		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
-	}
-	if l.isClosed() {
-		err := fmt.Errorf("pglease: claim %q: %w", key, ErrClosed)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
-		return nil, err
-	}
-
-	done, err := l.turns.take(ctx, key)
-	if err != nil {
-		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
-		return nil, err
-	}
-	defer func() { done() }() // after register: the next claim of key commits after this one
-	// A waiting claim does not take over its own Locker's lease (wait.go).
-	if err := l.ownLease(ctx, key); err != nil {
-		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
-	}
-
-	c, ok, sent, err := l.sendClaim(ctx, key, t, &done)
-	took := time.Since(sent)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Took: took})
-		return nil, err
-	case !ok:
-		err = fmt.Errorf("pglease: claim %q: %w", key, ErrHeld)
-		l.emit(Event{Kind: EventContended, Key: key, Err: err, Took: took})
-		return nil, err
-	case !c.live:
-		// The claim waited on the row lock past its own expiry. The row
-		// carries our holder but is already expired: it is nobody's lease.
-		// It also has a new fence, and an expiry that may be earlier than
-		// the previous lease's (a job's shorter TTL): that lease is over.
-		l.supersede(key)
-		err = fmt.Errorf("pglease: claim %q: expired while waiting on the row lock for %v: %w", key, took, ErrLost)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
-		return nil, err
-	}
-	trustUntil := l.trustDeadline(sent, t.ttl)
-	if trustUntil.left(l, time.Now()) <= 0 {
-		// Live on the server, but the round trip ate the whole trust
-		// window: the Locker could not vouch for it for a moment. The row
-		// lapses at its expiry; this holder's next claim takes it back. The
-		// previous lease of key, if any, is superseded by the new fence.
-		l.supersede(key)
-		err := fmt.Errorf("pglease: claim %q: took %v, longer than the trust window: %w", key, took, ErrLost)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Fence: c.fence, Err: err, Took: took})
-		return nil, err
-	}
-
-	lease := &Lease{
-		locker:     l,
-		key:        key,
-		holder:     c.holder,
-		fence:      c.fence,
-		acquiredAt: c.acquiredAt,
-		table:      c.table,
-		terms:      t,
-		expiresAt:  c.expiresAt,
-		trustUntil: trustUntil,
-		done:       make(chan struct{}),
-	}
-	// Reported before the lease becomes visible to the heartbeat and Close,
-	// so that its end can never be reported before its start.
-	skew := l.recordSkew(c.acquiredAt, sent, took)
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: c.holder, Fence: c.fence, Took: took, Skew: skew})
-	prev, err := l.register(lease)
-	if err != nil {
-		// Close ran while the claim was in flight: give the row back (the
-		// release is reported like any other).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
-		_ = l.release(rctx, lease, ErrClosed)
-		cancel()
-		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
-	}
-	if prev != nil {
-		prev.lose("re-claimed by the same holder")
-	}
-	// Armed once the lease is registered, so that the timer's loss is
-	// always reported after the acquisition and forgets a registered lease.
-	lease.mu.Lock()
-	if lease.err == nil {
-		lease.trust(sent)
-	}
-	lease.mu.Unlock()
-	l.watch()
-	return lease, nil
-}
-
-// supersede ends the Locker's lease of key, if it has one, after a claim
-// statement wrote the row for this holder without handing out a lease (the
-// row came back expired, or too late to trust): the row has a new fence
-// and a new expiry, possibly earlier than the previous lease's trust
-// deadline when the claim's TTL is shorter (Locker.Job), so the previous
-// mandate is over.
-func (l *Locker) supersede(key string) {
-	l.mu.Lock()
-	prev := l.leases[key]
-	l.mu.Unlock()
-	if prev != nil {
-		prev.lose("re-claimed by the same holder")
-	}
-}
 
 // Lock implements gocron.Locker: it claims key (the job name) within the
 // Locker's timeout, since gocron's context has no deadline. Failures are
@@ -307,8 +182,11 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 // statement (each lease's Err then wraps ErrClosed, and each outcome is
 // reported as for Unlock), and waits for the background goroutine to end.
 // The release runs even if ctx is already cancelled, bounded by the
-// Locker's timeout. Leases a later mandate took are not an error. Close is idempotent; later calls wait for the first and return
-// nil.
+// Locker's timeout. Leases a later mandate took are not an error. Claims in
+// flight end with ErrClosed, and Close waits for them to give back what
+// they may have committed: when it returns, nothing of the Locker is in
+// flight and it holds nothing. Close is idempotent; later calls wait for
+// the first and return nil.
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	l.mu.Lock()
@@ -328,7 +206,8 @@ func (l *Locker) Close(ctx context.Context) error {
 		held = append(held, lease)
 	}
 	l.mu.Unlock()
-	l.stopWaiting() // waiting claims return ErrClosed; the listener stops
+	l.inFlight.close() // claims in flight end with ErrClosed; no new one starts
+	l.stopWaiting()    // waiting claims return ErrClosed; the listener stops
 
 	if stop != nil {
 		stop()
@@ -341,6 +220,11 @@ func (l *Locker) Close(ctx context.Context) error {
 		if err != nil && !errors.Is(err, ErrLost) {
 			errs = append(errs, err)
 		}
+	}
+	// A claim in flight gives back what it may have committed before it
+	// returns (settle), on these connections.
+	if err := l.inFlight.wait(rctx); err != nil {
+		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
 	}
 	if l.claims != nil { // nil: claims go one by one
 		l.claims.wait()
@@ -372,6 +256,7 @@ func (l *Locker) register(lease *Lease) (*Lease, error) {
 	}
 	prev := l.leases[lease.key]
 	l.leases[lease.key] = lease
+	l.fences.see(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
 	if l.stop == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		l.stop, l.loopDone = stop, make(chan struct{})

@@ -131,7 +131,7 @@ func (l *Locker) listenConn(ctx context.Context, ch string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("no connection to LISTEN on: %w", err)
 	}
 	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, l.waits.table.render(sqlstmt.Listen)); err != nil {
 		closeConn(conn)
 		return nil, fmt.Errorf("LISTEN %q failed: %w", ch, err)
 	}
@@ -143,7 +143,7 @@ func (l *Locker) listenConn(ctx context.Context, ch string) (*pgx.Conn, error) {
 		closeConn(conn)
 		return nil, fmt.Errorf("no connection to send the probe notification on: %w", err)
 	}
-	_, err = sender.Exec(ctx, "SELECT pg_notify($1, $2)", ch, probe)
+	_, err = sender.Exec(ctx, sqlstmt.Probe, ch, probe)
 	sender.Release()
 	if err != nil {
 		closeConn(conn)

@@ -30,6 +30,17 @@ type protocol interface {
 	// another transaction and to be sent again (false). The others were
 	// lost.
 	release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error)
+	// mandate reads the mandate key's row carries now, for a give-back
+	// (Locker.giveBackUnknown); the protocol without a fence column has
+	// none to tell.
+	mandate(ctx context.Context, db DB, key string) (rowMandate, error)
+}
+
+// rowMandate is the mandate a row carries.
+type rowMandate struct {
+	holder string
+	fence  int64
+	live   bool
 }
 
 // claimed is what a claim statement returned.

@@ -66,7 +66,7 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 	for i, r := range batch {
 		released, found := got[r.ls]
 		switch {
-		case first[r.ls.key] != r.ls, err != nil && rowError(err), err == nil && found && !released:
+		case first[r.ls.key] != r.ls, err != nil && rowError(ctx, err), err == nil && found && !released:
 			out[i].alone = true
 		case err != nil:
 			out[i].err = releaseOutcome(r.prior, err)

@@ -90,6 +90,12 @@ func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Le
 
 // check reads the table's columns once and returns the claim statement that
 // fits them, or an error naming what the table lacks.
+// mandate: a row's forged holder does not say whether this Locker handed
+// that mandate out, so nothing is given back on it.
+func (p *unfenced) mandate(context.Context, DB, string) (rowMandate, error) {
+	return rowMandate{}, errors.New("pglease: a table without a fence column has no mandate to read")
+}
+
 func (p *unfenced) check(ctx context.Context, db DB) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

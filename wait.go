@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 const (
@@ -27,17 +29,9 @@ const (
 	expiryMargin = time.Millisecond
 )
 
-// remainingSQL reads who holds a key and for how long still, both on the
-// server: expires_at - clock_timestamp(), never compared with the local
-// wall clock. Only a waiting claim sends it, after ErrHeld, so that it wakes
-// at the holder's expiry (a lapsed or revoked lease notifies nobody) and
-// after a min hold. No row: purged or never claimed, try again at once.
-const remainingSQL = `SELECT holder, extract(epoch FROM expires_at - clock_timestamp())::float8
-  FROM {table} WHERE key = $1`
-
 // waiting holds a Locker's waiting claims and its listener.
 type waiting struct {
-	table table // for the channel and remainingSQL
+	table table // for the channel and sqlstmt.Remaining
 
 	mu      sync.Mutex
 	groups  map[string]*waitGroup // keys with a waiting claim
@@ -222,7 +216,14 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 // When ctx ends, the error wraps ctx.Err(), and ErrHeld if the key was held
 // at the last attempt. Another failure than contention is returned at once.
 // A claim that succeeded as ctx ended is returned, never left behind; one
-// cancelled in flight is given back by Claim.
+// whose outcome is unknown (cancelled in flight, its reply lost) is given
+// back before ClaimWait returns, on exactly the fence it drew. What no
+// client can undo is a claim that reaches the server only after its
+// sender gave up on it (held up on the network past the connection's end):
+// it commits a row that nobody holds, which lapses at its expiry. The key
+// is then held by nobody for at most that claim's TTL; it cuts no lease
+// short (a claim never moves a row's expiry back) and its fence is never
+// handed out.
 func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "ClaimWait")
 	if err := checkKey(key); err != nil {
@@ -240,6 +241,11 @@ type waitHooks struct {
 }
 
 func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
+	ctx, leave, err := l.inFlight.enter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
+	}
+	defer leave()
 	g, stopped, err := l.waits.join(key)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
@@ -250,7 +256,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	select {
 	case g.turn <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("pglease: claim wait %q: waiting behind this Locker's other waiters: %w", key, ctx.Err())
+		return nil, fmt.Errorf("pglease: claim wait %q: waiting behind this Locker's other waiters: %w", key, ended(ctx))
 	case <-stopped:
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)
 	}
@@ -274,16 +280,12 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			if h.held != nil {
 				h.held("", err)
 			}
-			if !errors.Is(err, ErrClosed) {
-				// The claim may have committed a row though it handed out
-				// no lease: its context ended in flight, its reply was
-				// lost, or it outwaited its trust window on a row lock.
-				// A waiter that fails holds nothing. (Close gives back
-				// what a claim it overtook committed.)
-				l.giveBack(ctx, key)
-			}
+			// A claim that may have committed a row though it handed out
+			// no lease (its context ended in flight, its reply was lost,
+			// it outwaited its trust window on a row lock) has given that
+			// row back before it returned (Locker.settle).
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ctx.Err()))
+				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ended(ctx)))
 			}
 			if !errors.Is(err, ErrLost) {
 				return nil, err
@@ -326,60 +328,12 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(held, ctx.Err()))
+			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(held, ended(ctx)))
 		case <-stopped:
 			timer.Stop()
 			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)
 		}
 		timer.Stop()
-	}
-}
-
-// giveBackSQL expires the live row of key that carries this Locker's holder
-// and that no lease of the Locker stands for: a claim whose context ended
-// while its statement was in flight may have committed with nobody to hold
-// it. Sent in the key's turn, with no lease of the Locker on key live or
-// being released, so it cannot touch a mandate the Locker believes in. It
-// notifies like a release, for the waiters of other Lockers.
-//
-//   - It touches only a row as a claim of the Locker's TTL ($3) left it
-//     (expires_at = acquired_at + TTL, both from one clock reading): a row a
-//     release already expired, or kept for its min hold, is not a claim
-//     nobody holds, and is left as it is.
-//   - It keeps the longest min hold of the Locker and its jobs ($4): a
-//     release of that claim would keep the Locker's, so that a replica
-//     whose scheduler fires a little later does not get the tick the claim
-//     took; and a job's released row whose min hold equals the Locker's
-//     TTL looks like such a claim, and must keep the job's.
-const giveBackSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(),
-                             acquired_at + make_interval(secs => $4),
-                             acquired_at + interval '1 microsecond')
- WHERE key = $1 AND holder = $2 COLLATE "C" AND expires_at > clock_timestamp()
-   AND expires_at = acquired_at + make_interval(secs => $3)
-RETURNING pg_notify({chanlit}, key)`
-
-// giveBack makes sure a waiting claim that gives up holds no row: it waits,
-// within the Locker's timeout, until a claim of key whose caller gave up
-// in flight has given its row back (orphanClaim holds the key's turn until
-// then), and expires a row a cancelled claim committed unseen. Without a
-// fence column each mandate has a holder of its own, unknown here: such a
-// row lapses at its expiry.
-func (l *Locker) giveBack(ctx context.Context, key string) {
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
-	defer cancel()
-	done, err := l.turns.take(tctx, key)
-	if err != nil {
-		return
-	}
-	defer done()
-	if l.cfg.noFence || l.ownLease(context.WithValue(ctx, exclusiveClaim{}, true), key) != nil {
-		return
-	}
-	rows, err := l.conns.release.Query(tctx, l.waits.table.render(giveBackSQL), key, l.cfg.holder,
-		l.cfg.ttl.Seconds(), time.Duration(l.maxMinHold.Load()).Seconds())
-	if err == nil {
-		rows.Close()
 	}
 }
 
@@ -404,10 +358,13 @@ func (l *Locker) remaining(ctx context.Context, key string) (string, time.Durati
 	if err != nil {
 		return "", 0, err
 	}
-	return holder, time.Duration(secs * float64(time.Second)), nil
+	// A row pinned far away (an expiry in the year 9999, or infinity) would
+	// overflow a Duration into a negative pause: no waiter sleeps longer
+	// than maxNotifyBackoff anyway.
+	return holder, time.Duration(min(secs, maxNotifyBackoff.Seconds()) * float64(time.Second)), nil
 }
 
-func (w *waiting) remainingSQL() string { return w.table.render(remainingSQL) }
+func (w *waiting) remainingSQL() string { return w.table.render(sqlstmt.Remaining) }
 
 // releaseStarted records a release on its way: until it has finished, a
 // waiting claim of this Locker would take the row over from it (same
@@ -434,4 +391,13 @@ func (w *waiting) releaseFinished(ls *Lease) {
 type releaseInFlight struct {
 	ls   *Lease
 	done chan struct{}
+}
+
+// ended is why ctx ended: ctx.Err(), and its cause if that says more (Close
+// ends the context of a waiting claim with ErrClosed).
+func ended(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return errors.Join(ctx.Err(), cause)
+	}
+	return ctx.Err()
 }

@@ -15,13 +15,48 @@ const raiseSyncCommit = `set_config('synchronous_commit',
 
 // claimConflict is the conflict arm of Claim and ClaimAll, and its guard:
 // a burst judges each row exactly as a claim alone.
+//
+// expires_at = GREATEST(lease.expires_at, EXCLUDED.expires_at): a claim never
+// moves the expiry of the row it takes over back. The arm only fires for an
+// expired row (whose expiry is past, so the claim's own wins) or for a row of
+// the same holder: a re-entrant claim, which may carry a shorter TTL than the
+// lease it supersedes (a job's, Locker.Job). That lease stays trusted by its
+// Locker until the claim's reply arrives, and not at all if the reply is
+// lost or the claim reaches the server after its sender gave up; if the claim
+// could cut the row's expiry short, another holder could claim the key while
+// that lease is still trusted. With GREATEST, a claim arriving at any moment
+// leaves the row live at least as long as any earlier mandate of the holder
+// was told: only the new mandate's own heartbeat or release, which match its
+// fence, can shorten it, and the Locker ends the earlier lease before either
+// is sent.
 const claimConflict = `ON CONFLICT (key) DO UPDATE
    SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
+       expires_at  = GREATEST(lease.expires_at, EXCLUDED.expires_at),
        acquired_at = EXCLUDED.acquired_at,
        fence       = nextval({seqlit})
  WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
 `
+
+// claimFree is the read that makes a losing claim cost a read: the claim's
+// SELECT yields no row when the key has a live lease of another holder
+// (c.key is the key, h.holder the claiming holder). With no row to insert, the
+// INSERT takes no row lock, gets no transaction id, writes no WAL and waits
+// for no flush at commit; without it, ON CONFLICT DO UPDATE would lock the
+// conflicting row before evaluating its WHERE, and a losing claim would cost
+// a lock record, a commit record and a synchronous WAL flush, while the
+// holder's release, which skips locked rows, would find the row locked by
+// the losers and be sent again and again.
+//
+// The read uses the statement's snapshot and the claim's own clock reading
+// (clock.t). A row it does not see (inserted by a claim that committed after
+// the snapshot) or sees expired is still judged by the conflict arm, after
+// its lock: every outcome is the one the conflict arm alone gives, but that
+// a foreign live row, locked by a transaction in flight, is ErrHeld at once
+// rather than after the lock is released (the claim then linearizes before
+// that transaction).
+const claimFree = `NOT EXISTS (SELECT 1 FROM {table} AS cur
+                   WHERE cur.key = c.key AND cur.expires_at > clock.t
+                     AND cur.holder <> h.holder COLLATE "C")`
 
 // Claim takes a key in one statement and one round trip.
 //
@@ -43,8 +78,9 @@ const claimConflict = `ON CONFLICT (key) DO UPDATE
 //     before either arm writes anything: a claim acknowledged to the caller
 //     must survive a crash, or after the restart another holder would claim
 //     the same live key and the sequence, whose advance was lost with it,
-//     would issue the same fences again. A claim that writes nothing has no
-//     transaction id and waits for no flush.
+//     would issue the same fences again.
+//   - claimFree: a claim of a key another holder's live lease has returns
+//     no row having only read it: no lock, no transaction id, no WAL.
 //   - live reports whether the lease is still unexpired after that wait; a
 //     claim that returns live = false hands out nothing.
 //   - tableoid names the very table the row is in, which the transaction
@@ -52,9 +88,10 @@ const claimConflict = `ON CONFLICT (key) DO UPDATE
 //
 // The alias keeps the statement the same whatever the table is called.
 const Claim = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
-SELECT $1, $2, clock.t, clock.t + make_interval(secs => $3)
-  FROM (SELECT clock_timestamp() AS t) AS clock
- WHERE ` + raiseSyncCommit + ` IS NOT NULL
+SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3)
+  FROM (SELECT clock_timestamp() AS t) AS clock, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
+ WHERE ` + claimFree + `
+   AND ` + raiseSyncCommit + ` IS NOT NULL
 ` + claimConflict + `RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // ClaimAll is Claim for every claim of a burst, in one statement,
@@ -89,10 +126,11 @@ SELECT $1, $2, clock.t, clock.t + make_interval(secs => $3)
 //     waits, as it would have alone. A claim of another replica in flight
 //     holds a row for one commit, well under it.
 const ClaimAll = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
-SELECT c.key, $1, clock.t, clock.t + make_interval(secs => c.ttl)
-  FROM (SELECT clock_timestamp() AS t) AS clock,
+SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
+  FROM (SELECT clock_timestamp() AS t) AS clock, (SELECT $1::text AS holder) AS h,
        unnest($3::text[], $2::float8[]) AS c(key, ttl)
- WHERE ` + raiseSyncCommit + ` IS NOT NULL
+ WHERE ` + claimFree + `
+   AND ` + raiseSyncCommit + ` IS NOT NULL
    AND set_config('lock_timeout', $4, true) IS NOT NULL
  ORDER BY c.key COLLATE "C"
 ` + claimConflict + `RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
@@ -117,22 +155,25 @@ SELECT c.key, $1, clock.t, clock.t + make_interval(secs => c.ttl)
 //     row lock, as in Claim.
 //   - The SELECT's WHERE raises synchronous_commit before anything is
 //     written, as in Claim: an acknowledged claim survives a crash.
-//   - The acquired time handed back is the proposed expiry minus the TTL:
-//     the server's time when the row was proposed, known even when the
-//     table has no acquired_at column. UnfencedRelease measures the min
-//     hold from it.
+//   - expires_at = GREATEST(...): a claim never moves the expiry of a row
+//     it takes over back, as in Claim (claimConflict).
+//   - The acquired time handed back is the expiry minus the TTL, or the
+//     server's clock at the end of the statement if that is earlier (the
+//     row kept a later expiry): the server's time of the claim, known even
+//     when the table has no acquired_at column. UnfencedRelease measures
+//     the min hold from it.
 const UnfencedClaim = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
 SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
   FROM (SELECT clock_timestamp() AS t) AS clock
  WHERE ` + raiseSyncCommit + ` IS NOT NULL
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
-       expires_at = EXCLUDED.expires_at{acqset}
+       expires_at = GREATEST(lease.expires_at, EXCLUDED.expires_at){acqset}
  WHERE (length(lease.holder) = length($4::text) + 16
         AND left(lease.holder, length($4::text)) = $4::text COLLATE "C"
         AND right(lease.holder, 16) ~ '^[0-9a-f]{16}$' COLLATE "C")
     OR lease.expires_at <= clock_timestamp()
-RETURNING expires_at - make_interval(secs => $3), expires_at, expires_at > clock_timestamp() AS live, tableoid`
+RETURNING LEAST(expires_at - make_interval(secs => $3), clock_timestamp()), expires_at, expires_at > clock_timestamp() AS live, tableoid`
 
 // Columns lists the table's columns, to check it has what
 // WithoutFenceColumn needs. to_regclass resolves the name as the statements will.
@@ -153,3 +194,12 @@ func UnfencedClaimFor(hasAcquired bool) string {
 	}
 	return strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(UnfencedClaim)
 }
+
+// Mandate reads the mandate a key's row carries now: its holder, its fence,
+// and whether it is live on the server's clock. A claim whose outcome the
+// Locker never learned (its reply lost, its context ended in flight) sends
+// it before giving back what that claim may have committed, so that the
+// give-back acts on exactly one mandate, named by its fence: a read is
+// harmless however late it arrives, and a release of that fence arriving
+// after a newer claim touches nothing.
+const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`

@@ -67,7 +67,8 @@ func Channel(name string) string {
 // Render fills a statement template for table (one part, or schema and
 // name): {table} becomes the quoted table name, {seq} the quoted name of
 // its fence sequence, {seqlit} that name as a string literal for nextval(),
-// and {chanlit} its release channel (Channel) as a string literal.
+// {chanlit} its release channel (Channel) as a string literal, and {chan}
+// that channel as a quoted identifier.
 // Identifiers are quoted by pgx.Identifier.Sanitize, and the literals
 // double any single quote, so no name can change the statement.
 func Render(tmpl string, table pgx.Identifier) string {
@@ -77,6 +78,7 @@ func Render(tmpl string, table pgx.Identifier) string {
 		"{seq}", seq,
 		"{seqlit}", literal(seq),
 		"{chanlit}", literal(Channel(strings.Join(table, "."))),
+		"{chan}", pgx.Identifier{Channel(strings.Join(table, "."))}.Sanitize(),
 	).Replace(tmpl)
 }
 

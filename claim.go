@@ -1,0 +1,244 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Claim takes the lease on key, in one statement. It returns an error
+// wrapping ErrHeld while another holder's lease is live. A claim by the same
+// holder while its own lease is live succeeds with a greater fence, and the
+// previous Lease for key is then lost. The lease is extended in the
+// background until Unlock, loss, or Close. Claims of one key by one Locker
+// run one at a time, so that the lease Held returns is always the row's.
+// A claim made while a few claims of the Locker are in flight waits for
+// the first of them, and then goes to the server in one statement with
+// every claim that arrived meanwhile, each judged and reported as if
+// alone: a burst of jobs due together costs a handful of statements, not
+// one per job.
+//
+// A claim that may have written the row without handing out a lease (its
+// reply was lost, ctx ended while it was in flight, it came back too late to
+// trust) ends the Locker's previous lease of key, and gives back the row
+// it may have taken: see the package documentation for what remains of a
+// claim that reaches the server only after its sender gave up.
+//
+// Claim uses ctx as given; Lock adds the Locker's timeout. Close ends a
+// claim in flight.
+func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
+	mustContext(ctx, "Claim")
+	return l.claim(ctx, key, l.terms())
+}
+
+// claim is Claim of a lease on the given terms: the Locker's, or a job's.
+// Every claim whose statement may have reached the server leaves through
+// settle, which ends what the statement superseded.
+func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
+	}
+	ctx, leave, err := l.inFlight.enter(ctx)
+	if err != nil {
+		err = fmt.Errorf("pglease: claim %q: %w", key, err)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		return nil, err
+	}
+	defer leave()
+
+	done, err := l.turns.take(ctx, key)
+	if err != nil {
+		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		return nil, err
+	}
+	defer func() { done() }() // after register: the next claim of key commits after this one
+	// A waiting claim does not take over its own Locker's lease (wait.go).
+	if err := l.ownLease(ctx, key); err != nil {
+		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+	}
+	known := l.knownFence(key)
+	s := l.sendClaim(ctx, key, t, &done)
+	return l.settle(ctx, key, t, known, s)
+}
+
+// sent is what became of one claim statement.
+type sent struct {
+	c    claimed
+	ok   bool      // a row came back: the key was taken (new, expired, or our own)
+	at   time.Time // when the statement was sent: the trust window counts from it
+	err  error
+	fate fate
+}
+
+// fate says what a failed claim statement may have written.
+type fate int
+
+const (
+	answered  fate = iota // the server's answer came back (a row, no row, or its error)
+	notSent               // it never reached the server
+	unknown               // it may have committed: the reply was lost, or ctx ended in flight
+	orphaned              // the coalescer settles it once its statement returns (orphanClaim)
+)
+
+// fateOf classifies err, the failure of a claim statement. An error the
+// server raised rolled the statement back; one pgx reports as safe to retry,
+// or one raised before a connection was had, never left the client.
+func fateOf(err error) fate {
+	var pgErr *pgconn.PgError
+	var ns notSentError
+	switch {
+	case err == nil, errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr):
+		return answered
+	case errors.As(err, &ns), pgconn.SafeToRetry(err):
+		return notSent
+	}
+	return unknown
+}
+
+// settle is the one exit of a claim whose statement may have reached the
+// server: it enumerates what the statement can have done, and for every
+// case in which it may have written the row without handing out a lease,
+// ends the Locker's previous lease of key first (the row has a new fence,
+// and maybe a shorter expiry) and gives the row back.
+func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s sent) (*Lease, error) {
+	took := time.Since(s.at)
+	fail := func(kind EventKind, fence int64, err error) (*Lease, error) {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) && !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w: %w", err, cause) // Close ended the claim
+		}
+		err = fmt.Errorf("pglease: claim %q: %w", key, err)
+		l.emit(Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took})
+		return nil, err
+	}
+	switch {
+	case s.err != nil && s.fate == unknown:
+		l.supersede(key, "re-claimed by the same holder in a claim whose outcome is unknown")
+		l.giveBackUnknown(ctx, key, t, known)
+		return fail(EventClaimFailed, 0, s.err)
+	case s.err != nil: // nothing was written, or the coalescer settles it
+		return fail(EventClaimFailed, 0, s.err)
+	case !s.ok:
+		return fail(EventContended, 0, ErrHeld)
+	case !s.c.live:
+		// The claim waited on the row lock past its own expiry. The row
+		// carries our holder but is already expired: it is nobody's lease.
+		// It also has a new fence: the previous lease is over.
+		l.supersede(key, "re-claimed by the same holder")
+		l.fences.see(key, s.c.fence, time.Now(), t.ttl+t.minHold)
+		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
+	}
+	trustUntil := l.trustDeadline(s.at, t.ttl)
+	if trustUntil.left(l, time.Now()) <= 0 {
+		// Live on the server, but the round trip ate the whole trust
+		// window: the Locker could not vouch for it for a moment. Its row
+		// is given back, on exactly its fence.
+		l.supersede(key, "re-claimed by the same holder")
+		l.fences.see(key, s.c.fence, time.Now(), t.ttl+t.minHold)
+		l.giveBack(ctx, &Lease{key: key, holder: s.c.holder, fence: s.c.fence, acquiredAt: s.c.acquiredAt, terms: t})
+		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
+	}
+
+	lease := &Lease{
+		locker:     l,
+		key:        key,
+		holder:     s.c.holder,
+		fence:      s.c.fence,
+		acquiredAt: s.c.acquiredAt,
+		table:      s.c.table,
+		terms:      t,
+		expiresAt:  s.c.expiresAt,
+		trustUntil: trustUntil,
+		done:       make(chan struct{}),
+	}
+	// Reported before the lease becomes visible to the heartbeat and Close,
+	// so that its end can never be reported before its start.
+	skew := l.recordSkew(s.c.acquiredAt, s.at, took)
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.holder, Fence: s.c.fence, Took: took, Skew: skew})
+	prev, err := l.register(lease)
+	if err != nil {
+		// Close ran while the claim was in flight: give the row back (the
+		// release is reported like any other).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
+		_ = l.release(rctx, lease, ErrClosed)
+		cancel()
+		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+	}
+	if prev != nil {
+		prev.lose("re-claimed by the same holder")
+	}
+	// Armed once the lease is registered, so that the timer's loss is
+	// always reported after the acquisition and forgets a registered lease.
+	lease.mu.Lock()
+	if lease.err == nil {
+		lease.trust(s.at)
+	}
+	lease.mu.Unlock()
+	l.watch()
+	return lease, nil
+}
+
+// supersede ends the Locker's lease of key, if it has one, after a claim
+// statement may have written the row for this holder without handing out a
+// lease: the row has a new fence, so the previous mandate is over.
+func (l *Locker) supersede(key, why string) {
+	l.mu.Lock()
+	prev := l.leases[key]
+	l.mu.Unlock()
+	if prev != nil {
+		prev.lose(why)
+	}
+}
+
+// knownFence is the greatest fence of key this Locker has been handed and
+// may still have a live row under: its lease's, or one it remembers
+// (knownFences). A live row of this holder with a greater fence was
+// written by a claim of this Locker whose reply it never read.
+func (l *Locker) knownFence(key string) int64 {
+	l.mu.Lock()
+	lease := l.leases[key]
+	l.mu.Unlock()
+	known := l.fences.greatest(key, time.Now())
+	if lease != nil {
+		known = max(known, lease.fence)
+	}
+	return known
+}
+
+// giveBackUnknown gives back what a claim of key may have committed unseen,
+// on exactly the mandate it made: it first reads the row (harmless however
+// late it arrives), and expires it through the release statement only if
+// the row carries this holder, is live, and has a fence greater than any
+// this Locker knows of (known): a mandate of its own that it never handed
+// out. The release matches that fence alone, so a release that arrives
+// late, after the Locker has claimed the key again, touches nothing. It is
+// sent within the claim's key turn, even if ctx has ended, within the
+// claim's timeout. Without a fence column each mandate has a holder of its
+// own, which the row does not tell apart from a lease handed out: such a
+// row lapses at its expiry.
+func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
+	if l.cfg.noFence {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
+	defer cancel()
+	m, err := l.proto.mandate(rctx, l.conns.claim, key)
+	if err != nil || !m.live || m.holder != l.cfg.holder || m.fence <= known {
+		return
+	}
+	l.fences.see(key, m.fence, time.Now(), t.ttl+t.minHold)
+	l.giveBack(rctx, &Lease{key: key, holder: m.holder, fence: m.fence, terms: t})
+}
+
+// giveBack expires the row of ls, a mandate nobody holds, keeping its min
+// hold, in one attempt of the release statement: a row locked elsewhere
+// lapses at its expiry.
+func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
+	defer cancel()
+	_, _ = l.proto.release(rctx, l.conns.release, []*Lease{ls})
+}
