@@ -79,10 +79,10 @@ type sent struct {
 type fate int
 
 const (
-	answered  fate = iota // the server's answer came back (a row, no row, or its error)
-	notSent               // it never reached the server
-	unknown               // it may have committed: the reply was lost, or ctx ended in flight
-	orphaned              // the coalescer settles it once its statement returns (orphanClaim)
+	answered fate = iota // the server's answer came back (a row, no row, or its error)
+	notSent              // it never reached the server
+	unknown              // it may have committed: the reply was lost, or ctx ended in flight
+	orphaned             // the coalescer settles it once its statement returns (orphanClaim)
 )
 
 // fateOf classifies err, the failure of a claim statement. An error the

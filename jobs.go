@@ -134,4 +134,3 @@ func lower(v *atomic.Int64, d time.Duration) bool {
 		}
 	}
 }
-
