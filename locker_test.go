@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 func TestLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
@@ -511,4 +512,47 @@ func TestCloseWaitsForTheClaimInFlightAndLeavesNoLiveRow(t *testing.T) {
 	row, ok := pgtest.ReadRow(t, pool, table, "job")
 	require.True(t, ok)
 	require.False(t, row.Live, "Close returned and left a live row nobody holds: %+v", row)
+}
+
+// Guarantee: a claim that finds another holder's live lease costs a read:
+// no row lock, no transaction id, no WAL, so no flush at its commit, alone
+// or in a burst; a winning claim writes as before.
+func TestLosingClaimTakesNoTransactionIDAndWritesNoWAL(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	holder := pgtest.Locker(t, pool, table, "holder")
+	_, err := holder.Claim(ctx, "job")
+	require.NoError(t, err)
+	tbl := pgx.Identifier{table}
+
+	// cost runs stmt in a transaction of its own and reads whether it got
+	// a transaction id and how much WAL it wrote (EXPLAIN ANALYZE's WAL
+	// counters count the statement alone, whatever other sessions do).
+	cost := func(stmt string, args ...any) (xid bool, walBytes int64, rows int) {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+		var plan []map[string]any
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, WAL, FORMAT JSON) "+stmt, args...).Scan(&plan))
+		top := plan[0]["Plan"].(map[string]any)
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&xid))
+		return xid, int64(top["WAL Bytes"].(float64)), int(top["Actual Rows"].(float64))
+	}
+	claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+	claimAll := sqlstmt.Render(sqlstmt.ClaimAll, tbl)
+
+	xid, wal, _ := cost(claim, "job", "loser", 60.0)
+	assert.False(t, xid, "a losing claim got a transaction id")
+	assert.Zero(t, wal, "a losing claim wrote WAL")
+	xid, wal, _ = cost(claimAll, "loser", []float64{60, 60}, []string{"job", "job2"}, "500ms")
+	assert.True(t, xid, "a burst that wins one key writes it")
+	assert.Positive(t, wal)
+	_, err = holder.Claim(ctx, "job2")
+	require.NoError(t, err)
+	xid, wal, _ = cost(claimAll, "loser", []float64{60, 60}, []string{"job", "job2"}, "500ms")
+	assert.False(t, xid, "a burst that loses every key got a transaction id")
+	assert.Zero(t, wal, "a burst that loses every key wrote WAL")
+	xid, wal, _ = cost(claim, "free", "loser", 60.0)
+	assert.True(t, xid, "a winning claim writes its row")
+	assert.Positive(t, wal)
 }

@@ -31,6 +31,9 @@ type lostReplyRow struct {
 
 func (r lostReplyRow) Scan(dest ...any) error {
 	if err := r.Row.Scan(dest...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			r.db.armed.Store(true) // a claim that lost wrote nothing: the next one's reply is lost
+		}
 		return err
 	}
 	close(r.db.lost)

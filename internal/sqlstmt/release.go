@@ -19,7 +19,10 @@ package sqlstmt
 //     heartbeat round may not run while a release is in flight, every
 //     heartbeat of the Locker. Skipped rows are told from lost ones as the
 //     heartbeat does (the last committed version still matches) and sent
-//     again by the Locker, each attempt on its own.
+//     again by the Locker, each attempt on its own. They are looked for
+//     only when fewer rows were released than asked (a one-time filter):
+//     in the usual release, every row is released and that second scan
+//     costs nothing.
 //   - GREATEST(clock_timestamp(), acquired_at + min hold) keeps the lease
 //     until the min hold has passed since the claim (WithMinHold), and
 //     otherwise expires it now. Each lease has its own min hold ($2, one
@@ -60,7 +63,8 @@ UNION ALL
 SELECT c.key, c.fence, false
   FROM r JOIN {table} AS c ON c.key = r.key AND c.fence = r.fence
  WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM released)`
+   AND c.key NOT IN (SELECT key FROM released)
+   AND (SELECT count(*) FROM released) < cardinality($3::text[])`
 
 // UnfencedRelease is Release matching each row on its forged holder,
 // with each lease's min hold ($1, one per key) counted from the acquired
@@ -88,4 +92,5 @@ UNION ALL
 SELECT c.key, c.holder, false
   FROM r JOIN {table} AS c ON c.key = r.key AND c.holder = r.holder COLLATE "C"
  WHERE c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM released)`
+   AND c.key NOT IN (SELECT key FROM released)
+   AND (SELECT count(*) FROM released) < cardinality($2::text[])`
