@@ -2,9 +2,12 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -127,12 +130,40 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 		if !won || err != nil {
 			return false, err
 		}
-		if _, err := db.Exec(ctx, release, holder, each(1, 0), []string{key}, []int64{fence}); err != nil {
-			return true, err
-		}
-		return true, nil
+		return true, releaseRaw(ctx, db, release, holder, key, fence)
 	}
 }
+
+// releaseRaw sends the release statement for one lease, and again while
+// it reports the row skipped because locked, as a Locker does (a pause
+// doubling from 1ms, at most 20 attempts).
+func releaseRaw(ctx context.Context, db pglease.DB, release, holder, key string, fence int64) error {
+	pause := time.Millisecond
+	for range 20 {
+		var (
+			k        string
+			f        int64
+			released bool
+		)
+		err := db.QueryRow(ctx, release, holder, each(1, 0), []string{key}, []int64{fence}).Scan(&k, &f, &released)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("release of %q fence %d: lost", key, fence)
+		case err != nil:
+			return err
+		case released:
+			return nil
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+	return fmt.Errorf("release of %q fence %d: %w", key, fence, errStarved)
+}
+
+// errStarved is releaseRaw's error when the row stayed locked by other
+// transactions through every attempt: the release gave up, and the row
+// lapses at its expiry.
+var errStarved = errors.New("row locked by other transactions through 20 attempts")
 
 // prevReleaseCycle is claimCycle with today's claim and the previous
 // release statement.

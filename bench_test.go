@@ -223,7 +223,7 @@ func claimRaw(ctx context.Context, db pglease.DB, claim, key, holder string, ttl
 	)
 	dest := []any{&fence, &acq, &exp, &live}
 	if withOID {
-		dest = append(dest, new(uint32))
+		dest = append(dest, new(uint32), new(string))
 	}
 	err = db.QueryRow(ctx, claim, key, holder, ttl).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -34,7 +34,7 @@ func fenceOf(ls *Lease) int64 { return ls.fence }
 
 func (p *fenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
 	c := claimed{holder: p.holder}
-	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table)
+	err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table, nil)
 	return claimOutcomeOf(c, err)
 }
 
@@ -48,7 +48,7 @@ func (p *fenced) claimAll(ctx context.Context, db DB, keys []string, ttls []floa
 	for rows.Next() {
 		var key string
 		c := claimed{holder: p.holder}
-		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table); err != nil {
+		if err := rows.Scan(&key, &c.fence, &c.acquiredAt, &c.expiresAt, &c.live, &c.table, nil); err != nil {
 			return nil, err
 		}
 		got[key] = c

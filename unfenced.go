@@ -60,7 +60,7 @@ func (p *unfenced) claim(ctx context.Context, db DB, key string, ttl time.Durati
 		return claimed{}, false, err
 	}
 	c := claimed{holder: p.forge()}
-	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table)
+	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table, nil)
 	return claimOutcomeOf(c, err)
 }
 

@@ -211,7 +211,7 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 					live     bool
 					table    uint32
 				)
-				err := r.pool.QueryRow(ctx, claim, key, r.holder, time.Minute.Seconds()).Scan(&fence, &acq, &exp, &live, &table)
+				err := r.pool.QueryRow(ctx, claim, key, r.holder, time.Minute.Seconds()).Scan(&fence, &acq, &exp, &live, &table, nil)
 				switch {
 				case err == nil:
 					wins[i] = &won{r: r, key: key, fence: fence}

@@ -255,7 +255,7 @@ func deleteCycle(pool *pgxpool.Pool, table string) (func(context.Context, string
 			acq, exp time.Time
 			live     bool
 		)
-		err := pool.QueryRow(ctx, claim, key, "study", ttl).Scan(&fence, &acq, &exp, &live, new(uint32))
+		err := pool.QueryRow(ctx, claim, key, "study", ttl).Scan(&fence, &acq, &exp, &live, new(uint32), nil)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !live) {
 			return fmt.Errorf("claim of %q not acquired", key)
 		}

@@ -74,11 +74,16 @@ const claimFree = `NOT EXISTS (SELECT 1 FROM {table} AS cur
 //     does between two readings. DO UPDATE takes both from EXCLUDED: they were evaluated
 //     before any wait on the row lock, and clock_timestamp() there would
 //     break the CHECK after a wait longer than the TTL (SQLSTATE 23514).
-//   - The SELECT's WHERE raises synchronous_commit (raiseSyncCommit)
-//     before either arm writes anything: a claim acknowledged to the caller
-//     must survive a crash, or after the restart another holder would claim
-//     the same live key and the sequence, whose advance was lost with it,
-//     would issue the same fences again.
+//   - RETURNING raises synchronous_commit (raiseSyncCommit) for every row
+//     the claim takes, before its commit, where the setting is read: a
+//     claim acknowledged to the caller must survive a crash, or after the
+//     restart another holder would claim the same live key and the
+//     sequence, whose advance was lost with it, would issue the same
+//     fences again. A claim that takes nothing returns no row and keeps the
+//     session's setting: one that only locked a row it then lost (a claim
+//     racing the winner of an expired row) has nothing worth a WAL flush,
+//     and would otherwise hold that row locked, against the holder's
+//     release, until its flush.
 //   - claimFree: a claim of a key another holder's live lease has returns
 //     no row having only read it: no lock, no transaction id, no WAL.
 //   - live reports whether the lease is still unexpired after that wait; a
@@ -91,8 +96,7 @@ const Claim = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_a
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3)
   FROM (SELECT clock_timestamp() AS t) AS clock, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
  WHERE ` + claimFree + `
-   AND ` + raiseSyncCommit + ` IS NOT NULL
-` + claimConflict + `RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+` + claimConflict + `RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable`
 
 // ClaimAll is Claim for every claim of a burst, in one statement,
 // one commit and one WAL flush: the claims a Locker is asked for while
@@ -118,7 +122,7 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3)
 //     comes back only for a key taken (new, expired, or our own); a key
 //     missing from RETURNING is ErrHeld. live is false for a row whose lease expired while the
 //     statement waited on its lock.
-//   - Synchronous commit raised as in Claim, before anything is written.
+//   - Synchronous commit raised as in Claim, by every row it takes.
 //   - lock_timeout ($4), for this transaction only: a row locked by another
 //     transaction (an operator's, a long one) would hold up every claim of
 //     the burst. Past it the statement fails with SQLSTATE 55P03 and each
@@ -130,10 +134,9 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
   FROM (SELECT clock_timestamp() AS t) AS clock, (SELECT $1::text AS holder) AS h,
        unnest($3::text[], $2::float8[]) AS c(key, ttl)
  WHERE ` + claimFree + `
-   AND ` + raiseSyncCommit + ` IS NOT NULL
    AND set_config('lock_timeout', $4, true) IS NOT NULL
  ORDER BY c.key COLLATE "C"
-` + claimConflict + `RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid`
+` + claimConflict + `RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable`
 
 // UnfencedClaim is Claim for a table without a fence column.
 //
@@ -153,8 +156,8 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
 //   - {acq}, {acqval} and {acqset} add acquired_at when the table has it
 //     (UnfencedClaimFor); its value is evaluated before any wait on the
 //     row lock, as in Claim.
-//   - The SELECT's WHERE raises synchronous_commit before anything is
-//     written, as in Claim: an acknowledged claim survives a crash.
+//   - RETURNING raises synchronous_commit for the row it takes, as in
+//     Claim: an acknowledged claim survives a crash.
 //   - expires_at = GREATEST(...): a claim never moves the expiry of a row
 //     it takes over back, as in Claim (claimConflict).
 //   - The acquired time handed back is the expiry minus the TTL, or the
@@ -165,7 +168,6 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
 const UnfencedClaim = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
 SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
   FROM (SELECT clock_timestamp() AS t) AS clock
- WHERE ` + raiseSyncCommit + ` IS NOT NULL
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
        expires_at = GREATEST(lease.expires_at, EXCLUDED.expires_at){acqset}
@@ -173,7 +175,8 @@ ON CONFLICT (key) DO UPDATE
         AND left(lease.holder, length($4::text)) = $4::text COLLATE "C"
         AND right(lease.holder, 16) ~ '^[0-9a-f]{16}$' COLLATE "C")
     OR lease.expires_at <= clock_timestamp()
-RETURNING LEAST(expires_at - make_interval(secs => $3), clock_timestamp()), expires_at, expires_at > clock_timestamp() AS live, tableoid`
+RETURNING LEAST(expires_at - make_interval(secs => $3), clock_timestamp()), expires_at, expires_at > clock_timestamp() AS live, tableoid,
+          ` + raiseSyncCommit + ` AS durable`
 
 // Columns lists the table's columns, to check it has what
 // WithoutFenceColumn needs. to_regclass resolves the name as the statements will.
