@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // The operator's view of a lease table: List, Purge, Revoke and
@@ -41,19 +43,6 @@ type LeaseRow struct {
 // server's clock: negative once expired, that long ago.
 func (r LeaseRow) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
 
-// listSQL lists every row with the server's time, read once (the CTE is
-// evaluated once) so that every row is judged against the same instant,
-// and on the database clock, the only one pglease trusts. Keys are sorted
-// byte-wise (COLLATE "C") so that the order does not depend on the
-// database's locale. fence and acquired_at are read through to_jsonb of the
-// row, so that a table without them (WithoutFenceColumn) lists too, with
-// nulls. An existing table may let holder be NULL (a row its owner wrote):
-// it lists as an empty holder rather than failing the whole listing.
-const listSQL = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
-  FROM {table} AS t, server
- ORDER BY key COLLATE "C"`
-
 // List returns every row of the lease table, live and expired, sorted by
 // key byte-wise, each with the server's time of the reading. It needs
 // SELECT on the table.
@@ -62,7 +51,7 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, t.render(listSQL))
+	rows, err := db.Query(ctx, t.render(sqlstmt.List))
 	if err != nil {
 		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
 	}
@@ -148,62 +137,6 @@ type Revocation struct {
 	ServerNow time.Time
 }
 
-// lockRowSQL reads the key's row and locks it for the rest of the
-// transaction, so that what is reported is what was changed: no claim or
-// heartbeat can change the row in between. fence and acquired_at go through
-// to_jsonb so that a table without them (WithoutFenceColumn) works too, and
-// a NULL holder reads as empty, as in listSQL.
-const lockRowSQL = `SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
-  FROM {table} AS t WHERE key = $1 FOR UPDATE`
-
-// revokeSQL takes a live lease's mandate away from its holder without
-// letting anyone else in early: it writes RevokedHolder ($3), a holder no
-// Locker can have, and leaves expires_at, fence and acquired_at as they
-// were.
-//
-//   - The holder's next heartbeat matches no row (its holder, or its forged
-//     holder with WithoutFenceColumn, is gone): the lease is lost there, and
-//     its Unlock touches nothing.
-//   - Its own re-entrant claim cannot take it back: that needs the row's
-//     holder to be its own (or, without fence column, one it forged:
-//     '#' and 16 hex digits, which the marker has not).
-//   - Every other claim needs expires_at to have passed. The holder stops
-//     trusting its lease at sent_at + TTL - margin of its last successful
-//     claim or heartbeat, which is before the expiry that statement set on
-//     the server: so nobody can claim the key before the holder's trust
-//     deadline has passed, and two replicas never believe at once.
-//   - The next claim, once expired, draws a new fence from the sequence.
-//
-// The row is locked by lockRowSQL, so holder ($2) still names the mandate
-// that was read.
-const revokeSQL = `UPDATE {table}
-   SET holder = $3
- WHERE key = $1 AND holder = $2
-RETURNING expires_at, clock_timestamp()`
-
-// forceExpireSQL expires a live lease in place, as a release does, without
-// touching holder or fence: the next claim, by any holder, takes a new
-// fence from the sequence, so fences keep growing. Its holder still
-// believes in the lease until its next heartbeat, or until its trust
-// deadline if that heartbeat fails: hence not what Revoke does.
-//
-// GREATEST(clock_timestamp(), acquired_at + 1 microsecond): the row must
-// keep CHECK (expires_at > acquired_at). clock_timestamp() alone would
-// violate it for a lease claimed within the same microsecond, or if the
-// server's clock was set back since the claim; one microsecond is
-// timestamptz's resolution, the smallest step that satisfies the CHECK. The
-// lease is then expired for every claim (expires_at <= clock_timestamp()),
-// and its holder's next heartbeat, which requires expires_at >
-// clock_timestamp(), finds it lost. Without an acquired_at column the
-// second argument is NULL, which GREATEST ignores.
-//
-// The row is locked by lockRowSQL, so holder still names the mandate that
-// was read.
-const forceExpireSQL = `UPDATE {table} AS t
-   SET expires_at = GREATEST(clock_timestamp(), (to_jsonb(t) ->> 'acquired_at')::timestamptz + interval '1 microsecond')
- WHERE key = $1 AND holder = $2
-RETURNING expires_at, clock_timestamp()`
-
 // ErrNotFound is returned (wrapped) by Revoke and ForceExpire when the
 // table has no row for the key.
 var ErrNotFound = errors.New("pglease: key not found")
@@ -221,7 +154,7 @@ var ErrNotFound = errors.New("pglease: key not found")
 // that takes RevokedHolder (a varchar too short refuses it: see
 // ForceExpire).
 func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
-	return changeRow(ctx, db, key, rowChange{what: "revoke", sql: revokeSQL, revoke: true}, opts)
+	return changeRow(ctx, db, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true}, opts)
 }
 
 // ForceExpire expires the live lease on key at once, so that any holder can
@@ -234,13 +167,13 @@ func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation,
 // after it: ExpiresAt is then after ServerNow. A key that is not live is
 // left as it was; a missing key is an error wrapping ErrNotFound.
 func ForceExpire(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
-	return changeRow(ctx, db, key, rowChange{what: "force expire", sql: forceExpireSQL}, opts)
+	return changeRow(ctx, db, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire}, opts)
 }
 
 // rowChange is Revoke or ForceExpire.
 type rowChange struct {
 	what   string // for errors
-	sql    string // revokeSQL or forceExpireSQL
+	sql    string // sqlstmt.Revoke or sqlstmt.ForceExpire
 	revoke bool
 }
 
@@ -258,7 +191,7 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 	}
 	var rev Revocation
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		row, err := scanLeaseRow(tx.QueryRow(ctx, t.render(lockRowSQL), key))
+		row, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("in table %s: %w", t, ErrNotFound)
 		}

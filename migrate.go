@@ -10,40 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
-
-// createSequenceSQL makes the sequence that issues fences. A sequence, not
-// fence + 1: the fence then grows on every claim of a key, re-entrant ones
-// included, and does not restart at 1 when a purged key is claimed again.
-const createSequenceSQL = `CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint`
-
-// createTableSQL makes the lease table. One row per key, updated in place
-// for its whole life. There is deliberately no index on expires_at: without
-// it every claim, heartbeat and release is a HOT update and the table stays
-// a few pages forever. The table stays LOGGED: a claim must survive a crash
-// or fences could go backwards.
-const createTableSQL = `CREATE TABLE IF NOT EXISTS {table} (
-    key         text        PRIMARY KEY,
-    holder      text        NOT NULL,
-    fence       bigint      NOT NULL DEFAULT nextval({seqlit}),
-    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    expires_at  timestamptz NOT NULL,
-    CHECK (expires_at > acquired_at)
-)`
-
-// purgeSQL deletes rows expired longer than the retention ago. It is the
-// only DELETE pglease runs, in Migrate and Purge (and so `pglease purge`):
-// only expired rows can match, so a live lease is never deleted, and a
-// purged key that is claimed again gets its fence from the sequence, so it
-// still grows. The retention is never below MinRetention: a claim that drew its fence before
-// a later lease of the key was handed out would otherwise find the row gone
-// and insert the smaller fence (see MinRetention).
-const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
-
-// migrateLockSQL serializes concurrent Migrate calls on one table (two
-// concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog).
-// Transaction-scoped, so it also works behind PgBouncer in transaction mode.
-const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 
 // SchemaSQL is the content of schema.sql: the DDL that Migrate runs for the
 // default table name, with a comment on the grants the runtime role needs,
@@ -54,7 +23,7 @@ const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 var SchemaSQL string
 
 // schemaStatements is the DDL Migrate runs, in order.
-var schemaStatements = []string{createSequenceSQL, createTableSQL}
+var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 
 // Schema returns the DDL that Migrate runs for the given options (only
 // WithTable matters), as one SQL text for migration tools. Statements end
@@ -106,7 +75,7 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, err := tx.Exec(ctx, migrateLockSQL, migrateLockKey(t)); err != nil {
+	if _, err := tx.Exec(ctx, sqlstmt.MigrateLock, migrateLockKey(t)); err != nil {
 		return fmt.Errorf("advisory lock: %w", err)
 	}
 	for _, stmt := range schemaStatements {
@@ -123,29 +92,21 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 	return tx.Commit(ctx)
 }
 
-// purge runs purgeSQL and returns how many rows it deleted. The callers
+// purge runs sqlstmt.Purge and returns how many rows it deleted. The callers
 // have checked the horizon against MinRetention.
 func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, t.render(purgeSQL), olderThan.Seconds())
+	tag, err := db.Exec(ctx, t.render(sqlstmt.Purge), olderThan.Seconds())
 	if err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }
 
-// unloggedSQL names the lease table or fence sequence if an operator made it
-// UNLOGGED (ALTER TABLE ... SET UNLOGGED, ALTER SEQUENCE ... SET UNLOGGED)
-// or it is TEMPORARY: a crash then empties it, and every live lease could
-// be claimed again, or every fence issued again.
-const unloggedSQL = `SELECT c.relname, c.relpersistence::text
-  FROM pg_class c
- WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
-
 // checkLogged refuses a lease table or fence sequence that a crash would
 // empty, naming the fix: Migrate runs at every deploy, so it is where an
 // operator's change is caught.
 func checkLogged(ctx context.Context, tx DB, t table) error {
-	rows, err := tx.Query(ctx, unloggedSQL, t.name.Sanitize(), t.seq.Sanitize())
+	rows, err := tx.Query(ctx, sqlstmt.Unlogged, t.name.Sanitize(), t.seq.Sanitize())
 	if err != nil {
 		return fmt.Errorf("checking persistence: %w", err)
 	}
