@@ -6,6 +6,10 @@ package sqlstmt
 // CreateSequence makes the sequence that issues fences. A sequence, not
 // fence + 1: the fence then grows on every claim of a key, re-entrant ones
 // included, and does not restart at 1 when a purged key is claimed again.
+//
+// Its defaults (INCREMENT BY 1, CACHE 1, NO CYCLE, the bigint maximum) are
+// what fences need; IF NOT EXISTS keeps an existing sequence as it is, which
+// FenceSequence then checks.
 const CreateSequence = `CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint`
 
 // CreateTable makes the lease table. One row per key, updated in place
@@ -46,3 +50,22 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 const Unlogged = `SELECT c.relname, c.relpersistence::text
   FROM pg_class c
  WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
+
+// FenceSequence reads what decides the order of the fences the sequence
+// ($1, its quoted name) issues: no row when that name is not a sequence
+// (CREATE SEQUENCE IF NOT EXISTS keeps a table or view of the name, and
+// every claim would then fail). From pg_sequence, the catalog, rather than
+// the pg_sequences view: the runtime role may lack privileges on the
+// sequence, and the catalog needs none.
+//
+//   - seqcache: each session draws its own block of that many values, so
+//     with CACHE n successive mandates of one key, claimed through
+//     different sessions, get fences 1, n+1, 2: backwards.
+//   - seqcycle: at its maximum the sequence starts over from its minimum.
+//   - seqmax: a reachable maximum (an integer sequence, a MAXVALUE) makes
+//     every claim fail once it is reached.
+//   - seqincrement: anything but 1 (a negative step counts down) is not what
+//     fences are documented to do.
+const FenceSequence = `SELECT s.seqincrement, s.seqmax, s.seqcache, s.seqcycle
+  FROM pg_sequence s
+ WHERE s.seqrelid = to_regclass($1)`
