@@ -322,6 +322,7 @@ func (e *Elector) Leader() (*Lease, bool) {
 // trip), the heartbeat stops, and the callbacks still due run before Close
 // returns. Close is idempotent.
 func (e *Elector) Close(ctx context.Context) error {
+	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()
 	first := !e.closed
 	e.closed = true

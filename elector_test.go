@@ -187,3 +187,48 @@ func TestElectorHasNoMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, pglease.ErrInvalidOption)
 	require.ErrorContains(t, err, "WithMinHold does not apply to NewElector")
 }
+
+// A refused argument changes nothing: Close(nil) panics, naming the
+// missing Context, before it closes anything, so that the Elector still
+// leads, its campaign and callbacks still run, and a later Close resigns
+// and returns with every goroutine gone. IsLeader and Campaign refuse a nil
+// Context the same way.
+func TestElectorRefusesANilContextBeforeChangingAnything(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	stopped := make(chan struct{})
+	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet),
+		pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{OnStoppedLeading: func(*pglease.Lease) { close(stopped) }}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Close(ctx) // bounded: a Close that waits forever fails the test, not the run
+	})
+	lease, err := e.Campaign(ctx)
+	require.NoError(t, err)
+
+	var nilCtx context.Context
+	for name, call := range map[string]func(){
+		"Close":    func() { _ = e.Close(nilCtx) },
+		"IsLeader": func() { _ = e.IsLeader(nilCtx) },
+		"Campaign": func() { _, _ = e.Campaign(nilCtx) },
+	} {
+		assert.Contains(t, panicMessage(call), "nil Context", name)
+		require.NoError(t, lease.Err(), "after %s(nil) the lease is held", name)
+		leader, ok := e.Leader()
+		require.True(t, ok, "after %s(nil) the Elector still leads", name)
+		require.Same(t, lease, leader)
+		require.NoError(t, e.IsLeader(ctx), "after %s(nil) the Elector is not closed", name)
+	}
+
+	closeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.Close(closeCtx), "a Close after the refused one resigns")
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("Close returned before OnStoppedLeading ran")
+	}
+	pgtest.WaitDone(t, lease, time.Second)
+	require.ErrorIs(t, e.IsLeader(ctx), pglease.ErrClosed)
+}
