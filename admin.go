@@ -58,7 +58,7 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 	defer rows.Close()
 	out := []LeaseRow{}
 	for rows.Next() {
-		r, err := scanLeaseRow(rows)
+		r, _, err := scanLeaseRow(rows)
 		if err != nil {
 			return nil, fmt.Errorf("pglease: list %s: %w", t, err)
 		}
@@ -71,15 +71,20 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 }
 
 // scanLeaseRow reads key, holder, fence, acquired_at, expires_at and the
-// server's time, the first two possibly null.
-func scanLeaseRow(row pgx.Row) (LeaseRow, error) {
+// server's time, holder, fence and acquired_at possibly null. It returns
+// the holder as stored too: nil when NULL, which the row reads as empty.
+func scanLeaseRow(row pgx.Row) (LeaseRow, *string, error) {
 	var (
 		r        LeaseRow
+		holder   *string
 		fence    *int64
 		acquired *time.Time
 	)
-	if err := row.Scan(&r.Key, &r.Holder, &fence, &acquired, &r.ExpiresAt, &r.ServerNow); err != nil {
-		return r, err
+	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &r.ExpiresAt, &r.ServerNow); err != nil {
+		return r, nil, err
+	}
+	if holder != nil {
+		r.Holder = *holder
 	}
 	if fence != nil {
 		r.Fence = *fence
@@ -88,7 +93,7 @@ func scanLeaseRow(row pgx.Row) (LeaseRow, error) {
 		r.AcquiredAt = *acquired
 	}
 	r.Live = r.ExpiresAt.After(r.ServerNow)
-	return r, nil
+	return r, holder, nil
 }
 
 // Purge deletes the rows expired longer ago than olderThan, by the
@@ -191,7 +196,7 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 	}
 	var rev Revocation
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		row, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
+		row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("in table %s: %w", t, ErrNotFound)
 		}
@@ -202,7 +207,7 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 		if !row.Live || c.revoke && row.Holder == RevokedHolder {
 			return nil
 		}
-		args := []any{key, row.Holder}
+		args := []any{key, holder} // nil for a NULL holder, matched as NULL
 		if c.revoke {
 			args = append(args, RevokedHolder)
 		}

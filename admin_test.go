@@ -202,3 +202,44 @@ func TestRevokeOfAMissingKeyOrAHolderColumnTooShortWritesNothingAndSaysWhy(t *te
 	after[0].ServerNow = before[0].ServerNow
 	assert.Equal(t, before, after, "nothing written")
 }
+
+// A table whose holder column may be NULL (one an older library or a hand
+// wrote) can hold a live row without holder: Revoke and ForceExpire change
+// it as any other, matching its holder as NULL while the row is locked.
+func TestRevokeAndForceExpireChangeALiveRowWithANullHolder(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Name("lease_nullable")
+	for _, fenced := range []bool{true, false} {
+		table := fmt.Sprintf("%s_%v", table, fenced)
+		columns := `key text PRIMARY KEY, holder text, expires_at timestamptz NOT NULL, acquired_at timestamptz`
+		if fenced {
+			columns += `, fence bigint`
+		}
+		_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (%s);
+			INSERT INTO %[1]s (key, holder, expires_at) VALUES ('revoked', NULL, clock_timestamp() + interval '1 hour'), ('forced', NULL, clock_timestamp() + interval '1 hour')`,
+			table, columns))
+		require.NoError(t, err)
+		opts := []pglease.Option{pglease.WithTable(table)}
+
+		rev, err := pglease.Revoke(ctx, pool, "revoked", opts...)
+		require.NoError(t, err, "fenced=%v", fenced)
+		assert.True(t, rev.Changed)
+		assert.Empty(t, rev.Row.Holder, "a NULL holder reads as empty")
+		assert.True(t, rev.Row.Live)
+		forced, err := pglease.ForceExpire(ctx, pool, "forced", opts...)
+		require.NoError(t, err, "fenced=%v", fenced)
+		assert.True(t, forced.Changed)
+		assert.False(t, forced.ExpiresAt.After(forced.ServerNow))
+
+		rows, err := pglease.List(ctx, pool, opts...)
+		require.NoError(t, err)
+		require.Len(t, rows, 2)
+		assert.Equal(t, "forced", rows[0].Key)
+		assert.False(t, rows[0].Live, "force expired")
+		assert.Equal(t, "revoked", rows[1].Key)
+		assert.Equal(t, pglease.RevokedHolder, rows[1].Holder, "revoked")
+		assert.True(t, rows[1].Live, "revoking keeps the expiry")
+	}
+}

@@ -12,18 +12,20 @@ package sqlstmt
 // database's locale. fence and acquired_at are read through to_jsonb of the
 // row, so that a table without them (WithoutFenceColumn) lists too, with
 // nulls. An existing table may let holder be NULL (a row its owner wrote):
-// it lists as an empty holder rather than failing the whole listing.
+// it is read as it is, and lists as an empty holder rather than failing the
+// whole listing.
 const List = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
+SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
   FROM {table} AS t, server
  ORDER BY key COLLATE "C"`
 
 // LockRow reads the key's row and locks it for the rest of the
 // transaction, so that what is reported is what was changed: no claim or
 // heartbeat can change the row in between. fence and acquired_at go through
-// to_jsonb so that a table without them (WithoutFenceColumn) works too, and
-// a NULL holder reads as empty, as in List.
-const LockRow = `SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
+// to_jsonb so that a table without them (WithoutFenceColumn) works too. The
+// holder is read as it is, NULL included, for Revoke and ForceExpire to
+// match it.
+const LockRow = `SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
   FROM {table} AS t WHERE key = $1 FOR UPDATE`
 
 // Revoke takes a live lease's mandate away from its holder without
@@ -45,10 +47,12 @@ const LockRow = `SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bi
 //   - The next claim, once expired, draws a new fence from the sequence.
 //
 // The row is locked by LockRow, so holder ($2) still names the mandate
-// that was read.
+// that was read. IS NOT DISTINCT FROM: a table that lets holder be NULL
+// (one an older library or a hand wrote) can hold a live row without
+// holder, and = would match it never.
 const Revoke = `UPDATE {table}
    SET holder = $3
- WHERE key = $1 AND holder = $2
+ WHERE key = $1 AND holder IS NOT DISTINCT FROM $2
 RETURNING expires_at, clock_timestamp()`
 
 // ForceExpire expires a live lease in place, as a release does, without
@@ -67,9 +71,10 @@ RETURNING expires_at, clock_timestamp()`
 // clock_timestamp(), finds it lost. Without an acquired_at column the
 // second argument is NULL, which GREATEST ignores.
 //
-// The row is locked by LockRow, so holder still names the mandate that
-// was read.
+// The row is locked by LockRow, so holder ($2) still names the mandate
+// that was read; a NULL holder is matched too (IS NOT DISTINCT FROM), as in
+// Revoke.
 const ForceExpire = `UPDATE {table} AS t
    SET expires_at = GREATEST(clock_timestamp(), (to_jsonb(t) ->> 'acquired_at')::timestamptz + interval '1 microsecond')
- WHERE key = $1 AND holder = $2
+ WHERE key = $1 AND holder IS NOT DISTINCT FROM $2
 RETURNING expires_at, clock_timestamp()`
