@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -26,10 +27,19 @@ type LeaseRow struct {
 	// Fence is the row's current fence; 0 on a table without fence column.
 	Fence int64
 	// AcquiredAt is the server time of the row's last claim; zero on a table
-	// without acquired_at.
+	// without acquired_at, or where it is NULL. '-infinity' reads as the
+	// earliest instant a timestamptz holds (4714-11-24 BC, 00:00 UTC).
 	AcquiredAt time.Time
-	// ExpiresAt is the server's expiry of the row.
+	// ExpiresAt is the server's expiry of the row. A row pinned with
+	// expires_at = 'infinity' (the CHECK allows it) reads as the latest
+	// instant a timestamptz holds (294276-12-31 23:59:59.999999 UTC), and
+	// NeverExpires says so; '-infinity' as the earliest (see AcquiredAt).
 	ExpiresAt time.Time
+	// NeverExpires is true when expires_at is 'infinity': the key stays
+	// held, and its holder keeps it, until someone changes the row
+	// (ForceExpire ends it; Revoke takes it from its holder but keeps the
+	// expiry, so that nobody can claim it before ForceExpire).
+	NeverExpires bool
 	// ServerNow is the server's clock_timestamp() when the row was read, the
 	// same for every row of one List: remaining time is ExpiresAt -
 	// ServerNow, whatever the caller's clock says.
@@ -40,7 +50,8 @@ type LeaseRow struct {
 }
 
 // ExpiresIn is how long the row had to live when it was read, by the
-// server's clock: negative once expired, that long ago.
+// server's clock: negative once expired, that long ago; the largest
+// Duration when it never expires.
 func (r LeaseRow) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
 
 // List returns every row of the lease table, live and expired, sorted by
@@ -75,12 +86,12 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 // the holder as stored too: nil when NULL, which the row reads as empty.
 func scanLeaseRow(row pgx.Row) (LeaseRow, *string, error) {
 	var (
-		r        LeaseRow
-		holder   *string
-		fence    *int64
-		acquired *time.Time
+		r                 LeaseRow
+		holder            *string
+		fence             *int64
+		acquired, expires pgtype.Timestamptz
 	)
-	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &r.ExpiresAt, &r.ServerNow); err != nil {
+	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &expires, &r.ServerNow); err != nil {
 		return r, nil, err
 	}
 	if holder != nil {
@@ -89,11 +100,28 @@ func scanLeaseRow(row pgx.Row) (LeaseRow, *string, error) {
 	if fence != nil {
 		r.Fence = *fence
 	}
-	if acquired != nil {
-		r.AcquiredAt = *acquired
-	}
+	r.AcquiredAt, r.ExpiresAt = serverTime(acquired), serverTime(expires)
+	r.NeverExpires = expires.InfinityModifier == pgtype.Infinity
 	r.Live = r.ExpiresAt.After(r.ServerNow)
 	return r, holder, nil
+}
+
+// serverTime is a timestamptz as a time: zero when NULL, and 'infinity'
+// and '-infinity', which a time.Time cannot be, as the latest and the
+// earliest instants a finite timestamptz holds, so that they still compare
+// after and before every other (the heartbeat reports a pinned row's
+// expiry as that same latest instant). Read as a time.Time, an infinite
+// value would fail the scan, and so the reading of the whole table.
+func serverTime(ts pgtype.Timestamptz) time.Time {
+	switch {
+	case !ts.Valid:
+		return time.Time{}
+	case ts.InfinityModifier == pgtype.Infinity:
+		return time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC)
+	case ts.InfinityModifier == pgtype.NegativeInfinity:
+		return time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC) // 4714 BC
+	}
+	return ts.Time
 }
 
 // Purge deletes the rows expired longer ago than olderThan, by the
@@ -211,7 +239,9 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 		if c.revoke {
 			args = append(args, RevokedHolder)
 		}
-		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&rev.ExpiresAt, &rev.ServerNow)
+		var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
+		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&expires, &rev.ServerNow)
+		rev.ExpiresAt = serverTime(expires)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "22001" { // string_data_right_truncation
 			return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
