@@ -51,6 +51,14 @@ func Schema(opts ...Option) (string, error) {
 // once. The schema of a qualified table name must exist already. Migrate is
 // the only code that runs DDL; at run time a Locker needs only SELECT,
 // INSERT and UPDATE on the table and USAGE on its sequence.
+//
+// An existing table and sequence are kept as they are, and checked: Migrate
+// refuses, naming the statement that fixes it, a table or sequence that a
+// crash would empty (UNLOGGED, TEMPORARY), and a fence sequence that could
+// hand a later mandate a smaller fence or stop handing them out (a CACHE
+// above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's) or
+// a relation of the sequence's name that is no sequence. Migrate is where
+// they are checked: a Locker does not look at them.
 func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
