@@ -162,8 +162,9 @@ type Revocation struct {
 	// (Row.Holder is RevokedHolder).
 	Changed bool
 	// ExpiresAt is the row's expiry after the change: for Revoke the one it
-	// had; for ForceExpire ServerNow, or just after Row.AcquiredAt when the
-	// server's clock is behind it.
+	// had (for a row that never expires, read as LeaseRow.ExpiresAt is); for
+	// ForceExpire ServerNow, or just after Row.AcquiredAt when the server's
+	// clock is behind it.
 	ExpiresAt time.Time
 	// ServerNow is the server's clock when the row was changed (or read,
 	// when unchanged).
