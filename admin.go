@@ -8,6 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // The operator's view of a lease table: List, Purge, Revoke and
@@ -24,10 +27,19 @@ type LeaseRow struct {
 	// Fence is the row's current fence; 0 on a table without fence column.
 	Fence int64
 	// AcquiredAt is the server time of the row's last claim; zero on a table
-	// without acquired_at.
+	// without acquired_at, or where it is NULL. '-infinity' reads as the
+	// earliest instant a timestamptz holds (4714-11-24 BC, 00:00 UTC).
 	AcquiredAt time.Time
-	// ExpiresAt is the server's expiry of the row.
+	// ExpiresAt is the server's expiry of the row. A row pinned with
+	// expires_at = 'infinity' (the CHECK allows it) reads as the latest
+	// instant a timestamptz holds (294276-12-31 23:59:59.999999 UTC), and
+	// NeverExpires says so; '-infinity' as the earliest (see AcquiredAt).
 	ExpiresAt time.Time
+	// NeverExpires is true when expires_at is 'infinity': the key stays
+	// held, and its holder keeps it, until someone changes the row
+	// (ForceExpire ends it; Revoke takes it from its holder but keeps the
+	// expiry, so that nobody can claim it before ForceExpire).
+	NeverExpires bool
 	// ServerNow is the server's clock_timestamp() when the row was read, the
 	// same for every row of one List: remaining time is ExpiresAt -
 	// ServerNow, whatever the caller's clock says.
@@ -38,21 +50,9 @@ type LeaseRow struct {
 }
 
 // ExpiresIn is how long the row had to live when it was read, by the
-// server's clock: negative once expired, that long ago.
+// server's clock: negative once expired, that long ago; the largest
+// Duration when it never expires.
 func (r LeaseRow) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
-
-// listSQL lists every row with the server's time, read once (the CTE is
-// evaluated once) so that every row is judged against the same instant,
-// and on the database clock, the only one pglease trusts. Keys are sorted
-// byte-wise (COLLATE "C") so that the order does not depend on the
-// database's locale. fence and acquired_at are read through to_jsonb of the
-// row, so that a table without them (WithoutFenceColumn) lists too, with
-// nulls. An existing table may let holder be NULL (a row its owner wrote):
-// it lists as an empty holder rather than failing the whole listing.
-const listSQL = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
-  FROM {table} AS t, server
- ORDER BY key COLLATE "C"`
 
 // List returns every row of the lease table, live and expired, sorted by
 // key byte-wise, each with the server's time of the reading. It needs
@@ -62,14 +62,14 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, t.render(listSQL))
+	rows, err := db.Query(ctx, t.render(sqlstmt.List))
 	if err != nil {
 		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
 	}
 	defer rows.Close()
 	out := []LeaseRow{}
 	for rows.Next() {
-		r, err := scanLeaseRow(rows)
+		r, _, err := scanLeaseRow(rows)
 		if err != nil {
 			return nil, fmt.Errorf("pglease: list %s: %w", t, err)
 		}
@@ -82,24 +82,46 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 }
 
 // scanLeaseRow reads key, holder, fence, acquired_at, expires_at and the
-// server's time, the first two possibly null.
-func scanLeaseRow(row pgx.Row) (LeaseRow, error) {
+// server's time, holder, fence and acquired_at possibly null. It returns
+// the holder as stored too: nil when NULL, which the row reads as empty.
+func scanLeaseRow(row pgx.Row) (LeaseRow, *string, error) {
 	var (
-		r        LeaseRow
-		fence    *int64
-		acquired *time.Time
+		r                 LeaseRow
+		holder            *string
+		fence             *int64
+		acquired, expires pgtype.Timestamptz
 	)
-	if err := row.Scan(&r.Key, &r.Holder, &fence, &acquired, &r.ExpiresAt, &r.ServerNow); err != nil {
-		return r, err
+	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &expires, &r.ServerNow); err != nil {
+		return r, nil, err
+	}
+	if holder != nil {
+		r.Holder = *holder
 	}
 	if fence != nil {
 		r.Fence = *fence
 	}
-	if acquired != nil {
-		r.AcquiredAt = *acquired
-	}
+	r.AcquiredAt, r.ExpiresAt = serverTime(acquired), serverTime(expires)
+	r.NeverExpires = expires.InfinityModifier == pgtype.Infinity
 	r.Live = r.ExpiresAt.After(r.ServerNow)
-	return r, nil
+	return r, holder, nil
+}
+
+// serverTime is a timestamptz as a time: zero when NULL, and 'infinity'
+// and '-infinity', which a time.Time cannot be, as the latest and the
+// earliest instants a finite timestamptz holds, so that they still compare
+// after and before every other (the heartbeat reports a pinned row's
+// expiry as that same latest instant). Read as a time.Time, an infinite
+// value would fail the scan, and so the reading of the whole table.
+func serverTime(ts pgtype.Timestamptz) time.Time {
+	switch {
+	case !ts.Valid:
+		return time.Time{}
+	case ts.InfinityModifier == pgtype.Infinity:
+		return time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC)
+	case ts.InfinityModifier == pgtype.NegativeInfinity:
+		return time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC) // 4714 BC
+	}
+	return ts.Time
 }
 
 // Purge deletes the rows expired longer ago than olderThan, by the
@@ -140,69 +162,14 @@ type Revocation struct {
 	// (Row.Holder is RevokedHolder).
 	Changed bool
 	// ExpiresAt is the row's expiry after the change: for Revoke the one it
-	// had; for ForceExpire ServerNow, or just after Row.AcquiredAt when the
-	// server's clock is behind it.
+	// had (for a row that never expires, read as LeaseRow.ExpiresAt is); for
+	// ForceExpire ServerNow, or just after Row.AcquiredAt when the server's
+	// clock is behind it.
 	ExpiresAt time.Time
 	// ServerNow is the server's clock when the row was changed (or read,
 	// when unchanged).
 	ServerNow time.Time
 }
-
-// lockRowSQL reads the key's row and locks it for the rest of the
-// transaction, so that what is reported is what was changed: no claim or
-// heartbeat can change the row in between. fence and acquired_at go through
-// to_jsonb so that a table without them (WithoutFenceColumn) works too, and
-// a NULL holder reads as empty, as in listSQL.
-const lockRowSQL = `SELECT key, COALESCE(holder, ''), (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
-  FROM {table} AS t WHERE key = $1 FOR UPDATE`
-
-// revokeSQL takes a live lease's mandate away from its holder without
-// letting anyone else in early: it writes RevokedHolder ($3), a holder no
-// Locker can have, and leaves expires_at, fence and acquired_at as they
-// were.
-//
-//   - The holder's next heartbeat matches no row (its holder, or its forged
-//     holder with WithoutFenceColumn, is gone): the lease is lost there, and
-//     its Unlock touches nothing.
-//   - Its own re-entrant claim cannot take it back: that needs the row's
-//     holder to be its own (or, without fence column, one it forged:
-//     '#' and 16 hex digits, which the marker has not).
-//   - Every other claim needs expires_at to have passed. The holder stops
-//     trusting its lease at sent_at + TTL - margin of its last successful
-//     claim or heartbeat, which is before the expiry that statement set on
-//     the server: so nobody can claim the key before the holder's trust
-//     deadline has passed, and two replicas never believe at once.
-//   - The next claim, once expired, draws a new fence from the sequence.
-//
-// The row is locked by lockRowSQL, so holder ($2) still names the mandate
-// that was read.
-const revokeSQL = `UPDATE {table}
-   SET holder = $3
- WHERE key = $1 AND holder = $2
-RETURNING expires_at, clock_timestamp()`
-
-// forceExpireSQL expires a live lease in place, as a release does, without
-// touching holder or fence: the next claim, by any holder, takes a new
-// fence from the sequence, so fences keep growing. Its holder still
-// believes in the lease until its next heartbeat, or until its trust
-// deadline if that heartbeat fails: hence not what Revoke does.
-//
-// GREATEST(clock_timestamp(), acquired_at + 1 microsecond): the row must
-// keep CHECK (expires_at > acquired_at). clock_timestamp() alone would
-// violate it for a lease claimed within the same microsecond, or if the
-// server's clock was set back since the claim; one microsecond is
-// timestamptz's resolution, the smallest step that satisfies the CHECK. The
-// lease is then expired for every claim (expires_at <= clock_timestamp()),
-// and its holder's next heartbeat, which requires expires_at >
-// clock_timestamp(), finds it lost. Without an acquired_at column the
-// second argument is NULL, which GREATEST ignores.
-//
-// The row is locked by lockRowSQL, so holder still names the mandate that
-// was read.
-const forceExpireSQL = `UPDATE {table} AS t
-   SET expires_at = GREATEST(clock_timestamp(), (to_jsonb(t) ->> 'acquired_at')::timestamptz + interval '1 microsecond')
- WHERE key = $1 AND holder = $2
-RETURNING expires_at, clock_timestamp()`
 
 // ErrNotFound is returned (wrapped) by Revoke and ForceExpire when the
 // table has no row for the key.
@@ -221,7 +188,7 @@ var ErrNotFound = errors.New("pglease: key not found")
 // that takes RevokedHolder (a varchar too short refuses it: see
 // ForceExpire).
 func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
-	return changeRow(ctx, db, key, rowChange{what: "revoke", sql: revokeSQL, revoke: true}, opts)
+	return changeRow(ctx, db, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true}, opts)
 }
 
 // ForceExpire expires the live lease on key at once, so that any holder can
@@ -234,13 +201,13 @@ func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation,
 // after it: ExpiresAt is then after ServerNow. A key that is not live is
 // left as it was; a missing key is an error wrapping ErrNotFound.
 func ForceExpire(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
-	return changeRow(ctx, db, key, rowChange{what: "force expire", sql: forceExpireSQL}, opts)
+	return changeRow(ctx, db, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire}, opts)
 }
 
 // rowChange is Revoke or ForceExpire.
 type rowChange struct {
 	what   string // for errors
-	sql    string // revokeSQL or forceExpireSQL
+	sql    string // sqlstmt.Revoke or sqlstmt.ForceExpire
 	revoke bool
 }
 
@@ -258,7 +225,7 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 	}
 	var rev Revocation
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		row, err := scanLeaseRow(tx.QueryRow(ctx, t.render(lockRowSQL), key))
+		row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("in table %s: %w", t, ErrNotFound)
 		}
@@ -269,11 +236,13 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 		if !row.Live || c.revoke && row.Holder == RevokedHolder {
 			return nil
 		}
-		args := []any{key, row.Holder}
+		args := []any{key, holder} // nil for a NULL holder, matched as NULL
 		if c.revoke {
 			args = append(args, RevokedHolder)
 		}
-		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&rev.ExpiresAt, &rev.ServerNow)
+		var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
+		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&expires, &rev.ServerNow)
+		rev.ExpiresAt = serverTime(expires)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "22001" { // string_data_right_truncation
 			return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+

@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -201,4 +202,108 @@ func TestRevokeOfAMissingKeyOrAHolderColumnTooShortWritesNothingAndSaysWhy(t *te
 	require.Len(t, after, 1)
 	after[0].ServerNow = before[0].ServerNow
 	assert.Equal(t, before, after, "nothing written")
+}
+
+// A row pinned with expires_at = 'infinity' (the CHECK allows it) or
+// claimed at '-infinity' is listed with the rest of the table, not a
+// failure of the whole listing: the pinned row is live, never expires and
+// reads as the latest instant a timestamptz holds. Revoke takes it from its
+// holder, and ForceExpire then ends it, so that another holder claims it.
+func TestListRevokeAndForceExpireWorkWithARowPinnedToInfinity(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	quoted := pgx.Identifier{table}.Sanitize()
+	opt := pglease.WithTable(table)
+	a := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond))
+	lease, err := a.Claim(ctx, "pinned")
+	require.NoError(t, err)
+	kept, err := a.Claim(ctx, "kept")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+quoted+` SET expires_at = 'infinity' WHERE key = 'pinned';
+		INSERT INTO `+quoted+` (key, holder, acquired_at, expires_at) VALUES ('ancient', 'replica-gone', '-infinity', clock_timestamp() - interval '1 hour')`)
+	require.NoError(t, err)
+
+	rows, err := pglease.List(ctx, pool, opt)
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	ancient, keptRow, pinned := rows[0], rows[1], rows[2]
+	assert.Equal(t, "ancient", ancient.Key)
+	assert.False(t, ancient.Live)
+	assert.False(t, ancient.NeverExpires)
+	assert.True(t, ancient.AcquiredAt.Before(time.Date(-4712, 1, 1, 0, 0, 0, 0, time.UTC)), "-infinity reads as the earliest instant: %v", ancient.AcquiredAt)
+	assert.Equal(t, "kept", keptRow.Key)
+	assert.True(t, keptRow.Live)
+	assert.False(t, keptRow.NeverExpires)
+	assert.Equal(t, "pinned", pinned.Key)
+	assert.True(t, pinned.Live)
+	assert.True(t, pinned.NeverExpires)
+	assert.Equal(t, 294276, pinned.ExpiresAt.Year())
+	assert.Equal(t, time.Duration(math.MaxInt64), pinned.ExpiresIn(), "it never expires")
+
+	rev, err := pglease.Revoke(ctx, pool, "pinned", opt)
+	require.NoError(t, err)
+	assert.True(t, rev.Changed)
+	assert.True(t, rev.Row.NeverExpires)
+	assert.Equal(t, "replica-a", rev.Row.Holder)
+	assert.Equal(t, 294276, rev.ExpiresAt.Year(), "revoking keeps the expiry")
+	pgtest.WaitDone(t, lease, 5*time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost, "the holder loses it at its next heartbeat")
+	require.NoError(t, kept.Err(), "and keeps its other lease")
+
+	forced, err := pglease.ForceExpire(ctx, pool, "pinned", opt)
+	require.NoError(t, err)
+	assert.True(t, forced.Changed)
+	assert.True(t, forced.Row.NeverExpires)
+	assert.False(t, forced.ExpiresAt.After(forced.ServerNow), "expired at once")
+	taken, err := pgtest.Locker(t, pool, table, "replica-b").Claim(ctx, "pinned")
+	require.NoError(t, err, "claimable once force expired")
+	assert.Greater(t, taken.Fence(), lease.Fence())
+
+	_, err = pool.Exec(ctx, `UPDATE `+quoted+` SET expires_at = 'infinity' WHERE key = 'kept'`)
+	require.NoError(t, err)
+	forced, err = pglease.ForceExpire(ctx, pool, "kept", opt)
+	require.NoError(t, err, "ForceExpire ends a pinned row directly")
+	assert.True(t, forced.Changed)
+	pgtest.WaitDone(t, kept, 5*time.Second)
+}
+
+// A table whose holder column may be NULL (one an older library or a hand
+// wrote) can hold a live row without holder: Revoke and ForceExpire change
+// it as any other, matching its holder as NULL while the row is locked.
+func TestRevokeAndForceExpireChangeALiveRowWithANullHolder(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Name("lease_nullable")
+	for _, fenced := range []bool{true, false} {
+		table := fmt.Sprintf("%s_%v", table, fenced)
+		columns := `key text PRIMARY KEY, holder text, expires_at timestamptz NOT NULL, acquired_at timestamptz`
+		if fenced {
+			columns += `, fence bigint`
+		}
+		_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (%s);
+			INSERT INTO %[1]s (key, holder, expires_at) VALUES ('revoked', NULL, clock_timestamp() + interval '1 hour'), ('forced', NULL, clock_timestamp() + interval '1 hour')`,
+			table, columns))
+		require.NoError(t, err)
+		opts := []pglease.Option{pglease.WithTable(table)}
+
+		rev, err := pglease.Revoke(ctx, pool, "revoked", opts...)
+		require.NoError(t, err, "fenced=%v", fenced)
+		assert.True(t, rev.Changed)
+		assert.Empty(t, rev.Row.Holder, "a NULL holder reads as empty")
+		assert.True(t, rev.Row.Live)
+		forced, err := pglease.ForceExpire(ctx, pool, "forced", opts...)
+		require.NoError(t, err, "fenced=%v", fenced)
+		assert.True(t, forced.Changed)
+		assert.False(t, forced.ExpiresAt.After(forced.ServerNow))
+
+		rows, err := pglease.List(ctx, pool, opts...)
+		require.NoError(t, err)
+		require.Len(t, rows, 2)
+		assert.Equal(t, "forced", rows[0].Key)
+		assert.False(t, rows[0].Live, "force expired")
+		assert.Equal(t, "revoked", rows[1].Key)
+		assert.Equal(t, pglease.RevokedHolder, rows[1].Holder, "revoked")
+		assert.True(t, rows[1].Live, "revoking keeps the expiry")
+	}
 }

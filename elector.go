@@ -65,7 +65,10 @@ type LeaderCallbacks struct {
 	OnStoppedLeading func(lease *Lease)
 	// OnNewLeader: the leader changed to holder (this replica's own
 	// holder when it was elected). Reported when a follower sees it: at an
-	// attempt that found the key held.
+	// attempt that found the key held. A key revoked by Revoke (`pglease
+	// release`) has no leader until a replica claims it: its marker,
+	// RevokedHolder, is never reported, and the replica that claims the key
+	// next is reported, even if it led before the revoke.
 	OnNewLeader func(holder string)
 }
 
@@ -221,12 +224,17 @@ func (e *Elector) begin() {
 }
 
 // failed records an attempt of the campaign that did not get the key, and
-// the leader it saw.
+// the leader it saw. A revoked key (RevokedHolder) has no leader: nothing is
+// reported, and the next real holder, whoever it is, is reported as the new
+// leader.
 func (e *Elector) failed(holder string, err error) {
 	e.mu.Lock()
 	e.lastErr, e.ended = err, e.begun
 	close(e.attempted)
 	e.attempted = make(chan struct{})
+	if holder == RevokedHolder {
+		holder, e.leader = "", ""
+	}
 	changed := holder != "" && holder != e.leader
 	if changed {
 		e.leader = holder
@@ -322,6 +330,7 @@ func (e *Elector) Leader() (*Lease, bool) {
 // trip), the heartbeat stops, and the callbacks still due run before Close
 // returns. Close is idempotent.
 func (e *Elector) Close(ctx context.Context) error {
+	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()
 	first := !e.closed
 	e.closed = true

@@ -187,3 +187,110 @@ func TestElectorHasNoMinHoldSoCloseHandsLeadershipOverAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, pglease.ErrInvalidOption)
 	require.ErrorContains(t, err, "WithMinHold does not apply to NewElector")
 }
+
+// A refused argument changes nothing: Close(nil) panics, naming the
+// missing Context, before it closes anything, so that the Elector still
+// leads, its campaign and callbacks still run, and a later Close resigns
+// and returns with every goroutine gone. IsLeader and Campaign refuse a nil
+// Context the same way.
+func TestElectorRefusesANilContextBeforeChangingAnything(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	stopped := make(chan struct{})
+	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet),
+		pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{OnStoppedLeading: func(*pglease.Lease) { close(stopped) }}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Close(ctx) // bounded: a Close that waits forever fails the test, not the run
+	})
+	lease, err := e.Campaign(ctx)
+	require.NoError(t, err)
+
+	var nilCtx context.Context
+	for name, call := range map[string]func(){
+		"Close":    func() { _ = e.Close(nilCtx) },
+		"IsLeader": func() { _ = e.IsLeader(nilCtx) },
+		"Campaign": func() { _, _ = e.Campaign(nilCtx) },
+	} {
+		assert.Contains(t, panicMessage(call), "nil Context", name)
+		require.NoError(t, lease.Err(), "after %s(nil) the lease is held", name)
+		leader, ok := e.Leader()
+		require.True(t, ok, "after %s(nil) the Elector still leads", name)
+		require.Same(t, lease, leader)
+		require.NoError(t, e.IsLeader(ctx), "after %s(nil) the Elector is not closed", name)
+	}
+
+	closeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.Close(closeCtx), "a Close after the refused one resigns")
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("Close returned before OnStoppedLeading ran")
+	}
+	pgtest.WaitDone(t, lease, time.Second)
+	require.ErrorIs(t, e.IsLeader(ctx), pglease.ErrClosed)
+}
+
+// A revoked leader key has no leader: its holder is the revoke marker
+// (RevokedHolder), which no replica has. Neither the revoked leader nor a
+// follower reports the marker as a new leader, by callback or event; the
+// next leader they report is the replica that claims the key once the
+// revoked lease has expired.
+func TestElectorFollowersNeverReportTheRevokeMarkerAsALeader(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const key = "the-leader"
+	events := pgtest.NewEvents(t)
+	var mu sync.Mutex
+	reported := map[string][]string{}
+	elected := make(chan string, 2)
+	elector := func(name string) *pglease.Elector {
+		e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLeaderKey(key),
+			pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook),
+			pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
+			pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+				OnNewLeader: func(holder string) {
+					mu.Lock()
+					defer mu.Unlock()
+					reported[name] = append(reported[name], holder)
+				},
+				OnStartedLeading: func(*pglease.Lease) { elected <- name },
+			}))
+		t.Cleanup(func() { _ = e.Close(context.Background()) })
+		return e
+	}
+	a, b := elector("replica-a"), elector("replica-b")
+	lease, err := a.Campaign(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "replica-a", <-elected)
+	require.ErrorIs(t, b.IsLeader(ctx), pglease.ErrHeld)
+
+	rev, err := pglease.Revoke(ctx, pool, key, pglease.WithTable(table))
+	require.NoError(t, err)
+	require.True(t, rev.Changed)
+	pgtest.WaitDone(t, lease, 5*time.Second)
+	// Each sees the revoked row at least once, before it expires.
+	require.ErrorIs(t, a.IsLeader(ctx), pglease.ErrHeld)
+	require.ErrorIs(t, b.IsLeader(ctx), pglease.ErrHeld)
+	require.NoError(t, a.Close(ctx))
+
+	select {
+	case name := <-elected:
+		require.Equal(t, "replica-b", name)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no replica led within 10s of the revoke")
+	}
+	require.NoError(t, b.Close(ctx)) // the callbacks due have run
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"replica-a"}, reported["replica-a"], "the revoked leader")
+	assert.Equal(t, []string{"replica-a", "replica-b"}, reported["replica-b"], "the follower")
+	for _, ev := range events.All() {
+		if ev.Kind == pglease.EventNewLeader {
+			assert.NotEqual(t, pglease.RevokedHolder, ev.Holder, "event %+v", ev)
+		}
+	}
+}

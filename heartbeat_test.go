@@ -259,3 +259,61 @@ func TestLeaseIsLostWhenTheServerStaysDownPastItsTTL(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "another holder takes over with a greater fence")
 	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost, "the old mandate's release touches nothing")
 }
+
+// A row pinned with expires_at = 'infinity' (the CHECK allows it: an
+// operator keeping a key forever) is still one of its holder's leases: the
+// heartbeat round goes on extending every lease, the pinned one included,
+// without ever moving its expiry back, and reports that expiry as the
+// latest instant a timestamptz holds. One such row costs no other lease.
+func TestARowPinnedToInfinityCostsNoLeaseOfItsHolder(t *testing.T) {
+	t.Parallel()
+	for _, fenced := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			t.Parallel()
+			ctx := pgtest.Ctx(t)
+			pool, table, opts := leaseTable(t, fenced)
+			const ttl = time.Second
+			events := pgtest.NewEvents(t)
+			l := pgtest.Locker(t, pool, table, "a", append(opts, pglease.WithTTL(ttl),
+				pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))...)
+			pinned, err := l.Claim(ctx, "pinned")
+			require.NoError(t, err)
+			other, err := l.Claim(ctx, "other")
+			require.NoError(t, err)
+			for events.WaitFor(t, pglease.EventExtended, 5*time.Second).Leases < 2 { // a round of both
+			}
+			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = 'infinity' WHERE key = 'pinned'`, pgx.Identifier{table}.Sanitize()))
+			require.NoError(t, err)
+
+			// Rounds until both leases have lived past two TTLs from the pin.
+			since, before := time.Now(), other.ExpiresAt()
+			for time.Since(since) < 2*ttl {
+				ev := events.WaitFor(t, pglease.EventExtended, ttl)
+				if ev.Leases != 2 {
+					t.Fatalf("a round extended %d leases, not 2", ev.Leases)
+				}
+			}
+			require.NoError(t, pinned.Err())
+			require.NoError(t, other.Err())
+			assert.Zero(t, events.Count(pglease.EventHeartbeatFailed), "no round failed")
+			assert.True(t, other.ExpiresAt().After(before), "the other lease was extended")
+			assert.Greater(t, pinned.ExpiresAt().Year(), 294275, "the pinned lease reports the latest instant a timestamptz holds: %v", pinned.ExpiresAt())
+
+			var infinite bool
+			require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT expires_at = 'infinity' FROM %s WHERE key = 'pinned'`,
+				pgx.Identifier{table}.Sanitize())).Scan(&infinite))
+			assert.True(t, infinite, "the heartbeat never moves an expiry back")
+			list := append(opts, pglease.WithTable(table))
+			rows, err := pglease.List(ctx, pool, list...)
+			require.NoError(t, err)
+			require.Len(t, rows, 2)
+			assert.True(t, rows[1].NeverExpires)
+			assert.True(t, rows[1].ExpiresAt.Equal(pinned.ExpiresAt()), "List reads the pinned row's expiry as the heartbeat reports it")
+
+			require.NoError(t, pinned.Unlock(ctx), "its holder releases it as any other")
+			rows, err = pglease.List(ctx, pool, list...)
+			require.NoError(t, err)
+			assert.False(t, rows[1].Live, "released: %+v", rows[1])
+		})
+	}
+}

@@ -6,44 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
-
-// createSequenceSQL makes the sequence that issues fences. A sequence, not
-// fence + 1: the fence then grows on every claim of a key, re-entrant ones
-// included, and does not restart at 1 when a purged key is claimed again.
-const createSequenceSQL = `CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint`
-
-// createTableSQL makes the lease table. One row per key, updated in place
-// for its whole life. There is deliberately no index on expires_at: without
-// it every claim, heartbeat and release is a HOT update and the table stays
-// a few pages forever. The table stays LOGGED: a claim must survive a crash
-// or fences could go backwards.
-const createTableSQL = `CREATE TABLE IF NOT EXISTS {table} (
-    key         text        PRIMARY KEY,
-    holder      text        NOT NULL,
-    fence       bigint      NOT NULL DEFAULT nextval({seqlit}),
-    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    expires_at  timestamptz NOT NULL,
-    CHECK (expires_at > acquired_at)
-)`
-
-// purgeSQL deletes rows expired longer than the retention ago. It is the
-// only DELETE pglease runs, in Migrate and Purge (and so `pglease purge`):
-// only expired rows can match, so a live lease is never deleted, and a
-// purged key that is claimed again gets its fence from the sequence, so it
-// still grows. The retention is never below MinRetention: a claim that drew its fence before
-// a later lease of the key was handed out would otherwise find the row gone
-// and insert the smaller fence (see MinRetention).
-const purgeSQL = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
-
-// migrateLockSQL serializes concurrent Migrate calls on one table (two
-// concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog).
-// Transaction-scoped, so it also works behind PgBouncer in transaction mode.
-const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 
 // SchemaSQL is the content of schema.sql: the DDL that Migrate runs for the
 // default table name, with a comment on the grants the runtime role needs,
@@ -54,7 +25,7 @@ const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 var SchemaSQL string
 
 // schemaStatements is the DDL Migrate runs, in order.
-var schemaStatements = []string{createSequenceSQL, createTableSQL}
+var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 
 // Schema returns the DDL that Migrate runs for the given options (only
 // WithTable matters), as one SQL text for migration tools. Statements end
@@ -80,6 +51,14 @@ func Schema(opts ...Option) (string, error) {
 // once. The schema of a qualified table name must exist already. Migrate is
 // the only code that runs DDL; at run time a Locker needs only SELECT,
 // INSERT and UPDATE on the table and USAGE on its sequence.
+//
+// An existing table and sequence are kept as they are, and checked: Migrate
+// refuses, naming the statement that fixes it, a table or sequence that a
+// crash would empty (UNLOGGED, TEMPORARY), and a fence sequence that could
+// hand a later mandate a smaller fence or stop handing them out (a CACHE
+// above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's) or
+// a relation of the sequence's name that is no sequence. Migrate is where
+// they are checked: a Locker does not look at them.
 func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
@@ -106,7 +85,7 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, err := tx.Exec(ctx, migrateLockSQL, migrateLockKey(t)); err != nil {
+	if _, err := tx.Exec(ctx, sqlstmt.MigrateLock, migrateLockKey(t)); err != nil {
 		return fmt.Errorf("advisory lock: %w", err)
 	}
 	for _, stmt := range schemaStatements {
@@ -117,35 +96,30 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 	if err := checkLogged(ctx, tx, t); err != nil {
 		return err
 	}
+	if err := checkFenceSequence(ctx, tx, t); err != nil {
+		return err
+	}
 	if _, err := purge(ctx, tx, t, cfg.retention); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
 	return tx.Commit(ctx)
 }
 
-// purge runs purgeSQL and returns how many rows it deleted. The callers
+// purge runs sqlstmt.Purge and returns how many rows it deleted. The callers
 // have checked the horizon against MinRetention.
 func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, t.render(purgeSQL), olderThan.Seconds())
+	tag, err := db.Exec(ctx, t.render(sqlstmt.Purge), olderThan.Seconds())
 	if err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }
 
-// unloggedSQL names the lease table or fence sequence if an operator made it
-// UNLOGGED (ALTER TABLE ... SET UNLOGGED, ALTER SEQUENCE ... SET UNLOGGED)
-// or it is TEMPORARY: a crash then empties it, and every live lease could
-// be claimed again, or every fence issued again.
-const unloggedSQL = `SELECT c.relname, c.relpersistence::text
-  FROM pg_class c
- WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
-
 // checkLogged refuses a lease table or fence sequence that a crash would
 // empty, naming the fix: Migrate runs at every deploy, so it is where an
 // operator's change is caught.
 func checkLogged(ctx context.Context, tx DB, t table) error {
-	rows, err := tx.Query(ctx, unloggedSQL, t.name.Sanitize(), t.seq.Sanitize())
+	rows, err := tx.Query(ctx, sqlstmt.Unlogged, t.name.Sanitize(), t.seq.Sanitize())
 	if err != nil {
 		return fmt.Errorf("checking persistence: %w", err)
 	}
@@ -170,6 +144,50 @@ func checkLogged(ctx context.Context, tx DB, t table) error {
 			strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
 	}
 	return nil
+}
+
+// checkFenceSequence refuses a fence sequence that could issue a fence
+// smaller than one it issued before, or stop issuing them, naming the fix:
+// CREATE SEQUENCE IF NOT EXISTS keeps an existing sequence as an operator
+// or a migration tool left it (CACHE 100, a tuning that hands each session
+// its own block, gives successive mandates of a key fences 1, 101, 2).
+// Migrate runs at every deploy, so it is where such a change is caught; a
+// Locker does not check it.
+func checkFenceSequence(ctx context.Context, tx DB, t table) error {
+	seq := t.seq.Sanitize()
+	var (
+		increment, maxValue, cache int64
+		cycle                      bool
+	)
+	err := tx.QueryRow(ctx, sqlstmt.FenceSequence, seq).Scan(&increment, &maxValue, &cache, &cycle)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s is not a sequence: a relation of that name was there before Migrate, and every claim would fail "+
+			"drawing its fence from it (rename or drop it, then run Migrate again)", seq)
+	}
+	if err != nil {
+		return fmt.Errorf("checking the fence sequence: %w", err)
+	}
+	var problems []string
+	if cache != 1 {
+		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later mandate can get a smaller fence)", cache))
+	}
+	if cycle {
+		problems = append(problems, "cycles (at its maximum it starts over from its minimum)")
+	}
+	if maxValue != math.MaxInt64 {
+		problems = append(problems, fmt.Sprintf("stops at %d (every claim fails once it is reached)", maxValue))
+	}
+	if increment != 1 {
+		problems = append(problems, fmt.Sprintf("increments by %d, not 1", increment))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	fix := fmt.Sprintf("run ALTER SEQUENCE %s AS bigint INCREMENT BY 1 NO MAXVALUE CACHE 1 NO CYCLE", seq)
+	if increment < 0 {
+		fix += "; it has counted down, so also RESTART it above every fence it has issued"
+	}
+	return fmt.Errorf("fence sequence %s %s: fences must only grow (%s)", seq, strings.Join(problems, ", "), fix)
 }
 
 // migrateLockKey derives the advisory lock key from the table name.

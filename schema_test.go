@@ -2,7 +2,9 @@ package pglease_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -144,4 +146,80 @@ func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.
 	assert.Len(t, fromFile["indexes"], 1, "only the primary key: no index on expires_at")
 	assert.Equal(t, []string{"lease_fence_seq type=bigint start=1 increment=1 min=1 max=9223372036854775807 cache=1 cycle=f"},
 		fromFile["sequence"])
+}
+
+// A fence sequence tuned away from what Migrate creates hands out fences
+// that do not always grow: with CACHE n each session draws its own block of
+// n values, so successive mandates of one key get 1, n+1, 2...; CYCLE, a
+// reachable MAXVALUE (AS integer included) or an INCREMENT other than 1 break
+// the order or end it. Migrate, which runs at every deploy, refuses such a
+// sequence (and a relation of its name that is no sequence at all), saying
+// exactly what to run, and accepts it once that has run.
+func TestMigrateRefusesAFenceSequenceThatCouldIssueFencesOutOfOrder(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, nil)
+	fix := regexp.MustCompile(`ALTER SEQUENCE [^;)]+`)
+	for _, c := range []struct{ alter, want string }{
+		{"CACHE 100", "caches 100 values per session"},
+		{"CYCLE", "cycles"},
+		{"MAXVALUE 1000000", "stops at 1000000"},
+		{"AS integer", "stops at 2147483647"},
+		{"INCREMENT BY 2", "increments by 2"},
+		{"INCREMENT BY -1", "increments by -1"},
+	} {
+		t.Run(c.alter, func(t *testing.T) {
+			t.Parallel()
+			ctx := pgtest.Ctx(t)
+			table := pgtest.Table(t, pool)
+			seq := pgx.Identifier{table + "_fence_seq"}.Sanitize()
+			_, err := pool.Exec(ctx, "ALTER SEQUENCE "+seq+" "+c.alter)
+			require.NoError(t, err)
+
+			err = pglease.Migrate(ctx, pool, pglease.WithTable(table))
+			require.ErrorContains(t, err, "fence sequence "+seq+" "+c.want)
+			run := fix.FindString(err.Error())
+			require.NotEmpty(t, run, "the error says what to run: %v", err)
+			assert.Contains(t, run, "ALTER SEQUENCE "+seq)
+			_, err = pool.Exec(ctx, run)
+			require.NoError(t, err, "what the error says to run runs: %s", run)
+			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "accepted once fixed by %s", run)
+		})
+	}
+
+	t.Run("CacheTurnsFencesBack", func(t *testing.T) {
+		// Why CACHE is refused: two sessions claiming one key in turn.
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table := pgtest.Table(t, pool)
+		_, err := pool.Exec(ctx, "ALTER SEQUENCE "+pgx.Identifier{table + "_fence_seq"}.Sanitize()+" CACHE 100")
+		require.NoError(t, err)
+		// Each replica keeps its session, as a pool does: the first draws
+		// a block of 100 values, the second the next block.
+		var lockers []*pglease.Locker
+		for i := range 2 {
+			conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			lockers = append(lockers, pgtest.Locker(t, conn, table, fmt.Sprintf("replica-%d", i)))
+		}
+		var fences []int64
+		for _, l := range []*pglease.Locker{lockers[0], lockers[1], lockers[0]} {
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			fences = append(fences, lease.Fence())
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		assert.Less(t, fences[2], fences[1], "a cached sequence issued fences %v: the third mandate's is below the second's", fences)
+		require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "caches 100 values per session")
+	})
+
+	t.Run("NotASequence", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table := pgtest.TableName()
+		_, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{table + "_fence_seq"}.Sanitize()+" (x int)")
+		require.NoError(t, err)
+		err = pglease.Migrate(ctx, pool, pglease.WithTable(table))
+		require.ErrorContains(t, err, "is not a sequence")
+	})
 }

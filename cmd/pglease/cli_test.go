@@ -73,12 +73,14 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 	assert.Equal(t, a.Fence(), *rows[0].Fence)
 	assert.Equal(t, "replica-a", rows[0].Holder)
 	assert.True(t, rows[0].Live)
-	assert.InDelta(t, l.TTL().Seconds(), rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
+	require.NotNil(t, rows[0].ExpiresInSeconds)
+	assert.InDelta(t, l.TTL().Seconds(), *rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
 	assert.Equal(t, a.AcquiredAt().UnixMicro(), rows[0].AcquiredAt.UnixMicro())
 	assert.Equal(t, "b-job", rows[1].Key)
 	assert.Equal(t, "c-job", rows[2].Key)
 	assert.False(t, rows[2].Live)
-	assert.InDelta(t, -3600, rows[2].ExpiresInSeconds, 10)
+	require.NotNil(t, rows[2].ExpiresInSeconds)
+	assert.InDelta(t, -3600, *rows[2].ExpiresInSeconds, 10)
 }
 
 func TestStatusJSONOfAnEmptyTableIsAnEmptyArray(t *testing.T) {
@@ -486,4 +488,58 @@ func panicMessage(f func()) (msg string) {
 	}()
 	f()
 	return ""
+}
+
+// A row pinned with expires_at = 'infinity', or expiring past year 9999,
+// is shown with the rest: status says the pinned one never expires (in
+// JSON: expires_at "infinity", expires_in_seconds null), release revokes
+// it saying that nobody can claim it before release -now, and release -now
+// then ends it.
+func TestStatusAndReleaseShowAndChangeARowPinnedToInfinity(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := migrated(t)
+	a := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond))
+	lease, err := a.Claim(ctx, "pinned")
+	require.NoError(t, err)
+	insertRow(t, pool, table, "far", "replica-far", time.Hour, time.Hour)
+	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = CASE key WHEN 'pinned' THEN 'infinity'::timestamptz ELSE '20000-01-01 00:00:00+00' END`,
+		pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+
+	lines := strings.Split(strings.TrimSpace(ok(t, "status", "-table", table)), "\n")
+	require.Len(t, lines, 3)
+	f := strings.Fields(lines[2])
+	require.Len(t, f, 6, lines[2])
+	assert.Equal(t, []string{"pinned", "replica-a", fmt.Sprint(lease.Fence())}, f[:3])
+	assert.Equal(t, []string{"never", "live"}, f[4:])
+	assert.Equal(t, "live", strings.Fields(lines[1])[5], lines[1])
+
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-table", table, "-json")), &rows))
+	require.Len(t, rows, 2)
+	assert.Equal(t, "far", rows[0]["key"])
+	assert.Equal(t, "20000-01-01T00:00:00Z", rows[0]["expires_at"])
+	assert.Equal(t, "pinned", rows[1]["key"])
+	assert.Equal(t, "infinity", rows[1]["expires_at"])
+	assert.Contains(t, rows[1], "expires_in_seconds")
+	assert.Nil(t, rows[1]["expires_in_seconds"], "no number of seconds: it never expires")
+	assert.Equal(t, true, rows[1]["live"])
+
+	out := ok(t, "release", "-table", table, "pinned")
+	assert.Contains(t, out, `revoked key "pinned"`)
+	assert.Contains(t, out, "never expires")
+	assert.Contains(t, out, "release -now")
+	pgtest.WaitDone(t, lease, 5*time.Second)
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+
+	r := runCmd(t, "release", "-now", "-dsn", pgtest.Server.DSN(), "-table", table, "pinned")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `released key "pinned"`)
+	assert.Contains(t, r.stdout, "was live until infinity")
+	assert.Contains(t, r.stderr, "WARNING")
+	taken, err := pgtest.Locker(t, pool, table, "replica-b").Claim(ctx, "pinned")
+	require.NoError(t, err, "claimable at once after release -now")
+	assert.Greater(t, taken.Fence(), lease.Fence())
 }

@@ -66,9 +66,16 @@ func release(ctx context.Context, c *cli, conn *pgx.Conn, key string) error {
 			key, h.Holder, fenceText(h.Fence), h.ExpiresAt.UTC().Format(timeFormat))
 	case c.now:
 		printForceExpired(c, rev)
-	case !rev.Changed: // revoked already
+	case !rev.Changed && h.NeverExpires: // revoked already
+		fmt.Fprintf(c.stdout, "key %q is already revoked: fence %s; its row never expires (expires_at is infinity), so no holder "+
+			"can claim it until release -now expires it; nothing changed\n", key, fenceText(h.Fence))
+	case !rev.Changed:
 		fmt.Fprintf(c.stdout, "key %q is already revoked: fence %s; any holder may claim it from %s; nothing changed\n",
 			key, fenceText(h.Fence), h.ExpiresAt.UTC().Format(timeFormat))
+	case h.NeverExpires:
+		fmt.Fprintf(c.stdout, "revoked key %q: holder %q, fence %s; the holder loses it at its next heartbeat; "+
+			"its row never expires (expires_at is infinity), so no holder can claim it until release -now expires it\n",
+			key, h.Holder, fenceText(h.Fence))
 	default:
 		in := rev.ExpiresAt.Sub(rev.ServerNow).Round(time.Millisecond)
 		fmt.Fprintf(c.stdout, "revoked key %q: holder %q, fence %s; the holder loses it at its next heartbeat; "+
@@ -81,17 +88,26 @@ func release(ctx context.Context, c *cli, conn *pgx.Conn, key string) error {
 func printForceExpired(c *cli, rev pglease.Revocation) {
 	h := rev.Row
 	fmt.Fprintf(c.stdout, "released key %q: holder %q, fence %s, was live until %s; now expires at %s\n",
-		h.Key, h.Holder, fenceText(h.Fence), h.ExpiresAt.UTC().Format(timeFormat), rev.ExpiresAt.UTC().Format(timeFormat))
+		h.Key, h.Holder, fenceText(h.Fence), expiryText(h), rev.ExpiresAt.UTC().Format(timeFormat))
 	fmt.Fprintf(c.stderr, "pglease release -now: WARNING: key %q can be claimed at once, but its holder %q may go on "+
 		"believing it holds the lease until its next heartbeat, or until %s if that heartbeat fails: until then two "+
 		"replicas may run the job at once. Without -now, release revokes the lease instead and keeps the key until then.\n",
-		h.Key, h.Holder, h.ExpiresAt.UTC().Format(timeFormat))
+		h.Key, h.Holder, expiryText(h))
 	if rev.ExpiresAt.After(rev.ServerNow) && !h.AcquiredAt.IsZero() {
 		// Only when acquired_at is ahead of the server's clock (the clock
 		// was set back since the claim): the CHECK keeps the expiry after it.
 		fmt.Fprintf(c.stderr, "pglease release: the server clock is behind the claim's acquired_at (%s): the key stays held until then\n",
 			h.AcquiredAt.UTC().Format(timeFormat))
 	}
+}
+
+// expiryText prints a row's expiry, or "infinity" for a row that never
+// expires.
+func expiryText(r pglease.LeaseRow) string {
+	if r.NeverExpires {
+		return "infinity"
+	}
+	return r.ExpiresAt.UTC().Format(timeFormat)
 }
 
 // fenceText prints a fence, or "none" for a table without fence column.

@@ -16,21 +16,47 @@ import (
 
 // statusRow is one key as status -json prints it.
 type statusRow struct {
-	Key              string     `json:"key"`
-	Holder           string     `json:"holder"`
-	Fence            *int64     `json:"fence"`       // null on a table without fence column
-	AcquiredAt       *time.Time `json:"acquired_at"` // null on a table without acquired_at
-	ExpiresAt        time.Time  `json:"expires_at"`
-	ExpiresInSeconds float64    `json:"expires_in_seconds"` // negative once expired
-	Live             bool       `json:"live"`
+	Key              string      `json:"key"`
+	Holder           string      `json:"holder"`
+	Fence            *int64      `json:"fence"`              // null on a table without fence column
+	AcquiredAt       *serverTime `json:"acquired_at"`        // null on a table without acquired_at
+	ExpiresAt        serverTime  `json:"expires_at"`         // "infinity" for a row that never expires
+	ExpiresInSeconds *float64    `json:"expires_in_seconds"` // negative once expired; null for a row that never expires
+	Live             bool        `json:"live"`
+}
+
+// serverTime is a time of a row in JSON: RFC 3339, or "infinity" (as
+// PostgreSQL writes it) for the expiry of a row that never expires. Unlike
+// time.Time's, its encoding never fails, whatever the year (a row may
+// expire after 9999).
+type serverTime struct {
+	time.Time
+	infinite bool
+}
+
+func (t serverTime) MarshalJSON() ([]byte, error) {
+	if t.infinite {
+		return []byte(`"infinity"`), nil
+	}
+	return json.Marshal(t.Format(time.RFC3339Nano))
+}
+
+func (t *serverTime) UnmarshalJSON(b []byte) error {
+	if string(b) == `"infinity"` {
+		*t = serverTime{infinite: true}
+		return nil
+	}
+	return t.Time.UnmarshalJSON(b)
 }
 
 var statusCommand = command{
 	name: "status",
 	summary: "Lists every key of the table, sorted: its holder, its current fence, when it was\n" +
-		"acquired, how long until it expires (negative: expired that long ago) and whether\n" +
-		"it is live, all by the database's clock. -json prints a JSON array of objects with\n" +
-		"key, holder, fence, acquired_at, expires_at, expires_in_seconds and live.",
+		"acquired, how long until it expires (negative: expired that long ago; never, for a\n" +
+		"row whose expires_at is infinity) and whether it is live, all by the database's\n" +
+		"clock. -json prints a JSON array of objects with key, holder, fence, acquired_at,\n" +
+		"expires_at (\"infinity\" for a row that never expires), expires_in_seconds (null\n" +
+		"then) and live.",
 	flags: func(fs *flag.FlagSet, c *cli) {
 		fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a table")
 	},
@@ -60,17 +86,20 @@ func statusRows(listed []pglease.LeaseRow) []statusRow {
 	out := make([]statusRow, 0, len(listed)) // [] rather than null in JSON
 	for _, l := range listed {
 		r := statusRow{
-			Key:              l.Key,
-			Holder:           l.Holder,
-			ExpiresAt:        l.ExpiresAt,
-			ExpiresInSeconds: math.Round(l.ExpiresIn().Seconds()*1000) / 1000, // to the millisecond
-			Live:             l.Live,
+			Key:       l.Key,
+			Holder:    l.Holder,
+			ExpiresAt: serverTime{Time: l.ExpiresAt, infinite: l.NeverExpires},
+			Live:      l.Live,
+		}
+		if !l.NeverExpires {
+			in := math.Round(l.ExpiresIn().Seconds()*1000) / 1000 // to the millisecond
+			r.ExpiresInSeconds = &in
 		}
 		if l.Fence != 0 { // fences start at 1
 			r.Fence = &l.Fence
 		}
 		if !l.AcquiredAt.IsZero() {
-			r.AcquiredAt = &l.AcquiredAt
+			r.AcquiredAt = &serverTime{Time: l.AcquiredAt}
 		}
 		out = append(out, r)
 	}
@@ -85,7 +114,10 @@ func printStatus(c *cli, rows []statusRow) error {
 		if r.Live {
 			state = "live"
 		}
-		in := time.Duration(r.ExpiresInSeconds * float64(time.Second)).Round(time.Millisecond)
+		in := "never"
+		if r.ExpiresInSeconds != nil {
+			in = time.Duration(*r.ExpiresInSeconds * float64(time.Second)).Round(time.Millisecond).String()
+		}
 		fence, acquired := "-", "-"
 		if r.Fence != nil {
 			fence = fmt.Sprint(*r.Fence)
@@ -93,7 +125,7 @@ func printStatus(c *cli, rows []statusRow) error {
 		if r.AcquiredAt != nil {
 			acquired = r.AcquiredAt.UTC().Format(timeFormat)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\n",
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n",
 			printable(r.Key), printable(r.Holder), fence, acquired, in, state)
 	}
 	return w.Flush()

@@ -11,6 +11,15 @@ const extendMine = `UPDATE {table} AS l
      AND l.expires_at > clock_timestamp()
      AND ` + raiseSyncCommit + ` IS NOT NULL`
 
+// reportedExpiry is the expiry a heartbeat statement reports for a row it
+// extended: the row's own, or, for a row pinned with expires_at =
+// 'infinity' (the CHECK allows it: an operator keeping a key), the latest
+// instant a finite timestamptz holds. The driver cannot read infinity into
+// a time, so reporting it would fail the whole round, and a Locker with
+// one pinned row would lose every lease at its trust deadline. The row
+// itself keeps its infinite expiry; the report says only "far away".
+const reportedExpiry = `LEAST(l.expires_at, '294276-12-31 23:59:59.999999+00'::timestamptz)`
+
 // Heartbeat extends every lease of the Locker in one statement per round,
 // whatever their number, and reports on each lease: extended (with its new
 // expiry), skipped because its row is locked, or lost.
@@ -44,6 +53,9 @@ const extendMine = `UPDATE {table} AS l
 //     out of the skipped ones by NOT IN (a hashed subplan), never joined
 //     against a CTE estimated at one row, which a nested loop would make
 //     quadratic in the number of leases.
+//   - An extended row reports its expiry as reportedExpiry: a row pinned
+//     at 'infinity' is extended as the others (it keeps its expiry), and
+//     costs no other lease the round.
 //   - GREATEST(..., l.expires_at): a heartbeat never moves an expiry back.
 //     After the server's clock steps back, clock_timestamp() + its TTL can fall
 //     at or before acquired_at; the row as stored satisfies the CHECK
@@ -68,7 +80,7 @@ const Heartbeat = `WITH h AS (
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   ` + extendMine + `
-  RETURNING l.key, l.fence, l.expires_at, clock_timestamp() AS now
+  RETURNING l.key, l.fence, ` + reportedExpiry + ` AS expires_at, clock_timestamp() AS now
 )
 SELECT key, fence, expires_at, now FROM extended
 UNION ALL
@@ -79,8 +91,9 @@ SELECT c.key, c.fence, NULL, clock_timestamp()
    AND (SELECT count(*) FROM extended) < cardinality($3::text[])`
 
 // UnfencedHeartbeat is Heartbeat matching each row on its forged
-// holder: it skips locked rows, never moves an expiry back and commits
-// synchronously, for the same reasons, and extends each lease by its own
+// holder: it skips locked rows, never moves an expiry back, reports a
+// pinned row's expiry as reportedExpiry and commits synchronously, for the
+// same reasons, and extends each lease by its own
 // TTL ($1, one per key). It does not read acquired_at, which the table may
 // lack.
 const UnfencedHeartbeat = `WITH h AS (
@@ -91,7 +104,7 @@ const UnfencedHeartbeat = `WITH h AS (
      FOR NO KEY UPDATE OF l SKIP LOCKED
 ), extended AS (
   ` + extendMine + `
-  RETURNING l.key, l.holder, l.expires_at, clock_timestamp() AS now
+  RETURNING l.key, l.holder, ` + reportedExpiry + ` AS expires_at, clock_timestamp() AS now
 )
 SELECT key, holder, expires_at, now FROM extended
 UNION ALL

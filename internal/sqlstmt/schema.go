@@ -1,0 +1,71 @@
+package sqlstmt
+
+// The statements of Migrate and Purge: the DDL of a lease table, the purge
+// of old rows, and the checks Migrate makes of what it finds.
+
+// CreateSequence makes the sequence that issues fences. A sequence, not
+// fence + 1: the fence then grows on every claim of a key, re-entrant ones
+// included, and does not restart at 1 when a purged key is claimed again.
+//
+// Its defaults (INCREMENT BY 1, CACHE 1, NO CYCLE, the bigint maximum) are
+// what fences need; IF NOT EXISTS keeps an existing sequence as it is, which
+// FenceSequence then checks.
+const CreateSequence = `CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint`
+
+// CreateTable makes the lease table. One row per key, updated in place
+// for its whole life. There is deliberately no index on expires_at: without
+// it every claim, heartbeat and release is a HOT update and the table stays
+// a few pages forever. The table stays LOGGED: a claim must survive a crash
+// or fences could go backwards.
+const CreateTable = `CREATE TABLE IF NOT EXISTS {table} (
+    key         text        PRIMARY KEY,
+    holder      text        NOT NULL,
+    fence       bigint      NOT NULL DEFAULT nextval({seqlit}),
+    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at  timestamptz NOT NULL,
+    CHECK (expires_at > acquired_at)
+)`
+
+// Purge deletes rows expired longer than the retention ($1, in seconds)
+// ago. It is the only DELETE pglease runs, in Migrate and Purge (and so
+// `pglease purge`): only expired rows can match, so a live lease is never
+// deleted, and a purged key that is claimed again gets its fence from the
+// sequence, so it still grows. The retention is never below MinRetention: a
+// claim that drew its fence before a later lease of the key was handed out
+// would otherwise find the row gone and insert the smaller fence (see
+// MinRetention).
+const Purge = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
+
+// MigrateLock serializes concurrent Migrate calls on one table (two
+// concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog).
+// Transaction-scoped, so it also works behind PgBouncer in transaction mode.
+const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
+
+// Unlogged names the lease table ($1) or fence sequence ($2), given by
+// their quoted names, if an operator made it UNLOGGED (ALTER TABLE ... SET
+// UNLOGGED, ALTER SEQUENCE ... SET UNLOGGED) or it is TEMPORARY: a crash
+// then empties it, and every live lease could be claimed again, or every
+// fence issued again. to_regclass resolves the names as the statements
+// will.
+const Unlogged = `SELECT c.relname, c.relpersistence::text
+  FROM pg_class c
+ WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
+
+// FenceSequence reads what decides the order of the fences the sequence
+// ($1, its quoted name) issues: no row when that name is not a sequence
+// (CREATE SEQUENCE IF NOT EXISTS keeps a table or view of the name, and
+// every claim would then fail). From pg_sequence, the catalog, rather than
+// the pg_sequences view: the runtime role may lack privileges on the
+// sequence, and the catalog needs none.
+//
+//   - seqcache: each session draws its own block of that many values, so
+//     with CACHE n successive mandates of one key, claimed through
+//     different sessions, get fences 1, n+1, 2: backwards.
+//   - seqcycle: at its maximum the sequence starts over from its minimum.
+//   - seqmax: a reachable maximum (an integer sequence, a MAXVALUE) makes
+//     every claim fail once it is reached.
+//   - seqincrement: anything but 1 (a negative step counts down) is not what
+//     fences are documented to do.
+const FenceSequence = `SELECT s.seqincrement, s.seqmax, s.seqcache, s.seqcycle
+  FROM pg_sequence s
+ WHERE s.seqrelid = to_regclass($1)`
