@@ -56,7 +56,7 @@ var (
 	// that read the row and locked it (LockRow): it acts on exactly the
 	// mandate that read showed, which nothing can change in between.
 	operatorUnderRowLock = writeClass{"acts in the transaction that read and locked the row", []string{
-		"WHERE key = $1 AND holder",
+		"WHERE key = $1 AND holder IS NOT DISTINCT FROM $2",
 	}}
 	// partOfMine: the part of a heartbeat statement that extends the rows
 	// its CTE mine matched (on a mandate, by the statement's class).
@@ -80,6 +80,9 @@ var writes = map[string]writeClass{
 	"UnfencedHeartbeat":         mandateOfForgedHolder,
 	"UnfencedRelease":           mandateOfForgedHolder,
 	"extendMine":                partOfMine,
+	"Purge":                     purgeOfLongExpired,
+	"Revoke":                    operatorUnderRowLock,
+	"ForceExpire":               operatorUnderRowLock,
 	"SeedLeases":                benchmark,
 	"BaselinePerLeaseHeartbeat": benchmark,
 }

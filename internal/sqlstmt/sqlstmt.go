@@ -1,6 +1,9 @@
-// Package sqlstmt holds the statements of pglease's lease protocol (claim,
-// burst claim, heartbeat, release, with and without the fence column) and
-// the rendering of their templates, written once: the library runs them,
+// Package sqlstmt holds every SQL text pglease sends: the statements of its
+// lease protocol (claim, burst claim, heartbeat, release, with and without
+// the fence column), of Guard, of waiting claims, of the operator's
+// functions and of the schema, and the rendering of their templates,
+// written once (audit_test.go checks every statement that changes lease
+// rows, and that no SQL lives elsewhere): the library runs them,
 // and the benchmarks send the very same text raw through a pool as the
 // baseline a Locker is measured against.
 //
