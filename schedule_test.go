@@ -1,7 +1,6 @@
 package pglease_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -143,7 +142,7 @@ func TestStartOnGridRefusesAPeriodThatIsNotPositive(t *testing.T) {
 				require.True(t, ok, "StartOnGrid(%v) panics with an error", period)
 				require.ErrorIs(t, err, pglease.ErrInvalidOption)
 				var oe *pglease.OptionError
-				require.True(t, errors.As(err, &oe))
+				require.ErrorAs(t, err, &oe)
 				assert.Equal(t, "StartOnGrid", oe.Option)
 				assert.Contains(t, err.Error(), "must be positive")
 			}()
