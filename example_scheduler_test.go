@@ -19,32 +19,22 @@ import (
 // databaseURL stands for your service's connection string.
 func databaseURL() string { return pgtest.Server.DSN() }
 
-// Wire a gocron scheduler to pglease: every replica runs the same code, and
-// each tick of "send-invoices" runs on one of them. Inside the job, the
-// lease of the run is locker.Held(jobName).
-func Example_scheduler() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL())
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
-	if err := pglease.Migrate(ctx, pool); err != nil {
-		panic(err)
-	}
-
+// runScheduler runs this replica's jobs until ctx ends. Every replica of
+// the service runs it, started whenever the replica starts, and each tick
+// of "send-invoices" runs on exactly one of them.
+func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
+	sendInvoices func(ctx context.Context, fence int64)) error {
 	locker := pglease.NewLocker(pool,
-		pglease.WithTTL(30*time.Second),
-		pglease.WithMinHold(30*time.Second), // half the job period: see below
+		pglease.WithTTL(30*time.Second), // a crashed replica's jobs wait this long
+		pglease.WithMinHold(every/2),    // half the period, at most the TTL: see below
 	)
 	defer locker.Close(ctx) // after s.Shutdown(): releases what is held
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 	if err != nil {
-		panic(err)
+		return err
 	}
-	sent := make(chan struct{})
-	_, err = s.NewJob(gocron.DurationJob(time.Minute),
+	_, err = s.NewJob(gocron.DurationJob(every),
 		gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
 			lease, ok := locker.Held("send-invoices")
 			if !ok {
@@ -53,18 +43,71 @@ func Example_scheduler() {
 			ctx, cancel := lease.Context(ctx) // ends the moment the lease is lost
 			defer cancel()
 			sendInvoices(ctx, lease.Fence())
-			close(sent)
 		}),
 		gocron.WithName("send-invoices"), // the lease key: always name jobs
-		gocron.WithStartAt(gocron.WithStartImmediately()),
+		pglease.StartOnGrid(every),       // the same ticks on every replica
+	)
+	if err != nil {
+		return errors.Join(err, s.Shutdown())
+	}
+	s.Start()
+	<-ctx.Done()
+	return s.Shutdown()
+}
+
+// Wire a gocron scheduler to pglease: every replica runs the same code, and
+// each tick of "send-invoices" runs on one of them. Inside the job, the
+// lease of the run is locker.Held(jobName).
+func Example_scheduler() {
+	ctx, stop := context.WithCancel(context.Background()) // a service: signal.NotifyContext
+	defer stop()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool); err != nil { // or apply pglease.SchemaSQL with your migration tool
+		panic(err)
+	}
+	// A service runs it every minute until SIGTERM; this example, every
+	// second until the first run.
+	err = runScheduler(ctx, pool, time.Second, func(ctx context.Context, fence int64) {
+		sendInvoices(ctx, fence)
+		stop()
+	})
+	if err != nil {
+		panic(err)
+	}
+	// Output: invoices sent on one replica, fenced: true
+}
+
+// Run a job every 10 seconds at the same instants on every replica,
+// whenever each replica started: at the multiples of 10s since the Unix
+// epoch, so :00, :10, :20 ... of every minute.
+func ExampleStartOnGrid() {
+	s, err := gocron.NewScheduler() // with gocron.WithDistributedLocker(locker)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = s.Shutdown() }()
+	j, err := s.NewJob(gocron.DurationJob(10*time.Second),
+		gocron.NewTask(func() {}),
+		gocron.WithName("refresh-rates"),
+		pglease.StartOnGrid(10*time.Second),
 	)
 	if err != nil {
 		panic(err)
 	}
 	s.Start()
-	<-sent // the example stops after one run
-	_ = s.Shutdown()
-	// Output: invoices sent on one replica, fenced: true
+	next, err := j.NextRuns(2)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("first run on a round 10s:", next[0].Second()%10 == 0 && next[0].Nanosecond() == 0)
+	fmt.Println("then every", next[1].Sub(next[0]))
+	// Output:
+	// first run on a round 10s: true
+	// then every 10s
 }
 
 // sendInvoices stands for a job's work.

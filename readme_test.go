@@ -11,7 +11,8 @@ import (
 
 // TestReadmeSnippetsAreTheExamplesTheyName keeps every Go snippet of
 // README.md and docs/OPERATIONS.md compiled: each is the body of the
-// Example function its marker names, and a ```go block without a marker is
+// Example function its marker names (or the whole declaration of another
+// function of an example file), and a ```go block without a marker is
 // refused. `make readme` rewrites the snippets.
 func TestReadmeSnippetsAreTheExamplesTheyName(t *testing.T) {
 	t.Parallel()

@@ -3,8 +3,11 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -442,4 +445,154 @@ func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *t
 			t.Fatal("no replica took over")
 		}
 	}
+}
+
+// quickStartSeed replays the start moments of a run of
+// TestQuickStartRunsEachTickExactlyOnceAcrossSchedulersStartedAtRandomMoments.
+var quickStartSeed = flag.Uint64("quickstart-seed", 0, "seed of the quick-start test's start moments (0: from the clock)")
+
+// quickStartPool is a replica's pool on a schema of the test's own, first
+// in its search path: the quick start uses the default table name.
+func quickStartPool(t *testing.T, schema string) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	})
+}
+
+// The quick start, README's runScheduler, run as three replicas would run
+// it: each with its own pool, started at a random moment (not on the
+// period's grid, and not in phase with the others), while the others run.
+// Every tick from the first replica's start to the end runs exactly once,
+// counted by the tick it was scheduled for: the multiple of the period the
+// run started after.
+func TestQuickStartRunsEachTickExactlyOnceAcrossSchedulersStartedAtRandomMoments(t *testing.T) {
+	t.Parallel()
+	const period, replicas = 500 * time.Millisecond, 3
+	seed := *quickStartSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay: go test -run %s . -args -quickstart-seed %d)", seed, t.Name(), seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	admin := pgtest.Pool(t, nil)
+	schema := pgtest.Name("quickstart")
+	_, err := admin.Exec(pgtest.Ctx(t), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	pools := make([]*pgxpool.Pool, replicas)
+	for i := range pools {
+		pools[i] = quickStartPool(t, schema)
+		require.NoError(t, pools[i].Ping(pgtest.Ctx(t))) // connected, as a service is before it schedules
+	}
+	require.NoError(t, pglease.Migrate(pgtest.Ctx(t), pools[0]))
+
+	// A tick is numbered by its multiple of the period since the Unix
+	// epoch: the one StartOnGrid schedules it at.
+	tickOf := func(at time.Time) int64 { return at.UnixNano() / int64(period) }
+	type tickRun struct {
+		replica int
+		late    time.Duration // after its tick: the claim's round trip and the timer's latency
+		fence   int64
+	}
+	var (
+		mu      sync.Mutex
+		perTick = map[int64][]tickRun{}
+		runs    int
+	)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	origin := time.Now()
+	starts := make([]time.Duration, replicas)
+	errs := make(chan error, replicas)
+	// Each replica starts after 0 to 2 periods, at a random moment of its
+	// own third of the period: their timers' phases are spread as those of
+	// replicas started independently are, rather than bunched by luck.
+	for i, third := range rng.Perm(replicas) {
+		phase := (float64(third) + rng.Float64()) / replicas
+		starts[i] = time.Duration((float64(rng.IntN(3)) + phase) * float64(period))
+		go func() {
+			time.Sleep(time.Until(origin.Add(starts[i]))) // this replica's start: the scenario, not a wait
+			errs <- runScheduler(ctx, pools[i], period, func(_ context.Context, fence int64) {
+				now := time.Now()
+				mu.Lock()
+				defer mu.Unlock()
+				perTick[tickOf(now)] = append(perTick[tickOf(now)], tickRun{i, time.Duration(now.UnixNano() % int64(period)), fence})
+				runs++
+			})
+		}()
+	}
+	t.Logf("replicas start %v after %v", starts, origin.Format("15:04:05.000"))
+
+	// Counted: from the first tick well after the first start (a replica
+	// takes a few ms to schedule its job) to three ticks after the one that
+	// followed the last start; the run of the last one has ended at the stop.
+	first := tickOf(origin.Add(slices.Min(starts)+100*time.Millisecond)) + 1
+	last := tickOf(origin.Add(slices.Max(starts)+100*time.Millisecond)) + 4
+	time.Sleep(time.Until(time.Unix(0, last*int64(period)).Add(period / 2)))
+	stop()
+	for range replicas {
+		require.NoError(t, <-errs)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	var fence int64
+	for k := first; k <= last; k++ {
+		got := perTick[k]
+		if !assert.Len(t, got, 1, "tick %d runs exactly once: %+v", k, got) {
+			continue
+		}
+		// A run starts a claim's round trip after its tick (a few ms):
+		// one a fifth of the period late was not scheduled on the tick.
+		assert.Less(t, got[0].late, period/5, "tick %d ran %v late", k, got[0].late)
+		assert.Greater(t, got[0].fence, fence, "tick %d: fences grow from tick to tick", k)
+		fence = got[0].fence
+	}
+	t.Logf("%d ticks of %v from %v each ran exactly once (%d runs in all, before and after included)",
+		last-first+1, period, time.Unix(0, first*int64(period)).Format("15:04:05.000"), runs)
+}
+
+// The quick start's former shape: a DurationJob started immediately, on
+// replicas started a third of the period apart, with a min hold of half the
+// period. Each replica's timer fires at its own start plus whole periods;
+// the min hold merges only the claims within it of the holder's, so the
+// replica two thirds of a period behind the holder finds the key free and
+// runs "its" tick: a run every two thirds of a period, 1.5 times as often
+// as scheduled. StartOnGrid (the quick start now) or a CronJob aligns the
+// timers instead.
+func TestDurationJobsStartedImmediatelyOnReplicasStartedApartRunMoreThanOncePerPeriod(t *testing.T) {
+	t.Parallel()
+	const period, periods = time.Second, 6
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	log := newRunLog()
+	base := time.Now().Add(200 * time.Millisecond)
+	for i := range 3 {
+		r := newReplica(t, table, fmt.Sprintf("replica-%d", i+1), pglease.WithTTL(5*time.Second), pglease.WithMinHold(period/2))
+		time.Sleep(time.Until(base.Add(time.Duration(i) * period / 3))) // this replica's start: the scenario, not a wait
+		_, err := r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
+			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartImmediately()))
+		require.NoError(t, err)
+		r.sched.Start()
+	}
+	// Runs are due at base + k*2/3 period: count those of six periods,
+	// the window centred away from them.
+	from, to := base.Add(-period/6), base.Add(periods*period-period/6)
+	runs := 0
+	for done := false; !done; {
+		select {
+		case x := <-log.started:
+			switch {
+			case !x.start.Before(to):
+				done = true
+			case !x.start.Before(from):
+				runs++
+			}
+		case <-time.After(3 * period):
+			t.Fatal("the replicas stopped running")
+		}
+	}
+	assert.Greater(t, runs, periods, "more than one run per period")
+	t.Logf("%d runs in %d periods: %.2f per period", runs, periods, float64(runs)/periods)
 }

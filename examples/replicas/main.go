@@ -1,22 +1,30 @@
 // Command replicas shows pglease keeping a gocron job to one run per tick
-// across several replicas, and what happens when the replica running it
-// dies.
+// across several replicas started at any moment, and what happens when the
+// replica running it dies.
 //
 // With no configuration it starts a throwaway PostgreSQL (or uses
 // PGLEASE_DATABASE_URL), runs three replicas of a gocron scheduler in one
 // process, each with its own pool and its own pglease.Locker, all scheduling
-// the same job every second with start times up to 300ms apart. Midway it
-// kills the replica that is running the job, mid-run and without releasing
-// its lease, as a crash would; the others take over once the lease's TTL has
-// passed. It prints a timeline, then a summary, and exits 1 if a tick ran
-// twice while the min hold was on.
+// the same job every second on the period's grid (pglease.StartOnGrid), as
+// README's quick start does. The replicas start at random moments, not on
+// the grid nor in phase with each other, and their clocks disagree by up to
+// 300ms (simulated: a replica's claims reach the database as late as its
+// clock is slow). Midway it kills the replica that is running the job,
+// mid-run and without releasing its lease, as a crash would; the others
+// take over once the lease's TTL has passed. It prints a timeline, then a
+// summary, and exits 1 if a tick ran twice or was missed (other than while
+// the killed replica's lease ran out) where the conditions of exactly once
+// hold.
 //
 //	go run ./examples/replicas
-//	go run ./examples/replicas -min-hold 0       # gocron issue 841: double runs
+//	go run ./examples/replicas -duration 8s                  # a short run
+//	go run ./examples/replicas -schedule immediately         # the former quick start: runs too often
+//	go run ./examples/replicas -min-hold 0                   # gocron issue 841: double runs
 //	go run ./examples/replicas -dsn postgres://... -replica a   # one replica per terminal
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -47,8 +55,8 @@ func main() {
 
 // run is the whole program: it parses args, runs the demo until its
 // duration has passed or ctx ends, prints the summary, and returns the exit
-// code: 0, 1 when a tick ran twice with the min hold on (or the demo could
-// not run), 2 for bad flags.
+// code: 0, 1 when a tick did not run exactly once although the conditions
+// for it held (or the demo could not run), 2 for bad flags.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -71,20 +79,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // config is what the flags set.
 type config struct {
-	dsn      string
-	replicas int
-	replica  string // non-empty: run only this replica, for one terminal each
-	duration time.Duration
-	period   time.Duration
-	ttl      time.Duration
-	minHold  time.Duration
-	skew     time.Duration
-	seed     uint64
-	table    string
+	dsn         string
+	replicas    int
+	replica     string // non-empty: run only this replica, for one terminal each
+	duration    time.Duration
+	period      time.Duration
+	ttl         time.Duration
+	minHold     time.Duration
+	skew        time.Duration // how far apart the replicas' clocks are, at most
+	startSpread time.Duration // the replicas start within this long
+	schedule    string
+	kill        bool // kill the replica running the job midway
+	seed        uint64
+	table       string
 }
 
+// The schedules of -schedule.
+const (
+	// onGrid is README's quick start: a DurationJob on the period's grid
+	// (pglease.StartOnGrid), the same ticks on every replica.
+	onGrid = "grid"
+	// immediately is the quick start's former shape: a DurationJob started
+	// when its replica starts (gocron.WithStartImmediately), so that each
+	// replica's ticks are in the phase of its own start.
+	immediately = "immediately"
+)
+
 // defaultMinHold is half the period, at most the TTL: long enough to cover
-// the start skew between replicas, short enough to free the key well
+// the skew between the replicas' clocks, short enough to free the key well
 // before the next tick.
 func defaultMinHold(period, ttl time.Duration) time.Duration {
 	return min(period/2, ttl)
@@ -109,8 +131,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.minHold, minHoldSet = d, true
 		return nil
 	})
-	fs.DurationVar(&cfg.skew, "skew", 300*time.Millisecond, "replicas' first runs are spread over this much after the common start")
-	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the order of the replicas' start offsets and the job's durations")
+	fs.DurationVar(&cfg.skew, "skew", 300*time.Millisecond, "the replicas' clocks are up to this far apart (simulated: a replica's claims reach the database as late as its clock is slow)")
+	fs.DurationVar(&cfg.startSpread, "start-spread", 3*time.Second, "the replicas start at random moments within this long of the first, at least one period (0: all at once)")
+	fs.StringVar(&cfg.schedule, "schedule", onGrid, "the job's schedule: "+onGrid+" (pglease.StartOnGrid, the quick start) or "+immediately+" (gocron.WithStartImmediately: each replica's ticks in the phase of its start)")
+	fs.BoolVar(&cfg.kill, "kill", true, "kill the replica running the job at two fifths of the duration, without releasing (not with -replica)")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the replicas' start moments, their clocks and the job's durations")
 	fs.StringVar(&cfg.table, "table", "pglease_demo", "lease table (created if missing)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -132,19 +157,25 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		// Runs of one tick must start before the next tick, or the tick
 		// numbering would mix them up.
 		return cfg, fmt.Errorf("-skew %v: must be at least 0 and below the period (%v)", cfg.skew, cfg.period)
+	case cfg.schedule != onGrid && cfg.schedule != immediately:
+		return cfg, fmt.Errorf("-schedule %q: must be %q or %q", cfg.schedule, onGrid, immediately)
 	case cfg.replica == "" && cfg.replicas < 1:
 		return cfg, fmt.Errorf("-replicas %d: must be at least 1", cfg.replicas)
 	case cfg.replica == "" && cfg.duration < cfg.period:
 		return cfg, fmt.Errorf("-duration %v: must be at least one period (%v)", cfg.duration, cfg.period)
 	case cfg.duration < 0:
 		return cfg, fmt.Errorf("-duration %v: must not be negative", cfg.duration)
+	case cfg.replica == "" && cfg.startSpread != 0 && (cfg.startSpread < cfg.period || cfg.startSpread >= cfg.duration):
+		// A period at least, for the starts to spread over its phases.
+		return cfg, fmt.Errorf("-start-spread %v: must be 0 (all at once), or at least the period (%v) and below the duration (%v)", cfg.startSpread, cfg.period, cfg.duration)
 	}
 	return cfg, nil
 }
 
-// lead is how far ahead of now the first tick is scheduled, so that every
-// scheduler is started before it.
-const lead = 250 * time.Millisecond
+// lead is how long after the first replica's start its first tick may
+// come at the earliest and still be counted as tick 0: the time it takes to
+// schedule its job.
+const lead = 50 * time.Millisecond
 
 // demo runs the replicas until cfg.duration has passed or ctx ends, stops
 // them, and prints the summary.
@@ -164,11 +195,11 @@ func demo(ctx context.Context, cfg config, stdout, stderr io.Writer) (summary, e
 		return summary{}, err
 	}
 
-	names, offsets := layout(cfg)
-	lastOffset := slices.Max(offsets)
+	names, lags, starts := layout(cfg)
+	lastLag := slices.Max(lags)
 	tl := newTimeline(stdout, cfg.period, cfg.ttl, names)
 	var kill *killSwitch
-	if cfg.replica == "" && len(names) > 1 {
+	if cfg.kill && cfg.replica == "" && len(names) > 1 {
 		kill = &killSwitch{}
 	}
 	// pglease's own log, at warn level: a lost lease or a failed claim
@@ -202,51 +233,67 @@ func demo(ctx context.Context, cfg config, stdout, stderr io.Writer) (summary, e
 	}
 	defer stopAll() // on the error paths; a no-op after the regular stop
 	for i, name := range names {
-		r, err := newReplica(ctx, cfg, name, offsets[i], dsn, tl, kill, logger, cfg.seed)
+		r, err := newReplica(ctx, cfg, name, lags[i], starts[i], dsn, tl, kill, logger, cfg.seed)
 		if err != nil {
 			return summary{}, fmt.Errorf("%s: %w", name, err)
 		}
 		reps = append(reps, r)
 	}
 
-	t0, firstTick := base(cfg, time.Now())
-	tl.setBase(t0, firstTick)
+	origin := time.Now() // the first replica starts now, the others later
+	t0, firstTick := base(cfg, origin)
+	tl.setBase(origin, t0)
 	if kill != nil {
-		kill.at = tl.origin.Add(cfg.duration * 2 / 5)
+		kill.at = tl.tickAt(firstTick).Add(cfg.duration * 2 / 5)
 	}
 	printHeader(stdout, cfg, where, reps, kill != nil)
 	tl.header()
-	for _, r := range reps {
-		if err := r.start(cfg.period, tl.origin); err != nil {
-			return summary{}, fmt.Errorf("%s: %w", r.name, err)
-		}
-	}
 
-	// A tick is complete once the last replica's timer has fired for it,
-	// plus half the quiet time before the next tick (settle) for its run to
-	// end: the demo stops then, and counts only complete ticks.
-	settle := (cfg.period - lastOffset) / 2
+	// A tick is complete once the latest clock's claim has been sent for
+	// it, plus half the quiet time before the next tick (settle) for its
+	// run to end: the demo stops then, and counts only complete ticks.
+	settle := (cfg.period - lastLag) / 2
 	completeBy := func(at time.Time) int64 {
-		last := floorDiv(at.Sub(t0.Add(lastOffset+settle)), cfg.period)
+		last := floorDiv(at.Sub(t0.Add(lastLag+settle)), cfg.period)
 		return max(0, last-firstTick+1)
 	}
 	var deadline <-chan time.Time
 	if cfg.duration > 0 {
 		ticks := int64(cfg.duration / cfg.period)
-		stopAt := t0.Add(time.Duration(firstTick+ticks-1)*cfg.period + lastOffset + settle)
+		stopAt := t0.Add(time.Duration(firstTick+ticks-1)*cfg.period + lastLag + settle)
 		timer := time.NewTimer(time.Until(stopAt))
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	select {
-	case <-deadline:
-	case <-ctx.Done():
-		fmt.Fprintln(stdout, "interrupted: stopping the replicas")
+	// Start each replica at its moment, in the order of their moments, as
+	// processes deployed one after the other would.
+	pending := slices.SortedStableFunc(slices.Values(reps), func(a, b *replica) int { return cmp.Compare(a.startAt, b.startAt) })
+wait:
+	for {
+		var due <-chan time.Time
+		if len(pending) > 0 {
+			due = time.After(time.Until(origin.Add(pending[0].startAt)))
+		}
+		select {
+		case <-due:
+			r := pending[0]
+			pending = pending[1:]
+			if err := r.start(cfg.period, cfg.schedule); err != nil {
+				return summary{}, fmt.Errorf("%s: %w", r.name, err)
+			}
+		case <-deadline:
+			break wait
+		case <-ctx.Done():
+			fmt.Fprintln(stdout, "interrupted: stopping the replicas")
+			break wait
+		}
 	}
 	ticks := completeBy(time.Now())
 	stopAll()
 
-	sum := tl.summarize(firstTick, ticks, cfg.minHold)
+	// A lone -replica sees its own runs only: the other processes run the
+	// other ticks, and it cannot check them.
+	sum := tl.summarize(firstTick, ticks, promise(cfg).holds && cfg.replica == "")
 	sum.print(stdout, cfg, reps)
 	return sum, nil
 }
@@ -283,46 +330,95 @@ func migrate(ctx context.Context, dsn, table string) error {
 	return nil
 }
 
-// layout names the replicas and gives each its start offset. In one
-// process the offsets are spread evenly over [0, skew], in an order drawn
-// from the seed: evenly, so that the replicas' timers fire far enough
-// apart to show double runs with -min-hold 0; shuffled, so that which
-// replica leads changes with -seed. A lone -replica draws its offset from
-// the seed and its name, so that terminals differ.
-func layout(cfg config) ([]string, []time.Duration) {
+// layout names the replicas and gives each its clock's lag and its start
+// moment.
+//
+// In one process the lags are spread evenly over [0, skew], in an order
+// drawn from the seed: evenly, so that the replicas' claims of a tick
+// reach the database far enough apart to show double runs with -min-hold 0;
+// shuffled, so that which replica leads changes with -seed. The start
+// moments are random, and the first replica starts at once: each replica
+// starts a whole number of periods after the first possible moment (the
+// numbers shuffled, so that replicas join while others run), plus its own
+// slot of the period (the slots in a random order), plus a random quarter
+// of a slot, less its lag. The phases of the replicas'
+// claims (start plus lag) are then spread over the period, as those of
+// replicas started independently usually are, rather than bunched by
+// chance, so that with -schedule immediately their ticks are out of phase
+// for sure.
+//
+// A lone -replica starts with its process, and draws its lag from the seed
+// and its name, so that terminals differ.
+func layout(cfg config) (names []string, lags, starts []time.Duration) {
 	if cfg.replica != "" {
 		rng := rand.New(rand.NewPCG(cfg.seed, fnv64(cfg.replica)))
-		return []string{cfg.replica}, []time.Duration{time.Duration(rng.Int64N(int64(cfg.skew) + 1))}
+		return []string{cfg.replica}, []time.Duration{time.Duration(rng.Int64N(int64(cfg.skew) + 1))}, []time.Duration{0}
 	}
+	n := cfg.replicas
 	rng := rand.New(rand.NewPCG(cfg.seed, 0))
-	names := make([]string, cfg.replicas)
-	offsets := make([]time.Duration, cfg.replicas)
-	for i, slot := range rng.Perm(cfg.replicas) {
+	names = make([]string, n)
+	lags = make([]time.Duration, n)
+	starts = make([]time.Duration, n)
+	for i, slot := range rng.Perm(n) {
 		names[i] = fmt.Sprintf("replica-%d", i+1)
-		if cfg.replicas > 1 {
-			offsets[i] = cfg.skew * time.Duration(slot) / time.Duration(cfg.replicas-1)
+		if n > 1 {
+			lags[i] = cfg.skew * time.Duration(slot) / time.Duration(n-1)
 		}
 	}
-	return names, offsets
+	if cfg.startSpread == 0 {
+		return names, lags, starts // all at once
+	}
+	// Whole periods within the spread (at least 1), shuffled, so that the
+	// replicas join in different ticks while the first ones run.
+	periods := rng.Perm(int(cfg.startSpread / cfg.period))
+	for i, slot := range rng.Perm(n) {
+		phase := time.Duration((float64(slot) + rng.Float64()/4) / float64(n) * float64(cfg.period))
+		phase = (phase - lags[i]%cfg.period + cfg.period) % cfg.period
+		starts[i] = time.Duration(periods[i%len(periods)])*cfg.period + phase
+	}
+	first := slices.Min(starts)
+	for i := range starts {
+		starts[i] -= first
+	}
+	return names, lags, starts
 }
 
 // base returns t0, the time ticks are counted from (tick k is scheduled at
-// t0 + k*period; each replica runs it at its own offset after that), and
-// the first tick to run.
+// t0 + k*period on every replica: a multiple of the period since the Unix
+// epoch, where pglease.StartOnGrid puts it), and the first tick counted.
 //
-// In one process, t0 is just ahead of now and the first tick is 0. With
-// -replica each terminal is a process of its own, and they must agree on
-// t0 without talking to each other: t0 is then the start of the current
-// hour moved down onto the period's grid (multiples of the period since
-// Go's zero time, the same in every process), and the first tick is the
-// next one on that grid. Tick numbers then match across terminals.
+// In one process, t0 is the first multiple at least lead after the first
+// replica's start, and the first tick is 0. With -replica each terminal
+// is a process of its own, and they must agree on tick numbers without
+// talking to each other: t0 is then the last multiple at or before the
+// start of the current hour, the same in every process, and the first
+// tick the first multiple at least lead after this process's start.
 func base(cfg config, now time.Time) (time.Time, int64) {
 	if cfg.replica == "" {
-		return now.Add(lead), 0
+		return gridCeil(now.Add(lead), cfg.period), 0
 	}
-	t0 := now.Truncate(time.Hour).Truncate(cfg.period)
-	first := floorDiv(now.Add(lead).Sub(t0)+cfg.period-1, cfg.period)
-	return t0, first
+	t0 := gridFloor(now.Truncate(time.Hour), cfg.period)
+	return t0, floorDiv(gridCeil(now.Add(lead), cfg.period).Sub(t0), cfg.period)
+}
+
+// gridFloor is the last multiple of period since the Unix epoch at or
+// before t.
+func gridFloor(t time.Time, period time.Duration) time.Time {
+	off := time.Duration(t.UnixNano() % int64(period))
+	if off < 0 {
+		off += period
+	}
+	return t.Round(0).Add(-off)
+}
+
+// gridCeil is the first multiple of period since the Unix epoch at or
+// after t.
+func gridCeil(t time.Time, period time.Duration) time.Time {
+	f := gridFloor(t, period)
+	if f.Equal(t) {
+		return f
+	}
+	return f.Add(period)
 }
 
 // floorDiv is d / p rounded down, also for negative d.
@@ -334,6 +430,39 @@ func floorDiv(d, p time.Duration) int64 {
 	return k
 }
 
+// latency is what the demo adds to the skew in the spread of the claims
+// of one tick: the spread of their latencies, on one machine.
+const latency = 10 * time.Millisecond
+
+// conditions says whether each tick must run exactly once, in the terms
+// of README's "Each tick exactly once": ticks aligned on every replica,
+// and, with D the spread of the claims around their tick (the skew plus
+// latency), D < min hold, min hold + D <= period, and the longest run + D
+// <= period.
+type conditions struct {
+	holds bool
+	lines []string // each condition with its figures
+}
+
+func promise(cfg config) conditions {
+	d := cfg.skew + latency
+	longest := maxWork(cfg.period)
+	c := conditions{holds: true}
+	check := func(ok bool, format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		if !ok {
+			line += "   NOT MET"
+			c.holds = false
+		}
+		c.lines = append(c.lines, line)
+	}
+	check(cfg.schedule == onGrid, "ticks aligned:           -schedule %s", cfg.schedule)
+	check(d < cfg.minHold, "D < min hold:            %v < %v", d, cfg.minHold)
+	check(cfg.minHold+d <= cfg.period, "min hold + D <= period:  %v <= %v", cfg.minHold+d, cfg.period)
+	check(longest+d <= cfg.period, "run + D <= period:       %v <= %v", longest+d, cfg.period)
+	return c
+}
+
 func printHeader(w io.Writer, cfg config, where string, reps []*replica, kill bool) {
 	if cfg.replica != "" {
 		fmt.Fprintf(w, "pglease demo: replica %s of a gocron scheduler; start others in other terminals with the same -dsn and another -replica\n", cfg.replica)
@@ -341,22 +470,44 @@ func printHeader(w io.Writer, cfg config, where string, reps []*replica, kill bo
 		fmt.Fprintf(w, "pglease demo: %d replicas of a gocron scheduler in one process, each with its own pool and pglease.Locker\n", len(reps))
 	}
 	fmt.Fprintf(w, "  database  %s\n", where)
-	fmt.Fprintf(w, "  job       %q every %v (a few ms to %v of work), lease table %s\n", jobName, cfg.period, reps[0].maxWork, cfg.table)
+	schedule := "on the period's grid (pglease.StartOnGrid, as README's quick start)"
+	if cfg.schedule == immediately {
+		schedule = "from each replica's start (gocron.WithStartImmediately, the former quick start)"
+	}
+	fmt.Fprintf(w, "  job       %q every %v %s, %v to %v of work, lease table %s\n",
+		jobName, cfg.period, schedule, leastWork, maxWork(cfg.period), cfg.table)
 	hold := cfg.minHold.String()
 	if cfg.minHold == 0 {
 		hold = "off"
 	}
 	fmt.Fprintf(w, "  leases    TTL %v, heartbeat every %v, min hold %s\n", cfg.ttl, (cfg.ttl / 3).Round(time.Millisecond), hold)
 	starts := make([]string, len(reps))
+	clocks := make([]string, len(reps))
 	for i, r := range reps {
-		starts[i] = r.name + " " + offsetString(r.offset)
+		starts[i] = r.name + " " + startString(r.startAt)
+		clocks[i] = r.name + " " + lagString(r.lag)
 	}
-	fmt.Fprintf(w, "  starts    %s (seed %d)\n", strings.Join(starts, ", "), cfg.seed)
-	if cfg.minHold > 0 && cfg.minHold <= cfg.skew {
-		fmt.Fprintf(w, "  note      min hold %v does not cover the start skew %v: expect double runs\n", cfg.minHold, cfg.skew)
+	if cfg.replica != "" {
+		fmt.Fprintf(w, "  starts    with this process\n")
+	} else {
+		fmt.Fprintf(w, "  starts    %s (random moments, seed %d)\n", strings.Join(starts, ", "), cfg.seed)
+	}
+	fmt.Fprintf(w, "  clocks    %s (simulated: a replica's claims reach the database as late as its clock is slow)\n", strings.Join(clocks, ", "))
+	c := promise(cfg)
+	fmt.Fprintf(w, "  once      each tick runs exactly once when, with D = skew %v + claim latency %v:\n", cfg.skew, latency)
+	for _, line := range c.lines {
+		fmt.Fprintf(w, "              %s\n", line)
+	}
+	switch {
+	case c.holds && cfg.replica != "":
+		fmt.Fprintln(w, "            they hold: across the processes, each tick runs once (each process sees only its own runs)")
+	case c.holds:
+		fmt.Fprintln(w, "            they hold: the demo fails if a tick runs twice, or is missed other than while failing over")
+	default:
+		fmt.Fprintln(w, "            they do not all hold: expect ticks run twice, or missed")
 	}
 	if kill {
-		fmt.Fprintf(w, "  kill      at %v the replica running the job is killed mid-run; the others wait out its TTL\n",
+		fmt.Fprintf(w, "  kill      at tick 0 + %v the replica running the job is killed mid-run; the others wait out its TTL\n",
 			cfg.duration*2/5)
 	}
 	fmt.Fprintln(w)

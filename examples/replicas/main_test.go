@@ -71,13 +71,17 @@ func (o demoOutput) runs(t *testing.T) []timelineRun {
 	return runs
 }
 
+// The demo as README's first command runs it, shorter: replicas started at
+// random moments, on the period's grid, with clocks up to 300ms apart.
 func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing.T) {
 	const ttl, period = 2 * time.Second, time.Second
 	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_min_hold",
 		"-duration", "10s", "-ttl", ttl.String(), "-period", period.String())
 
 	require.Equal(t, 0, out.code)
-	assert.Equal(t, 0, out.count(t, "double runs"), "min hold 500ms covers the 300ms start skew")
+	assert.Len(t, regexp.MustCompile(`(?m)^\s*\d+\.\d+s\s+replica-\d\s+STARTED`).FindAllString(out.stdout, -1), 3, "each replica's start is shown")
+	assert.Contains(t, out.stdout, "ok: each tick ran exactly once")
+	assert.Equal(t, 0, out.count(t, "double runs"), "min hold 500ms covers the 300ms clock skew")
 	assert.Equal(t, 0, out.count(t, "missed otherwise"), "only the failover may miss ticks")
 	// The killed replica's lease lapses at most one TTL after its last
 	// renewal, which came before the kill; the tick after that is taken.
@@ -119,6 +123,24 @@ func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
 	assert.Equal(t, 0, out.code, "double runs are expected without min hold: not a failure")
 	assert.Positive(t, out.count(t, "double runs"))
 	assert.Contains(t, out.stdout, "DOUBLE RUN: tick")
+}
+
+// The quick start's former shape, -schedule immediately: each replica's
+// ticks are in the phase of its start, which layout spreads over the
+// period, and the min hold merges only the claims of one tick that arrive
+// within it of each other. The job runs every two thirds of a period.
+func TestDemoWithDurationJobsStartedImmediatelyRunsMoreOftenThanThePeriod(t *testing.T) {
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_immediately",
+		"-schedule", "immediately", "-kill=false", "-duration", "8s", "-period", "1s")
+
+	assert.Equal(t, 0, out.code, "extra runs are expected of this schedule: not a failure")
+	assert.Contains(t, out.stdout, "NOT MET", "the header says which condition fails")
+	assert.Positive(t, out.count(t, "double runs"))
+	m := regexp.MustCompile(`one every (\S+) \(the median`).FindStringSubmatch(out.stdout)
+	require.NotNil(t, m, "the median time between runs")
+	gap, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	assert.Less(t, gap, 850*time.Millisecond, "runs come about every two thirds of the 1s period")
 }
 
 // With -replica, each process runs one replica; two of them on the same
@@ -189,9 +211,34 @@ func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
 	assert.Equal(t, 0, out.count(t, "double runs"))
 }
 
+// Whatever the seed, the replicas' claims (start plus clock lag) fall in
+// phases spread over the period, no two more than half a period apart
+// with three replicas: a schedule that is not aligned shows its extra
+// runs, not a lucky bunch that a min hold would merge.
+func TestLayoutSpreadsThePhasesOfTheReplicasClaimsOverThePeriod(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		cfg := config{replicas: 3, period: time.Second, skew: 300 * time.Millisecond, startSpread: 3 * time.Second, seed: seed}
+		_, lags, starts := layout(cfg)
+		require.Equal(t, time.Duration(0), slices.Min(starts), "seed %d: the first replica starts at once", seed)
+		require.Less(t, slices.Max(starts), cfg.startSpread, "seed %d: within the spread", seed)
+		phases := make([]time.Duration, len(starts))
+		for i := range starts {
+			phases[i] = (starts[i] + lags[i]) % cfg.period
+		}
+		slices.Sort(phases)
+		for i := range phases {
+			gap := (phases[(i+1)%len(phases)] - phases[i] + cfg.period) % cfg.period
+			require.Less(t, gap, cfg.period/2, "seed %d: phases %v", seed, phases)
+		}
+	}
+}
+
 func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-skew", "1s", "-period", "1s"},
+		{"-schedule", "cron"},
+		{"-start-spread", "30s"},
+		{"-start-spread", "500ms", "-period", "1s"},
 		{"-min-hold", "5s", "-ttl", "3s"},
 		{"-replicas", "0"},
 		{"-duration", "100ms"},

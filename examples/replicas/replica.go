@@ -26,7 +26,8 @@ const jobName = "demo-tick"
 // own gocron scheduler, as if it ran on another machine.
 type replica struct {
 	name    string
-	offset  time.Duration // its first run is at t0 + offset
+	lag     time.Duration // how slow its clock is: its claims reach the database this late
+	startAt time.Duration // when it starts, after the first replica
 	db      *cuttableDB
 	pool    *pgxpool.Pool
 	locker  *pglease.Locker
@@ -39,7 +40,17 @@ type replica struct {
 	rng   *rand.Rand // the job's durations
 }
 
-func newReplica(ctx context.Context, cfg config, name string, offset time.Duration, dsn string,
+// leastWork is the shortest run of the job.
+const leastWork = 3 * time.Millisecond
+
+// maxWork is the longest run of the job: a tenth of the period, at most
+// 100ms. Short enough that, with -min-hold 0, a run ends before the claim
+// of a replica whose clock is a little slower arrives.
+func maxWork(period time.Duration) time.Duration {
+	return max(2*leastWork, min(100*time.Millisecond, period/10))
+}
+
+func newReplica(ctx context.Context, cfg config, name string, lag, startAt time.Duration, dsn string,
 	tl *timeline, kill *killSwitch, logger *slog.Logger, seed uint64) (*replica, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -58,15 +69,14 @@ func newReplica(ctx context.Context, cfg config, name string, offset time.Durati
 		return nil, err
 	}
 	r := &replica{
-		name:   name,
-		offset: offset,
-		db:     &cuttableDB{db: pool},
-		pool:   pool,
-		tl:     tl,
-		kill:   kill,
-		// A tenth of the period, at most 100ms: short enough that, with
-		// -min-hold 0, a run ends before the next replica's timer fires.
-		maxWork: max(5*time.Millisecond, min(100*time.Millisecond, cfg.period/10)),
+		name:    name,
+		lag:     lag,
+		startAt: startAt,
+		db:      &cuttableDB{db: pool},
+		pool:    pool,
+		tl:      tl,
+		kill:    kill,
+		maxWork: maxWork(cfg.period),
 		rng:     rand.New(rand.NewPCG(seed, fnv64(name))),
 	}
 	r.locker = pglease.NewLocker(r.db,
@@ -77,7 +87,7 @@ func newReplica(ctx context.Context, cfg config, name string, offset time.Durati
 		pglease.WithLogger(logger),
 		pglease.WithHook(tl.event),
 	)
-	r.sched, err = gocron.NewScheduler(gocron.WithDistributedLocker(r.locker))
+	r.sched, err = gocron.NewScheduler(gocron.WithDistributedLocker(slowClock{r.locker, lag}))
 	if err != nil {
 		_ = r.locker.Close(context.Background())
 		pool.Close()
@@ -86,20 +96,47 @@ func newReplica(ctx context.Context, cfg config, name string, offset time.Durati
 	return r, nil
 }
 
-// start schedules the job every period from first + the replica's offset,
-// and starts the scheduler.
-func (r *replica) start(period time.Duration, first time.Time) error {
-	_, err := r.sched.NewJob(
+// start schedules the job every period and starts the scheduler: on the
+// period's grid (pglease.StartOnGrid) as README's quick start does, or with
+// -schedule immediately from now, as it did before.
+func (r *replica) start(period time.Duration, schedule string) error {
+	startAt := pglease.StartOnGrid(period)
+	if schedule == immediately {
+		startAt = gocron.WithStartAt(gocron.WithStartImmediately())
+	}
+	j, err := r.sched.NewJob(
 		gocron.DurationJob(period),
 		gocron.NewTask(r.job),
 		gocron.WithName(jobName),
-		gocron.WithStartAt(gocron.WithStartDateTime(first.Add(r.offset))),
+		startAt,
 	)
 	if err != nil {
 		return err
 	}
+	at := time.Now()
 	r.sched.Start()
+	first, err := j.NextRun()
+	if err != nil {
+		return err
+	}
+	r.tl.started(r.name, at, first)
 	return nil
+}
+
+// slowClock is the gocron.Locker of a replica whose clock is lag slow: its
+// timers fire lag late, so its claims reach the database lag after those of
+// a replica whose clock is right. One machine has one clock; the demo
+// delays the claim instead.
+type slowClock struct {
+	*pglease.Locker
+	lag time.Duration
+}
+
+func (c slowClock) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if err := sleep(ctx, c.lag); err != nil {
+		return nil, err
+	}
+	return c.Locker.Lock(ctx, key)
 }
 
 // job is what gocron runs, only once r.locker.Lock has returned a lease;
@@ -139,8 +176,7 @@ func (r *replica) work(ctx context.Context, rn *jobRun) error {
 func (r *replica) workDuration() time.Duration {
 	r.rngMu.Lock()
 	defer r.rngMu.Unlock()
-	const least = 3 * time.Millisecond
-	return least + time.Duration(r.rng.Int64N(int64(r.maxWork-least)+1))
+	return leastWork + time.Duration(r.rng.Int64N(int64(r.maxWork-leastWork)+1))
 }
 
 // die kills the replica mid-run, as a crash would: its database access

@@ -13,8 +13,11 @@
 //
 // A name alone is an Example of the root package; "pgleaseprom.ExampleNew"
 // is one of the package in the directory pgleaseprom. The block becomes the
-// body of that function, dedented, without its "// Output:" comment. A ```go
-// block without a marker is an error: every snippet is compiled.
+// body of that function, dedented, without its "// Output:" comment. A
+// marker may also name another function of an example_*_test.go file, one
+// that examples and tests call (a piece of code a user copies whole): the
+// block is then its whole declaration, doc comment included. A ```go block
+// without a marker is an error: every snippet is compiled.
 //
 // Regenerate with `make readme` (or `go generate ./internal/readme`).
 package readme
@@ -46,8 +49,9 @@ var marker = regexp.MustCompile(`^\s*<!--\s*example:\s*([A-Za-z0-9_./]+)\s*-->\s
 // output with: it belongs to the test, not to the snippet.
 var outputComment = regexp.MustCompile(`^//\s*(Unordered output|Output):`)
 
-// Examples finds example bodies by reference ("ExampleX" or "dir.ExampleX")
-// in the example_*_test.go files under a module root.
+// Examples finds snippets by reference ("ExampleX", "dir.ExampleX", or the
+// name of another function) in the example_*_test.go files under a module
+// root.
 type Examples struct {
 	root   string
 	byDir  map[string]map[string]string
@@ -59,8 +63,8 @@ func NewExamples(root string) *Examples {
 	return &Examples{root: root, byDir: map[string]map[string]string{}, loaded: map[string]error{}}
 }
 
-// Body returns the snippet of the example ref: its body, dedented, without
-// its Output comment.
+// Body returns the snippet of ref: an Example's body, dedented, without
+// its Output comment, or another function's whole declaration.
 func (x *Examples) Body(ref string) (string, error) {
 	dir, name := ".", ref
 	if i := strings.LastIndex(ref, "."); i >= 0 {
@@ -80,7 +84,8 @@ func (x *Examples) Body(ref string) (string, error) {
 }
 
 // exampleBodies parses the example_*_test.go files of dir and returns the
-// snippet of each Example function, by name.
+// snippet of each function, by name: the body of an Example, the
+// declaration of any other.
 func exampleBodies(dir string) (map[string]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "example_*_test.go"))
 	if err != nil {
@@ -98,10 +103,16 @@ func exampleBodies(dir string) (map[string]string, error) {
 		}
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Recv != nil || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Example") {
+			if !ok || fn.Recv != nil || fn.Body == nil {
 				continue
 			}
-			body, err := snippet(fset, f, fn.Body)
+			var body string
+			var err error
+			if strings.HasPrefix(fn.Name.Name, "Example") {
+				body, err = snippet(fset, f, fn.Body)
+			} else {
+				body, err = declaration(fset, f, fn)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", path, fn.Name.Name, err)
 			}
@@ -131,6 +142,31 @@ func snippet(fset *token.FileSet, f *ast.File, body *ast.BlockStmt) (string, err
 	lines := strings.Split(strings.Trim(text, "\n"), "\n")
 	for i, line := range lines {
 		lines[i] = strings.TrimRight(strings.TrimPrefix(line, "\t"), " \t")
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// declaration prints fn whole, with its doc comment and the comments
+// inside it.
+func declaration(fset *token.FileSet, f *ast.File, fn *ast.FuncDecl) (string, error) {
+	start := fn.Pos()
+	if fn.Doc != nil {
+		start = fn.Doc.Pos()
+	}
+	var comments []*ast.CommentGroup
+	for _, g := range f.Comments {
+		if g.Pos() >= start && g.End() <= fn.End() {
+			comments = append(comments, g)
+		}
+	}
+	var b bytes.Buffer
+	cfg := printer.Config{Mode: printer.UseSpaces | printer.TabIndent, Tabwidth: 8}
+	if err := cfg.Fprint(&b, fset, &printer.CommentedNode{Node: fn, Comments: comments}); err != nil {
+		return "", err
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	for i, line := range lines {
+		lines[i] = strings.TrimRight(line, " \t")
 	}
 	return strings.Join(lines, "\n"), nil
 }

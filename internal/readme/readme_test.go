@@ -24,6 +24,13 @@ func ExampleGreet() {
 	// Output: hello
 }
 
+// greet says hello to name,
+// in two lines of doc.
+func greet(name string) {
+	// Not a snippet's body: the whole declaration.
+	fmt.Println("hello", name) // to stdout
+}
+
 func ExampleGreet_twice() {
 	fmt.Println("a")
 	fmt.Println("b")
@@ -55,6 +62,16 @@ func TestRenderWritesTheDedentedBodyOfTheNamedExampleWithoutItsOutput(t *testing
 	require.NoError(t, err)
 	assert.Empty(t, changed, "a rendered document is up to date")
 	assert.Equal(t, string(out), string(again))
+}
+
+func TestRenderWritesTheWholeDeclarationOfAFunctionThatIsNotAnExample(t *testing.T) {
+	t.Parallel()
+	doc := "<!-- example: greet -->\n```go\n```\n"
+	out, changed, err := readme.Render("doc.md", []byte(doc), examples(t).Body)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"greet"}, changed)
+	assert.Equal(t, "<!-- example: greet -->\n```go\n// greet says hello to name,\n// in two lines of doc.\nfunc greet(name string) {\n"+
+		"\t// Not a snippet's body: the whole declaration.\n\tfmt.Println(\"hello\", name) // to stdout\n}\n```\n", string(out))
 }
 
 func TestRenderRefusesUnmarkedGoBlocksAndMarkersOfMissingExamples(t *testing.T) {

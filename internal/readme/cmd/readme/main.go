@@ -1,5 +1,5 @@
 // Command readme writes the Go snippets of README.md and docs/OPERATIONS.md
-// from the Example functions they name (see package readme). Run it from
+// from the example functions they name (see package readme). Run it from
 // the module root, or pass -root:
 //
 //	go run ./internal/readme/cmd/readme
