@@ -136,6 +136,13 @@ func WithHeartbeatInterval(d time.Duration) Option {
 // replica whose scheduler fires a little later cannot run the same tick
 // again. The holder itself can still re-claim it. It must be <= TTL. The
 // default is 0: Unlock expires the lease at once.
+//
+// It merges the claims of one tick only when the replicas' ticks are
+// aligned (StartOnGrid, or a gocron.CronJob in one location): each tick then
+// runs exactly once when D < d, d + D <= period and run + D <= period, with
+// D the spread of the claims around their tick (clock disagreement plus
+// claim latency) and run the job's time from claim to release. About half
+// the period is a good choice.
 func WithMinHold(d time.Duration) Option {
 	return durationOption("WithMinHold", d, 0, "min hold must not be negative",
 		func(c *config) { c.minHold = d })
