@@ -62,7 +62,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
 	}
 	known := l.knownFence(key)
-	s := l.sendClaim(ctx, key, t, &done)
+	s := l.sendClaim(ctx, key, t, known, &done)
 	return l.settle(ctx, key, t, known, s)
 }
 

@@ -53,6 +53,7 @@ type claimOutcome struct {
 type claimCall struct {
 	key   string
 	terms terms
+	known int64 // the greatest fence of key the Locker knew of as the claim began (Locker.knownFence)
 	done  func()
 }
 
@@ -88,11 +89,11 @@ const maxAloneInFlight = 4
 // if ctx ends while the claim is in a statement, sendClaim hands it to the
 // coalescer, which calls it once that statement has returned, and
 // replaces it with a no-op.
-func (l *Locker) sendClaim(ctx context.Context, key string, t terms, done *func()) sent {
+func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64, done *func()) sent {
 	if l.claims == nil {
 		return l.claimAlone(ctx, key, t)
 	}
-	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, terms: t, done: *done})
+	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
 	switch {
 	case handedOff:
 		*done = func() {}
@@ -173,27 +174,30 @@ func burstLockWait(ttl time.Duration) time.Duration {
 	return min(maxBurstLockWait, (ttl-trustMargin(ttl))/4)
 }
 
-// orphanClaim gives back the row of a claim whose caller stopped waiting
-// while its statement was in flight (its Claim returned the context's
-// error), then ends its key's turn. Nobody holds that lease: released now,
+// orphanClaim settles a claim whose caller stopped waiting while its
+// statement was in flight (its Claim returned the context's error), as
+// settle would have, then ends its key's turn: whatever the statement may
+// have written ends the previous lease and is given back, on exactly its
+// fence (read first when the outcome is unknown). Nobody holds that lease: released now,
 // the key is free for others at once instead of at its expiry.
 func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	defer cl.done()
-	if o.err != nil || !o.ok || !o.c.live {
+	switch {
+	case o.alone, o.err == nil && !o.ok:
+		return // the statement failed on a row, or found the key held: nothing written
+	case o.err != nil:
+		if fateOf(o.err) == unknown {
+			l.supersede(cl.key, "re-claimed by the same holder in a claim whose caller gave up and whose outcome is unknown")
+			l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.known)
+		}
 		return
 	}
 	// The row is this claim's now: a lease of the key this Locker held is
 	// a previous mandate, and must stop believing before the row is given
 	// back and another holder can take it.
-	l.mu.Lock()
-	prev := l.leases[cl.key]
-	l.mu.Unlock()
-	if prev != nil {
-		prev.lose("re-claimed by the same holder, in a claim whose caller gave up")
-	}
+	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
 	l.fences.see(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
-	ctx, cancel := context.WithTimeout(context.Background(), cl.terms.timeout)
-	defer cancel()
-	ls := &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms}
-	_, _ = l.proto.release(ctx, l.conns.release, []*Lease{ls})
+	if o.c.live {
+		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms})
+	}
 }

@@ -1,0 +1,126 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// requireNoLiveRowOf fails unless every key's row is absent, expired, or
+// carries another holder than holder, within limit (a give-back may run just
+// after its caller returned).
+func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, limit time.Duration, keys ...string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		var live []pgtest.Row
+		for _, key := range keys {
+			if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == holder {
+				live = append(live, row)
+			}
+		}
+		if len(live) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d row(s) of %q still live %v after their claims failed, held by nobody: %+v", len(live), holder, limit, live)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Guarantee: Close holds nothing and has nothing in flight when it returns,
+// even when the claims it ends were queued in a burst whose statement had
+// already left: the statement commits, its reply never reaches a caller.
+func TestCloseDuringABurstInFlightLeavesNoLiveRow(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	wire := pgtest.NewWire(t, pool)
+	l := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(5*time.Second))
+
+	keys := []string{"k1", "k2"}
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.DelayReply)
+	send := pglease.PrepareClaimBurst([]context.Context{ctx, ctx}, l, keys)
+	out := make(chan []error, 1)
+	go func() {
+		_, errs := send()
+		out <- errs
+	}()
+	<-claim.Hit
+
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	select {
+	case err := <-closed:
+		t.Logf("Close: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return within 15s")
+	}
+	errs := <-out
+	for i, err := range errs {
+		require.Error(t, err, "claim of %q", keys[i])
+		t.Logf("claim of %q: %v", keys[i], err)
+	}
+	requireNoLiveRowOf(t, pool, table, "a", 0, keys...)
+}
+
+// Guarantee: a claim whose context ends while its statement is in flight
+// gives back what that statement committed, also when the claim was queued
+// in a burst and every caller of the burst gave up.
+func TestBurstWhoseCallersAllGiveUpInFlightGivesItsRowsBack(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	wire := pgtest.NewWire(t, pool)
+	l := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(5*time.Second))
+
+	keys := []string{"k1", "k2"}
+	cctx, cancel := context.WithCancel(ctx)
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.DelayReply)
+	send := pglease.PrepareClaimBurst([]context.Context{cctx, cctx}, l, keys)
+	out := make(chan []error, 1)
+	go func() {
+		_, errs := send()
+		out <- errs
+	}()
+	<-claim.Hit
+	cancel()
+	errs := <-out
+	for i, err := range errs {
+		require.ErrorIs(t, err, context.Canceled, "claim of %q", keys[i])
+	}
+	<-claim.Ran
+	// The key turn is handed to the orphan's give-back: a second claim of
+	// the key by another holder tells whether the key is free.
+	requireNoLiveRowOf(t, pool, table, "a", 3*time.Second, keys...)
+	b := pgtest.Locker(t, pool, table, "b")
+	for _, key := range keys {
+		_, err := b.Claim(ctx, key)
+		require.NoError(t, err, "the key %q stays locked by a row nobody holds", key)
+	}
+}
+
+// Guarantee: a claim sent alone whose reply is held until its caller gives
+// up gives its row back before it returns.
+func TestClaimAloneCancelledInFlightGivesItsRowBack(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	wire := pgtest.NewWire(t, pool)
+	l := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(5*time.Second))
+
+	cctx, cancel := context.WithCancel(ctx)
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.DelayReply)
+	go func() {
+		<-claim.Hit
+		cancel()
+	}()
+	_, err := l.Claim(cctx, "job")
+	require.Error(t, err)
+	require.True(t, errors.Is(err, context.Canceled), "%v", err)
+	requireNoLiveRowOf(t, pool, table, "a", 0, "job")
+}
