@@ -153,8 +153,10 @@ func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
 		return releasing{ls: ls, err: err}, false
 	}
 	ls.released = true
+	// Recorded before anyone can see the lease released: waiting claims
+	// wait for it (wait.go), and so does Close.
+	ls.locker.waits.releaseStarted(ls)
 	ls.mu.Unlock()
-	ls.locker.waits.releaseStarted(ls) // waiting claims wait for it (wait.go)
 
 	prior := ls.lostErr()
 	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil)}, true

@@ -226,6 +226,15 @@ func (l *Locker) Close(ctx context.Context) error {
 	if err := l.inFlight.wait(rctx); err != nil {
 		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
 	}
+	// An Unlock that began before Close is left to it (releaseAll): wait
+	// for it to finish, within the same bound.
+	for _, done := range l.waits.releasesInFlight() {
+		select {
+		case <-done:
+		case <-rctx.Done():
+			errs = append(errs, fmt.Errorf("pglease: close: a release still in flight: %w", context.Cause(rctx)))
+		}
+	}
 	if l.claims != nil { // nil: claims go one by one
 		l.claims.wait()
 	}

@@ -378,6 +378,19 @@ func (w *waiting) releaseStarted(ls *Lease) {
 	w.releasing[ls.key] = releaseInFlight{ls, make(chan struct{})}
 }
 
+// releasesInFlight returns what ends each release on its way: Close waits
+// for them, so that an Unlock that began before it cannot still be sending
+// its release (on a pool the caller may close next) when Close returns.
+func (w *waiting) releasesInFlight() []<-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]<-chan struct{}, 0, len(w.releasing))
+	for _, r := range w.releasing {
+		out = append(out, r.done)
+	}
+	return out
+}
+
 // releaseFinished wakes the waiting claims that wait for ls's release.
 func (w *waiting) releaseFinished(ls *Lease) {
 	w.mu.Lock()
