@@ -16,8 +16,6 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-
-
 func closeRacingClaims(t *testing.T, coalesce bool) {
 	for round := range 8 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
