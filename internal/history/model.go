@@ -43,6 +43,10 @@ const (
 	// ForceExpire: an operator expired the key's live lease at once. As
 	// Revoke.
 	ForceExpire
+	// Crash: the server crashed and restarted. A release commits
+	// asynchronously: one not yet flushed is lost, and its row is live
+	// again. Outcome OK.
+	Crash
 )
 
 func (k Kind) String() string {
@@ -59,6 +63,8 @@ func (k Kind) String() string {
 		return "revoke"
 	case ForceExpire:
 		return "force-expire"
+	case Crash:
+		return "crash"
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }
@@ -213,6 +219,12 @@ func step(revoked string, s State, in Input, out Output) []any {
 		case Refused:
 			return one(true, s)
 		}
+	case Crash:
+		// What the current mandate's release or expiry ended may be live
+		// again, as its last durable state.
+		n := s
+		n.Released, n.Dead = false, false
+		return one(out.Outcome == OK, n)
 	case Read, Revoke, ForceExpire:
 		n, ok := observe(revoked, s, out)
 		if !ok {
@@ -285,6 +297,8 @@ func effect(revoked string, s State, in Input) State {
 		}
 	case ForceExpire:
 		s.Dead = true
+	case Crash:
+		s.Released, s.Dead = false, false
 	}
 	return s // a write changes no mandate; a read changes nothing
 }

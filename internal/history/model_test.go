@@ -170,6 +170,22 @@ func TestReadsMaySeeMandatesNobodyReportedButNeverAFenceGoingBack(t *testing.T) 
 	assert.Equal(t, porcupine.Illegal, check(t, h))
 }
 
+func TestARowReleasedBeforeACrashMayBeLiveAgainAfterIt(t *testing.T) {
+	h := (&hist{}).
+		op(0, claim("k", "a"), 0, got(1), 10).
+		op(0, release("k", "a", 1), 20, is(OK), 30).
+		op(2, read("k"), 40, seen("a", 1, false), 50).
+		op(2, read("k"), 60, seen("a", 1, true), 70)
+	assert.Equal(t, porcupine.Illegal, check(t, h))
+	h = (&hist{}).
+		op(0, claim("k", "a"), 0, got(1), 10).
+		op(0, release("k", "a", 1), 20, is(OK), 30).
+		op(2, read("k"), 40, seen("a", 1, false), 50).
+		op(9, Input{Key: "k", Kind: Crash}, 52, is(OK), 58).
+		op(2, read("k"), 60, seen("a", 1, true), 70)
+	assert.Equal(t, porcupine.Ok, check(t, h))
+}
+
 func TestACommitAfterAnOperatorRevokedTheMandateIsAViolation(t *testing.T) {
 	h := (&hist{}).
 		op(0, claim("k", "a"), 0, got(1), 10).

@@ -84,7 +84,7 @@ func Count(ops []porcupine.Operation) map[string]int {
 
 // Prune drops the operations whose outcome is unknown and whose effect
 // could only make the rest of the history harder to linearize, which is
-// every unknown operation of this model: an unknown claim's fence is
+// every unknown operation of this model but a crash: an unknown claim's fence is
 // unknown, so nothing later can depend on it (a greater fence read later
 // is accepted anyway), and its effect only forbids what the mandate before
 // it allowed; an unknown release, revoke or force-expire only ends the
@@ -95,7 +95,7 @@ func Count(ops []porcupine.Operation) map[string]int {
 // the operations that stay pending together.
 func Prune(ops []porcupine.Operation) (kept []porcupine.Operation, dropped int) {
 	for _, op := range ops {
-		if op.Output.(Output).Outcome == Unknown {
+		if op.Output.(Output).Outcome == Unknown && op.Input.(Input).Kind != Crash {
 			dropped++
 			continue
 		}
