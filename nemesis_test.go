@@ -166,6 +166,7 @@ type nemesisRun struct {
 	exempt    []nemesisExemption
 	leftovers []string
 	faults    map[string]int
+	timeline  []string // every fault, when and on what, for a failure's report
 	tokens    int
 }
 
@@ -368,12 +369,16 @@ func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pgl
 			lease, nl = r.claim(client, s.holder, terms(), l, r.key(rnd), between(rnd, 20*time.Millisecond, time.Second), false)
 		case x < 65: // a waiting claim whose context ends at random
 			lease, nl = r.claim(client, s.holder, l, l, r.key(rnd), between(rnd, 5*time.Millisecond, 1500*time.Millisecond), true)
-		case x < 85: // a re-entrant claim of a key the Locker holds, by a job of other terms
+		case x < 85: // a re-entrant claim of a key the Locker holds, mostly by the job of the shortest TTL
 			key := s.heldKey(rnd)
 			if key == "" {
 				key = r.key(rnd)
 			}
-			lease, nl = r.claim(client, s.holder, terms(), l, key, between(rnd, 50*time.Millisecond, time.Second), false)
+			var c claimer = jobs[0]
+			if rnd.Intn(3) == 0 {
+				c = terms()
+			}
+			lease, nl = r.claim(client, s.holder, c, l, key, between(rnd, 50*time.Millisecond, time.Second), false)
 		default:
 			time.Sleep(between(rnd, 5*time.Millisecond, 50*time.Millisecond)) // a worker between jobs
 		}
@@ -457,6 +462,9 @@ func (r *nemesisRun) hold(client int, s *nemesisSlot, lease *pglease.Lease, nl *
 	careless := rnd.Intn(3) == 0
 	writes := rnd.Intn(3)
 	until := time.Now().Add(between(rnd, 50*time.Millisecond, 800*time.Millisecond))
+	if rnd.Intn(4) == 0 {
+		until = time.Now().Add(between(rnd, time.Second, 3*time.Second)) // a long job
+	}
 	for time.Now().Before(until) && !stopped(stop) {
 		if !nl.poll(lease) && !careless {
 			break
@@ -607,45 +615,60 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	kind := rnd.Intn(100)
-	if s.nem == nil && kind < 30 {
-		kind += 30 // a Locker on the pool itself: network faults instead
+	if s.nem == nil && kind < 36 {
+		kind += 36 // a Locker on the pool itself: network faults instead
 	}
 	switch {
-	case kind < 15:
-		r.fault("lost replies")
+	case kind < 12:
+		defer r.fault("lost replies", s.holder)()
 		s.nem.LoseReplies("claim", 0.3+0.7*rnd.Float64())
 		s.nem.LoseReplies("heartbeat", []float64{0, 0.5, 1}[rnd.Intn(3)])
 		s.nem.LoseReplies("release", 0.5*rnd.Float64())
 		time.Sleep(window) // the fault's length, not a wait for an outcome
 		s.nem.Heal()
-	case kind < 30:
-		r.fault("late statements")
+	case kind < 20:
+		// A re-entrant claim whose reply is lost, while the heartbeat's
+		// are too: its previous lease must not outlive the row.
+		defer r.fault("lost claim and heartbeat replies", s.holder)()
+		s.nem.LoseReplies("claim", 0.5+0.5*rnd.Float64())
+		s.nem.LoseReplies("heartbeat", 1)
+		time.Sleep(between(rnd, 1200*time.Millisecond, 3*time.Second)) // the fault's length
+		s.nem.Heal()
+	case kind < 28:
+		defer r.fault("late statements", s.holder)()
 		within := between(rnd, 100*time.Millisecond, 1500*time.Millisecond)
 		for _, k := range []string{"claim", "heartbeat", "release"} {
 			s.nem.DeliverLate(k, 0.2+0.6*rnd.Float64(), within)
 		}
 		time.Sleep(window) // the fault's length
 		s.nem.Heal()
-	case kind < 38:
-		r.fault("partition")
+	case kind < 36:
+		// The give-backs of waiting claims that failed, and releases,
+		// arrive after the Locker claimed the key again.
+		defer r.fault("late releases", s.holder)()
+		s.nem.DeliverLate("release", 0.7+0.3*rnd.Float64(), between(rnd, 150*time.Millisecond, time.Second))
+		time.Sleep(between(rnd, time.Second, 3*time.Second)) // the fault's length
+		s.nem.Heal()
+	case kind < 43:
+		defer r.fault("partition", s.holder)()
 		s.proxy.SetMode(faultproxy.Blackhole)
 		time.Sleep(window) // the fault's length
 		s.proxy.SetMode(faultproxy.Forward)
-	case kind < 46:
-		r.fault("stall")
+	case kind < 50:
+		defer r.fault("stall", s.holder)()
 		s.proxy.SetMode(faultproxy.Stall)
 		time.Sleep(window) // the fault's length
 		s.proxy.SetMode(faultproxy.Forward)
-	case kind < 51:
-		r.fault("reset")
+	case kind < 54:
+		defer r.fault("reset", s.holder)()
 		s.proxy.ResetAll()
-	case kind < 55:
+	case kind < 58:
 		r.restart(ctx, rnd)
-	case kind < 61:
+	case kind < 64:
 		if s.locker == nil {
 			return
 		}
-		r.fault("wall clock jump")
+		defer r.fault("wall clock jump", s.holder)()
 		d := between(rnd, 500*time.Millisecond, 5*time.Second)
 		if rnd.Intn(2) == 0 {
 			d = -d
@@ -653,21 +676,22 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 		pglease.ShiftWallClock(s.locker, d)
 		time.Sleep(window) // the fault's length
 		pglease.ShiftWallClock(s.locker, 0)
-	case kind < 67:
+	case kind < 70:
 		r.operator(ctx, lin.Revoke, r.key(rnd))
-	case kind < 71:
+	case kind < 74:
 		key := r.key(rnd)
 		if rnd.Intn(4) == 0 {
 			key = nemesisLeader
 		}
 		r.operator(ctx, lin.ForceExpire, key)
-	case kind < 79:
-		r.fault("row lock")
-		tx := pgtest.LockRows(r.t, r.admin, r.table, "key = $1", r.key(rnd))
+	case kind < 81:
+		key := r.key(rnd)
+		defer r.fault("row lock", key)()
+		tx := pgtest.LockRows(r.t, r.admin, r.table, "key = $1", key)
 		time.Sleep(window) // the fault's length
 		_ = tx.Rollback(ctx)
-	case kind < 86:
-		r.fault("pool exhausted")
+	case kind < 87:
+		defer r.fault("pool exhausted", s.holder)()
 		release, _ := pgtest.HoldConnections(ctx, s.pool)
 		time.Sleep(window) // the fault's length
 		release()
@@ -676,10 +700,20 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 	}
 }
 
-func (r *nemesisRun) fault(kind string) {
+// fault counts a fault of kind on target and notes it in the timeline;
+// the function it returns notes its end.
+func (r *nemesisRun) fault(kind, target string) (healed func()) {
+	from := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.faults[kind]++
+	i := len(r.timeline)
+	r.timeline = append(r.timeline, fmt.Sprintf("%s %s on %s", from.Format("15:04:05.000"), kind, target))
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.timeline[i] += fmt.Sprintf(" until %s", time.Now().Format("15:04:05.000"))
+	}
 }
 
 // restart restarts the server, fast or immediately (a crash: a release,
@@ -690,7 +724,7 @@ func (r *nemesisRun) restart(ctx context.Context, rnd *rand.Rand) {
 	if rnd.Intn(2) == 0 {
 		mode = pgserver.Immediate
 	}
-	r.fault("restart " + string(mode))
+	defer r.fault("restart "+string(mode), "the server")()
 	call := time.Now()
 	require.NoError(r.t, r.server.Restart(ctx, mode))
 	ret := time.Now()
@@ -713,7 +747,7 @@ func (r *nemesisRun) keys() []string {
 // operator revokes or force-expires key's lease, as `pglease release`
 // does, and records the row it found and whether it changed it.
 func (r *nemesisRun) operator(ctx context.Context, kind lin.Kind, key string) {
-	r.fault(kind.String())
+	r.fault(kind.String(), key)()
 	call := time.Now()
 	var (
 		rev pglease.Revocation
@@ -752,7 +786,7 @@ func (r *nemesisRun) exemptLeases(e nemesisExemption) {
 // moment without faults, and checks that Close left no row of its holder
 // behind; with again, a new incarnation takes its place.
 func (r *nemesisRun) closeRace(s *nemesisSlot, rnd *rand.Rand, again bool) {
-	r.fault("close with claims in flight")
+	defer r.fault("close with claims in flight", s.holder)()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The workers finish what they are doing; then nothing of this
@@ -922,6 +956,9 @@ func (r *nemesisRun) check(ran time.Duration) {
 			}
 			t.Errorf("%s: %s", c.name, p)
 		}
+	}
+	if t.Failed() {
+		t.Logf("the faults of the run, in order:\n%s", strings.Join(r.timeline, "\n"))
 	}
 	injected := map[string]int{}
 	for _, s := range r.slots {

@@ -95,8 +95,8 @@ func Overlaps(leases []Lease, takeovers []Takeover) []string {
 				}
 			}
 			if first != nil {
-				problems = append(problems, fmt.Sprintf("%s: %s's fence %d was trusted %v after %s's claim of fence %d had committed",
-					key, l.Holder, l.Fence, l.LastTrusted.Sub(first.At).Round(time.Microsecond), first.Holder, first.Fence))
+				problems = append(problems, fmt.Sprintf("%s: %s's fence %d was trusted at %s, %v after %s's claim of fence %d had committed",
+					key, l.Holder, l.Fence, clock(l.LastTrusted), l.LastTrusted.Sub(first.At).Round(time.Microsecond), first.Holder, first.Fence))
 				continue
 			}
 			var later *Lease
@@ -107,8 +107,8 @@ func Overlaps(leases []Lease, takeovers []Takeover) []string {
 				}
 			}
 			if later != nil {
-				problems = append(problems, fmt.Sprintf("%s: %s's fence %d was trusted %v after its own fence %d had been handed out",
-					key, l.Holder, l.Fence, l.LastTrusted.Sub(later.Returned).Round(time.Microsecond), later.Fence))
+				problems = append(problems, fmt.Sprintf("%s: %s's fence %d was trusted at %s, %v after its own fence %d had been handed out",
+					key, l.Holder, l.Fence, clock(l.LastTrusted), l.LastTrusted.Sub(later.Returned).Round(time.Microsecond), later.Fence))
 			}
 		}
 	}
@@ -143,6 +143,10 @@ func LedgerOrder(rows []LedgerRow) []string {
 	}
 	return problems
 }
+
+// clock is t as a time of day, to the millisecond, to find it among a
+// run's logs.
+func clock(t time.Time) string { return t.Format("15:04:05.000") }
 
 func groupBy[T any](xs []T, key func(T) string) map[string][]T {
 	m := map[string][]T{}
