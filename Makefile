@@ -9,7 +9,7 @@ MODULES := . pgleaseprom bench internal/pgcontainer
 each_module = set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && GOWORK=off $(1)); done
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo bench model lint vet tidy ci cli readme
+.PHONY: help test demo bench model nemesis lint vet tidy ci cli readme
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,6 +26,15 @@ bench: ## Run the Go benchmarks, then the benchmark report program
 
 model: ## Check the protocol model
 	bash model/check.sh
+
+# The nemesis run's length and seed: make nemesis NEMESIS_DURATION=30m
+# NEMESIS_SEED=42 (a seed of 0 takes one from the clock; every run prints
+# its own).
+NEMESIS_DURATION ?= 10m
+NEMESIS_SEED ?= 0
+
+nemesis: ## Run the nemesis test for NEMESIS_DURATION (10m), NEMESIS_SEED=N to replay a run
+	go test -race -count=1 -timeout 3h -run '^TestNemesis' -v . -args -nemesis.duration=$(NEMESIS_DURATION) -nemesis.seed=$(NEMESIS_SEED) -nemesis.check=10m
 
 lint: ## Run golangci-lint v2.15.0 over every module
 	@$(call each_module,$(GOLANGCI_LINT) run ./...)
