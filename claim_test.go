@@ -2,7 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -121,6 +120,6 @@ func TestClaimAloneCancelledInFlightGivesItsRowBack(t *testing.T) {
 	}()
 	_, err := l.Claim(cctx, "job")
 	require.Error(t, err)
-	require.True(t, errors.Is(err, context.Canceled), "%v", err)
+	require.ErrorIs(t, err, context.Canceled)
 	requireNoLiveRowOf(t, pool, table, "a", 0, "job")
 }

@@ -2,9 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,73 +12,6 @@ import (
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
 )
-
-func closeRacingClaims(t *testing.T, coalesce bool) {
-	for round := range 8 {
-		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			ctx, pool, table := pgtest.Setup(t)
-			b := pgtest.Locker(t, pool, table, "b")
-			_, err := b.Claim(ctx, "held")
-			require.NoError(t, err)
-			events := pgtest.NewEvents(t)
-			a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHook(events.Hook))
-			if !coalesce {
-				pglease.SetCoalescing(a, false)
-			}
-			job, err := a.Job(pglease.WithTTL(25*time.Second), pglease.WithMinHold(time.Second))
-			require.NoError(t, err)
-
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range 24 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					key := fmt.Sprintf("k%d", i%8)
-					switch i % 4 {
-					case 0:
-						_, _ = a.Claim(ctx, key)
-					case 1:
-						_, _ = job.Claim(ctx, key)
-					case 2:
-						wctx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(30))*time.Millisecond)
-						defer cancel()
-						_, _ = a.ClaimWait(wctx, "held")
-					case 3:
-						if ls, err := a.Claim(ctx, key); err == nil {
-							_ = ls.Unlock(ctx)
-						}
-					}
-				}()
-			}
-			close(start)
-			time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
-			require.NoError(t, a.Close(ctx))
-			// An Unlock that started before Close may still be on its way
-			// (TestCloseWaitsForAnUnlockInFlight): wait for every
-			// caller, then nothing of a may be live, except a row kept for
-			// its min hold by a release.
-			wg.Wait()
-			keys := []string{"held"}
-			for i := range 8 {
-				keys = append(keys, fmt.Sprintf("k%d", i))
-			}
-			for _, key := range keys {
-				row, ok := pgtest.ReadRow(t, pool, table, key)
-				if ok && row.Live && row.Holder == "a" && row.ExpiresAt.After(row.AcquiredAt.Add(time.Second+time.Millisecond)) {
-					for _, ev := range events.All() {
-						if ev.Key == key {
-							t.Logf("event of %s: kind %d fence %d err %v", key, ev.Kind, ev.Fence, ev.Err)
-						}
-					}
-					t.Fatalf(
-						"Close returned, every call of a returned, and a live row of a is left beyond any min hold: %s %+v", key, row)
-				}
-			}
-		})
-	}
-}
 
 // Guarantee: Close ends a waiting claim whose statement is in flight, waits
 // for it, and leaves no live row of it.
@@ -113,7 +43,7 @@ func TestCloseDuringAWaitingClaimInFlightLeavesNoLiveRow(t *testing.T) {
 // and when Guard runs in a pgx nested transaction whose savepoint the
 // caller then releases.
 func TestFailedGuardAbortsTheTransactionWhateverEndedIt(t *testing.T) {
-	t.Parallel()
+	// Its cases share a table and run in turn.
 	ctx, pool, table := pgtest.Setup(t)
 	_, err := pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{table + "_w"}.Sanitize()+` (v int)`)
 	require.NoError(t, err)

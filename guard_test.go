@@ -479,14 +479,17 @@ func TestGuardThatFailsLeavesTheTransactionAbortedWhateverItFound(t *testing.T) 
 	t.Parallel()
 	ended := map[string]func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string, l *pglease.Locker, lease *pglease.Lease){
 		"LostAtAHeartbeat": func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string, _ *pglease.Locker, lease *pglease.Lease) {
+			t.Helper()
 			_, err := pglease.ForceExpire(ctx, pool, lease.Key(), pglease.WithTable(table))
 			require.NoError(t, err)
 			pgtest.WaitDone(t, lease, 10*time.Second)
 		},
 		"Released": func(ctx context.Context, t *testing.T, _ *pgxpool.Pool, _ string, _ *pglease.Locker, lease *pglease.Lease) {
+			t.Helper()
 			require.NoError(t, lease.Unlock(ctx))
 		},
 		"LockerClosed": func(ctx context.Context, t *testing.T, _ *pgxpool.Pool, _ string, l *pglease.Locker, _ *pglease.Lease) {
+			t.Helper()
 			require.NoError(t, l.Close(ctx))
 		},
 	}

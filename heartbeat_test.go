@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -303,7 +304,7 @@ func TestARowPinnedToInfinityCostsNoLeaseOfItsHolder(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT expires_at = 'infinity' FROM %s WHERE key = 'pinned'`,
 				pgx.Identifier{table}.Sanitize())).Scan(&infinite))
 			assert.True(t, infinite, "the heartbeat never moves an expiry back")
-			list := append(opts, pglease.WithTable(table))
+			list := append(slices.Clone(opts), pglease.WithTable(table))
 			rows, err := pglease.List(ctx, pool, list...)
 			require.NoError(t, err)
 			require.Len(t, rows, 2)

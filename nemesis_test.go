@@ -770,13 +770,19 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 	x := rnd.Intn(total)
 	for _, f := range fits {
 		if x -= f.weight; x < 0 {
-			if !f.notes {
-				defer r.fault(f.name, s.holder)()
-			}
-			f.inject(r, s, rnd, window)
+			r.injectOne(f, s, rnd, window)
 			return
 		}
 	}
+}
+
+// injectOne injects f, recording it as a fault for its duration unless it
+// records itself.
+func (r *nemesisRun) injectOne(f nemesisFault, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
+	if !f.notes {
+		defer r.fault(f.name, s.holder)()
+	}
+	f.inject(r, s, rnd, window)
 }
 
 // aimReentrant makes the case of a re-entrant claim that shortens the row

@@ -409,7 +409,7 @@ type releaseInFlight struct {
 // ended is why ctx ended: ctx.Err(), and its cause if that says more (Close
 // ends the context of a waiting claim with ErrClosed).
 func ended(ctx context.Context) error {
-	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(ctx.Err(), cause) {
 		return errors.Join(ctx.Err(), cause)
 	}
 	return ctx.Err()

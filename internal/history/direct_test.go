@@ -1,6 +1,7 @@
 package history
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func TestFencesHandedOutAfterAnotherClaimReturnedMustBeGreater(t *testing.T) {
 		{Key: "j", Holder: "a", Fence: 2, Call: at(50), Return: at(60)}, // another key
 	}
 	assert.Empty(t, FencesGrow(ok))
-	bad := append(ok, Grant{Key: "k", Holder: "c", Fence: 4, Call: at(35), Return: at(45)})
+	bad := append(slices.Clone(ok), Grant{Key: "k", Holder: "c", Fence: 4, Call: at(35), Return: at(45)})
 	problems := FencesGrow(bad)
 	assert.Len(t, problems, 1)
 	assert.Contains(t, problems[0], "c got fence 4")

@@ -64,6 +64,7 @@ func (a *Armed) Deliver() { a.once.Do(func() { close(a.deliver) }) }
 // NewWire wraps db. Statements held for late delivery are delivered when
 // the test ends, and waited for.
 func NewWire(tb testing.TB, db pglease.DB) *Wire {
+	tb.Helper()
 	w := &Wire{DB: db, tb: tb}
 	tb.Cleanup(func() {
 		w.mu.Lock()
@@ -126,6 +127,7 @@ func (w *Wire) sendLate(a *Armed, sql string, args []any) {
 	}()
 }
 
+// QueryRow runs sql, or the mishap armed for it.
 func (w *Wire) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	a := w.catch(sql)
 	if a == nil {
@@ -141,6 +143,7 @@ func (w *Wire) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return delayedRow{ctx: ctx, row: w.DB.QueryRow(context.WithoutCancel(ctx), sql, args...), a: a}
 }
 
+// Query runs sql, or the mishap armed for it.
 func (w *Wire) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	a := w.catch(sql)
 	if a == nil {
@@ -165,6 +168,7 @@ func (w *Wire) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	return &delayedRows{Rows: rows, ctx: ctx, a: a}, nil
 }
 
+// Exec runs sql, or the mishap armed for it.
 func (w *Wire) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	a := w.catch(sql)
 	if a == nil {
@@ -237,9 +241,10 @@ func (r *delayedRows) Next() bool {
 		case <-r.a.deliver:
 		case <-r.ctx.Done():
 			r.lateErr = r.ctx.Err()
-			for r.Rows.Next() {
+			rows := r.Rows
+			for rows.Next() {
 			}
-			r.Rows.Close()
+			rows.Close()
 		}
 		close(r.a.Ran)
 	}
