@@ -29,10 +29,12 @@ func TestCloseDuringAWaitingClaimInFlightLeavesNoLiveRow(t *testing.T) {
 	}()
 	<-claim.Hit
 	require.NoError(t, a.Close(ctx))
+	// ClaimWait has returned by now (its goroutine reports it just after);
+	// its claim's reply is still held, so only Close can have ended it.
 	select {
 	case err := <-waited:
 		require.ErrorIs(t, err, pglease.ErrClosed)
-	default:
+	case <-time.After(5 * time.Second):
 		t.Fatal("Close returned before the waiting claim in flight")
 	}
 	requireNoLiveRowOf(t, pool, table, "a", 0, "job")
