@@ -303,9 +303,11 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 	s.gen++
 	s.holder = fmt.Sprintf("%s.%d", s.name, s.gen)
 	s.stop = make(chan struct{})
+	s.mu.Lock()
 	s.held = map[string]*pglease.Lease{}
 	s.elected, s.leaders = map[int64]time.Time{}, map[int64]*nemesisLease{}
 	s.lastClaim = time.Now()
+	s.mu.Unlock()
 	opts := []pglease.Option{pglease.WithTable(r.table), pglease.WithHolder(s.holder), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithTTL(nemesisTTL), pglease.WithHeartbeatInterval(nemesisBeat), pglease.WithTimeout(nemesisTimeout),
 		pglease.WithHook(r.hook(s, s.holder))}
@@ -324,10 +326,10 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		s.jobs = append(s.jobs, j)
 	}
 	for w := range nemesisWorkers {
-		l, jobs, stop := s.locker, s.jobs, s.stop
+		holder, l, jobs, stop := s.holder, s.locker, s.jobs, s.stop
 		rnd := rand.New(rand.NewSource(r.seed + int64(1000*s.index+100*w+s.gen)))
 		client := 10*s.index + w
-		s.workers.Go(func() { r.lockerWorker(s, l, jobs, client, rnd, stop) })
+		s.workers.Go(func() { r.lockerWorker(s, holder, l, jobs, client, rnd, stop) })
 	}
 }
 
@@ -393,7 +395,7 @@ func between(rnd *rand.Rand, lo, hi time.Duration) time.Duration {
 }
 
 // lockerWorker runs one worker of a Locker's incarnation until stop.
-func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pglease.JobLocker, client int, rnd *rand.Rand, stop <-chan struct{}) {
+func (r *nemesisRun) lockerWorker(s *nemesisSlot, holder string, l *pglease.Locker, jobs []*pglease.JobLocker, client int, rnd *rand.Rand, stop <-chan struct{}) {
 	terms := func() claimer {
 		if i := rnd.Intn(3); i < len(jobs) {
 			return jobs[i]
@@ -407,9 +409,9 @@ func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pgl
 		)
 		switch x := rnd.Intn(100); {
 		case x < 40: // a plain claim, given up on at random
-			lease, nl = r.claim(client, s.holder, terms(), l, r.key(rnd), between(rnd, 20*time.Millisecond, time.Second), false)
+			lease, nl = r.claim(client, holder, terms(), l, r.key(rnd), between(rnd, 20*time.Millisecond, time.Second), false)
 		case x < 65: // a waiting claim whose context ends at random
-			lease, nl = r.claim(client, s.holder, l, l, r.key(rnd), between(rnd, 5*time.Millisecond, 1500*time.Millisecond), true)
+			lease, nl = r.claim(client, holder, l, l, r.key(rnd), between(rnd, 5*time.Millisecond, 1500*time.Millisecond), true)
 		case x < 85: // a re-entrant claim of a key the Locker holds, mostly by the job of the shortest TTL
 			key := s.heldKey(rnd)
 			if key == "" {
@@ -419,7 +421,7 @@ func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pgl
 			if rnd.Intn(3) == 0 {
 				c = terms()
 			}
-			lease, nl = r.claim(client, s.holder, c, l, key, between(rnd, 50*time.Millisecond, time.Second), false)
+			lease, nl = r.claim(client, holder, c, l, key, between(rnd, 50*time.Millisecond, time.Second), false)
 		default:
 			time.Sleep(between(rnd, 5*time.Millisecond, 50*time.Millisecond)) // a worker between jobs
 		}
