@@ -675,9 +675,8 @@ var nemesisFaults = []nemesisFault{
 	// A re-entrant claim that shortens the row and loses its reply, while
 	// the heartbeat's replies are lost too.
 	{"lost claim and heartbeat replies", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
-		p := 0.5 + 0.5*rnd.Float64()
 		r.aimReentrant(s, rnd, func() {
-			s.nem.LoseReplies("claim", p)
+			s.nem.LoseReplies("claim", 1)
 			s.nem.LoseReplies("heartbeat", 1)
 		})
 		time.Sleep(between(rnd, 1500*time.Millisecond, 3*time.Second)) // the fault's length
@@ -750,18 +749,16 @@ var nemesisFaults = []nemesisFault{
 	}, false},
 }
 
-// injectFault injects one fault, drawn at random among those that apply
-// to a random slot (and that -nemesis.faults names, if it does), for a
-// random time, and heals it.
+// injectFault injects one fault, drawn at random by weight (among those
+// -nemesis.faults names, if it does), on a random slot it applies to, for
+// a random time, and heals it.
 func (r *nemesisRun) injectFault(rnd *rand.Rand) {
-	s := r.slots[rnd.Intn(len(r.slots))]
-	window := between(rnd, 300*time.Millisecond, 2500*time.Millisecond)
 	var (
 		fits  []nemesisFault
 		total int
 	)
 	for _, f := range nemesisFaults {
-		if (f.on == nil || f.on(s)) && (*nemesisOnly == "" || slices.Contains(strings.Split(*nemesisOnly, ","), f.name)) {
+		if *nemesisOnly == "" || slices.Contains(strings.Split(*nemesisOnly, ","), f.name) {
 			fits = append(fits, f)
 			total += f.weight
 		}
@@ -770,15 +767,24 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 		return
 	}
 	x := rnd.Intn(total)
-	for _, f := range fits {
+	var f nemesisFault
+	for _, f = range fits {
 		if x -= f.weight; x < 0 {
-			if !f.notes {
-				defer r.fault(f.name, s.holder)()
-			}
-			f.inject(r, s, rnd, window)
-			return
+			break
 		}
 	}
+	var on []*nemesisSlot
+	for _, s := range r.slots {
+		if f.on == nil || f.on(s) {
+			on = append(on, s)
+		}
+	}
+	s := on[rnd.Intn(len(on))]
+	window := between(rnd, 300*time.Millisecond, 2500*time.Millisecond)
+	if !f.notes {
+		defer r.fault(f.name, s.holder)()
+	}
+	f.inject(r, s, rnd, window)
 }
 
 // aimReentrant makes the case of a re-entrant claim that shortens the row
@@ -801,7 +807,7 @@ func (r *nemesisRun) aimReentrant(s *nemesisSlot, rnd *rand.Rand, faults func())
 		s.aimed("reentrant")
 		return
 	}
-	wait := between(rnd, 0, 300*time.Millisecond)
+	wait := between(rnd, 0, 100*time.Millisecond)
 	s.workers.Go(func() {
 		defer s.aimed("reentrant")
 		r.trustFor(lease, nl, 3*time.Second, stop)
