@@ -427,6 +427,8 @@ func (r *nemesisRun) lockerWorker(s *nemesisSlot, holder string, l *pglease.Lock
 		}
 		if lease != nil {
 			r.hold(client, s, lease, nl, rnd, stop)
+		} else {
+			time.Sleep(between(rnd, time.Millisecond, 20*time.Millisecond)) // a job that did not run waits for its next tick
 		}
 	}
 }
@@ -657,6 +659,8 @@ type nemesisFault struct {
 	// notes: inject notes the fault itself (r.fault), naming what it hit
 	// (the server, a key) rather than the slot.
 	notes bool
+	// optIn: only when -nemesis.faults names it.
+	optIn bool
 }
 
 func wrapped(s *nemesisSlot) bool       { return s.nem != nil }
@@ -671,7 +675,7 @@ var nemesisFaults = []nemesisFault{
 		s.nem.LoseReplies("release", 0.5*rnd.Float64())
 		time.Sleep(window) // the fault's length, not a wait for an outcome
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	// A re-entrant claim that shortens the row and loses its reply, while
 	// the heartbeat's replies are lost too.
 	{"lost claim and heartbeat replies", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
@@ -681,7 +685,7 @@ var nemesisFaults = []nemesisFault{
 		})
 		time.Sleep(between(rnd, 1500*time.Millisecond, 3*time.Second)) // the fault's length
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	{"late statements", 8, wrapped, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		within := between(rnd, 100*time.Millisecond, 1500*time.Millisecond)
 		for _, k := range []string{"claim", "heartbeat", "release"} {
@@ -689,7 +693,7 @@ var nemesisFaults = []nemesisFault{
 		}
 		time.Sleep(window) // the fault's length
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	// The give-backs of waiting claims that failed, and releases, arrive
 	// after the Locker claimed the key again.
 	{"late releases", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
@@ -698,19 +702,19 @@ var nemesisFaults = []nemesisFault{
 		r.aimGiveBack(s, rnd, time.Now().Add(length))
 		time.Sleep(length) // the fault's length
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	{"partition", 7, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, window time.Duration) {
 		s.proxy.SetMode(faultproxy.Blackhole)
 		time.Sleep(window) // the fault's length
 		s.proxy.SetMode(faultproxy.Forward)
-	}, false},
+	}, false, false},
 	{"stall", 7, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, window time.Duration) {
 		s.proxy.SetMode(faultproxy.Stall)
 		time.Sleep(window) // the fault's length
 		s.proxy.SetMode(faultproxy.Forward)
-	}, false},
-	{"reset", 4, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, _ time.Duration) { s.proxy.ResetAll() }, false},
-	{"restart", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) { r.restart(rnd) }, true},
+	}, false, false},
+	{"reset", 4, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, _ time.Duration) { s.proxy.ResetAll() }, false, false},
+	{"restart", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) { r.restart(rnd) }, true, false},
 	{"wall clock jump", 6, aLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		d := between(rnd, 500*time.Millisecond, 5*time.Second)
 		if rnd.Intn(2) == 0 {
@@ -719,34 +723,41 @@ var nemesisFaults = []nemesisFault{
 		pglease.ShiftWallClock(s.locker, d)
 		time.Sleep(window) // the fault's length
 		pglease.ShiftWallClock(s.locker, 0)
-	}, false},
+	}, false, false},
 	{"revoke", 6, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.operator(lin.Revoke, r.key(rnd))
-	}, true},
+	}, true, false},
 	{"force expire", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		key := r.key(rnd)
 		if rnd.Intn(4) == 0 {
 			key = nemesisLeader
 		}
 		r.operator(lin.ForceExpire, key)
-	}, true},
+	}, true, false},
 	{"row lock", 7, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		key := r.key(rnd)
 		defer r.fault("row lock", key)()
 		tx := pgtest.LockRows(r.t, r.admin, r.table, "key = $1", key)
 		time.Sleep(window) // the fault's length
 		_ = tx.Rollback(context.Background())
-	}, true},
+	}, true, false},
 	{"pool exhausted", 6, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, window time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), nemesisTimeout)
 		release, _ := pgtest.HoldConnections(ctx, s.pool)
 		cancel()
 		time.Sleep(window) // the fault's length
 		release()
-	}, false},
+	}, false, false},
 	{"close with claims in flight", 9, nil, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.closeRace(s, rnd, true)
-	}, false},
+	}, false, false},
+	// A claim whose sender gave up, delivered after the Locker claimed the
+	// key again, with a shorter TTL, while the heartbeat's replies are
+	// lost. Not in the default mix: -nemesis.faults='late claims'.
+	{"late claims", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+		r.aimLateClaim(s, rnd)
+		s.nem.Heal()
+	}, false, true},
 }
 
 // injectFault injects one fault, drawn at random by weight (among those
@@ -758,7 +769,8 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 		total int
 	)
 	for _, f := range nemesisFaults {
-		if *nemesisOnly == "" || slices.Contains(strings.Split(*nemesisOnly, ","), f.name) {
+		named := slices.Contains(strings.Split(*nemesisOnly, ","), f.name)
+		if named || *nemesisOnly == "" && !f.optIn {
 			fits = append(fits, f)
 			total += f.weight
 		}
@@ -871,6 +883,32 @@ func (r *nemesisRun) aimGiveBack(s *nemesisSlot, rnd *rand.Rand, until time.Time
 	}()
 }
 
+// aimLateClaim makes the case of a late claim: a claim of s's job of the
+// shortest TTL whose sender gives up at once, its statement delivered a
+// few hundred milliseconds later; meanwhile a claim of the key on the
+// Locker's terms, trusted and asked about, while the heartbeat's replies
+// are lost and another Locker waits for the key. The late claim re-claims
+// the row for the shorter TTL: the newer lease must not be trusted past it.
+func (r *nemesisRun) aimLateClaim(s *nemesisSlot, rnd *rand.Rand) {
+	if !s.aim("lateclaim") {
+		return
+	}
+	defer s.aimed("lateclaim")
+	key := aimKey("lateclaim", s.index)
+	client := 700 + s.index
+	s.nem.DeliverLate("claim", 1, between(rnd, 200*time.Millisecond, 600*time.Millisecond))
+	r.claim(client, s.holder, s.jobs[0], s.locker, key, nemesisTimeout, false)
+	s.nem.Heal()
+	lease, nl := r.claim(client, s.holder, s.locker, s.locker, key, 2*time.Second, true)
+	if lease == nil {
+		return
+	}
+	s.nem.LoseReplies("heartbeat", 1)
+	r.contend(s, key, rnd)
+	r.trustFor(lease, nl, 3*time.Second, s.stop)
+	r.unlock(client, lease)
+}
+
 // trustFor asks lease whether it is trusted every few milliseconds for d,
 // or until it is not, or stop.
 func (r *nemesisRun) trustFor(lease *pglease.Lease, nl *nemesisLease, d time.Duration, stop <-chan struct{}) {
@@ -950,7 +988,7 @@ func (r *nemesisRun) keys() []string {
 	}
 	keys = append(keys, nemesisLeader)
 	for i := range nemesisLockers {
-		keys = append(keys, aimKey("reentrant", i), aimKey("giveback", i))
+		keys = append(keys, aimKey("reentrant", i), aimKey("giveback", i), aimKey("lateclaim", i))
 	}
 	return keys
 }
