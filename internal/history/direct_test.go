@@ -20,8 +20,8 @@ func TestFencesHandedOutAfterAnotherClaimReturnedMustBeGreater(t *testing.T) {
 		{Key: "j", Holder: "a", Fence: 2, Call: at(50), Return: at(60)}, // another key
 	}
 	assert.Empty(t, FencesGrow(ok))
-	bad := append(ok, Grant{Key: "k", Holder: "c", Fence: 4, Call: at(35), Return: at(45)})
-	problems := FencesGrow(bad)
+	ok = append(ok, Grant{Key: "k", Holder: "c", Fence: 4, Call: at(35), Return: at(45)})
+	problems := FencesGrow(ok)
 	assert.Len(t, problems, 1)
 	assert.Contains(t, problems[0], "c got fence 4")
 }

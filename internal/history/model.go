@@ -265,9 +265,9 @@ func observe(revoked string, s State, out Output) (State, bool) {
 		return State{Holder: out.Holder, Fence: out.Fence, Dead: !out.Live}, true
 	}
 	n := s
-	switch {
-	case out.Holder == s.Holder:
-	case out.Holder == revoked:
+	switch out.Holder {
+	case s.Holder:
+	case revoked:
 		n.Holder = revoked // a revoke whose outcome its caller did not learn
 	default:
 		return s, false // the holder changed without a new fence

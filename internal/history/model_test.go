@@ -3,7 +3,6 @@ package history
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -288,7 +287,7 @@ func TestAViolationIsDrawnToAnHTMLFile(t *testing.T) {
 	require.NoError(t, Visualize(revoked, info, path))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	assert.True(t, strings.Contains(string(b), "write(a@1)"), "the operation is described")
+	assert.Contains(t, string(b), "write(a@1)", "the operation is described")
 }
 
 func TestRecorderPutsOpenOperationsAtTheEndOfTheHistory(t *testing.T) {

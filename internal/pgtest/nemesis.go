@@ -310,7 +310,7 @@ func WaitQuiet(ctx context.Context, db pglease.DB, app string) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("pgtest: backends of %s still busy (%d, %v): %w", app, n, err, ctx.Err())
+			return fmt.Errorf("pgtest: backends of %s still busy (%d): %w", app, n, errors.Join(err, ctx.Err()))
 		}
 	}
 }

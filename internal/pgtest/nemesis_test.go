@@ -2,7 +2,6 @@ package pgtest_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -109,7 +108,7 @@ func TestWaitQuietWaitsForAnOpenTransactionToEnd(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	err = pgtest.WaitQuiet(wctx, admin, app)
 	cancel()
-	require.True(t, errors.Is(err, context.DeadlineExceeded), "a transaction open: %v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a transaction open")
 	require.NoError(t, tx.Rollback(ctx))
 	require.NoError(t, pgtest.WaitQuiet(ctx, admin, app))
 }
