@@ -689,16 +689,18 @@ var nemesisFaults = []nemesisFault{
 	{"late statements", 8, wrapped, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		within := between(rnd, 100*time.Millisecond, 1500*time.Millisecond)
 		for _, k := range []string{"claim", "heartbeat", "release"} {
-			s.nem.DeliverLate(k, 0.2+0.6*rnd.Float64(), within)
+			s.nem.DeliverLate(k, 0.2+0.6*rnd.Float64(), 0, within)
 		}
 		time.Sleep(window) // the fault's length
 		s.nem.Heal()
 	}, false, false},
 	// The give-backs of waiting claims that failed, and releases, arrive
 	// after the Locker claimed the key again.
-	{"late releases", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
-		s.nem.DeliverLate("release", 0.7+0.3*rnd.Float64(), between(rnd, 200*time.Millisecond, 400*time.Millisecond))
-		length := between(rnd, 2*time.Second, 4*time.Second)
+	{"late releases", 12, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+		// Past the longest min hold (a give-back keeps it), and mostly
+		// before the newer lease's first heartbeat.
+		s.nem.DeliverLate("release", 0.8+0.2*rnd.Float64(), 120*time.Millisecond, 350*time.Millisecond)
+		length := between(rnd, 3*time.Second, 5*time.Second)
 		r.aimGiveBack(s, rnd, time.Now().Add(length))
 		time.Sleep(length) // the fault's length
 		s.nem.Heal()
@@ -876,7 +878,7 @@ func (r *nemesisRun) aimGiveBack(s *nemesisSlot, rnd *rand.Rand, until time.Time
 					r.unlock(oclient, lease)
 				}
 			})
-			r.trustFor(lease, nl, between(arnd, 500*time.Millisecond, 1500*time.Millisecond), stop)
+			r.trustFor(lease, nl, between(arnd, 500*time.Millisecond, time.Second), stop)
 			r.unlock(client, lease)
 			contender.Wait()
 		}
@@ -896,7 +898,7 @@ func (r *nemesisRun) aimLateClaim(s *nemesisSlot, rnd *rand.Rand) {
 	defer s.aimed("lateclaim")
 	key := aimKey("lateclaim", s.index)
 	client := 700 + s.index
-	s.nem.DeliverLate("claim", 1, between(rnd, 200*time.Millisecond, 600*time.Millisecond))
+	s.nem.DeliverLate("claim", 1, 200*time.Millisecond, 600*time.Millisecond)
 	r.claim(client, s.holder, s.jobs[0], s.locker, key, nemesisTimeout, false)
 	s.nem.Heal()
 	lease, nl := r.claim(client, s.holder, s.locker, s.locker, key, 2*time.Second, true)

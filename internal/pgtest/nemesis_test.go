@@ -42,7 +42,7 @@ func TestNemesisDBSendsAStatementAfterItsSenderGaveUp(t *testing.T) {
 	nem := pgtest.NewNemesisDB(t, pool, 1)
 	l := pgtest.Locker(t, nem, table, "a")
 
-	nem.DeliverLate("claim", 1, 2*time.Second)
+	nem.DeliverLate("claim", 1, 200*time.Millisecond, 2*time.Second)
 	began := time.Now()
 	_, err := l.Claim(ctx, "k")
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the caller gives up at once")
