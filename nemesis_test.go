@@ -729,7 +729,7 @@ var nemesisFaults = []nemesisFault{
 	{"revoke", 6, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.operator(lin.Revoke, r.key(rnd))
 	}, true, false},
-	{"force expire", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+	{"force-expire", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		key := r.key(rnd)
 		if rnd.Intn(4) == 0 {
 			key = nemesisLeader
