@@ -303,9 +303,11 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 	s.gen++
 	s.holder = fmt.Sprintf("%s.%d", s.name, s.gen)
 	s.stop = make(chan struct{})
+	s.mu.Lock()
 	s.held = map[string]*pglease.Lease{}
 	s.elected, s.leaders = map[int64]time.Time{}, map[int64]*nemesisLease{}
 	s.lastClaim = time.Now()
+	s.mu.Unlock()
 	opts := []pglease.Option{pglease.WithTable(r.table), pglease.WithHolder(s.holder), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithTTL(nemesisTTL), pglease.WithHeartbeatInterval(nemesisBeat), pglease.WithTimeout(nemesisTimeout),
 		pglease.WithHook(r.hook(s, s.holder))}
@@ -324,10 +326,10 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		s.jobs = append(s.jobs, j)
 	}
 	for w := range nemesisWorkers {
-		l, jobs, stop := s.locker, s.jobs, s.stop
+		holder, l, jobs, stop := s.holder, s.locker, s.jobs, s.stop
 		rnd := rand.New(rand.NewSource(r.seed + int64(1000*s.index+100*w+s.gen)))
 		client := 10*s.index + w
-		s.workers.Go(func() { r.lockerWorker(s, l, jobs, client, rnd, stop) })
+		s.workers.Go(func() { r.lockerWorker(s, holder, l, jobs, client, rnd, stop) })
 	}
 }
 
@@ -393,7 +395,7 @@ func between(rnd *rand.Rand, lo, hi time.Duration) time.Duration {
 }
 
 // lockerWorker runs one worker of a Locker's incarnation until stop.
-func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pglease.JobLocker, client int, rnd *rand.Rand, stop <-chan struct{}) {
+func (r *nemesisRun) lockerWorker(s *nemesisSlot, holder string, l *pglease.Locker, jobs []*pglease.JobLocker, client int, rnd *rand.Rand, stop <-chan struct{}) {
 	terms := func() claimer {
 		if i := rnd.Intn(3); i < len(jobs) {
 			return jobs[i]
@@ -407,9 +409,9 @@ func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pgl
 		)
 		switch x := rnd.Intn(100); {
 		case x < 40: // a plain claim, given up on at random
-			lease, nl = r.claim(client, s.holder, terms(), l, r.key(rnd), between(rnd, 20*time.Millisecond, time.Second), false)
+			lease, nl = r.claim(client, holder, terms(), l, r.key(rnd), between(rnd, 20*time.Millisecond, time.Second), false)
 		case x < 65: // a waiting claim whose context ends at random
-			lease, nl = r.claim(client, s.holder, l, l, r.key(rnd), between(rnd, 5*time.Millisecond, 1500*time.Millisecond), true)
+			lease, nl = r.claim(client, holder, l, l, r.key(rnd), between(rnd, 5*time.Millisecond, 1500*time.Millisecond), true)
 		case x < 85: // a re-entrant claim of a key the Locker holds, mostly by the job of the shortest TTL
 			key := s.heldKey(rnd)
 			if key == "" {
@@ -419,12 +421,14 @@ func (r *nemesisRun) lockerWorker(s *nemesisSlot, l *pglease.Locker, jobs []*pgl
 			if rnd.Intn(3) == 0 {
 				c = terms()
 			}
-			lease, nl = r.claim(client, s.holder, c, l, key, between(rnd, 50*time.Millisecond, time.Second), false)
+			lease, nl = r.claim(client, holder, c, l, key, between(rnd, 50*time.Millisecond, time.Second), false)
 		default:
 			time.Sleep(between(rnd, 5*time.Millisecond, 50*time.Millisecond)) // a worker between jobs
 		}
 		if lease != nil {
 			r.hold(client, s, lease, nl, rnd, stop)
+		} else {
+			time.Sleep(between(rnd, time.Millisecond, 20*time.Millisecond)) // a job that did not run waits for its next tick
 		}
 	}
 }
@@ -655,6 +659,8 @@ type nemesisFault struct {
 	// notes: inject notes the fault itself (r.fault), naming what it hit
 	// (the server, a key) rather than the slot.
 	notes bool
+	// optIn: only when -nemesis.faults names it.
+	optIn bool
 }
 
 func wrapped(s *nemesisSlot) bool       { return s.nem != nil }
@@ -669,47 +675,48 @@ var nemesisFaults = []nemesisFault{
 		s.nem.LoseReplies("release", 0.5*rnd.Float64())
 		time.Sleep(window) // the fault's length, not a wait for an outcome
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	// A re-entrant claim that shortens the row and loses its reply, while
 	// the heartbeat's replies are lost too.
 	{"lost claim and heartbeat replies", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
-		p := 0.5 + 0.5*rnd.Float64()
 		r.aimReentrant(s, rnd, func() {
-			s.nem.LoseReplies("claim", p)
+			s.nem.LoseReplies("claim", 1)
 			s.nem.LoseReplies("heartbeat", 1)
 		})
 		time.Sleep(between(rnd, 1500*time.Millisecond, 3*time.Second)) // the fault's length
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	{"late statements", 8, wrapped, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		within := between(rnd, 100*time.Millisecond, 1500*time.Millisecond)
 		for _, k := range []string{"claim", "heartbeat", "release"} {
-			s.nem.DeliverLate(k, 0.2+0.6*rnd.Float64(), within)
+			s.nem.DeliverLate(k, 0.2+0.6*rnd.Float64(), 0, within)
 		}
 		time.Sleep(window) // the fault's length
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	// The give-backs of waiting claims that failed, and releases, arrive
 	// after the Locker claimed the key again.
-	{"late releases", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
-		s.nem.DeliverLate("release", 0.7+0.3*rnd.Float64(), between(rnd, 200*time.Millisecond, 400*time.Millisecond))
-		length := between(rnd, 2*time.Second, 4*time.Second)
+	{"late releases", 12, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+		// Past the longest min hold (a give-back keeps it), and mostly
+		// before the newer lease's first heartbeat.
+		s.nem.DeliverLate("release", 0.8+0.2*rnd.Float64(), 120*time.Millisecond, 350*time.Millisecond)
+		length := between(rnd, 3*time.Second, 5*time.Second)
 		r.aimGiveBack(s, rnd, time.Now().Add(length))
 		time.Sleep(length) // the fault's length
 		s.nem.Heal()
-	}, false},
+	}, false, false},
 	{"partition", 7, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, window time.Duration) {
 		s.proxy.SetMode(faultproxy.Blackhole)
 		time.Sleep(window) // the fault's length
 		s.proxy.SetMode(faultproxy.Forward)
-	}, false},
+	}, false, false},
 	{"stall", 7, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, window time.Duration) {
 		s.proxy.SetMode(faultproxy.Stall)
 		time.Sleep(window) // the fault's length
 		s.proxy.SetMode(faultproxy.Forward)
-	}, false},
-	{"reset", 4, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, _ time.Duration) { s.proxy.ResetAll() }, false},
-	{"restart", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) { r.restart(rnd) }, true},
+	}, false, false},
+	{"reset", 4, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, _ time.Duration) { s.proxy.ResetAll() }, false, false},
+	{"restart", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) { r.restart(rnd) }, true, false},
 	{"wall clock jump", 6, aLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		d := between(rnd, 500*time.Millisecond, 5*time.Second)
 		if rnd.Intn(2) == 0 {
@@ -718,48 +725,54 @@ var nemesisFaults = []nemesisFault{
 		pglease.ShiftWallClock(s.locker, d)
 		time.Sleep(window) // the fault's length
 		pglease.ShiftWallClock(s.locker, 0)
-	}, false},
+	}, false, false},
 	{"revoke", 6, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.operator(lin.Revoke, r.key(rnd))
-	}, true},
-	{"force expire", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+	}, true, false},
+	{"force-expire", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		key := r.key(rnd)
 		if rnd.Intn(4) == 0 {
 			key = nemesisLeader
 		}
 		r.operator(lin.ForceExpire, key)
-	}, true},
+	}, true, false},
 	{"row lock", 7, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, window time.Duration) {
 		key := r.key(rnd)
 		defer r.fault("row lock", key)()
 		tx := pgtest.LockRows(r.t, r.admin, r.table, "key = $1", key)
 		time.Sleep(window) // the fault's length
 		_ = tx.Rollback(context.Background())
-	}, true},
+	}, true, false},
 	{"pool exhausted", 6, nil, func(r *nemesisRun, s *nemesisSlot, _ *rand.Rand, window time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), nemesisTimeout)
 		release, _ := pgtest.HoldConnections(ctx, s.pool)
 		cancel()
 		time.Sleep(window) // the fault's length
 		release()
-	}, false},
+	}, false, false},
 	{"close with claims in flight", 9, nil, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.closeRace(s, rnd, true)
-	}, false},
+	}, false, false},
+	// A claim whose sender gave up, delivered after the Locker claimed the
+	// key again, with a shorter TTL, while the heartbeat's replies are
+	// lost. Not in the default mix: -nemesis.faults='late claims'.
+	{"late claims", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+		r.aimLateClaim(s, rnd)
+		s.nem.Heal()
+	}, false, true},
 }
 
-// injectFault injects one fault, drawn at random among those that apply
-// to a random slot (and that -nemesis.faults names, if it does), for a
-// random time, and heals it.
+// injectFault injects one fault, drawn at random by weight (among those
+// -nemesis.faults names, if it does), on a random slot it applies to, for
+// a random time, and heals it.
 func (r *nemesisRun) injectFault(rnd *rand.Rand) {
-	s := r.slots[rnd.Intn(len(r.slots))]
-	window := between(rnd, 300*time.Millisecond, 2500*time.Millisecond)
 	var (
 		fits  []nemesisFault
 		total int
 	)
 	for _, f := range nemesisFaults {
-		if (f.on == nil || f.on(s)) && (*nemesisOnly == "" || slices.Contains(strings.Split(*nemesisOnly, ","), f.name)) {
+		named := slices.Contains(strings.Split(*nemesisOnly, ","), f.name)
+		if named || *nemesisOnly == "" && !f.optIn {
 			fits = append(fits, f)
 			total += f.weight
 		}
@@ -768,17 +781,20 @@ func (r *nemesisRun) injectFault(rnd *rand.Rand) {
 		return
 	}
 	x := rnd.Intn(total)
-	for _, f := range fits {
+	var f nemesisFault
+	for _, f = range fits {
 		if x -= f.weight; x < 0 {
-			r.injectOne(f, s, rnd, window)
-			return
+			break
 		}
 	}
-}
-
-// injectOne injects f, recording it as a fault for its duration unless it
-// records itself.
-func (r *nemesisRun) injectOne(f nemesisFault, s *nemesisSlot, rnd *rand.Rand, window time.Duration) {
+	var on []*nemesisSlot
+	for _, s := range r.slots {
+		if f.on == nil || f.on(s) {
+			on = append(on, s)
+		}
+	}
+	s := on[rnd.Intn(len(on))]
+	window := between(rnd, 300*time.Millisecond, 2500*time.Millisecond)
 	if !f.notes {
 		defer r.fault(f.name, s.holder)()
 	}
@@ -805,7 +821,7 @@ func (r *nemesisRun) aimReentrant(s *nemesisSlot, rnd *rand.Rand, faults func())
 		s.aimed("reentrant")
 		return
 	}
-	wait := between(rnd, 0, 300*time.Millisecond)
+	wait := between(rnd, 0, 100*time.Millisecond)
 	s.workers.Go(func() {
 		defer s.aimed("reentrant")
 		r.trustFor(lease, nl, 3*time.Second, stop)
@@ -862,11 +878,37 @@ func (r *nemesisRun) aimGiveBack(s *nemesisSlot, rnd *rand.Rand, until time.Time
 					r.unlock(oclient, lease)
 				}
 			})
-			r.trustFor(lease, nl, between(arnd, 500*time.Millisecond, 1500*time.Millisecond), stop)
+			r.trustFor(lease, nl, between(arnd, 500*time.Millisecond, time.Second), stop)
 			r.unlock(client, lease)
 			contender.Wait()
 		}
 	}()
+}
+
+// aimLateClaim makes the case of a late claim: a claim of s's job of the
+// shortest TTL whose sender gives up at once, its statement delivered a
+// few hundred milliseconds later; meanwhile a claim of the key on the
+// Locker's terms, trusted and asked about, while the heartbeat's replies
+// are lost and another Locker waits for the key. The late claim re-claims
+// the row for the shorter TTL: the newer lease must not be trusted past it.
+func (r *nemesisRun) aimLateClaim(s *nemesisSlot, rnd *rand.Rand) {
+	if !s.aim("lateclaim") {
+		return
+	}
+	defer s.aimed("lateclaim")
+	key := aimKey("lateclaim", s.index)
+	client := 700 + s.index
+	s.nem.DeliverLate("claim", 1, 200*time.Millisecond, 600*time.Millisecond)
+	r.claim(client, s.holder, s.jobs[0], s.locker, key, nemesisTimeout, false)
+	s.nem.Heal()
+	lease, nl := r.claim(client, s.holder, s.locker, s.locker, key, 2*time.Second, true)
+	if lease == nil {
+		return
+	}
+	s.nem.LoseReplies("heartbeat", 1)
+	r.contend(s, key, rnd)
+	r.trustFor(lease, nl, 3*time.Second, s.stop)
+	r.unlock(client, lease)
 }
 
 // trustFor asks lease whether it is trusted every few milliseconds for d,
@@ -948,7 +990,7 @@ func (r *nemesisRun) keys() []string {
 	}
 	keys = append(keys, nemesisLeader)
 	for i := range nemesisLockers {
-		keys = append(keys, aimKey("reentrant", i), aimKey("giveback", i))
+		keys = append(keys, aimKey("reentrant", i), aimKey("giveback", i), aimKey("lateclaim", i))
 	}
 	return keys
 }

@@ -82,38 +82,113 @@ type Takeover struct {
 func Overlaps(leases []Lease, takeovers []Takeover) []string {
 	var problems []string
 	byKeyT := groupBy(takeovers, func(t Takeover) string { return t.Key })
-	byKeyL := groupBy(leases, func(l Lease) string { return l.Key })
-	for key, ls := range byKeyL {
+	for key, ls := range groupBy(leases, func(l Lease) string { return l.Key }) {
+		ts := byKeyT[key]
+		sort.Slice(ts, func(i, j int) bool { return ts[i].At.Before(ts[j].At) })
+		top := topTwo(ts)
+		later := laterOwn(ls)
 		for _, l := range ls {
 			if l.LastTrusted.IsZero() || l.Exempt {
 				continue
 			}
-			var first *Takeover
-			for i, t := range byKeyT[key] {
-				if t.Holder != l.Holder && t.Fence > l.Fence && t.At.Before(l.LastTrusted) && (first == nil || t.At.Before(first.At)) {
-					first = &byKeyT[key][i]
+			// The takeovers committed before the lease was last trusted.
+			n := sort.Search(len(ts), func(i int) bool { return !ts[i].At.Before(l.LastTrusted) })
+			if n > 0 && top[n-1].above(l.Holder) > l.Fence {
+				first := ts[0]
+				for _, t := range ts[:n] {
+					if t.Holder != l.Holder && t.Fence > l.Fence {
+						first = t
+						break
+					}
 				}
-			}
-			if first != nil {
 				problems = append(problems, fmt.Sprintf("%s: %s's fence %d was trusted at %s, %v after %s's claim of fence %d had committed",
 					key, l.Holder, l.Fence, clock(l.LastTrusted), l.LastTrusted.Sub(first.At).Round(time.Microsecond), first.Holder, first.Fence))
 				continue
 			}
-			var later *Lease
-			for i, m := range ls {
-				if m.Holder == l.Holder && m.Fence > l.Fence && !m.Returned.IsZero() && m.Returned.Before(l.LastTrusted) &&
-					(later == nil || m.Returned.Before(later.Returned)) {
-					later = &ls[i]
-				}
-			}
-			if later != nil {
+			if m, ok := later(l); ok {
 				problems = append(problems, fmt.Sprintf("%s: %s's fence %d was trusted at %s, %v after its own fence %d had been handed out",
-					key, l.Holder, l.Fence, clock(l.LastTrusted), l.LastTrusted.Sub(later.Returned).Round(time.Microsecond), later.Fence))
+					key, l.Holder, l.Fence, clock(l.LastTrusted), l.LastTrusted.Sub(m.Returned).Round(time.Microsecond), m.Fence))
 			}
 		}
 	}
 	sort.Strings(problems)
 	return problems
+}
+
+// best is the greatest fence among a prefix of takeovers, and the greatest
+// of a holder other than its own.
+type best struct {
+	fence  int64
+	holder string
+	other  int64
+}
+
+// above is the greatest fence of a holder other than holder.
+func (b best) above(holder string) int64 {
+	if b.holder != holder {
+		return b.fence
+	}
+	return b.other
+}
+
+// topTwo is best for each prefix ts[:i+1].
+func topTwo(ts []Takeover) []best {
+	out := make([]best, len(ts))
+	var b best
+	for i, t := range ts {
+		switch {
+		case t.Fence > b.fence && t.Holder == b.holder:
+			b.fence = t.Fence
+		case t.Fence > b.fence:
+			b = best{fence: t.Fence, holder: t.Holder, other: b.fence}
+		case t.Holder != b.holder && t.Fence > b.other:
+			b.other = t.Fence
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// laterOwn returns the function that finds, for a lease of ls, the first
+// lease of its holder with a greater fence handed out before it was last
+// trusted.
+func laterOwn(ls []Lease) func(Lease) (Lease, bool) {
+	byHolder := groupBy(ls, func(l Lease) string { return l.Holder })
+	type prefix struct {
+		leases []Lease // handed out, by time
+		best   []int   // index of the greatest fence among leases[:i+1]
+	}
+	prefixes := map[string]prefix{}
+	for h, hs := range byHolder {
+		var p prefix
+		for _, l := range hs {
+			if !l.Returned.IsZero() {
+				p.leases = append(p.leases, l)
+			}
+		}
+		sort.Slice(p.leases, func(i, j int) bool { return p.leases[i].Returned.Before(p.leases[j].Returned) })
+		p.best = make([]int, len(p.leases))
+		for i := range p.leases {
+			p.best[i] = i
+			if i > 0 && p.leases[p.best[i-1]].Fence > p.leases[i].Fence {
+				p.best[i] = p.best[i-1]
+			}
+		}
+		prefixes[h] = p
+	}
+	return func(l Lease) (Lease, bool) {
+		p := prefixes[l.Holder]
+		n := sort.Search(len(p.leases), func(i int) bool { return !p.leases[i].Returned.Before(l.LastTrusted) })
+		if n == 0 || p.leases[p.best[n-1]].Fence <= l.Fence {
+			return Lease{}, false
+		}
+		for _, m := range p.leases[:n] {
+			if m.Fence > l.Fence {
+				return m, true
+			}
+		}
+		return Lease{}, false
+	}
 }
 
 // LedgerRow is a row a guarded transaction committed, numbered in commit

@@ -1,11 +1,14 @@
 package history
 
 import (
-	"slices"
+	"fmt"
+	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var t0 = time.Now()
@@ -21,8 +24,8 @@ func TestFencesHandedOutAfterAnotherClaimReturnedMustBeGreater(t *testing.T) {
 		{Key: "j", Holder: "a", Fence: 2, Call: at(50), Return: at(60)}, // another key
 	}
 	assert.Empty(t, FencesGrow(ok))
-	bad := append(slices.Clone(ok), Grant{Key: "k", Holder: "c", Fence: 4, Call: at(35), Return: at(45)})
-	problems := FencesGrow(bad)
+	ok = append(ok, Grant{Key: "k", Holder: "c", Fence: 4, Call: at(35), Return: at(45)})
+	problems := FencesGrow(ok)
 	assert.Len(t, problems, 1)
 	assert.Contains(t, problems[0], "c got fence 4")
 }
@@ -63,4 +66,60 @@ func TestLedgerWritesOfAnOlderMandateAfterANewerOneAreFound(t *testing.T) {
 	assert.Empty(t, LedgerOrder(rows))
 	rows = append(rows, LedgerRow{Seq: 5, Key: "k", Fence: 2, Token: "t5"})
 	assert.Equal(t, []string{"k: a write of fence 2 (t5) committed after one of fence 3 (t4)"}, LedgerOrder(rows))
+}
+
+// overlapsByHand is Overlaps as its doc states it, one pair at a time.
+func overlapsByHand(leases []Lease, takeovers []Takeover) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range leases {
+		if l.LastTrusted.IsZero() || l.Exempt {
+			continue
+		}
+		for _, t := range takeovers {
+			if t.Key == l.Key && t.Holder != l.Holder && t.Fence > l.Fence && t.At.Before(l.LastTrusted) {
+				out[fmt.Sprintf("%s %s %d", l.Key, l.Holder, l.Fence)] = true
+			}
+		}
+		for _, m := range leases {
+			if m.Key == l.Key && m.Holder == l.Holder && m.Fence > l.Fence && !m.Returned.IsZero() && m.Returned.Before(l.LastTrusted) {
+				out[fmt.Sprintf("%s %s %d", l.Key, l.Holder, l.Fence)] = true
+			}
+		}
+	}
+	return out
+}
+
+func TestOverlapsFindsWhatComparingEveryPairFinds(t *testing.T) {
+	rnd := rand.New(rand.NewSource(1))
+	found := 0
+	for round := range 200 {
+		var (
+			leases    []Lease
+			takeovers []Takeover
+		)
+		for i := range 30 {
+			key, holder := fmt.Sprintf("k%d", rnd.Intn(2)), fmt.Sprintf("h%d", rnd.Intn(3))
+			l := Lease{Key: key, Holder: holder, Fence: int64(i + 1), Returned: at(rnd.Intn(100)), Exempt: rnd.Intn(10) == 0}
+			if rnd.Intn(5) > 0 {
+				l.LastTrusted = at(rnd.Intn(120))
+			}
+			if rnd.Intn(6) == 0 {
+				l.Returned = time.Time{}
+			}
+			leases = append(leases, l)
+			takeovers = append(takeovers, Takeover{Key: key, Holder: holder, Fence: int64(i + 1), At: at(rnd.Intn(100))})
+		}
+		want := overlapsByHand(leases, takeovers)
+		found += len(want)
+		got := Overlaps(leases, takeovers)
+		require.Len(t, got, len(want), "round %d", round)
+		for _, p := range got {
+			var key, holder string
+			var fence int64
+			_, err := fmt.Sscanf(strings.ReplaceAll(p, "'s fence", " fence"), "%s %s fence %d", &key, &holder, &fence)
+			require.NoError(t, err, p)
+			assert.True(t, want[fmt.Sprintf("%s %s %d", strings.TrimSuffix(key, ":"), holder, fence)], "round %d: %s", round, p)
+		}
+	}
+	assert.Positive(t, found, "the histories drawn have overlaps to find")
 }

@@ -45,7 +45,8 @@ type NemesisDB struct {
 	rnd     *rand.Rand
 	lose    map[string]float64 // kind -> probability that a reply is lost
 	late    map[string]float64 // kind -> probability that a statement is sent late
-	within  time.Duration      // the longest delay of a late statement
+	from    time.Duration      // the shortest delay of a late statement
+	to      time.Duration      // and the longest
 	slow    time.Duration      // every statement waits this long before it is sent
 	counts  map[string]int     // "lost claim", "late release", ...
 	flushed chan struct{}      // closed at cleanup: late statements go at once
@@ -76,12 +77,13 @@ func (n *NemesisDB) LoseReplies(kind string, p float64) {
 }
 
 // DeliverLate makes each statement of kind, with probability p, fail at
-// once with a timeout and run later, within the given delay; 0 stops it.
-func (n *NemesisDB) DeliverLate(kind string, p float64, within time.Duration) {
+// once with a timeout and run later, from from to to after (uniformly);
+// p 0 stops it. The delays hold for every kind.
+func (n *NemesisDB) DeliverLate(kind string, p float64, from, to time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.late[kind] = p
-	n.within = max(n.within, within)
+	n.from, n.to = from, max(from, to)
 }
 
 // Slow makes every statement wait d before it is sent (0: no wait), as
@@ -159,7 +161,7 @@ func (n *NemesisDB) choose(sql string) (f fault, delay, wait time.Duration) {
 		return loseReply, 0, wait
 	case n.late[kind] > 0 && n.rnd.Float64() < n.late[kind]:
 		n.counts["late "+kind]++
-		return sendLate, time.Duration(n.rnd.Int63n(int64(n.within) + 1)), wait
+		return sendLate, n.from + time.Duration(n.rnd.Int63n(int64(n.to-n.from)+1)), wait
 	}
 	return pass, 0, wait
 }
