@@ -755,11 +755,11 @@ var nemesisFaults = []nemesisFault{
 	}, false, false},
 	// A claim whose sender gave up, delivered after the Locker claimed the
 	// key again, with a shorter TTL, while the heartbeat's replies are
-	// lost. Not in the default mix: -nemesis.faults='late claims'.
+	// lost.
 	{"late claims", 10, wrappedLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.aimLateClaim(s, rnd)
 		s.nem.Heal()
-	}, false, true},
+	}, false, false},
 }
 
 // injectFault injects one fault, drawn at random by weight (among those
