@@ -25,8 +25,10 @@ import (
 // A claim that may have written the row without handing out a lease (its
 // reply was lost, ctx ended while it was in flight, it came back too late to
 // trust) ends the Locker's previous lease of key, and gives back the row
-// it may have taken: see the package documentation for what remains of a
-// claim that reaches the server only after its sender gave up.
+// it may have taken, on exactly the fence it drew. A claim that reaches the
+// server only after its sender gave up on it leaves a row nobody holds,
+// which lapses within that claim's TTL: it cuts no lease short (a claim
+// never moves a row's expiry back) and its fence is never handed out.
 //
 // Claim uses ctx as given; Lock adds the Locker's timeout. Close ends a
 // claim in flight.
