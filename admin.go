@@ -13,24 +13,48 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// The operator's view of a lease table: List, Purge, Revoke and
+// Admin is the operator's view of one lease table: List, Purge, Revoke and
 // ForceExpire, which `pglease status`, `purge` and `release` run. They read
 // and write the table as a whole, whoever holds its keys, and judge every
 // row by the database's clock, never the caller's. They work on a table
 // created by Migrate and on one of WithoutFenceColumn (its fence and
-// acquired_at are then absent); of the options, only WithTable matters.
+// acquired_at are then absent). An Admin holds no connection and starts
+// nothing: it needs no Close, and is safe for concurrent use.
+type Admin struct {
+	db    DB
+	table table
+}
 
-// LeaseRow is one row of a lease table as List or Revoke read it.
-type LeaseRow struct {
+// NewAdmin returns an Admin of the table its options name (WithTable; the
+// default is DefaultTable) on db, or an error: a nil db, or an invalid
+// option (an *OptionError). It sends nothing to the database.
+func NewAdmin(db DB, opts ...AdminOption) (*Admin, error) {
+	if isNil(db) {
+		return nil, errors.New("pglease: new admin: db is nil")
+	}
+	cfg := defaults()
+	apply(&cfg, opts, AdminOption.applyAdmin)
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, err
+	}
+	t, _ := parseTable(cfg.table) // checked by WithTable
+	return &Admin{db: db, table: t}, nil
+}
+
+// LeaseInfo is a snapshot of one lease: a row of the table as Admin.List
+// or Admin.Revoke read it, or a lease a Locker holds as Locker.Leases
+// copies it. The fields of one source only are zero in the other's.
+type LeaseInfo struct {
 	Key    string
-	Holder string // RevokedHolder once revoked
-	// Fence is the row's current fence; 0 on a table without fence column.
+	Holder string // RevokedHolder once revoked (see Lease.Holder)
+	// Fence is the lease's fence; 0 on a table without fence column.
 	Fence int64
-	// AcquiredAt is the server time of the row's last claim; zero on a table
-	// without acquired_at, or where it is NULL. '-infinity' reads as the
-	// earliest instant a timestamptz holds (4714-11-24 BC, 00:00 UTC).
+	// AcquiredAt is the server time of the lease's last claim; zero on a
+	// table without acquired_at, or where it is NULL. '-infinity' reads as
+	// the earliest instant a timestamptz holds (4714-11-24 BC, 00:00 UTC).
 	AcquiredAt time.Time
-	// ExpiresAt is the server's expiry of the row. A row pinned with
+	// ExpiresAt is the server's expiry: the row's (List), or as last
+	// confirmed by a claim or heartbeat (Leases). A row pinned with
 	// expires_at = 'infinity' (the CHECK allows it) reads as the latest
 	// instant a timestamptz holds (294276-12-31 23:59:59.999999 UTC), and
 	// NeverExpires says so; '-infinity' as the earliest (see AcquiredAt).
@@ -40,34 +64,38 @@ type LeaseRow struct {
 	// (ForceExpire ends it; Revoke takes it from its holder but keeps the
 	// expiry, so that nobody can claim it before ForceExpire).
 	NeverExpires bool
-	// ServerNow is the server's clock_timestamp() when the row was read, the
-	// same for every row of one List: remaining time is ExpiresAt -
-	// ServerNow, whatever the caller's clock says.
+	// ServerNow (List) is the server's clock_timestamp() when the row was
+	// read, the same for every row of one List: remaining time is
+	// ExpiresAt - ServerNow, whatever the caller's clock says.
 	ServerNow time.Time
-	// Live is ExpiresAt > ServerNow: the key is held, and no other holder
-	// can claim it.
+	// Live is ExpiresAt > ServerNow (List): the key is held, and no other
+	// holder can claim it. Every lease Leases returns is live.
 	Live bool
+	// TrustUntil (Leases) is the local time (time.Now, with its monotonic
+	// reading) until which the Locker trusts the lease without a further
+	// heartbeat: before ExpiresAt, by the trust margin and the round trip.
+	TrustUntil time.Time
+	// State (Leases) says how sure the Locker is of the lease.
+	State LeaseState
 }
 
-// ExpiresIn is how long the row had to live when it was read, by the
+// ExpiresIn is how long the row had to live when List read it, by the
 // server's clock: negative once expired, that long ago; the largest
 // Duration when it never expires.
-func (r LeaseRow) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
+func (r LeaseInfo) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
 
 // List returns every row of the lease table, live and expired, sorted by
 // key byte-wise, each with the server's time of the reading. It needs
 // SELECT on the table.
-func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
-	t, err := adminTable(ctx, db, "list", opts)
-	if err != nil {
-		return nil, err
-	}
+func (a *Admin) List(ctx context.Context) ([]LeaseInfo, error) {
+	mustContext(ctx, "List")
+	t, db := a.table, a.db
 	rows, err := db.Query(ctx, t.render(sqlstmt.List))
 	if err != nil {
 		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
 	}
 	defer rows.Close()
-	out := []LeaseRow{}
+	out := []LeaseInfo{}
 	for rows.Next() {
 		r, _, err := scanLeaseRow(rows)
 		if err != nil {
@@ -84,9 +112,9 @@ func List(ctx context.Context, db DB, opts ...Option) ([]LeaseRow, error) {
 // scanLeaseRow reads key, holder, fence, acquired_at, expires_at and the
 // server's time, holder, fence and acquired_at possibly null. It returns
 // the holder as stored too: nil when NULL, which the row reads as empty.
-func scanLeaseRow(row pgx.Row) (LeaseRow, *string, error) {
+func scanLeaseRow(row pgx.Row) (LeaseInfo, *string, error) {
 	var (
-		r                 LeaseRow
+		r                 LeaseInfo
 		holder            *string
 		fence             *int64
 		acquired, expires pgtype.Timestamptz
@@ -130,11 +158,9 @@ func serverTime(ts pgtype.Timestamptz) time.Time {
 // MinRetention: a shorter horizon would let a claim that stalled between
 // drawing its fence and inserting its row issue a fence smaller than one
 // already handed out. It needs DELETE on the table.
-func Purge(ctx context.Context, db DB, olderThan time.Duration, opts ...Option) (int64, error) {
-	t, err := adminTable(ctx, db, "purge", opts)
-	if err != nil {
-		return 0, err
-	}
+func (a *Admin) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
+	mustContext(ctx, "Purge")
+	t, db := a.table, a.db
 	if err := checkHorizon(olderThan); err != nil {
 		return 0, fmt.Errorf("pglease: purge %s: older than %v: %w", t, olderThan, err)
 	}
@@ -153,16 +179,17 @@ func checkHorizon(d time.Duration) error {
 	return nil
 }
 
-// Revocation is what Revoke or ForceExpire found and did.
+// Revocation is what Revoke or ForceExpire found and did: the row before
+// (a LeaseInfo) and the change.
 type Revocation struct {
 	// Row is the key's row as found (and locked) before any change.
-	Row LeaseRow
+	Row LeaseInfo
 	// Changed is false when nothing was written: the lease was not live
 	// (Row.Live is false), or Revoke found it revoked already
 	// (Row.Holder is RevokedHolder).
 	Changed bool
 	// ExpiresAt is the row's expiry after the change: for Revoke the one it
-	// had (for a row that never expires, read as LeaseRow.ExpiresAt is); for
+	// had (for a row that never expires, read as LeaseInfo.ExpiresAt is); for
 	// ForceExpire ServerNow, or just after Row.AcquiredAt when the server's
 	// clock is behind it.
 	ExpiresAt time.Time
@@ -187,8 +214,9 @@ var ErrNotFound = errors.New("pglease: key not found")
 // ErrNotFound. It needs SELECT and UPDATE on the table, and a holder column
 // that takes RevokedHolder (a varchar too short refuses it: see
 // ForceExpire).
-func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
-	return changeRow(ctx, db, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true}, opts)
+func (a *Admin) Revoke(ctx context.Context, key string) (Revocation, error) {
+	mustContext(ctx, "Revoke")
+	return a.changeRow(ctx, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true})
 }
 
 // ForceExpire expires the live lease on key at once, so that any holder can
@@ -200,8 +228,9 @@ func Revoke(ctx context.Context, db DB, key string, opts ...Option) (Revocation,
 // acquired_at (set back since the claim), the key stays held until just
 // after it: ExpiresAt is then after ServerNow. A key that is not live is
 // left as it was; a missing key is an error wrapping ErrNotFound.
-func ForceExpire(ctx context.Context, db DB, key string, opts ...Option) (Revocation, error) {
-	return changeRow(ctx, db, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire}, opts)
+func (a *Admin) ForceExpire(ctx context.Context, key string) (Revocation, error) {
+	mustContext(ctx, "ForceExpire")
+	return a.changeRow(ctx, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire})
 }
 
 // rowChange is Revoke or ForceExpire.
@@ -214,17 +243,13 @@ type rowChange struct {
 // changeRow runs Revoke or ForceExpire in one transaction: it locks the
 // key's row, then changes it if it is live (and, for Revoke, not revoked
 // yet).
-func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Option) (Revocation, error) {
-	what := c.what
-	t, err := adminTable(ctx, db, what, opts)
-	if err != nil {
-		return Revocation{}, err
-	}
+func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocation, error) {
+	what, t, db := c.what, a.table, a.db
 	if err := checkKey(key); err != nil {
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
 	}
 	var rev Revocation
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("in table %s: %w", t, ErrNotFound)
@@ -256,19 +281,4 @@ func changeRow(ctx context.Context, db DB, key string, c rowChange, opts []Optio
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
 	}
 	return rev, nil
-}
-
-// adminTable checks what every admin function is given, before anything
-// is sent, and returns the table.
-func adminTable(ctx context.Context, db DB, what string, opts []Option) (table, error) {
-	mustContext(ctx, what)
-	if isNil(db) {
-		return table{}, fmt.Errorf("pglease: %s: db is nil", what)
-	}
-	cfg, err := newConfig(opts, forAdmin)
-	if err != nil {
-		return table{}, err // names the option
-	}
-	t, _ := parseTable(cfg.table) // checked by newConfig
-	return t, nil
 }

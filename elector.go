@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -15,8 +14,10 @@ var _ gocron.Elector = (*Elector)(nil)
 
 // Elector elects one leader among the replicas of a service, for
 // gocron.WithDistributedElector: only the leader runs jobs. Leadership is a
-// lease on one key (WithLeaderKey) of the same table, kept alive by the same
-// heartbeat machinery as a Locker's leases.
+// lease on one key of its Locker's table, claimed with the Locker's holder
+// and kept alive by the Locker's heartbeat, in the same round as the
+// Locker's other leases; its release and its waiting claims share the
+// Locker's connections and listener. Make one with NewElector.
 //
 // From the first IsLeader (or Campaign) until Close, a background campaign
 // waits for the leader key as ClaimWait does: woken by the release that
@@ -25,6 +26,7 @@ var _ gocron.Elector = (*Elector)(nil)
 type Elector struct {
 	locker *Locker
 	key    string
+	terms  terms
 	cb     LeaderCallbacks
 
 	kick    chan struct{} // IsLeader asks the campaign to try at once
@@ -44,9 +46,10 @@ type Elector struct {
 	calls     []func()           // callbacks to run, in order
 	callsSig  chan struct{}      // a callback was queued
 	callsDone chan struct{}      // closed when the callback goroutine returns
-	// callsGoroutine identifies the callbacks' goroutine, so that Close
-	// called from a callback does not wait for itself.
-	callsGoroutine atomic.Uint64
+	// inCallback is set by the callbacks' goroutine while a callback runs.
+	// A Close that begins meanwhile may be that callback's own call, and
+	// must then not wait for the goroutine running it.
+	inCallback bool
 }
 
 // LeaderCallbacks are called as an Elector's leadership changes, like
@@ -72,10 +75,9 @@ type LeaderCallbacks struct {
 	OnNewLeader func(holder string)
 }
 
-// WithLeaderCallbacks sets the callbacks of an Elector. Only an Elector
-// takes it.
-func WithLeaderCallbacks(cb LeaderCallbacks) Option {
-	return func(c *config) { c.use("WithLeaderCallbacks"); c.leaderCallbacks = cb }
+// WithLeaderCallbacks sets the callbacks of an Elector.
+func WithLeaderCallbacks(cb LeaderCallbacks) ElectorOption {
+	return electorOption(func(c *config) { c.leaderCallbacks = cb })
 }
 
 // campaignRetry is the pause of the campaign after an attempt that failed
@@ -83,24 +85,58 @@ func WithLeaderCallbacks(cb LeaderCallbacks) Option {
 // short.
 const campaignRetry = time.Second
 
-// NewElector returns an Elector on db. It takes the same options as
-// NewLocker, plus WithLeaderKey and WithLeaderCallbacks, except
-// WithMinHold, which it refuses: Close hands leadership over at once.
-// Invalid options panic with an error wrapping ErrInvalidOption that names
-// the option.
-func NewElector(db DB, opts ...Option) *Elector {
-	l := newLocker(db, opts, forElector)
-	return &Elector{
+// NewElector returns an Elector of l for key (every replica of one service
+// gives the same key; DefaultLeaderKey is one). Its holder is l's, and its
+// leadership lease lives on terms of its own, as a job's do (Locker.Job):
+// WithTTL and WithTimeout, by default l's; it has no min hold, whatever
+// l's, so that Close hands leadership over at once. An invalid option is
+// an *OptionError wrapping ErrInvalidOption; an invalid key, a closed l,
+// or a key another open Elector of l has already, an error that says so.
+// l.Close closes the Elector first. NewElector sends nothing to the
+// database.
+func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) {
+	if l == nil {
+		return nil, errors.New("pglease: new elector: locker is nil")
+	}
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("pglease: new elector %q: %w", shorten(key), err)
+	}
+	t := l.terms()
+	c := config{ttl: t.ttl, timeout: t.timeout} // no min hold
+	apply(&c, opts, ElectorOption.applyElector)
+	t, err := l.ownTerms("NewElector", c)
+	if err != nil {
+		return nil, err
+	}
+	e := &Elector{
 		locker:    l,
-		key:       l.cfg.leaderKey,
-		cb:        l.cfg.leaderCallbacks,
+		key:       key,
+		terms:     t,
+		cb:        c.leaderCallbacks,
 		kick:      make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 		queued:    make(chan struct{}),
 		attempted: make(chan struct{}),
 		callsSig:  make(chan struct{}, 1),
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("pglease: new elector %q: %w", key, ErrClosed)
+	}
+	for other := range l.electors {
+		if other.key == key {
+			// Both would claim with one holder: a waiting claim never takes
+			// over its own Locker's lease, so the second would only wait.
+			return nil, fmt.Errorf("pglease: new elector %q: this Locker has an open Elector for that key already", key)
+		}
+	}
+	l.electors[e] = struct{}{}
+	return e, nil
 }
+
+// Key is the leader key the Elector claims.
+func (e *Elector) Key() string { return e.key }
 
 // IsLeader implements gocron.Elector. While this replica's leadership lease
 // is within its trust window it answers without a round trip. Otherwise it
@@ -111,7 +147,7 @@ func NewElector(db DB, opts ...Option) *Elector {
 // then on takes the key over as soon as the leader releases it.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	mustContext(ctx, "IsLeader")
-	ctx, cancel := context.WithTimeout(ctx, e.locker.cfg.timeout)
+	ctx, cancel := context.WithTimeout(ctx, e.terms.timeout)
 	defer cancel()
 	if _, err := e.next(ctx, true); err != nil {
 		return fmt.Errorf("pglease: is leader: %w", err)
@@ -121,9 +157,18 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 
 // Campaign starts the campaign if it is not running and waits until this
 // replica leads, for services outside gocron: it returns the leadership
-// lease, or an error wrapping ctx.Err() (and ErrHeld while another replica
-// leads) or ErrClosed. Leadership stays with this replica until the lease
+// lease, or an error. Leadership stays with this replica until the lease
 // ends (its Done), whatever happens to ctx; it passes on at Close.
+//
+// While another replica leads, Campaign waits; it returns an error
+// wrapping ctx.Err() (and ErrHeld) once ctx ends, and ErrClosed once the
+// Elector or its Locker is closed. Any other failure of the campaign's
+// last attempt comes back at once: a database error (server down,
+// connection refused, permission denied) wraps the driver's error. The
+// campaign itself goes on trying, about every second; a loop that must
+// lead should log the error and call Campaign again, after a pause of its
+// own if the error persists, and stop on ErrClosed or when its own
+// context ends.
 func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 	mustContext(ctx, "Campaign")
 	for {
@@ -192,7 +237,7 @@ func (e *Elector) startLocked() {
 // until it ends, and starts over; until Close.
 func (e *Elector) campaign(ctx context.Context) {
 	defer close(e.done)
-	hooks := waitHooks{kick: e.kick, begin: e.begin, held: e.failed, attempt: e.locker.cfg.timeout}
+	hooks := waitHooks{kick: e.kick, begin: e.begin, held: e.failed, terms: &e.terms}
 	for ctx.Err() == nil {
 		lease, err := e.locker.claimWait(ctx, e.key, hooks)
 		if err != nil {
@@ -298,15 +343,18 @@ func (e *Elector) queueLocked(f func()) {
 // Close has queued the last ones and they have run.
 func (e *Elector) runCallbacks() {
 	defer close(e.callsDone)
-	e.callsGoroutine.Store(goroutineID())
 	for {
 		e.mu.Lock()
 		calls, closing := e.calls, e.closed && e.stop == nil
 		e.calls = nil
+		e.inCallback = len(calls) > 0
 		e.mu.Unlock()
 		for _, f := range calls {
 			f()
 		}
+		e.mu.Lock()
+		e.inCallback = false
+		e.mu.Unlock()
 		if closing && len(calls) == 0 {
 			return
 		}
@@ -327,64 +375,76 @@ func (e *Elector) Leader() (*Lease, bool) {
 
 // Close resigns: the campaign stops, the leadership lease is released at
 // once (the release notifies the followers, which take over within a round
-// trip), the heartbeat stops, and the callbacks still due run before Close
-// returns. Close is idempotent.
+// trip), and the callbacks still due run before Close returns. The Locker
+// stays open, its other leases and Electors untouched. Close is idempotent:
+// a later Close returns once the callbacks the first queued have run.
+//
+// A callback may call Close. A Close that begins while a callback runs may
+// be that callback's own call, and does not wait for the callbacks (it
+// cannot wait for the goroutine that runs it): those still due run once
+// the callback returns, and the Locker's Close waits for them.
 func (e *Elector) Close(ctx context.Context) error {
 	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()
 	first := !e.closed
 	e.closed = true
 	stop, done := e.stop, e.done
+	fromCallback := e.inCallback
 	e.mu.Unlock()
 	if !first {
-		// Idempotent, and like the first: it returns once the callbacks
-		// the first Close queued have run.
-		err := e.locker.Close(ctx)
 		select {
 		case <-e.queued:
 		case <-ctx.Done():
 			return fmt.Errorf("pglease: Elector.Close: waiting for the first Close: %w", ctx.Err())
 		}
-		e.waitCallbacks()
-		return resigned(err)
+		e.waitCallbacks(fromCallback)
+		return nil
 	}
 	close(e.closing)
 	if stop != nil {
 		stop()
 		<-done
 	}
-	err := e.locker.Close(ctx)
+	var err error
+	e.mu.Lock()
+	lease := e.lease
+	e.mu.Unlock()
+	if lease != nil {
+		err = resigned(lease.Unlock(ctx))
+		e.stopped(lease)
+	}
 	if stop != nil {
-		e.mu.Lock()
-		lease := e.lease
-		e.mu.Unlock()
-		if lease != nil {
-			e.stopped(lease)
-		}
 		e.mu.Lock()
 		e.stop = nil // the callbacks' goroutine returns once the queue is empty
 		signal(e.callsSig)
 		e.mu.Unlock()
 	}
 	close(e.queued)
-	e.waitCallbacks()
-	return resigned(err)
+	e.locker.dropElector(e)
+	e.waitCallbacks(fromCallback)
+	return err
 }
 
 // waitCallbacks waits until the callbacks' goroutine has run every callback
-// queued and returned. Called from a callback, Close runs on that very
-// goroutine and cannot wait for it: the callbacks still due run once the
-// one that called Close returns.
-func (e *Elector) waitCallbacks() {
+// queued and returned, unless Close began while a callback ran
+// (fromCallback): it may run on that very goroutine, which then goes on
+// once the callback returns.
+func (e *Elector) waitCallbacks(fromCallback bool) {
 	e.mu.Lock()
 	callsDone := e.callsDone
 	e.mu.Unlock()
-	if callsDone == nil {
+	if callsDone == nil || fromCallback {
 		return // the campaign never started: no callback ever ran
 	}
-	if id := goroutineID(); id == 0 || id != e.callsGoroutine.Load() {
-		<-callsDone
-	}
+	<-callsDone
+}
+
+// dropElector forgets e, closed: its Locker's Close has nothing left to do
+// for it.
+func (l *Locker) dropElector(e *Elector) {
+	l.mu.Lock()
+	delete(l.electors, e)
+	l.mu.Unlock()
 }
 
 // resigned is what Close returns for the Locker's Close error err.
@@ -395,6 +455,6 @@ func resigned(err error) error {
 	return err
 }
 
-// WaitMode says how the campaign learns that the leader released the key,
-// as Locker.WaitMode.
+// WaitMode says how the campaign learns that the leader released the key:
+// the Locker's WaitMode, since the Elector shares its listener.
 func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }

@@ -407,8 +407,7 @@ func TestGuardOnTheElectorsLeadershipLease(t *testing.T) {
 	t.Parallel()
 	ctx, pool, table := pgtest.Setup(t)
 	ledger := newLedger(t, pool)
-	e := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
 
 	require.NoError(t, e.IsLeader(ctx))
 	leader, ok := e.Leader()
@@ -480,7 +479,7 @@ func TestGuardThatFailsLeavesTheTransactionAbortedWhateverItFound(t *testing.T) 
 	ended := map[string]func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string, l *pglease.Locker, lease *pglease.Lease){
 		"LostAtAHeartbeat": func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string, _ *pglease.Locker, lease *pglease.Lease) {
 			t.Helper()
-			_, err := pglease.ForceExpire(ctx, pool, lease.Key(), pglease.WithTable(table))
+			_, err := adminOf(t, pool, pglease.WithTable(table)).ForceExpire(ctx, lease.Key())
 			require.NoError(t, err)
 			pgtest.WaitDone(t, lease, 10*time.Second)
 		},

@@ -304,15 +304,15 @@ func TestARowPinnedToInfinityCostsNoLeaseOfItsHolder(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT expires_at = 'infinity' FROM %s WHERE key = 'pinned'`,
 				pgx.Identifier{table}.Sanitize())).Scan(&infinite))
 			assert.True(t, infinite, "the heartbeat never moves an expiry back")
-			list := append(slices.Clone(opts), pglease.WithTable(table))
-			rows, err := pglease.List(ctx, pool, list...)
+			admin := adminOf(t, pool, pglease.WithTable(table))
+			rows, err := admin.List(ctx)
 			require.NoError(t, err)
 			require.Len(t, rows, 2)
 			assert.True(t, rows[1].NeverExpires)
 			assert.True(t, rows[1].ExpiresAt.Equal(pinned.ExpiresAt()), "List reads the pinned row's expiry as the heartbeat reports it")
 
 			require.NoError(t, pinned.Unlock(ctx), "its holder releases it as any other")
-			rows, err = pglease.List(ctx, pool, list...)
+			rows, err = admin.List(ctx)
 			require.NoError(t, err)
 			assert.False(t, rows[1].Live, "released: %+v", rows[1])
 		})

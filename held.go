@@ -23,24 +23,7 @@ const (
 	LeaseRowLocked LeaseState = "row_locked"
 )
 
-// LeaseInfo is a copy of what a Locker knows of one lease it holds.
-type LeaseInfo struct {
-	Key    string
-	Holder string // the holder column of this mandate (see Lease.Holder)
-	Fence  int64  // 0 with WithoutFenceColumn
-	// AcquiredAt is the server time of the claim.
-	AcquiredAt time.Time
-	// ExpiresAt is the server's expiry as last confirmed by a claim or
-	// heartbeat.
-	ExpiresAt time.Time
-	// TrustUntil is the local time (time.Now, with its monotonic reading)
-	// until which the Locker trusts the lease without a further heartbeat:
-	// before ExpiresAt, by the trust margin and the round trip.
-	TrustUntil time.Time
-	State      LeaseState
-}
-
-// Leases returns a copy of the leases this Locker holds now, sorted by key:
+// Leases returns a snapshot of the leases this Locker holds now, sorted by key:
 // not released, not lost, and within their trust deadline. It is safe for
 // concurrent use and sends nothing to the database; a service can serve it
 // on a debug endpoint. (Held returns the Lease of one key.)
@@ -58,6 +41,7 @@ func (l *Locker) Leases() []LeaseInfo {
 			Fence:      ls.fence,
 			AcquiredAt: ls.acquiredAt,
 			ExpiresAt:  ls.expiresAt,
+			Live:       true,
 			TrustUntil: now.Add(ls.trustUntil.left(l, now)),
 			State:      LeaseConfirmed,
 		}

@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -47,46 +46,50 @@ type JobLocker struct {
 
 // Job returns a JobLocker that claims leases of l with the TTL, min hold
 // and timeout its options give; what they leave out is the Locker's. Only
-// WithTTL, WithMinHold and WithTimeout apply to a job: any other option is
-// a setting of the whole Locker (one holder, one table, one heartbeat for
-// every job) and is refused with an error that names it. The combination
-// must pass the rules of NewLocker: the min hold must not exceed the TTL,
-// and the Locker's heartbeat interval, which extends the leases of every
-// job, must be less than TTL/2. A daily job may take a TTL of minutes and a
-// min hold of a minute on a Locker of 10-second jobs; a TTL shorter than
-// twice the Locker's heartbeat interval needs a Locker with a shorter one
-// (WithHeartbeatInterval).
+// WithTTL, WithMinHold and WithTimeout are JobOptions: every other option
+// is a setting of the whole Locker (one holder, one table, one heartbeat
+// for every job). The combination must pass the rules of New: the min hold
+// must not exceed the TTL, and the Locker's heartbeat interval, which
+// extends the leases of every job, must be less than TTL/2; otherwise Job
+// returns an *OptionError that names the option. A daily job may take a
+// TTL of minutes and a min hold of a minute on a Locker of 10-second jobs;
+// a TTL shorter than twice the Locker's heartbeat interval needs a Locker
+// with a shorter one (WithHeartbeatInterval).
 //
 // Job sends nothing to the database. A Locker holds at most one lease per
 // key, whichever JobLocker claimed it: jobs are told apart by their keys
 // (gocron's job names), as always.
-func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
+func (l *Locker) Job(opts ...JobOption) (*JobLocker, error) {
 	t := l.terms()
 	c := config{ttl: t.ttl, minHold: t.minHold, timeout: t.timeout}
-	for _, opt := range opts {
-		if opt == nil {
-			c.invalid("Option", "Job: nil Option")
-			continue
-		}
-		opt(&c)
+	apply(&c, opts, JobOption.applyJob)
+	t, err := l.ownTerms("Job", c)
+	if err != nil {
+		return nil, err
 	}
-	c.refuseUnused(forJob)
+	return &JobLocker{locker: l, terms: t}, nil
+}
+
+// ownTerms checks the terms c of a job or an Elector (who) against the
+// Locker whose heartbeat extends them, and makes them known to it: its
+// watchdog and its clock-skew bound follow the shortest.
+func (l *Locker) ownTerms(who string, c config) (terms, error) {
 	if len(c.errs) == 0 {
 		// The rules of newConfig, with the heartbeat interval the Locker
-		// has: it extends this job's leases too.
+		// has: it extends these leases too.
 		if l.cfg.heartbeat*2 >= c.ttl {
-			c.invalid("WithTTL", "Job: WithTTL(%v): the Locker's heartbeat interval (%v), which extends the leases of every job, must be less than TTL/2: give the job a TTL over %v, or the Locker a shorter WithHeartbeatInterval", c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat)
+			c.invalid("WithTTL", "%s: WithTTL(%v): the Locker's heartbeat interval (%v), which extends the leases of every job, must be less than TTL/2: give a TTL over %v, or the Locker a shorter WithHeartbeatInterval", who, c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat)
 		}
 		if c.minHold > c.ttl {
 			whose := "WithMinHold"
-			if !slices.Contains(c.given, "WithMinHold") {
+			if !c.minHoldSet {
 				whose = "the Locker's WithMinHold"
 			}
-			c.invalid("WithMinHold", "Job: %s(%v): must not exceed the job's TTL (%v)", whose, c.minHold, c.ttl)
+			c.invalid("WithMinHold", "%s: %s(%v): must not exceed the job's TTL (%v)", who, whose, c.minHold, c.ttl)
 		}
 	}
 	if err := errors.Join(c.errs...); err != nil {
-		return nil, err
+		return terms{}, err
 	}
 	if lower(&l.minTTL, c.ttl) {
 		l.rewatch() // the watchdog may be asleep for a longer TTL's slice
@@ -94,7 +97,7 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	if c.minHold > 0 {
 		lower(&l.minHold, c.minHold)
 	}
-	return &JobLocker{locker: l, terms: terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}}, nil
+	return terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}, nil
 }
 
 // TTL is the lease duration this JobLocker claims and the heartbeat

@@ -51,7 +51,7 @@ func waitRounds(t *testing.T, events *pgtest.Events, n, want int) {
 	}
 }
 
-func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.Option) *pglease.JobLocker {
+func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.JobOption) *pglease.JobLocker {
 	t.Helper()
 	j, err := l.Job(opts...)
 	require.NoError(t, err)
@@ -72,8 +72,8 @@ func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSched
 		opts   []pglease.Option
 	}
 	jobs := []job{
-		{"every-second", time.Second, 6, []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
-		{"every-two-seconds", 2 * time.Second, 3, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
+		{"every-second", time.Second, 6, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
+		{"every-two-seconds", 2 * time.Second, 3, []pglease.JobOption{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
 	}
 	type started struct {
 		job string
@@ -227,25 +227,16 @@ func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing
 	held := pgtest.Locker(t, pool, table, "replica-2", pglease.WithTTL(5*time.Second), pglease.WithMinHold(2*time.Second))
 	for _, c := range []struct {
 		locker *pglease.Locker
-		opts   []pglease.Option
+		opts   []pglease.JobOption
 		want   []string
 	}{
-		{l, []pglease.Option{pglease.WithTable("other")}, []string{"WithTable does not apply to Locker.Job", "WithTTL, WithMinHold and WithTimeout"}},
-		{l, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHolder("h")}, []string{"WithHolder does not apply to Locker.Job"}},
-		{l, []pglease.Option{pglease.WithHeartbeatInterval(time.Second)}, []string{"WithHeartbeatInterval"}},
-		{l, []pglease.Option{pglease.WithoutFenceColumn()}, []string{"WithoutFenceColumn"}},
-		{l, []pglease.Option{pglease.WithKeptConnection()}, []string{"WithKeptConnection"}},
-		{l, []pglease.Option{pglease.WithRetention(2 * time.Hour)}, []string{"WithRetention"}},
-		{l, []pglease.Option{pglease.WithLeaderKey("k")}, []string{"WithLeaderKey"}},
-		{l, []pglease.Option{pglease.WithLogger(pgtest.Quiet)}, []string{"WithLogger"}},
-		{l, []pglease.Option{pglease.WithHook(func(pglease.Event) {})}, []string{"WithHook"}},
-		{l, []pglease.Option{nil}, []string{"nil Option"}},
-		{l, []pglease.Option{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
-		{l, []pglease.Option{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
-		{l, []pglease.Option{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
-		{l, []pglease.Option{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},
-		{l, []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, []string{"WithMinHold(2s)", "job's TTL (1s)"}},
-		{held, []pglease.Option{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
+		{l, []pglease.JobOption{nil}, []string{"nil Option"}},
+		{l, []pglease.JobOption{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
+		{l, []pglease.JobOption{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
+		{l, []pglease.JobOption{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
+		{l, []pglease.JobOption{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},
+		{l, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, []string{"WithMinHold(2s)", "job's TTL (1s)"}},
+		{held, []pglease.JobOption{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
 	} {
 		j, err := c.locker.Job(c.opts...)
 		require.ErrorIs(t, err, pglease.ErrInvalidOption)

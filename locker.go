@@ -54,6 +54,8 @@ type Locker struct {
 
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
+	electors map[*Elector]struct{} // the Electors made from it and not closed
+	warned   map[string]bool       // keys warned about as Go function names (Lock)
 	closed   bool
 	stop     context.CancelFunc // stops the heartbeat; nil until started
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
@@ -79,36 +81,30 @@ type Locker struct {
 	minHold atomic.Int64
 }
 
-// NewLocker returns a Locker on db. Invalid options, a nil db, or a db that
-// is a transaction (pgx.Tx) panic with a message that names what is wrong:
-// they are programming errors, found at start-up. A *pgx.Conn must not be
-// inside a transaction the caller opened either: every statement of a
-// Locker must commit on its own. NewLocker sends nothing to the database.
-func NewLocker(db DB, opts ...Option) *Locker {
-	return newLocker(db, opts, forLocker)
-}
-
-// newLocker is NewLocker for ctor (a Locker or an Elector's), which says
-// which options apply.
-func newLocker(db DB, opts []Option, ctor constructor) *Locker {
+// New returns a Locker on db, or an error naming what is wrong: a nil db,
+// a db that is a transaction (pgx.Tx), or an invalid option (an
+// *OptionError wrapping ErrInvalidOption). A *pgx.Conn must not be inside
+// a transaction the caller opened either: every statement of a Locker must
+// commit on its own. New sends nothing to the database.
+func New(db DB, opts ...LockerOption) (*Locker, error) {
 	if isNil(db) {
-		panic("pglease: " + ctor.name + ": db is nil")
+		return nil, errors.New("pglease: new locker: db is nil")
 	}
 	if _, ok := db.(pgx.Tx); ok {
 		// A claim would then commit only when the caller's transaction
 		// does, and a rollback would let another holder in while this
 		// Locker trusts the lease; a release would also turn the caller's
 		// synchronous_commit off until its commit.
-		panic("pglease: " + ctor.name + ": db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own")
+		return nil, errors.New("pglease: new locker: db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own")
 	}
-	cfg, err := newConfig(opts, ctor)
+	cfg, err := newConfig(opts)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	if cfg.keepConn {
 		if p, ok := db.(pooler); !ok || p.Stat().MaxConns() < 2 {
-			panic(&OptionError{Option: "WithKeptConnection", msg: fmt.Sprintf(
-				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)})
+			return nil, &OptionError{Option: "WithKeptConnection", msg: fmt.Sprintf(
+				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)}
 		}
 	}
 	t, _ := parseTable(cfg.table) // checked by newConfig
@@ -117,16 +113,28 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 		proto = newUnfenced(t, cfg)
 	}
 	l := &Locker{
-		cfg:     cfg,
-		proto:   retrySerialization(proto),
-		conns:   newConns(db, cfg.keepConn),
-		leases:  make(map[string]*Lease),
-		closing: make(chan struct{}),
+		cfg:      cfg,
+		proto:    retrySerialization(proto),
+		conns:    newConns(db, cfg.keepConn),
+		leases:   make(map[string]*Lease),
+		electors: make(map[*Elector]struct{}),
+		closing:  make(chan struct{}),
 	}
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.waits.table = t
+	return l, nil
+}
+
+// NewLocker is New for options known to be valid, as regexp.MustCompile is
+// for a constant pattern: it panics with the error New would return. Use
+// New where the options come from configuration.
+func NewLocker(db DB, opts ...LockerOption) *Locker {
+	l, err := New(db, opts...)
+	if err != nil {
+		panic(err)
+	}
 	return l
 }
 
@@ -178,7 +186,8 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 	return lease, true
 }
 
-// Close stops the heartbeat, releases every lease still held in one
+// Close closes every Elector made from the Locker (each resigns, as
+// Elector.Close does), stops the heartbeat, releases every lease still held in one
 // statement (each lease's Err then wraps ErrClosed, and each outcome is
 // reported as for Unlock), and waits for the background goroutine to end.
 // The release runs even if ctx is already cancelled, bounded by the
@@ -200,6 +209,18 @@ func (l *Locker) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	electors := l.electors
+	l.electors = nil
+	l.mu.Unlock()
+	// Its Electors first: each resigns, its campaign stops and its
+	// callbacks run, so that no goroutine of theirs outlives the Locker.
+	var errs []error
+	for e := range electors {
+		if err := e.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.mu.Lock()
 	stop, loopDone := l.stop, l.loopDone
 	held := make([]*Lease, 0, len(l.leases))
 	for _, lease := range l.leases {
@@ -215,7 +236,6 @@ func (l *Locker) Close(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()
-	var errs []error
 	for _, err := range l.releaseAll(rctx, held, ErrClosed) {
 		if err != nil && !errors.Is(err, ErrLost) {
 			errs = append(errs, err)

@@ -2,7 +2,7 @@ package pglease
 
 import (
 	"context"
-	_ "embed" // SchemaSQL
+	_ "embed" // schemaSQL
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -16,13 +16,15 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// SchemaSQL is the content of schema.sql: the DDL that Migrate runs for the
-// default table name, with a comment on the grants the runtime role needs,
-// for teams that apply DDL with a migration tool (goose, golang-migrate,
-// atlas) rather than from the service. For another table name use Schema.
-//
 //go:embed schema.sql
-var SchemaSQL string
+var schemaSQL string
+
+// SchemaSQL returns the content of schema.sql: the DDL that Migrate runs
+// for the default table name, with a comment on the grants the runtime
+// role needs, for teams that apply DDL with a migration tool (goose,
+// golang-migrate, atlas) rather than from the service. For another table
+// name use Schema.
+func SchemaSQL() string { return schemaSQL }
 
 // schemaStatements is the DDL Migrate runs, in order.
 var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
@@ -30,9 +32,10 @@ var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 // Schema returns the DDL that Migrate runs for the given options (only
 // WithTable matters), as one SQL text for migration tools. Statements end
 // with a semicolon.
-func Schema(opts ...Option) (string, error) {
-	cfg, err := newConfig(opts, forSchema)
-	if err != nil {
+func Schema(opts ...SchemaOption) (string, error) {
+	cfg := defaults()
+	apply(&cfg, opts, SchemaOption.applySchema)
+	if err := errors.Join(cfg.errs...); err != nil {
 		return "", err
 	}
 	t, _ := parseTable(cfg.table)
@@ -59,13 +62,14 @@ func Schema(opts ...Option) (string, error) {
 // above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's) or
 // a relation of the sequence's name that is no sequence. Migrate is where
 // they are checked: a Locker does not look at them.
-func Migrate(ctx context.Context, db DB, opts ...Option) error {
+func Migrate(ctx context.Context, db DB, opts ...MigrateOption) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
 		return errors.New("pglease: migrate: db is nil")
 	}
-	cfg, err := newConfig(opts, forMigrate)
-	if err != nil {
+	cfg := defaults()
+	apply(&cfg, opts, MigrateOption.applyMigrate)
+	if err := errors.Join(cfg.errs...); err != nil {
 		return err
 	}
 	t, _ := parseTable(cfg.table)

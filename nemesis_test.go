@@ -50,7 +50,7 @@ const (
 
 // nemesisJobs are the terms of each Locker's jobs: a short TTL, for
 // re-entrant claims that shorten the row, and a long one.
-var nemesisJobs = [][]pglease.Option{
+var nemesisJobs = [][]pglease.JobOption{
 	{pglease.WithTTL(time.Second), pglease.WithMinHold(100 * time.Millisecond)},
 	{pglease.WithTTL(3 * time.Second), pglease.WithMinHold(50 * time.Millisecond)},
 }
@@ -130,6 +130,7 @@ type nemesisSlot struct {
 	locker  *pglease.Locker
 	jobs    []*pglease.JobLocker
 	elec    *pglease.Elector
+	elecOn  *pglease.Locker // the Locker the Elector is made from
 	stop    chan struct{}
 	workers sync.WaitGroup
 
@@ -312,7 +313,10 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		pglease.WithTTL(nemesisTTL), pglease.WithHeartbeatInterval(nemesisBeat), pglease.WithTimeout(nemesisTimeout),
 		pglease.WithHook(r.hook(s, s.holder))}
 	if s.elector {
-		s.elec = pglease.NewElector(s.db(), append(opts, pglease.WithLeaderKey(nemesisLeader))...)
+		s.elecOn = pglease.NewLocker(s.db(), opts...)
+		var err error
+		s.elec, err = pglease.NewElector(s.elecOn, nemesisLeader)
+		require.NoError(r.t, err)
 		e, stop := s.elec, s.stop
 		rnd := rand.New(rand.NewSource(r.seed + int64(1000*s.index+s.gen)))
 		s.workers.Go(func() { r.electorWorker(s, e, rnd, stop) })
@@ -1011,9 +1015,9 @@ func (r *nemesisRun) operator(kind lin.Kind, key string) {
 		err error
 	)
 	if kind == lin.Revoke {
-		rev, err = pglease.Revoke(ctx, r.admin, key, pglease.WithTable(r.table))
+		rev, err = adminOf(r.t, r.admin, pglease.WithTable(r.table)).Revoke(ctx, key)
 	} else {
-		rev, err = pglease.ForceExpire(ctx, r.admin, key, pglease.WithTable(r.table))
+		rev, err = adminOf(r.t, r.admin, pglease.WithTable(r.table)).ForceExpire(ctx, key)
 	}
 	ret := time.Now()
 	in := lin.Input{Key: key, Kind: kind}
@@ -1075,7 +1079,7 @@ func (r *nemesisRun) closeRace(s *nemesisSlot, rnd *rand.Rand, again bool) {
 	time.Sleep(between(rnd, 0, 150*time.Millisecond)) // lets the racers' claims get on their way
 	closeErr := func() error {
 		if s.elector {
-			return s.elec.Close(ctx)
+			return s.elecOn.Close(ctx) // closes the Elector first
 		}
 		return s.locker.Close(ctx)
 	}()

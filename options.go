@@ -19,7 +19,8 @@ const (
 	// DefaultTimeout bounds one claim made by Lock and one release made by
 	// Unlock or Close.
 	DefaultTimeout = 5 * time.Second
-	// DefaultLeaderKey is the key an Elector claims.
+	// DefaultLeaderKey is a key for the Elector of a service that has one
+	// (NewElector takes the key).
 	DefaultLeaderKey = "gocron-leader"
 	// Retention is how long Migrate keeps an expired row before purging it.
 	// It may be lowered to MinRetention, no further.
@@ -63,27 +64,122 @@ func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustM
 // job name longer than this is a mistake.
 const MaxKeyLen = 1024
 
-// Option configures a Locker (NewLocker), an Elector (NewElector) or the
-// schema (Migrate, Schema). An option given where it does not apply is
-// refused with an OptionError, never ignored: each option's comment says
-// where it applies.
-type Option func(*config)
+// The options of each entry point have a type of their own, so that an
+// option given where it does not apply does not compile:
+//
+//	New, NewLocker           LockerOption
+//	Locker.Job               JobOption
+//	NewElector               ElectorOption
+//	Migrate                  MigrateOption
+//	Schema                   SchemaOption
+//	NewAdmin                 AdminOption
+//
+// Each With* function returns a type that implements the option types of
+// the entry points it applies to, and only those: WithTTL's TermOption is
+// a LockerOption, a JobOption and an ElectorOption; WithTable's TableOption
+// a LockerOption, a MigrateOption, a SchemaOption and an AdminOption.
+//
+// A value an option refuses (a TTL below MinTTL, an empty holder), a nil
+// option, or a combination that cannot work (a heartbeat interval of TTL/2
+// or more) is an error, never ignored: New, Locker.Job, NewElector,
+// Migrate, Schema and NewAdmin return an *OptionError that wraps
+// ErrInvalidOption, names the option and says how to fix it. NewLocker is
+// New's must-form: it panics with that same error, as regexp.MustCompile
+// does, for services whose options are constants.
+
+// LockerOption configures a Locker (New, NewLocker). See the list above
+// for the option types of the other entry points.
+type LockerOption interface{ applyLocker(*config) }
+
+// Option is LockerOption, by the name it had when one option type served
+// every entry point. A []Option given to NewLocker compiles as before.
+//
+// Deprecated: use LockerOption, or the option type of the entry point.
+type Option = LockerOption
+
+// JobOption sets the terms of one job's leases (Locker.Job): WithTTL,
+// WithMinHold, WithTimeout.
+type JobOption interface{ applyJob(*config) }
+
+// ElectorOption configures an Elector (NewElector): WithTTL and
+// WithTimeout set its leadership lease's terms, WithLeaderCallbacks its
+// callbacks.
+type ElectorOption interface{ applyElector(*config) }
+
+// MigrateOption configures Migrate: WithTable, WithRetention.
+type MigrateOption interface{ applyMigrate(*config) }
+
+// SchemaOption configures Schema: WithTable.
+type SchemaOption interface{ applySchema(*config) }
+
+// AdminOption configures an Admin (NewAdmin): WithTable,
+// WithoutFenceColumn.
+type AdminOption interface{ applyAdmin(*config) }
+
+// lockerOption is an option that only a Locker takes.
+type lockerOption func(*config)
+
+func (o lockerOption) applyLocker(c *config) { c.run(o) }
+
+// TermOption sets one of a lease's terms: how long it lives (WithTTL) or
+// how long its claim and release may take (WithTimeout). It applies to a
+// Locker (its own terms), to Locker.Job (a job's) and to NewElector (the
+// leadership lease's).
+type TermOption struct{ set func(*config) }
+
+func (o TermOption) applyLocker(c *config)  { c.run(o.set) }
+func (o TermOption) applyJob(c *config)     { c.run(o.set) }
+func (o TermOption) applyElector(c *config) { c.run(o.set) }
+
+// HoldOption sets the min hold of a lease (WithMinHold). It applies to a
+// Locker and to Locker.Job; an Elector has none: its Close hands
+// leadership over at once.
+type HoldOption struct{ set func(*config) }
+
+func (o HoldOption) applyLocker(c *config) { c.run(o.set) }
+func (o HoldOption) applyJob(c *config)    { c.run(o.set) }
+
+// TableOption names the lease table (WithTable). It applies to a Locker,
+// Migrate, Schema and NewAdmin.
+type TableOption struct{ set func(*config) }
+
+func (o TableOption) applyLocker(c *config)  { c.run(o.set) }
+func (o TableOption) applyMigrate(c *config) { c.run(o.set) }
+func (o TableOption) applySchema(c *config)  { c.run(o.set) }
+func (o TableOption) applyAdmin(c *config)   { c.run(o.set) }
+
+// FenceColumnOption describes a table without fence column
+// (WithoutFenceColumn). It applies to a Locker and to NewAdmin; Migrate and
+// Schema create the fenced table and do not take it.
+type FenceColumnOption struct{ set func(*config) }
+
+func (o FenceColumnOption) applyLocker(c *config) { c.run(o.set) }
+func (o FenceColumnOption) applyAdmin(c *config)  { c.run(o.set) }
+
+// migrateOption is an option that only Migrate takes.
+type migrateOption func(*config)
+
+func (o migrateOption) applyMigrate(c *config) { c.run(o) }
+
+// electorOption is an option that only an Elector takes.
+type electorOption func(*config)
+
+func (o electorOption) applyElector(c *config) { c.run(o) }
 
 type config struct {
-	holder    string
-	ttl       time.Duration
-	heartbeat time.Duration // 0: ttl/3
-	minHold   time.Duration
-	table     string
-	retention time.Duration
-	timeout   time.Duration
-	leaderKey string
-	noFence   bool
-	keepConn  bool
-	logger    *slog.Logger
-	hooks     []func(Event)
-	errs      []error
-	given     []string // the options given, by name, in order
+	holder     string
+	ttl        time.Duration
+	heartbeat  time.Duration // 0: ttl/3
+	minHold    time.Duration
+	minHoldSet bool // WithMinHold was given
+	table      string
+	retention  time.Duration
+	timeout    time.Duration
+	noFence    bool
+	keepConn   bool
+	logger     *slog.Logger
+	hooks      []func(Event)
+	errs       []error
 
 	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
@@ -100,9 +196,8 @@ const RevokedHolder = "pglease:revoked"
 // must be unique per Locker: two Lockers with one holder would take each
 // other's leases as re-entrant claims. The default is hostname-pid-random.
 // RevokedHolder is refused.
-func WithHolder(id string) Option {
-	return func(c *config) {
-		c.use("WithHolder")
+func WithHolder(id string) LockerOption {
+	return lockerOption(func(c *config) {
 		switch {
 		case id == "":
 			c.invalid("WithHolder", "WithHolder: holder is empty")
@@ -113,23 +208,24 @@ func WithHolder(id string) Option {
 		default:
 			c.holder = id
 		}
-	}
+	})
 }
 
 // WithTTL sets how long a lease lives on the server without a heartbeat,
 // which is also how long other replicas wait after a holder crashes. The
-// default is DefaultTTL (60s).
-func WithTTL(d time.Duration) Option {
-	return durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
-		func(c *config) { c.ttl = d })
+// default is DefaultTTL (60s); a job's and an Elector's default is their
+// Locker's.
+func WithTTL(d time.Duration) TermOption {
+	return TermOption{durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
+		func(c *config) { c.ttl = d })}
 }
 
 // WithHeartbeatInterval sets how often the Locker extends its leases. It
 // must be less than TTL/2, so that one failed heartbeat is retried before the
 // lease lapses. The default is TTL/3.
-func WithHeartbeatInterval(d time.Duration) Option {
-	return durationOption("WithHeartbeatInterval", d, time.Nanosecond, "interval must be positive",
-		func(c *config) { c.heartbeat = d })
+func WithHeartbeatInterval(d time.Duration) LockerOption {
+	return lockerOption(durationOption("WithHeartbeatInterval", d, time.Nanosecond, "interval must be positive",
+		func(c *config) { c.heartbeat = d }))
 }
 
 // WithMinHold keeps a released lease until acquired_at + d, so that a
@@ -143,9 +239,9 @@ func WithHeartbeatInterval(d time.Duration) Option {
 // D the spread of the claims around their tick (clock disagreement plus
 // claim latency) and run the job's time from claim to release. About half
 // the period is a good choice.
-func WithMinHold(d time.Duration) Option {
-	return durationOption("WithMinHold", d, 0, "min hold must not be negative",
-		func(c *config) { c.minHold = d })
+func WithMinHold(d time.Duration) HoldOption {
+	return HoldOption{durationOption("WithMinHold", d, 0, "min hold must not be negative",
+		func(c *config) { c.minHold, c.minHoldSet = d, true })}
 }
 
 // WithTable sets the lease table, "name" or "schema.name". The fence
@@ -153,49 +249,35 @@ func WithMinHold(d time.Duration) Option {
 // DefaultTable ("lease"). A bare name that pglease's statements give one of
 // their own parts (h, mine, extended, r, released, server) would be hidden
 // by it, and is refused: give such a table with its schema.
-func WithTable(name string) Option {
-	return func(c *config) {
-		c.use("WithTable")
+func WithTable(name string) TableOption {
+	return TableOption{func(c *config) {
 		if _, err := parseTable(name); err != nil {
 			c.invalid("WithTable", "WithTable: %v", err)
 			return
 		}
 		c.table = name
-	}
+	}}
 }
 
 // WithRetention sets how long Migrate keeps expired rows before purging
 // them. It must be at least MinRetention (1h): a shorter horizon would let a
 // claim that stalled between drawing its fence and inserting its row issue a
 // fence smaller than one already handed out. The default is Retention (24h).
-func WithRetention(d time.Duration) Option {
-	return durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
+func WithRetention(d time.Duration) MigrateOption {
+	return migrateOption(durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
 		"a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between "+
 		"issue a fence smaller than one already handed out", MinRetention),
-		func(c *config) { c.retention = d })
+		func(c *config) { c.retention = d }))
 }
 
 // WithTimeout bounds each claim made by Lock and each release made by
 // Unlock or Close. gocron passes contexts without deadline, and cancels them
 // before Unlock during shutdown, so pglease applies its own bound. The
-// default is DefaultTimeout (5s).
-func WithTimeout(d time.Duration) Option {
-	return durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
-		func(c *config) { c.timeout = d })
-}
-
-// WithLeaderKey sets the key an Elector claims on the lease table. Every
-// replica of one service must use the same key. The default is
-// DefaultLeaderKey ("gocron-leader"). Only an Elector takes it.
-func WithLeaderKey(key string) Option {
-	return func(c *config) {
-		c.use("WithLeaderKey")
-		if err := checkKey(key); err != nil {
-			c.invalid("WithLeaderKey", "WithLeaderKey(%q): %v", shorten(key), err)
-			return
-		}
-		c.leaderKey = key
-	}
+// default is DefaultTimeout (5s); a job's and an Elector's default is their
+// Locker's.
+func WithTimeout(d time.Duration) TermOption {
+	return TermOption{durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
+		func(c *config) { c.timeout = d })}
 }
 
 // WithoutFenceColumn makes the Locker work on an existing lease table that
@@ -209,9 +291,11 @@ func WithLeaderKey(key string) Option {
 // '#', 16 lowercase hex digits), and a previous mandate's late heartbeat or
 // release touches nothing. The holder must not contain '#', so that no
 // other replica's identifiers can have that shape. Migrate and Schema
-// refuse this mode; the table is checked at the first claim.
-func WithoutFenceColumn() Option {
-	return func(c *config) { c.use("WithoutFenceColumn"); c.noFence = true }
+// do not take it (they create the fenced table); the table is checked at
+// the first claim. An Admin reads whichever columns the table has, so
+// there it is welcome but not needed.
+func WithoutFenceColumn() FenceColumnOption {
+	return FenceColumnOption{func(c *config) { c.noFence = true }}
 }
 
 // WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections
@@ -222,47 +306,44 @@ func WithoutFenceColumn() Option {
 // loss says how long the heartbeat waited for a pool connection. Count the
 // kept connection when sizing the pool, and close the Locker before the
 // pool: pgxpool's Close waits until the kept connection is given back. A
-// separate small pool for the Locker avoids both. NewLocker refuses it for
-// any other DB, and for a pool of one connection.
-func WithKeptConnection() Option {
-	return func(c *config) { c.use("WithKeptConnection"); c.keepConn = true }
+// separate small pool for the Locker avoids both. New refuses it for any
+// other DB, and for a pool of one connection.
+func WithKeptConnection() LockerOption {
+	return lockerOption(func(c *config) { c.keepConn = true })
 }
 
 // WithLogger sets where the Locker reports. Contention and routine events
 // are logged at debug level; failed claims, lost leases and failed releases
 // at error level. The default is slog.Default(). To silence it, pass
 // slog.New(slog.DiscardHandler).
-func WithLogger(logger *slog.Logger) Option {
-	return func(c *config) {
-		c.use("WithLogger")
+func WithLogger(logger *slog.Logger) LockerOption {
+	return lockerOption(func(c *config) {
 		if logger == nil {
 			c.invalid("WithLogger", "WithLogger: logger is nil")
 			return
 		}
 		c.logger = logger
-	}
+	})
 }
 
 // WithHook registers a function called with every Event the Locker
-// observes. Hooks run synchronously on the Locker's goroutines, in the order
-// registered: they must return quickly and must not call the Locker. It may
-// be given several times.
-func WithHook(hook func(Event)) Option {
-	return func(c *config) {
-		c.use("WithHook")
+// observes, its Electors' included. Hooks run synchronously on the
+// Locker's goroutines, in the order registered: they must return quickly
+// and must not call the Locker. It may be given several times.
+func WithHook(hook func(Event)) LockerOption {
+	return lockerOption(func(c *config) {
 		if hook == nil {
 			c.invalid("WithHook", "WithHook: hook is nil")
 			return
 		}
 		c.hooks = append(c.hooks, hook)
-	}
+	})
 }
 
 // durationOption is the option name with duration d: it applies set when
 // d >= least, and is refused otherwise, saying "name(d): why".
-func durationOption(name string, d, least time.Duration, why string, set func(*config)) Option {
+func durationOption(name string, d, least time.Duration, why string, set func(*config)) func(*config) {
 	return func(c *config) {
-		c.use(name)
 		if d < least {
 			c.invalid(name, "%s(%v): %s", name, d, why)
 			return
@@ -277,27 +358,42 @@ func (c *config) invalid(option, format string, args ...any) {
 	c.errs = append(c.errs, &OptionError{Option: option, msg: fmt.Sprintf(format, args...)})
 }
 
-// use records that option was given, for the check that the constructor
-// it was given to applies it (see refuseUnused).
-func (c *config) use(option string) { c.given = append(c.given, option) }
+// run applies the setting of one option, recording a nil one (the zero
+// value of an option type) as an error.
+func (c *config) run(set func(*config)) {
+	if set == nil {
+		c.invalid("Option", "nil Option")
+		return
+	}
+	set(c)
+}
 
-// newConfig applies opts over the defaults, refuses those that the
-// constructor (ctor) would ignore, and checks the combination.
-func newConfig(opts []Option, ctor constructor) (config, error) {
-	c := config{
+// apply applies opts to c with each, recording a nil option as an error.
+func apply[O any](c *config, opts []O, each func(O, *config)) {
+	for _, opt := range opts {
+		if any(opt) == nil {
+			c.invalid("Option", "nil Option")
+			continue
+		}
+		each(opt, c)
+	}
+}
+
+// defaults is the configuration before any option.
+func defaults() config {
+	return config{
 		ttl:       DefaultTTL,
 		table:     DefaultTable,
 		retention: Retention,
 		timeout:   DefaultTimeout,
-		leaderKey: DefaultLeaderKey,
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			c.invalid("Option", "nil Option")
-			continue
-		}
-		opt(&c)
-	}
+}
+
+// newConfig applies a Locker's opts over the defaults and checks the
+// combination.
+func newConfig(opts []LockerOption) (config, error) {
+	c := defaults()
+	apply(&c, opts, LockerOption.applyLocker)
 	if c.heartbeat == 0 {
 		c.heartbeat = c.ttl / 3
 	}
@@ -316,7 +412,6 @@ func newConfig(opts []Option, ctor constructor) (config, error) {
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	c.refuseUnused(ctor)
 	return c, errors.Join(c.errs...)
 }
 

@@ -216,10 +216,8 @@ func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionP
 			concurrentClaimsSeeOnlyContention(t, pool, table)
 
 			// An Elector elects one leader and hands over on Close.
-			e1 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(pgtest.Quiet))...)
-			t.Cleanup(func() { _ = e1.Close(context.Background()) })
-			e2 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(pgtest.Quiet))...)
-			t.Cleanup(func() { _ = e2.Close(context.Background()) })
+			e1 := newElector(t, pool, pglease.DefaultLeaderKey, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(pgtest.Quiet)))
+			e2 := newElector(t, pool, pglease.DefaultLeaderKey, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(pgtest.Quiet)))
 			require.NoError(t, e1.IsLeader(ctx))
 			require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
 			first, ok := e1.Leader()

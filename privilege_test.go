@@ -77,7 +77,7 @@ func TestRuntimeRoleWithOnlyTheDocumentedGrantsRunsClaimHeartbeatUnlockAndGocron
 			defer conn.Close(context.Background())
 			// As a migration tool would: the file as is, in the schema the
 			// connection's search_path points at.
-			for _, stmt := range []string{"CREATE SCHEMA " + schema, "SET search_path = " + schema, pglease.SchemaSQL} {
+			for _, stmt := range []string{"CREATE SCHEMA " + schema, "SET search_path = " + schema, pglease.SchemaSQL()} {
 				_, err := conn.Exec(ctx, stmt)
 				require.NoError(t, err, stmt)
 			}

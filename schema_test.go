@@ -33,9 +33,9 @@ func TestSchemaSQLIsExactlyTheDDLMigrateRunsForTheDefaultTable(t *testing.T) {
 
 	onDisk, err := os.ReadFile("schema.sql")
 	require.NoError(t, err)
-	assert.Equal(t, string(onDisk), pglease.SchemaSQL, "SchemaSQL embeds schema.sql")
+	assert.Equal(t, string(onDisk), pglease.SchemaSQL(), "SchemaSQL embeds schema.sql")
 
-	body := stripComments(pglease.SchemaSQL)
+	body := stripComments(pglease.SchemaSQL())
 	assert.Equal(t, want, body, "schema.sql, after its comment, is what Migrate runs: regenerate it from pglease.Schema()")
 	assert.Contains(t, body, `CREATE TABLE IF NOT EXISTS "lease"`)
 }
@@ -123,7 +123,7 @@ func TestSchemaSQLAppliedByHandCreatesTheSameCatalogObjectsAsMigrate(t *testing.
 	// connection's search_path points at.
 	_, err = conn.Exec(ctx, "SET search_path = "+pgx.Identifier{byFile}.Sanitize())
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, pglease.SchemaSQL)
+	_, err = conn.Exec(ctx, pglease.SchemaSQL())
 	require.NoError(t, err)
 	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(byMigrate+".lease")))
 

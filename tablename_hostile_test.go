@@ -35,7 +35,7 @@ func TestATableNamedLikeAPartOfTheStatementsIsRefusedBareAndWorksWithItsSchema(t
 			lease, err := l.Claim(ctx, "k")
 			require.NoError(t, err)
 			events.WaitFor(t, pglease.EventExtended, 5*time.Second)
-			rows, err := pglease.List(ctx, pool, pglease.WithTable(qualified))
+			rows, err := adminOf(t, pool, pglease.WithTable(qualified)).List(ctx)
 			require.NoError(t, err)
 			require.Len(t, rows, 1)
 			require.NoError(t, lease.Unlock(ctx))

@@ -26,7 +26,8 @@ func TestNewLockerRefusesATransactionAsItsDB(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 
-	require.PanicsWithValue(t, "pglease: NewLocker: db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own",
-		func() { pglease.NewLocker(tx) })
-	require.Panics(t, func() { pglease.NewElector(tx) })
+	const want = "pglease: new locker: db is a pgx.Tx: a Locker needs a pool or a connection, each statement committing on its own"
+	_, err = pglease.New(tx)
+	require.EqualError(t, err, want)
+	require.PanicsWithError(t, want, func() { pglease.NewLocker(tx) })
 }

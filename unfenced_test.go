@@ -267,9 +267,6 @@ func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T
 	_, err := l.Claim(ctx, "job")
 	require.ErrorContains(t, err, "table no_such_legacy_table does not exist")
 
-	require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithoutFenceColumn()), "Migrate and Schema do not apply")
-	_, err = pglease.Schema(pglease.WithoutFenceColumn())
-	require.Error(t, err)
 	require.Contains(t, panicMessage(func() {
 		pglease.NewLocker(pool, pglease.WithoutFenceColumn(), pglease.WithHolder("a#b"))
 	}), "must not contain \"#\"")

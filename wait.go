@@ -237,7 +237,7 @@ type waitHooks struct {
 	kick    <-chan struct{}                // try again at once
 	begin   func()                         // an attempt begins
 	held    func(holder string, err error) // each failed attempt; holder of the row when known
-	attempt time.Duration                  // bound of each attempt; 0: ctx alone
+	terms   *terms                         // the terms of each attempt, its timeout bounding it; nil: the Locker's, ctx alone
 }
 
 func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
@@ -272,7 +272,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		if h.begin != nil {
 			h.begin()
 		}
-		lease, err := l.attempt(xctx, key, h.attempt)
+		lease, err := l.attempt(xctx, key, h.terms)
 		if err == nil {
 			return lease, nil
 		}
@@ -337,14 +337,15 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	}
 }
 
-// attempt is one claim of a waiting claim, within bound if positive.
-func (l *Locker) attempt(ctx context.Context, key string, bound time.Duration) (*Lease, error) {
-	if bound > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, bound)
-		defer cancel()
+// attempt is one claim of a waiting claim: on the terms t, within their
+// timeout, or on the Locker's within ctx alone when t is nil.
+func (l *Locker) attempt(ctx context.Context, key string, t *terms) (*Lease, error) {
+	if t == nil {
+		return l.Claim(ctx, key)
 	}
-	return l.Claim(ctx, key)
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return l.claim(ctx, key, *t)
 }
 
 // remaining reads the holder of key and the time its lease has left, on the

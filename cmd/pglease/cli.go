@@ -82,6 +82,11 @@ func (c *cli) target() string {
 	return fmt.Sprintf("%s@%s:%d/%s", c.conn.User, c.conn.Host, c.conn.Port, c.conn.Database)
 }
 
+// admin is the Admin of the -table on conn.
+func (c *cli) admin(conn *pgx.Conn) (*pglease.Admin, error) {
+	return pglease.NewAdmin(conn, pglease.WithTable(c.table))
+}
+
 // connect opens one connection; the caller closes it.
 func (c *cli) connect(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, c.conn)

@@ -29,7 +29,11 @@ var purgeCommand = command{
 	},
 	do: func(ctx context.Context, c *cli) error {
 		return c.withConn(ctx, func(conn *pgx.Conn) error {
-			n, err := pglease.Purge(ctx, conn, c.olderThan.d, pglease.WithTable(c.table))
+			admin, err := c.admin(conn)
+			if err != nil {
+				return err
+			}
+			n, err := admin.Purge(ctx, c.olderThan.d)
 			if err != nil {
 				return err
 			}
@@ -40,7 +44,7 @@ var purgeCommand = command{
 }
 
 // checkHorizon refuses a purge horizon below pglease.MinRetention, saying
-// why, as a usage error before anything is sent (pglease.Purge and
+// why, as a usage error before anything is sent (Admin.Purge and
 // pglease.Migrate refuse it too).
 func checkHorizon(flag string, d time.Duration) error {
 	if d < pglease.MinRetention {

@@ -40,14 +40,18 @@ var releaseCommand = command{
 	},
 }
 
-// release runs pglease.Revoke, or pglease.ForceExpire with -now, and says
+// release runs Admin.Revoke, or Admin.ForceExpire with -now, and says
 // what it found and did.
 func release(ctx context.Context, c *cli, conn *pgx.Conn, key string) error {
-	change := pglease.Revoke
-	if c.now {
-		change = pglease.ForceExpire
+	admin, err := c.admin(conn)
+	if err != nil {
+		return err
 	}
-	rev, err := change(ctx, conn, key, pglease.WithTable(c.table))
+	change := admin.Revoke
+	if c.now {
+		change = admin.ForceExpire
+	}
+	rev, err := change(ctx, key)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pglease.ErrNotFound):
@@ -103,7 +107,7 @@ func printForceExpired(c *cli, rev pglease.Revocation) {
 
 // expiryText prints a row's expiry, or "infinity" for a row that never
 // expires.
-func expiryText(r pglease.LeaseRow) string {
+func expiryText(r pglease.LeaseInfo) string {
 	if r.NeverExpires {
 		return "infinity"
 	}

@@ -61,10 +61,13 @@ var statusCommand = command{
 		fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a table")
 	},
 	do: func(ctx context.Context, c *cli) error {
-		var listed []pglease.LeaseRow
+		var listed []pglease.LeaseInfo
 		err := c.withConn(ctx, func(conn *pgx.Conn) error {
-			var err error
-			listed, err = pglease.List(ctx, conn, pglease.WithTable(c.table))
+			admin, err := c.admin(conn)
+			if err != nil {
+				return err
+			}
+			listed, err = admin.List(ctx)
 			return err
 		})
 		if err != nil {
@@ -80,9 +83,9 @@ var statusCommand = command{
 	},
 }
 
-// statusRows turns what pglease.List read into what status prints: fence
+// statusRows turns what Admin.List read into what status prints: fence
 // and acquired_at null where the table has no such column.
-func statusRows(listed []pglease.LeaseRow) []statusRow {
+func statusRows(listed []pglease.LeaseInfo) []statusRow {
 	out := make([]statusRow, 0, len(listed)) // [] rather than null in JSON
 	for _, l := range listed {
 		r := statusRow{
