@@ -374,8 +374,9 @@ func (e *Elector) Leader() (*Lease, bool) {
 }
 
 // Close resigns: the campaign stops, the leadership lease is released at
-// once (the release notifies the followers, which take over within a round
-// trip), and the callbacks still due run before Close returns. The Locker
+// once, even if ctx is already cancelled, within the Elector's timeout (the
+// release notifies the followers, which take over within a round trip; the
+// lease's Err then wraps ErrClosed), and the callbacks still due run before Close returns. The Locker
 // stays open, its other leases and Electors untouched. Close is idempotent:
 // a later Close returns once the callbacks the first queued have run.
 //
@@ -410,7 +411,10 @@ func (e *Elector) Close(ctx context.Context) error {
 	lease := e.lease
 	e.mu.Unlock()
 	if lease != nil {
-		err = resigned(lease.Unlock(ctx))
+		// Released as the Locker's Close releases: its Err wraps ErrClosed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.terms.timeout)
+		err = resigned(e.locker.release(rctx, lease, ErrClosed))
+		cancel()
 		e.stopped(lease)
 	}
 	if stop != nil {

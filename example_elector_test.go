@@ -25,9 +25,14 @@ func ExampleNewElector() {
 		panic(err)
 	}
 
-	elector := pglease.NewElector(pool, pglease.WithTable("example_elector"),
-		pglease.WithTTL(15*time.Second)) // key "gocron-leader"
-	defer elector.Close(ctx) // resigns: a follower leads at its next tick
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_elector"))
+	defer locker.Close(ctx) // closes its Electors first
+	elector, err := pglease.NewElector(locker, pglease.DefaultLeaderKey,
+		pglease.WithTTL(15*time.Second)) // its own TTL; the Locker's holder and heartbeat
+	if err != nil {
+		panic(err)
+	}
+	defer elector.Close(ctx) // resigns: a follower leads at once
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedElector(elector))
 	if err != nil {

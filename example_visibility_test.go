@@ -44,7 +44,7 @@ func ExampleLocker_Leases() {
 
 // The whole table, whoever holds it: the admin API that the operator
 // command runs. Remaining time is reckoned on the server's clock.
-func ExampleList() {
+func ExampleAdmin() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
@@ -64,24 +64,28 @@ func ExampleList() {
 		}
 	}
 
-	rows, err := pglease.List(ctx, pool, table) // every row, live and expired, sorted by key
+	admin, err := pglease.NewAdmin(pool, table) // the operator's view of one table
+	if err != nil {
+		panic(err)
+	}
+	rows, err := admin.List(ctx) // every row, live and expired, sorted by key
 	if err != nil {
 		panic(err)
 	}
 	for _, r := range rows { // r.ServerNow: the server's clock at the reading
 		fmt.Println(r.Key, r.Holder, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn: ExpiresAt minus ServerNow
 	}
-	n, err := pglease.Purge(ctx, pool, 24*time.Hour, table) // at least MinRetention, else an error that says why
+	n, err := admin.Purge(ctx, 24*time.Hour) // at least MinRetention, else an error that says why
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("purged", n)
-	rev, err := pglease.Revoke(ctx, pool, "nightly", table) // as `pglease release`: holder RevokedHolder, expiry kept
+	rev, err := admin.Revoke(ctx, "nightly") // as `pglease release`: holder RevokedHolder, expiry kept
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(rev.Changed, rev.Row.Holder)
-	rev, err = pglease.ForceExpire(ctx, pool, "weekly", table) // as `release -now`: UNSAFE, claimable at once
+	rev, err = admin.ForceExpire(ctx, "weekly") // as `release -now`: UNSAFE, claimable at once
 	if err != nil {
 		panic(err)
 	}

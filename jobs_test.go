@@ -69,7 +69,7 @@ func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSched
 		name   string
 		period time.Duration
 		ticks  int
-		opts   []pglease.Option
+		opts   []pglease.JobOption
 	}
 	jobs := []job{
 		{"every-second", time.Second, 6, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
