@@ -217,7 +217,7 @@ func TestAdmin(t *testing.T) {
 			"force expire bad key": {err: func() error { _, err := adm.ForceExpire(ctx, "\xff"); return err }(), want: `pglease: force expire "\xff": key is not valid UTF-8`},
 			"three-part table":     {err: newAdmin(pglease.WithTable("x.y.z")), want: `want "name" or "schema.name"`},
 		} {
-		require.Error(t, c.err, name)
+			require.Error(t, c.err, name)
 			assert.Contains(t, c.err.Error(), c.want, name)
 		}
 	})

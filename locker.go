@@ -53,7 +53,7 @@ type Locker struct {
 	releases *coalescer[releasing, releaseResult]
 
 	mu       sync.Mutex
-	leases   map[string]*Lease // the newest unended lease per key
+	leases   map[string]*Lease     // the newest unended lease per key
 	electors map[*Elector]struct{} // the Electors made from it and not closed
 	warned   map[string]bool       // keys warned about as Go function names (Lock)
 	closed   bool

@@ -234,10 +234,10 @@ func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 
 // waitHooks let the Elector's campaign steer a waiting claim.
 type waitHooks struct {
-	kick    <-chan struct{}                // try again at once
-	begin   func()                         // an attempt begins
-	held    func(holder string, err error) // each failed attempt; holder of the row when known
-	terms   *terms                         // the terms of each attempt, its timeout bounding it; nil: the Locker's, ctx alone
+	kick  <-chan struct{}                // try again at once
+	begin func()                         // an attempt begins
+	held  func(holder string, err error) // each failed attempt; holder of the row when known
+	terms *terms                         // the terms of each attempt, its timeout bounding it; nil: the Locker's, ctx alone
 }
 
 func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
