@@ -25,10 +25,10 @@ func ExampleNewElector() {
 		panic(err)
 	}
 
-	locker := pglease.NewLocker(pool, pglease.WithTable("example_elector"))
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_elector"), pglease.WithTTL(15*time.Second))
 	defer locker.Close(ctx) // closes its Electors first
 	elector, err := pglease.NewElector(locker, pglease.DefaultLeaderKey,
-		pglease.WithTTL(15*time.Second)) // its own TTL; the Locker's holder and heartbeat
+		pglease.WithTimeout(2*time.Second)) // terms of its own; the Locker's holder and heartbeat
 	if err != nil {
 		panic(err)
 	}

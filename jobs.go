@@ -78,7 +78,7 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 		// The rules of newConfig, with the heartbeat interval the Locker
 		// has: it extends these leases too.
 		if l.cfg.heartbeat*2 >= c.ttl {
-			c.invalid("WithTTL", "%s: WithTTL(%v): the Locker's heartbeat interval (%v), which extends the leases of every job, must be less than TTL/2: give a TTL over %v, or the Locker a shorter WithHeartbeatInterval", who, c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat)
+			c.invalid("WithTTL", "%s: WithTTL(%v): the Locker's heartbeat interval (%v), which extends every lease of the Locker, must be less than TTL/2: give a TTL over %v, or the Locker a shorter WithHeartbeatInterval", who, c.ttl, l.cfg.heartbeat, 2*l.cfg.heartbeat)
 		}
 		if c.minHold > c.ttl {
 			whose := "WithMinHold"

@@ -217,7 +217,7 @@ func TestReleaseKeepsEachJobsLeaseForItsOwnMinHoldInOneStatement(t *testing.T) {
 	require.ErrorIs(t, err, pglease.ErrHeld, "no other replica runs the same tick within the min hold")
 }
 
-func TestJobRefusesLockerOptionsAndTermsThatCannotWorkNamingThemAndWritesNothing(t *testing.T) {
+func TestJobRefusesTermsThatCannotWorkNamingThemAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	counter := &pgtest.Statements{}
 	pool := pgtest.Pool(t, counter)
