@@ -198,10 +198,6 @@ type Revocation struct {
 	ServerNow time.Time
 }
 
-// ErrNotFound is returned (wrapped) by Revoke and ForceExpire when the
-// table has no row for the key.
-var ErrNotFound = errors.New("pglease: key not found")
-
 // Revoke takes the live lease on key away from its holder, whoever it is,
 // without letting any other holder in early: the row's holder becomes
 // RevokedHolder, and its expiry and fence stay as they were. The holder

@@ -21,4 +21,33 @@ var (
 	// ErrClosed is returned by Claim and Lock once Close has been called, and
 	// is what Lease.Err reports for a lease that Close released.
 	ErrClosed = errors.New("locker closed")
+
+	// ErrInvalidOption is wrapped by every error about an option: a value
+	// it refuses, a nil option, or a combination that cannot work.
+	// errors.As with *OptionError says which option. New, Locker.Job,
+	// NewElector, Migrate, Schema and NewAdmin return such an error;
+	// NewLocker panics with it.
+	ErrInvalidOption = errors.New("pglease: invalid option")
+
+	// ErrNotFound is returned (wrapped) by Admin.Revoke and
+	// Admin.ForceExpire when the table has no row for the key.
+	ErrNotFound = errors.New("pglease: key not found")
+
+	// ErrUnnamedJob is the Err of EventUnnamedJob: the key Lock was given
+	// looks like gocron's default job name, the Go function's name.
+	ErrUnnamedJob = errors.New("pglease: the key looks like a Go function name, gocron's default name of a job given no gocron.WithName: " +
+		"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
+		"name the job (gocron.WithName, or Locker.Task)")
 )
+
+// OptionError names the option that is wrong and says why, and how to fix
+// it where that is not plain from why.
+type OptionError struct {
+	Option string // the option's function name, e.g. "WithTTL"
+	msg    string
+}
+
+func (e *OptionError) Error() string { return "pglease: " + e.msg }
+
+// Unwrap makes errors.Is(err, ErrInvalidOption) true.
+func (e *OptionError) Unwrap() error { return ErrInvalidOption }

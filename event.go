@@ -87,6 +87,10 @@ const (
 	// EventNewLeader: an Elector saw a new leader, Holder (this replica's
 	// own holder when it was elected). Logged at info level.
 	EventNewLeader
+	// EventUnnamedJob: Lock was given a key that looks like a Go function
+	// name, gocron's default name of a job given no gocron.WithName; Err is
+	// ErrUnnamedJob. Reported once per key, at error level.
+	EventUnnamedJob
 )
 
 var eventNames = map[EventKind]string{
@@ -104,6 +108,7 @@ var eventNames = map[EventKind]string{
 	EventWaitByPolling:      "wait_by_polling",
 	EventStoppedLeading:     "stopped_leading",
 	EventNewLeader:          "new_leader",
+	EventUnnamedJob:         "unnamed_job",
 }
 
 // String is a short snake_case name, usable as a metric label.
@@ -128,7 +133,7 @@ type Event struct {
 
 func (k EventKind) level() slog.Level {
 	switch k {
-	case EventClaimFailed, EventLost, EventReleaseFailed:
+	case EventClaimFailed, EventLost, EventReleaseFailed, EventUnnamedJob:
 		return slog.LevelError
 	case EventHeartbeatFailed, EventWaitByPolling:
 		return slog.LevelWarn

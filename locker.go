@@ -155,7 +155,9 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // Lock implements gocron.Locker: it claims key (the job name) within the
 // Locker's timeout, since gocron's context has no deadline. Failures are
 // reported through the logger and hooks (gocron never logs them);
-// contention stays at debug level.
+// contention stays at debug level. A key that looks like a Go function
+// name, gocron's default for a job given no gocron.WithName, is reported
+// once, as EventUnnamedJob at error level; the job still runs.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	mustContext(ctx, "Lock")
 	return l.lock(ctx, key, l.terms())
@@ -164,6 +166,7 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 // lock is Lock on the given terms, the Locker's or a job's: a claim within
 // their timeout.
 func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, error) {
+	l.warnUnnamed(key)
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	lease, err := l.claim(ctx, key, t)

@@ -1,0 +1,85 @@
+package pglease
+
+import (
+	"context"
+	"regexp"
+	"strings"
+
+	"github.com/go-co-op/gocron/v2"
+)
+
+// Task names a gocron job once and hands its run the job's lease. It
+// returns the task and the gocron.WithName option of a job named name,
+// which is the key of the job's lease; give both to gocron's NewJob, on a
+// scheduler whose distributed locker is l or a JobLocker of l
+// (gocron.WithDistributedJobLocker):
+//
+//	task, named := locker.Task("nightly-report", report)
+//	_, err := s.NewJob(gocron.DailyJob(1, at), task, named)
+//
+// run is called with a context that ends when the lease does (lost,
+// released, or the Locker closed) or when gocron cancels the job's
+// context, and with the lease, whose Fence is the run's mandate. A run
+// whose lease ended between gocron's Lock and the start of the task is
+// skipped: its loss was reported already. Task panics on an invalid name,
+// as gocron.WithName cannot report one.
+func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) (gocron.Task, gocron.JobOption) {
+	if err := checkKey(name); err != nil {
+		panic("pglease: Task: " + err.Error())
+	}
+	if run == nil {
+		panic("pglease: Task: run is nil")
+	}
+	task := gocron.NewTask(func(ctx context.Context) {
+		lease, ok := l.Held(name)
+		if !ok {
+			return
+		}
+		ctx, cancel := lease.Context(ctx)
+		defer cancel()
+		run(ctx, lease)
+	})
+	return task, gocron.WithName(name)
+}
+
+// funcName matches what runtime.FuncForPC(...).Name() gives a function, a
+// method or a closure: an import path, a package name, and dotted
+// identifiers, with (*T) receivers, [...] type arguments, funcN closures
+// and the -fm suffix of a method value.
+var funcName = regexp.MustCompile(`^(?:[\w.~-]+/)*[\p{L}_][\p{L}\p{N}_]*(?:\.(?:\(\*?[\p{L}_][\p{L}\p{N}_]*(?:\[[^\]]*\])?\)|[\p{L}_][\p{L}\p{N}_]*(?:\[\.\.\.\])?|func\d+))+(?:-fm)?$`)
+
+// closureOrMethod matches the parts of a function name no job name a
+// person writes has: a closure, a method value, a receiver.
+var closureOrMethod = regexp.MustCompile(`\.func\d+(?:\.|$|-)|-fm$|\(\*?[\p{L}_]`)
+
+// looksLikeFuncName reports whether key is probably gocron's default name
+// of a job: a Go function's name with its import path ("/"), of package
+// main, or of a closure or method. A dotted name such as "billing.invoice"
+// is not taken for one.
+func looksLikeFuncName(key string) bool {
+	if !funcName.MatchString(key) {
+		return false
+	}
+	return strings.Contains(key, "/") || strings.HasPrefix(key, "main.") || closureOrMethod.MatchString(key)
+}
+
+// warnUnnamed reports, once per key, a key Lock was given that looks like
+// a Go function name (EventUnnamedJob, at error level). The job still
+// runs: refusing it would stop every unnamed job at an upgrade.
+func (l *Locker) warnUnnamed(key string) {
+	if !looksLikeFuncName(key) {
+		return
+	}
+	l.mu.Lock()
+	first := !l.warned[key]
+	if first {
+		if l.warned == nil {
+			l.warned = map[string]bool{}
+		}
+		l.warned[key] = true
+	}
+	l.mu.Unlock()
+	if first {
+		l.emit(Event{Kind: EventUnnamedJob, Key: key, Err: ErrUnnamedJob})
+	}
+}
