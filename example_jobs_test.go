@@ -64,3 +64,38 @@ func ExampleLocker_Job() {
 	// refused: pglease: Job: WithMinHold(1h0m0s): must not exceed the job's TTL (10m0s)
 	// nightly report, fenced: true
 }
+
+// Name a job once: Task gives gocron the job's name and hands the run the
+// lease claimed on that name, with a context that ends with the lease. A
+// job left without a name would get the Go function's name, which changes
+// when the code moves (Lock reports such a key as EventUnnamedJob).
+func ExampleLocker_Task() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool, pglease.WithTable("example_task")); err != nil {
+		panic(err)
+	}
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_task"))
+	defer locker.Close(ctx)
+
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) {
+		defer close(done)
+		sendInvoices(ctx, lease.Fence()) // ctx ends the moment the lease is lost
+	})
+	if _, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), task, named); err != nil {
+		panic(err)
+	}
+	s.Start()
+	<-done
+	_ = s.Shutdown()
+	// Output: invoices sent on one replica, fenced: true
+}

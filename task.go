@@ -45,8 +45,8 @@ func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) 
 // funcName matches what runtime.FuncForPC(...).Name() gives a function, a
 // method or a closure: an import path, a package name, and dotted
 // identifiers, with (*T) receivers, [...] type arguments, funcN closures
-// and the -fm suffix of a method value.
-var funcName = regexp.MustCompile(`^(?:[\w.~-]+/)*[\p{L}_][\p{L}\p{N}_]*(?:\.(?:\(\*?[\p{L}_][\p{L}\p{N}_]*(?:\[[^\]]*\])?\)|[\p{L}_][\p{L}\p{N}_]*(?:\[\.\.\.\])?|func\d+))+(?:-fm)?$`)
+// (nested ones numbered .1, .2) and the -fm suffix of a method value.
+var funcName = regexp.MustCompile(`^(?:[\w.~-]+/)*[\p{L}_][\p{L}\p{N}_]*(?:\.(?:\(\*?[\p{L}_][\p{L}\p{N}_]*(?:\[[^\]]*\])?\)|[\p{L}_][\p{L}\p{N}_]*(?:\[\.\.\.\])?|\d+))+(?:-fm)?$`)
 
 // closureOrMethod matches the parts of a function name no job name a
 // person writes has: a closure, a method value, a receiver.
