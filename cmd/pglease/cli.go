@@ -20,6 +20,21 @@ import (
 // is the one the tests and the demo use too.
 const envDSN = "PGLEASE_DATABASE_URL"
 
+// libpqEnv are the environment variables of libpq that say which server to
+// reach, read (as psql reads them) when neither -dsn nor envDSN is given.
+var libpqEnv = []string{"PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD"}
+
+// libpqEnvSet reports whether any of libpqEnv is set: without any, there
+// is no database to reach, rather than libpq's default one.
+func libpqEnvSet() bool {
+	for _, name := range libpqEnv {
+		if os.Getenv(name) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // redacted replaces a password wherever it could appear in a message.
 const redacted = "xxxxx"
 
@@ -46,7 +61,7 @@ type cli struct {
 // commonFlags registers -dsn, -table and -timeout. The default of -dsn is
 // not shown by -h, since it holds a password.
 func (c *cli) commonFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection `string` (default $"+envDSN+")")
+	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection `string` (default $"+envDSN+", else libpq's "+strings.Join(libpqEnv, ", ")+")")
 	fs.StringVar(&c.table, "table", pglease.DefaultTable, "lease table, \"name\" or \"schema.name\"")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound of the whole command")
 }
@@ -56,9 +71,11 @@ func (c *cli) checkCommon() error {
 	if c.dsn == "" {
 		c.dsn = os.Getenv(envDSN)
 	}
-	if c.dsn == "" {
-		return fmt.Errorf("no database: give -dsn or set %s", envDSN)
+	if c.dsn == "" && !libpqEnvSet() {
+		return fmt.Errorf("no database: give -dsn, or set %s, or libpq's %s as for psql", envDSN, strings.Join(libpqEnv, ", "))
 	}
+	// An empty string is read from libpq's environment variables, as psql
+	// reads them.
 	cfg, err := pgx.ParseConfig(c.dsn)
 	if err != nil {
 		// The parser's message may quote the string, password included.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -260,10 +262,50 @@ func TestWithoutDsnTheEnvironmentIsUsedAndWithoutEitherItIsAUsageError(t *testin
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.JSONEq(t, "[]", r.stdout)
 
+	// Neither -dsn nor PGLEASE_DATABASE_URL: libpq's variables, as psql
+	// reads them.
 	t.Setenv(envDSN, "")
+	u, err := url.Parse(pgtest.Server.DSN())
+	require.NoError(t, err)
+	pw, _ := u.User.Password()
+	for name, value := range map[string]string{
+		"PGHOST": u.Hostname(), "PGPORT": u.Port(), "PGUSER": u.User.Username(), "PGPASSWORD": pw,
+		"PGDATABASE": strings.TrimPrefix(u.Path, "/"), "PGSSLMODE": u.Query().Get("sslmode"),
+	} {
+		t.Setenv(name, value)
+	}
+	r = runCmd(t, "status", "-json", "-table", table)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.JSONEq(t, "[]", r.stdout)
+	t.Setenv("PGPORT", strconv.Itoa(closedPort(t)))
+	r = runCmd(t, "status", "-table", table)
+	assert.Equal(t, exitFail, r.code, "PGPORT is read: nothing listens there")
+	assert.Contains(t, r.stderr, "connecting to")
+
+	for _, name := range []string{"PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD"} {
+		t.Setenv(name, "")
+	}
 	r = runCmd(t, "status", "-table", table)
 	assert.Equal(t, exitUsage, r.code)
-	assert.Contains(t, r.stderr, "no database: give -dsn or set PGLEASE_DATABASE_URL")
+	assert.Contains(t, r.stderr, "no database: give -dsn, or set PGLEASE_DATABASE_URL, or libpq's PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD as for psql")
+}
+
+func TestAWrongNumberOfArgumentsIsSaidPlainly(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.Server.DSN()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-dsn", dsn, "extra"}, "pglease status: takes no arguments, got 1\n"},
+		{[]string{"release", "-dsn", dsn}, "pglease release: takes one argument, KEY; got 0\n"},
+		{[]string{"release", "-dsn", dsn, "a", "b"}, "pglease release: takes one argument, KEY; got 2\n"},
+	} {
+		r := runCmd(t, c.args...)
+		assert.Equal(t, exitUsage, r.code)
+		assert.True(t, strings.HasPrefix(r.stderr, c.want), "%v: %q", c.args, r.stderr)
+	}
+	assert.Equal(t, "takes 2 arguments, FROM TO; got 3", wrongArgs(2, "FROM TO", 3))
 }
 
 // closedPort returns a 127.0.0.1 port that nothing listens on.

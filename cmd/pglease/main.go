@@ -91,6 +91,19 @@ type command struct {
 
 var commands = []command{migrateCommand, statusCommand, purgeCommand, releaseCommand}
 
+// wrongArgs says that a command that takes want positional arguments,
+// named names (for the usage line), was given got.
+func wrongArgs(want int, names string, got int) string {
+	switch want {
+	case 0:
+		return fmt.Sprintf("takes no arguments, got %d", got)
+	case 1:
+		return fmt.Sprintf("takes one argument, %s; got %d", names, got)
+	default:
+		return fmt.Sprintf("takes %d arguments, %s; got %d", want, names, got)
+	}
+}
+
 // run is the whole program, testable in-process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -133,7 +146,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage // the flag package has printed the error and usage
 	}
 	if len(pos) != cmd.nargs {
-		fmt.Fprintf(stderr, "pglease %s: want %d argument(s) %s, got %d\n", cmd.name, cmd.nargs, cmd.args, len(pos))
+		fmt.Fprintf(stderr, "pglease %s: %s\n", cmd.name, wrongArgs(cmd.nargs, cmd.args, len(pos)))
 		fs.Usage()
 		return exitUsage
 	}
