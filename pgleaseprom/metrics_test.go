@@ -1,6 +1,7 @@
 package pgleaseprom_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -225,9 +226,14 @@ func TestElectionsAreCountedWhenAnElectorBecomesTheLeader(t *testing.T) {
 	ctx, pool, table := pgtest.Setup(t)
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
 	quiet := pglease.WithLogger(slog.New(slog.DiscardHandler))
-	leader := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithHook(m.Hook), quiet)
-	follower := pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithHook(m.Hook), quiet)
-	defer func() { _ = follower.Close(ctx) }()
+	elector := func(holder string) *pglease.Elector {
+		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithHook(m.Hook), quiet)
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
+		require.NoError(t, err)
+		return e
+	}
+	leader, follower := elector("a"), elector("b")
 
 	require.NoError(t, leader.IsLeader(ctx))
 	require.NoError(t, leader.IsLeader(ctx), "still leading: no new election")
