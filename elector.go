@@ -140,7 +140,7 @@ func (e *Elector) Key() string { return e.key }
 
 // IsLeader implements gocron.Elector. While this replica's leadership lease
 // is within its trust window it answers without a round trip. Otherwise it
-// has the campaign claim the leader key at once (within the Locker's
+// has the campaign claim the leader key at once (within the Elector's
 // timeout): it returns nil when this replica becomes the leader, reported
 // as EventElected with the new fence, and an error wrapping ErrHeld while
 // another replica leads. The first call starts the campaign, which from

@@ -29,8 +29,8 @@ func SchemaSQL() string { return schemaSQL }
 // schemaStatements is the DDL Migrate runs, in order.
 var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 
-// Schema returns the DDL that Migrate runs for the given options (only
-// WithTable matters), as one SQL text for migration tools. Statements end
+// Schema returns the DDL that Migrate runs for the table its options name
+// (WithTable), as one SQL text for migration tools. Statements end
 // with a semicolon.
 func Schema(opts ...SchemaOption) (string, error) {
 	cfg := defaults()

@@ -64,6 +64,8 @@ func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustM
 // job name longer than this is a mistake.
 const MaxKeyLen = 1024
 
+// LockerOption configures a Locker (New, NewLocker).
+//
 // The options of each entry point have a type of their own, so that an
 // option given where it does not apply does not compile:
 //
@@ -86,9 +88,6 @@ const MaxKeyLen = 1024
 // ErrInvalidOption, names the option and says how to fix it. NewLocker is
 // New's must-form: it panics with that same error, as regexp.MustCompile
 // does, for services whose options are constants.
-
-// LockerOption configures a Locker (New, NewLocker). See the list above
-// for the option types of the other entry points.
 type LockerOption interface{ applyLocker(*config) }
 
 // Option is LockerOption, by the name it had when one option type served
@@ -98,22 +97,24 @@ type LockerOption interface{ applyLocker(*config) }
 type Option = LockerOption
 
 // JobOption sets the terms of one job's leases (Locker.Job): WithTTL,
-// WithMinHold, WithTimeout.
+// WithMinHold, WithTimeout. Bad values are errors, as LockerOption says.
 type JobOption interface{ applyJob(*config) }
 
 // ElectorOption configures an Elector (NewElector): WithTTL and
 // WithTimeout set its leadership lease's terms, WithLeaderCallbacks its
-// callbacks.
+// callbacks. Bad values are errors, as LockerOption says.
 type ElectorOption interface{ applyElector(*config) }
 
-// MigrateOption configures Migrate: WithTable, WithRetention.
+// MigrateOption configures Migrate: WithTable, WithRetention. Bad values
+// are errors, as LockerOption says.
 type MigrateOption interface{ applyMigrate(*config) }
 
-// SchemaOption configures Schema: WithTable.
+// SchemaOption configures Schema: WithTable. Bad values are errors, as
+// LockerOption says.
 type SchemaOption interface{ applySchema(*config) }
 
 // AdminOption configures an Admin (NewAdmin): WithTable,
-// WithoutFenceColumn.
+// WithoutFenceColumn. Bad values are errors, as LockerOption says.
 type AdminOption interface{ applyAdmin(*config) }
 
 // lockerOption is an option that only a Locker takes.
