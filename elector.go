@@ -283,7 +283,7 @@ func (e *Elector) failed(holder string, err error) {
 	changed := holder != "" && holder != e.leader
 	if changed {
 		e.leader = holder
-		e.queueLocked(func() { e.callNewLeader(holder) })
+		e.queueNewLeaderLocked(holder)
 	}
 	e.mu.Unlock()
 	if changed {
@@ -300,7 +300,7 @@ func (e *Elector) elected(lease *Lease) {
 	newLeader := lease.Holder() != e.leader
 	e.leader = lease.Holder()
 	if newLeader {
-		e.queueLocked(func() { e.callNewLeader(lease.Holder()) })
+		e.queueNewLeaderLocked(lease.Holder())
 	}
 	if f := e.cb.OnStartedLeading; f != nil {
 		e.queueLocked(func() { f(lease) })
@@ -327,9 +327,12 @@ func (e *Elector) stopped(lease *Lease) {
 	e.locker.emit(Event{Kind: EventStoppedLeading, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence(), Err: lease.Err()})
 }
 
-func (e *Elector) callNewLeader(holder string) {
+// queueNewLeaderLocked queues OnNewLeader(holder), if set; e.mu is held.
+// Only callbacks that are set are queued: a Close made while one runs
+// does not wait for the callbacks (see Close).
+func (e *Elector) queueNewLeaderLocked(holder string) {
 	if f := e.cb.OnNewLeader; f != nil {
-		f(holder)
+		e.queueLocked(func() { f(holder) })
 	}
 }
 
