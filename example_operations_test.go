@@ -2,8 +2,10 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -87,4 +89,32 @@ func ExampleNewLocker_transactionPooler() {
 	}
 	fmt.Println("fenced:", lease.Fence() > 0)
 	// Output: fenced: true
+}
+
+// Options read from configuration: New returns what is wrong with them as
+// an *OptionError naming the option, where NewLocker, for options known
+// to be valid, would panic with it.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	ttl, heartbeat := 10*time.Second, 5*time.Second // say, from the environment
+
+	_, err = pglease.New(pool, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat))
+	var oe *pglease.OptionError
+	if errors.As(err, &oe) {
+		fmt.Println(oe.Option, "refused:", err)
+	}
+	locker, err := pglease.New(pool, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat/2))
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close(ctx)
+	fmt.Println("heartbeat every", heartbeat/2, "for a TTL of", locker.TTL())
+	// Output:
+	// WithHeartbeatInterval refused: pglease: WithHeartbeatInterval(5s): must be less than TTL/2 (TTL is 10s)
+	// heartbeat every 2.5s for a TTL of 10s
 }
