@@ -531,8 +531,8 @@ func TestElector(t *testing.T) {
 			t.Fatal("a Close made while a callback runs waits for it: from that callback it would never return")
 		}
 		select {
-		case <-first:
-			t.Fatal("the first Close returned while OnStoppedLeading, which it queued, was still running")
+		case err := <-first:
+			t.Fatalf("the first Close returned (%v) while OnStoppedLeading, which it queued, was still running", err)
 		case <-time.After(200 * time.Millisecond):
 		}
 		close(unblock)

@@ -181,9 +181,9 @@ func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *State
 }
 
 // Locker returns a quiet Locker on table, closed at cleanup.
-func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
+func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.LockerOption) *pglease.Locker {
 	tb.Helper()
-	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
+	all := append([]pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
 	l := pglease.NewLocker(db, all...)
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
