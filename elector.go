@@ -125,7 +125,7 @@ func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) 
 		return nil, fmt.Errorf("pglease: new elector %q: %w", key, ErrClosed)
 	}
 	for other := range l.electors {
-		if other.key == key {
+		if other.key == key && !other.isClosed() {
 			// Both would claim with one holder: a waiting claim never takes
 			// over its own Locker's lease, so the second would only wait.
 			return nil, fmt.Errorf("pglease: new elector %q: this Locker has an open Elector for that key already", key)
@@ -133,6 +133,12 @@ func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) 
 	}
 	l.electors[e] = struct{}{}
 	return e, nil
+}
+
+func (e *Elector) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
 }
 
 // Key is the leader key the Elector claims.
@@ -357,11 +363,15 @@ func (e *Elector) runCallbacks() {
 		}
 		e.mu.Lock()
 		e.inCallback = false
+		more := len(e.calls) > 0
 		e.mu.Unlock()
-		if closing && len(calls) == 0 {
-			return
+		switch {
+		case more: // queued while these ran
+		case closing:
+			return // Close had queued the last ones before they were taken
+		default:
+			<-e.callsSig
 		}
-		<-e.callsSig
 	}
 }
 
@@ -383,10 +393,11 @@ func (e *Elector) Leader() (*Lease, bool) {
 // stays open, its other leases and Electors untouched. Close is idempotent:
 // a later Close returns once the callbacks the first queued have run.
 //
-// A callback may call Close. A Close that begins while a callback runs may
-// be that callback's own call, and does not wait for the callbacks (it
-// cannot wait for the goroutine that runs it): those still due run once
-// the callback returns, and the Locker's Close waits for them.
+// A callback may call Close, and the Locker's Close. A Close that begins
+// while a callback runs may be that callback's own call, and does not wait
+// for the callbacks (it cannot wait for the goroutine that runs it): those
+// still due run once the callback returns, and a later Close of the
+// Elector or of its Locker waits for them.
 func (e *Elector) Close(ctx context.Context) error {
 	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()
@@ -402,6 +413,7 @@ func (e *Elector) Close(ctx context.Context) error {
 			return fmt.Errorf("pglease: Elector.Close: waiting for the first Close: %w", ctx.Err())
 		}
 		e.waitCallbacks(fromCallback)
+		e.locker.dropElector(e, fromCallback)
 		return nil
 	}
 	close(e.closing)
@@ -427,8 +439,8 @@ func (e *Elector) Close(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 	close(e.queued)
-	e.locker.dropElector(e)
 	e.waitCallbacks(fromCallback)
+	e.locker.dropElector(e, fromCallback)
 	return err
 }
 
@@ -446,9 +458,13 @@ func (e *Elector) waitCallbacks(fromCallback bool) {
 	<-callsDone
 }
 
-// dropElector forgets e, closed: its Locker's Close has nothing left to do
-// for it.
-func (l *Locker) dropElector(e *Elector) {
+// dropElector forgets e, closed, unless its callbacks may still be due
+// (its Close ran while a callback did): the Locker's Close then waits for
+// them, as a later Elector.Close would.
+func (l *Locker) dropElector(e *Elector, callbacksDue bool) {
+	if callbacksDue {
+		return
+	}
 	l.mu.Lock()
 	delete(l.electors, e)
 	l.mu.Unlock()

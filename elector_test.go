@@ -481,6 +481,39 @@ func TestElector(t *testing.T) {
 		}
 	})
 
+	// A leader that shuts its service down from OnStartedLeading closes the
+	// Locker from the callback: that Close ends the Elector without waiting
+	// for the goroutine it runs on, and returns.
+	t.Run("LockerCloseCalledFromACallbackReturns", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "leader")
+		closed := make(chan error, 1)
+		stopped := make(chan struct{})
+		idle, err := pglease.NewElector(l, "idle") // never campaigns
+		require.NoError(t, err)
+		first, err := pglease.NewElector(l, pglease.DefaultLeaderKey, pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+			OnStartedLeading: func(*pglease.Lease) { closed <- l.Close(context.Background()) },
+			OnStoppedLeading: func(*pglease.Lease) { close(stopped) },
+		}))
+		require.NoError(t, err)
+		_, err = first.Campaign(ctx)
+		require.NoError(t, err)
+		select {
+		case err := <-closed:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Locker.Close called from OnStartedLeading has not returned after 10s")
+		}
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnStoppedLeading, due after the callback that closed the Locker, did not run")
+		}
+		require.ErrorIs(t, first.IsLeader(ctx), pglease.ErrClosed)
+		require.ErrorIs(t, idle.IsLeader(ctx), pglease.ErrClosed)
+	})
+
 	// The callbacks still due run before Close returns, unless that Close
 	// began while a callback ran (it may be that callback's own call, and
 	// cannot wait for the goroutine running it). Two goroutines close the
