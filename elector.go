@@ -56,9 +56,8 @@ type Elector struct {
 // client-go's leaderelection callbacks. Each may be nil. They run one at a
 // time, in order, on a goroutine of the Elector, never under its lock: they
 // may call the Elector, and they should return promptly, since the next
-// ones wait and Close waits for them all. A callback may call Close too:
-// that Close does not wait for the callbacks (it runs on their goroutine);
-// those still due run once the callback returns.
+// ones wait and Close waits for them all. A callback may call Close, or
+// its Locker's Close, too: see Close.
 type LeaderCallbacks struct {
 	// OnStartedLeading: this replica became the leader with lease. Its
 	// Done or Context ends when leadership does.
@@ -389,9 +388,10 @@ func (e *Elector) Leader() (*Lease, bool) {
 // Close resigns: the campaign stops, the leadership lease is released at
 // once, even if ctx is already cancelled, within the Elector's timeout (the
 // release notifies the followers, which take over within a round trip; the
-// lease's Err then wraps ErrClosed), and the callbacks still due run before Close returns. The Locker
-// stays open, its other leases and Electors untouched. Close is idempotent:
-// a later Close returns once the callbacks the first queued have run.
+// lease's Err then wraps ErrClosed), and the callbacks still due run
+// before Close returns. The Locker stays open, its other leases and
+// Electors untouched. Close is idempotent: a later Close returns once the
+// callbacks the first queued have run.
 //
 // A callback may call Close, and the Locker's Close. A Close that begins
 // while a callback runs may be that callback's own call, and does not wait
