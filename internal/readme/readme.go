@@ -40,7 +40,7 @@ import (
 
 // Docs are the Markdown files, relative to the module root, whose Go
 // snippets come from examples.
-var Docs = []string{"README.md", "docs/OPERATIONS.md"}
+var Docs = []string{"README.md", "docs/GUIDE.md", "docs/OPERATIONS.md"}
 
 // marker is the line that names the example of the ```go block below it.
 var marker = regexp.MustCompile(`^\s*<!--\s*example:\s*([A-Za-z0-9_./]+)\s*-->\s*$`)
