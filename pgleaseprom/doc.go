@@ -47,4 +47,19 @@
 // adds a "key" label to the claim, held, lost and release metrics (not to
 // the heartbeat ones, which cover all the leases of a Locker in one round).
 // Use it only with a small, fixed set of job names.
+//
+// # Module
+//
+// pgleaseprom is a module of its own, so that importing pglease brings no
+// Prometheus dependency:
+//
+//	go get github.com/pglease/pglease/pgleaseprom
+//
+// Each release tags it with the root module's version (pgleaseprom/v0.4.0
+// beside v0.4.0), and its go.mod requires the root module at that version.
+// The replace directive in its go.mod points the root module at this
+// repository's code for the checks and tests that build each module alone
+// (GOWORK=off): the go command applies a replace only in the module it is
+// run in, so the directive never reaches a module that imports pgleaseprom,
+// which gets the required release.
 package pgleaseprom
