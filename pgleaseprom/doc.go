@@ -28,9 +28,9 @@
 //	pglease_leases_held                      leases held now
 //	pglease_leases_lost_total                leases that ended without being released
 //	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat round
-//	pglease_heartbeat_failures_total         failed heartbeat rounds (retried until the trust deadline)
-//	pglease_releases_total{outcome}          released | lost (a later mandate owned the key) | error
-//	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim
+//	pglease_heartbeat_failures_total         failed heartbeat rounds (retried while the lease is trusted)
+//	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | error
+//	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim or heartbeat
 //	pglease_clock_skew_uncertainty_seconds   the bound on its error (half the round trip of its sample)
 //
 // Both skew gauges are 0 until the first claim. Alert on
