@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
@@ -240,7 +241,8 @@ func newAttempt(pool *pgxpool.Pool, table, variant string, workers int, contende
 			return true, lease.Unlock(ctx)
 		}, closeAll, nil
 	case rawNow:
-		claim, release := render(sqlstmt.Claim, table), render(sqlstmt.Release, table)
+		// What a Locker sends for a Claim and an Unlock alone.
+		claim, release := render(sqlstmt.Claim, table), render(sqlstmt.ReleaseOne, table)
 		return func(ctx context.Context, w int) (bool, error) {
 			var fence int64
 			err := pool.QueryRow(ctx, claim, key(w), holder(w), ttl).Scan(&fence, nil, nil, nil, nil, nil)
@@ -251,9 +253,15 @@ func newAttempt(pool *pgxpool.Pool, table, variant string, workers int, contende
 				return false, err
 			}
 			return true, releaseLocked(ctx, func() (bool, error) {
-				var released bool
-				err := pool.QueryRow(ctx, release, holder(w), []float64{0}, []string{key(w)}, []int64{fence}).Scan(nil, nil, &released)
-				return released, err
+				tag, err := pool.Exec(ctx, release, holder(w), key(w), fence, 0.0, "20ms")
+				var pgErr *pgconn.PgError
+				switch {
+				case errors.As(err, &pgErr) && pgErr.Code == "55P03": // locked past the wait: again
+					return false, nil
+				case err == nil && tag.RowsAffected() == 0:
+					return false, pgx.ErrNoRows
+				}
+				return err == nil, err
 			})
 		}, func() {}, nil
 	case rawF1d3080:
@@ -274,9 +282,9 @@ func newAttempt(pool *pgxpool.Pool, table, variant string, workers int, contende
 	return nil, nil, fmt.Errorf("no variant %q", variant)
 }
 
-// releaseLocked sends a release (send) again while its row is locked by
-// another transaction, waiting 1ms, then twice as long each time up to
-// 250ms, as a Locker does.
+// releaseLocked sends a release (send) again while its row stays locked by
+// another transaction past the release's lock wait, waiting 1ms, then twice
+// as long each time up to 250ms, as a Locker does.
 func releaseLocked(ctx context.Context, send func() (bool, error)) error {
 	wait := time.Millisecond
 	for {
