@@ -12,8 +12,9 @@
 //	                 and any holder can claim it once it would have expired
 //	release -now KEY expire the lease on KEY now (unsafe: two replicas may believe at once)
 //
-// Every command takes -dsn (default $PGLEASE_DATABASE_URL), -table (default
-// "lease") and -timeout. Exit status: 0 success, 1 operational failure
+// Every command takes -dsn (default $PGLEASE_DATABASE_URL, else libpq's
+// PGHOST, PGPORT, PGUSER, PGDATABASE and PGPASSWORD, as psql reads them),
+// -table (default "lease") and -timeout. Exit status: 0 success, 1 operational failure
 // (database error, key not found), 2 usage error.
 package main
 
@@ -57,7 +58,9 @@ Commands:
                    replicas may run the job at once; prints that warning
 
 Flags of every command:
-  -dsn string      PostgreSQL connection string (default $PGLEASE_DATABASE_URL)
+  -dsn string      PostgreSQL connection string (default $PGLEASE_DATABASE_URL,
+                   else libpq's PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD
+                   as psql reads them)
   -table string    lease table, "name" or "schema.name" (default "lease")
   -timeout dur     bound of the whole command (default 30s)
 
