@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglease/pglease/internal/coalesce"
 )
 
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
@@ -15,7 +16,7 @@ import (
 // milliseconds on a durable server; only a row locked for longer (an open
 // transaction) costs the burst this wait and a second round trip. It is
 // also how long a claim sent alone keeps its place in flight while it
-// waits on a row lock (coalescer.linger): after that, the claims queued
+// waits on a row lock (coalesce.Coalescer.Linger): after that, the claims queued
 // behind it go without it.
 const maxBurstLockWait = 500 * time.Millisecond
 
@@ -64,7 +65,7 @@ var coalesceAll bool
 
 // newClaims is the coalescer of a Locker's claims, or nil when its
 // protocol sends them one by one.
-func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
+func (l *Locker) newClaims() *coalesce.Coalescer[claimCall, claimOutcome] {
 	p := l.proto
 	if r, ok := p.(serializationRetry); ok {
 		p = r.protocol
@@ -72,7 +73,7 @@ func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
 	if _, ok := p.(batchClaimer); !ok {
 		return nil
 	}
-	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: l.conns.claimLimit(), linger: burstLockWait(l.cfg.ttl)}
+	return &coalesce.Coalescer[claimCall, claimOutcome]{Send: l.sendClaims, Orphan: l.orphanClaim, Limit: l.conns.claimLimit(), Linger: burstLockWait(l.cfg.ttl)}
 }
 
 // maxAloneInFlight is how many claim (or release) statements of a Locker
@@ -93,7 +94,7 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64
 	if l.claims == nil {
 		return l.claimAlone(ctx, key, t)
 	}
-	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
+	o, handedOff, err := l.claims.Do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
 	switch {
 	case handedOff:
 		*done = func() {}

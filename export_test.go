@@ -74,10 +74,7 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 ) (send func() ([]*Lease, []error)) {
 	c := l.claims
 	queued := make(chan struct{}, len(keys))
-	c.mu.Lock()
-	c.onQueue = func() { queued <- struct{}{} }
-	c.mu.Unlock()
-	c.hold()
+	c.Hold(func() { queued <- struct{}{} })
 	leases, errs := make([]*Lease, len(keys)), make([]error, len(keys))
 	var wg sync.WaitGroup
 	seen := map[string]bool{}
@@ -97,11 +94,8 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 		}
 	}
 	return func() ([]*Lease, []error) {
-		c.release()
+		c.Release()
 		wg.Wait()
-		c.mu.Lock()
-		c.onQueue = nil
-		c.mu.Unlock()
 		return leases, errs
 	}
 }
@@ -111,15 +105,7 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 func UnlockBurst(ctx context.Context, l *Locker, leases []*Lease) []error {
 	c := l.releases
 	queued := make(chan struct{}, len(leases))
-	c.mu.Lock()
-	c.onQueue = func() { queued <- struct{}{} }
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.onQueue = nil
-		c.mu.Unlock()
-	}()
-	c.hold()
+	c.Hold(func() { queued <- struct{}{} })
 	errs := make([]error, len(leases))
 	var wg sync.WaitGroup
 	for i, ls := range leases {
@@ -135,7 +121,7 @@ func UnlockBurst(ctx context.Context, l *Locker, leases []*Lease) []error {
 		case <-ctx.Done():
 		}
 	}
-	c.release()
+	c.Release()
 	wg.Wait()
 	return errs
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglease/pglease/internal/coalesce"
 )
 
 // DB is what pglease needs from PostgreSQL. *pgxpool.Pool and *pgx.Conn
@@ -48,9 +49,10 @@ type Locker struct {
 
 	// claims and releases send the claims and releases that arrive while
 	// another of their statements is in flight together, in one (see
-	// coalescer); claims is nil when the protocol sends them one by one.
-	claims   *coalescer[claimCall, claimOutcome]
-	releases *coalescer[releasing, releaseResult]
+	// internal/coalesce); claims is nil when the protocol sends them one by
+	// one.
+	claims   *coalesce.Coalescer[claimCall, claimOutcome]
+	releases *coalesce.Coalescer[releasing, releaseResult]
 
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
@@ -236,10 +238,10 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	if l.claims != nil { // nil: claims go one by one
-		l.claims.wait()
+		l.claims.Wait()
 	}
 	if l.releases != nil {
-		l.releases.wait()
+		l.releases.Wait()
 	}
 	l.unwatch()
 	l.conns.close()
