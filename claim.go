@@ -52,7 +52,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	}
 	defer leave()
 
-	done, err := l.turns.take(ctx, key)
+	done, err := l.turns.Take(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})

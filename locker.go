@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/turn"
 )
 
 // DB is what pglease needs from PostgreSQL. *pgxpool.Pool and *pgx.Conn
@@ -44,8 +45,9 @@ type Locker struct {
 	// round says what the heartbeat is doing, for the cause of a loss.
 	round roundState
 
-	// turns lets one claim of a key run at a time (see keyTurns).
-	turns keyTurns
+	// turns lets one claim of a key run at a time, so that the lease
+	// registered last is the one committed last (see internal/turn).
+	turns turn.Turns[string]
 
 	// claims and releases send the claims and releases that arrive while
 	// another of their statements is in flight together, in one (see
@@ -257,7 +259,7 @@ func (l *Locker) isClosed() bool {
 
 // register makes lease the newest for its key and starts the heartbeat if
 // it is not running yet. It returns the lease it replaces, if any. Claims
-// of one key take turns (keyTurns), so the lease registered last is the
+// of one key take turns (Locker.turns), so the lease registered last is the
 // one committed last: the row's mandate, with or without a fence to say so.
 func (l *Locker) register(lease *Lease) (*Lease, error) {
 	l.mu.Lock()
