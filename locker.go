@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/gate"
 	"github.com/pglease/pglease/internal/turn"
 )
 
@@ -41,7 +42,7 @@ type Locker struct {
 	// gate lets a heartbeat round run alone and releases together, so that
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
 	// just released.
-	gate roundGate
+	gate gate.Gate
 	// round says what the heartbeat is doing, for the cause of a loss.
 	round roundState
 
