@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/gate"
+	"github.com/pglease/pglease/internal/skew"
 	"github.com/pglease/pglease/internal/turn"
 )
 
@@ -64,8 +65,8 @@ type Locker struct {
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
 
-	skew  skewFilter // the clock-skew reading, from claims
-	waits waiting    // waiting claims and their listener (wait.go)
+	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
+	waits waiting     // waiting claims and their listener (wait.go)
 
 	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
 	watchdog *time.Timer // checks every lease's trust while any is held
