@@ -135,7 +135,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
 	}
 	trustUntil := l.trustDeadline(s.at, t.ttl)
-	if trustUntil.left(l, time.Now()) <= 0 {
+	if trustUntil.Left(time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust
 		// window: the Locker could not vouch for it for a moment. Its row
 		// is given back, on exactly its fence.

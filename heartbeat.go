@@ -80,7 +80,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	for _, ls := range only {
 		ls.checkTrust(now)
 		ls.mu.Lock()
-		held, trust := ls.err == nil, now.Add(ls.trustUntil.left(l, now))
+		held, trust := ls.err == nil, now.Add(ls.trustUntil.Left(now))
 		ls.mu.Unlock()
 		if !held {
 			continue

@@ -17,6 +17,7 @@ import (
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/gate"
 	"github.com/pglease/pglease/internal/skew"
+	"github.com/pglease/pglease/internal/trust"
 	"github.com/pglease/pglease/internal/turn"
 )
 
@@ -68,9 +69,12 @@ type Locker struct {
 	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
 	waits waiting     // waiting claims and their listener (wait.go)
 
-	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
-	watchdog *time.Timer // checks every lease's trust while any is held
-	watching bool        // watchdog armed
+	// watchdog checks every lease's trust while any is held (Locker.watch);
+	// its lock is taken before mu.
+	watchdog *trust.Watchdog
+	// clock is the Locker's wall clock, for trust deadlines and the
+	// clock-skew reading (tests shift it, export_test.go).
+	clock trust.Clock
 
 	// inFlight counts the claims on their way (Claim, Lock, ClaimWait):
 	// Close ends them and waits for them.
@@ -132,6 +136,7 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
+	l.watchdog = l.newWatchdog()
 	l.waits.table = t
 	return l
 }

@@ -81,7 +81,7 @@ func (l *Locker) skewBound() time.Duration {
 // per crossing, and at info level when it comes back within.
 func (l *Locker) recordSkew(server, sent time.Time, took time.Duration) Skew {
 	bound := l.skewBound()
-	reading, up, down := l.skew.Add(skew.Measure(server, wallOf(l, sent), took), bound)
+	reading, up, down := l.skew.Add(skew.Measure(server, l.clock.Wall(sent), took), bound)
 	if up || down {
 		lvl, msg := slog.LevelWarn, "pglease: clock skew against the database beyond the bound"
 		if down {
