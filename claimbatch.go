@@ -58,11 +58,6 @@ type claimCall struct {
 	done  func()
 }
 
-// coalesceAll makes every claim and release take the burst statement,
-// even alone, so that tests run every contract through it
-// (PGLEASE_COALESCE_ALL, export_test.go).
-var coalesceAll bool
-
 // newClaims is the coalescer of a Locker's claims, or nil when its
 // protocol sends them one by one.
 func (l *Locker) newClaims() *coalesce.Coalescer[claimCall, claimOutcome] {
@@ -115,14 +110,15 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms) sent {
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
-// alone, the burst's (sqlstmt.ClaimAll) for a burst. When the burst's
+// alone, the burst's (sqlstmt.ClaimAll) for a burst, or for every claim
+// when the Locker's coalesceAll is set. When the burst's
 // statement fails on an error one row may cause (rowError), each claim goes
 // again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
-	if len(calls) == 1 && !coalesceAll {
+	if len(calls) == 1 && !l.coalesceAll {
 		c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
 		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
 		return out

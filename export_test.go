@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	"os"
 	"sync"
 	"time"
 )
@@ -13,11 +12,16 @@ import (
 // a step of the system clock. Other Lockers are not affected.
 func ShiftWallClock(l *Locker, d time.Duration) { l.clock.Shift(d) }
 
-func init() {
-	// Every claim and release through the burst statements, even alone:
-	// the contract tests then cover them too.
-	coalesceAll = os.Getenv("PGLEASE_COALESCE_ALL") != ""
-}
+// SetCoalesceAll makes every claim of l, even one alone, go through the
+// burst's statement (sqlstmt.ClaimAll), so that the contract tests cover
+// it too; releases take the release statement of a burst alone or not.
+// Call it before l's first claim. The tests' TestMain sets it on every
+// Locker pgtest builds when PGLEASE_COALESCE_ALL is set.
+func SetCoalesceAll(l *Locker, on bool) { l.coalesceAll = on }
+
+// SetElectorCoalesceAll is SetCoalesceAll for the Locker of e. Call it
+// before e's first campaign.
+func SetElectorCoalesceAll(e *Elector, on bool) { SetCoalesceAll(e.locker, on) }
 
 // ClaimBurst claims keys on l from one goroutine each and makes every
 // claim that can share a statement go out in one: l's claims queue until

@@ -58,6 +58,10 @@ type Locker struct {
 	// one.
 	claims   *coalesce.Coalescer[claimCall, claimOutcome]
 	releases *coalesce.Coalescer[releasing, releaseResult]
+	// coalesceAll sends even a claim alone through the burst's statement,
+	// so that tests run every contract through it (export_test.go); set
+	// before the first claim.
+	coalesceAll bool
 
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
