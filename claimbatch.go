@@ -193,7 +193,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	// a previous mandate, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
-	l.fences.see(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
+	l.fences.See(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
 	if o.c.live {
 		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms})
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/fence"
+	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/gate"
 	"github.com/pglease/pglease/internal/skew"
 	"github.com/pglease/pglease/internal/trust"
@@ -82,10 +84,10 @@ type Locker struct {
 
 	// inFlight counts the claims on their way (Claim, Lock, ClaimWait):
 	// Close ends them and waits for them.
-	inFlight flights
+	inFlight flight.Flights
 	// fences remembers the fences handed out, for the give-back of a claim
 	// whose outcome is unknown (claim.go).
-	fences knownFences
+	fences fence.Known[string]
 
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
@@ -221,8 +223,8 @@ func (l *Locker) Close(ctx context.Context) error {
 		held = append(held, lease)
 	}
 	l.mu.Unlock()
-	l.inFlight.close() // claims in flight end with ErrClosed; no new one starts
-	l.stopWaiting()    // waiting claims return ErrClosed; the listener stops
+	l.inFlight.Close(ErrClosed) // claims in flight end with ErrClosed; no new one starts
+	l.stopWaiting()             // waiting claims return ErrClosed; the listener stops
 
 	if stop != nil {
 		stop()
@@ -238,7 +240,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	}
 	// A claim in flight gives back what it may have committed before it
 	// returns (settle), on these connections.
-	if err := l.inFlight.wait(rctx); err != nil {
+	if err := l.inFlight.Wait(rctx); err != nil {
 		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
 	}
 	// An Unlock that began before Close is left to it (releaseAll): wait
@@ -280,7 +282,7 @@ func (l *Locker) register(lease *Lease) (*Lease, error) {
 	}
 	prev := l.leases[lease.key]
 	l.leases[lease.key] = lease
-	l.fences.see(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
+	l.fences.See(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
 	if l.stop == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		l.stop, l.loopDone = stop, make(chan struct{})
