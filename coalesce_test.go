@@ -463,6 +463,7 @@ func TestCoalesceAll(t *testing.T) {
 	// and release statements a test sent.
 	type counts struct{ alone, burst, release int }
 	setup := func(t *testing.T) (context.Context, *pgxpool.Pool, string, *sqlLog, func() counts) {
+		t.Helper()
 		log := &sqlLog{}
 		ctx, pool := pgtest.Ctx(t), pgtest.Pool(t, log)
 		table := pgtest.Table(t, pool)
@@ -477,6 +478,7 @@ func TestCoalesceAll(t *testing.T) {
 	}
 	// claimOnce claims and releases one key alone.
 	claimOnce := func(t *testing.T, ctx context.Context, l *pglease.Locker) {
+		t.Helper()
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)
 		require.NoError(t, lease.Unlock(ctx))

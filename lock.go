@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+
 	"github.com/pglease/pglease/internal/trust"
 )
 

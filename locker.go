@@ -14,6 +14,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/fence"
 	"github.com/pglease/pglease/internal/flight"

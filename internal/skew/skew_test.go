@@ -24,6 +24,7 @@ func TestMeasure(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := Measure(t0.Add(tc.serverAfterSend), t0, tc.took)
 			if s.Offset != tc.offset || s.Uncertainty != tc.uncertainty || !s.At.Equal(t0) {
 				t.Fatalf("got %+v, want offset %v ± %v at the send", s, tc.offset, tc.uncertainty)
@@ -35,6 +36,7 @@ func TestMeasure(t *testing.T) {
 func TestSample(t *testing.T) {
 	t.Parallel()
 	t.Run("Beyond", func(t *testing.T) {
+		t.Parallel()
 		for _, tc := range []struct {
 			offset, uncertainty, want time.Duration
 		}{{0, 0, 0}, {100 * ms, 30 * ms, 70 * ms}, {-100 * ms, 30 * ms, 70 * ms}, {20 * ms, 30 * ms, 0}} {
@@ -44,6 +46,7 @@ func TestSample(t *testing.T) {
 		}
 	})
 	t.Run("Overlaps", func(t *testing.T) {
+		t.Parallel()
 		for _, tc := range []struct {
 			a, b Sample
 			want bool
@@ -67,6 +70,7 @@ func TestFilter(t *testing.T) {
 	}
 
 	t.Run("NoReadingBeforeTheFirstSample", func(t *testing.T) {
+		t.Parallel()
 		var f Filter
 		if r, ok := f.Get(); ok {
 			t.Fatalf("a reading %+v before any sample", r)
@@ -96,6 +100,7 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var (
 				f Filter
 				r Sample
@@ -110,6 +115,7 @@ func TestFilter(t *testing.T) {
 	}
 
 	t.Run("ReportsEachCrossingOfTheBoundOnce", func(t *testing.T) {
+		t.Parallel()
 		bound := 500 * ms
 		steps := []struct {
 			offset   time.Duration
