@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -134,24 +134,21 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 	}
 }
 
-// releaseRaw sends the release statement for one lease, and again while
-// it reports the row skipped because locked, as a Locker does (a pause
-// doubling from 1ms, at most 20 attempts).
+// releaseRaw sends the release of one lease (sqlstmt.ReleaseOne), and
+// again while the row stays locked past its lock wait, as a Locker does (a
+// pause doubling from 1ms, at most 20 attempts).
 func releaseRaw(ctx context.Context, db pglease.DB, release, holder, key string, fence int64) error {
 	pause := time.Millisecond
 	for range 20 {
-		var (
-			k        string
-			f        int64
-			released bool
-		)
-		err := db.QueryRow(ctx, release, holder, each(1, 0), []string{key}, []int64{fence}).Scan(&k, &f, &released)
+		tag, err := db.Exec(ctx, release, holder, key, fence, 0.0, "20ms")
+		var pgErr *pgconn.PgError
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("release of %q fence %d: lost", key, fence)
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03":
 		case err != nil:
 			return err
-		case released:
+		case tag.RowsAffected() == 0:
+			return fmt.Errorf("release of %q fence %d: lost", key, fence)
+		default:
 			return nil
 		}
 		time.Sleep(pause)
