@@ -453,15 +453,14 @@ func (s *sqlLog) count(sql string) int {
 }
 
 // TestCoalesceAll proves the switch of PGLEASE_COALESCE_ALL (main_test.go):
-// with it, a claim alone goes through the burst's statement, in every
-// Locker and Elector the tests build, and each release through the
-// release statement, as in a burst; without it, a claim alone has the
-// claim statement of its own.
+// with it, a claim or a release alone goes through the burst's statement,
+// in every Locker and Elector the tests build; without it, each has the
+// statement of its own.
 func TestCoalesceAll(t *testing.T) {
 	t.Parallel()
-	// counts is how many claim statements alone, burst claim statements
-	// and release statements a test sent.
-	type counts struct{ alone, burst, release int }
+	// counts is how many claim statements alone, burst claim statements,
+	// release statements alone and burst release statements a test sent.
+	type counts struct{ alone, burst, releaseAlone, release int }
 	setup := func(t *testing.T) (context.Context, *pgxpool.Pool, string, *sqlLog, func() counts) {
 		t.Helper()
 		log := &sqlLog{}
@@ -470,9 +469,10 @@ func TestCoalesceAll(t *testing.T) {
 		name := pgx.Identifier{table}
 		return ctx, pool, table, log, func() counts {
 			return counts{
-				alone:   log.count(sqlstmt.Render(sqlstmt.Claim, name)),
-				burst:   log.count(sqlstmt.Render(sqlstmt.ClaimAll, name)),
-				release: log.count(sqlstmt.Render(sqlstmt.Release, name)),
+				alone:        log.count(sqlstmt.Render(sqlstmt.Claim, name)),
+				burst:        log.count(sqlstmt.Render(sqlstmt.ClaimAll, name)),
+				releaseAlone: log.count(sqlstmt.Render(sqlstmt.ReleaseOne, name)),
+				release:      log.count(sqlstmt.Render(sqlstmt.Release, name)),
 			}
 		}
 	}
@@ -487,7 +487,7 @@ func TestCoalesceAll(t *testing.T) {
 		if on {
 			return counts{burst: 1, release: 1}
 		}
-		return counts{alone: 1, release: 1}
+		return counts{alone: 1, releaseAlone: 1}
 	}
 
 	t.Run("FollowsTheTestsSwitch", func(t *testing.T) {
@@ -515,8 +515,7 @@ func TestCoalesceAll(t *testing.T) {
 		require.NoError(t, e.IsLeader(ctx))
 		require.NoError(t, e.Close(ctx))
 		got := sent()
-		require.Equal(t, want(coalesceAll).alone, got.alone, "%+v", got)
-		require.Equal(t, want(coalesceAll).burst, got.burst, "%+v", got)
+		require.Equal(t, want(coalesceAll), got)
 	})
 }
 

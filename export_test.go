@@ -12,12 +12,21 @@ import (
 // a step of the system clock. Other Lockers are not affected.
 func ShiftWallClock(l *Locker, d time.Duration) { l.clock.Shift(d) }
 
-// SetCoalesceAll makes every claim of l, even one alone, go through the
-// burst's statement (sqlstmt.ClaimAll), so that the contract tests cover
-// it too; releases take the release statement of a burst alone or not.
-// Call it before l's first claim. The tests' TestMain sets it on every
-// Locker pgtest builds when PGLEASE_COALESCE_ALL is set.
-func SetCoalesceAll(l *Locker, on bool) { l.coalesceAll = on }
+// SetCoalesceAll makes every claim and release of l, even one alone, go
+// through the burst's statements (sqlstmt.ClaimAll, sqlstmt.Release), so
+// that the contract tests cover them too. Call it before l's first claim.
+// The tests' TestMain sets it on every Locker pgtest builds when
+// PGLEASE_COALESCE_ALL is set.
+func SetCoalesceAll(l *Locker, on bool) {
+	l.coalesceAll = on
+	p := l.proto
+	if r, ok := p.(serializationRetry); ok {
+		p = r.protocol
+	}
+	if f, ok := p.(*fenced); ok {
+		f.coalesceAll = on
+	}
+}
 
 // SetElectorCoalesceAll is SetCoalesceAll for the Locker of e. Call it
 // before e's first campaign.
