@@ -515,3 +515,45 @@ func TestGuardThatFailsLeavesTheTransactionAbortedWhateverItFound(t *testing.T) 
 		})
 	}
 }
+
+// takeOverFrom claims key with l again and again until the server lets it, as
+// a replica waiting for a lapsed lease, within limit: the new mandate's
+// fence is above the one of prev.
+func takeOverFrom(ctx context.Context, t *testing.T, l *pglease.Locker, key string, prev *pglease.Lease, limit time.Duration) *pglease.Lease {
+	t.Helper()
+	var next *pglease.Lease
+	require.Eventually(t, func() bool {
+		var err error
+		next, err = l.Claim(ctx, key)
+		return err == nil
+	}, limit, 5*time.Millisecond, "%s never took %q", l.Holder(), key)
+	require.Greater(t, next.Fence(), prev.Fence())
+	return next
+}
+
+// commitOrderedLedgerDDL creates a ledger whose rows are numbered in commit
+// order: a deferred constraint trigger gives each row its number from a
+// sequence at COMMIT, after every statement of the transaction. A
+// transaction that waits on a row lock before its commit thus gets its
+// number late, which an id drawn at INSERT would not show. The trigger runs
+// before the commit is durable, so two transactions committing at once may
+// be numbered in either order; a guarded one still holds the lease row then,
+// so no later mandate's claim, hence no later mandate's write, can come
+// between.
+const commitOrderedLedgerDDL = `CREATE TABLE %[1]s (id bigserial PRIMARY KEY,
+	key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL, token text NOT NULL UNIQUE, seq bigint);
+CREATE SEQUENCE %[1]s_commit;
+CREATE FUNCTION %[1]s_number() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE %[1]s SET seq = nextval('%[1]s_commit') WHERE id = NEW.id;
+	RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER number_at_commit AFTER INSERT ON %[1]s
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION %[1]s_number()`
+
+// readLedgerTokens reads every row of a ledger of commitOrderedLedgerDDL in
+// commit order, its number at commit (seq) as its id.
+func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
+	t.Helper()
+	return queryLedger(t, db, fmt.Sprintf(`SELECT seq, key, holder, fence, token FROM %s ORDER BY seq`, ledger))
+}

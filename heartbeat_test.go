@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -317,4 +319,53 @@ func TestARowPinnedToInfinityCostsNoLeaseOfItsHolder(t *testing.T) {
 			assert.False(t, rows[1].Live, "released: %+v", rows[1])
 		})
 	}
+}
+
+// lockRow takes the row lock of key in another transaction, as a long
+// report or a stuck migration would; the returned function ends that
+// transaction (commit or rollback).
+func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit bool)) {
+	t.Helper()
+	ctx := pgtest.Ctx(t)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	var fence int64
+	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT fence FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key).Scan(&fence))
+	end = endOnce(t, tx)
+	return end
+}
+
+// lockTable takes an EXCLUSIVE lock on table in another transaction, as a
+// migration or an operator's LOCK TABLE would: reads go on, and every
+// statement that locks or writes a row waits, the heartbeat included (it
+// skips locked rows, but cannot skip a table lock). The returned function
+// ends that transaction (commit or rollback).
+func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commit bool)) {
+	t.Helper()
+	ctx := pgtest.Ctx(t)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+	end := endOnce(t, tx)
+	return tx, end
+}
+
+// endOnce returns the function that ends tx, committing or rolling back,
+// the first time it is called; a transaction not ended by the test is
+// rolled back at cleanup.
+func endOnce(t *testing.T, tx pgx.Tx) func(commit bool) {
+	t.Helper()
+	var once sync.Once
+	end := func(commit bool) {
+		once.Do(func() {
+			if commit {
+				require.NoError(t, tx.Commit(context.Background()))
+			} else {
+				require.NoError(t, tx.Rollback(context.Background()))
+			}
+		})
+	}
+	t.Cleanup(func() { end(false) })
+	return end
 }
