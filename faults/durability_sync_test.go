@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -93,100 +92,4 @@ func crashAndRestart(t *testing.T, srv *pgserver.Server) {
 	t.Helper()
 	require.NoError(t, srv.Stop(pgserver.Immediate))
 	require.NoError(t, srv.Start(pgtest.Ctx(t)))
-}
-
-// With synchronous_commit off at any level, a commit returns before its WAL
-// is flushed, and the WAL writer of crashServer flushes only every 10 s: a
-// crash right after the claims loses every one still in the server's memory,
-// and with them the sequence's advance. Each claim raises the setting for
-// its own transaction, so every claim acknowledged before the crash is
-// still live after it, and no fence is issued twice.
-func TestAcknowledgedClaimsSurviveACrashWhateverTheSynchronousCommitDefault(t *testing.T) { //nolint:tparallel // the subtests crash one shared server in turn
-	t.Parallel()
-	srv := crashServer(t)
-	const keys = 200
-	for _, scope := range syncOffScopes {
-		t.Run(scope.name, func(t *testing.T) {
-			ctx := pgtest.Ctx(t)
-			table := durableTable(t, srv)
-			exec(t, srv.DSN(), scope.set...)
-			t.Cleanup(func() { exec(t, srv.DSN(), scope.reset...) })
-			pool := syncOffPool(t, srv.DSN(), scope)
-
-			before := pgtest.Locker(t, pool, table, "before", pglease.WithTTL(time.Minute))
-			fences := make(map[string]int64, keys)
-			var maxFence int64
-			for k := range keys {
-				key := fmt.Sprintf("job-%d", k)
-				lease, err := before.Claim(ctx, key)
-				require.NoError(t, err)
-				fences[key] = lease.Fence()
-				maxFence = max(maxFence, lease.Fence())
-			}
-			crashAndRestart(t, srv)
-			pool.Close()
-			// Its leases' releases fail on the dead pool; the rows stay.
-			_ = before.Close(ctx)
-
-			after := pgtest.PoolAt(t, srv.DSN(), nil)
-			lost := 0
-			for key, fence := range fences {
-				row, ok := pgtest.ReadRow(t, after, table, key)
-				if !ok || row.Fence != fence || !row.Live {
-					lost++
-				}
-			}
-			require.Zero(t, lost, "of %d claims acknowledged before the crash, %d are gone or changed after it", keys, lost)
-
-			other := pgtest.Locker(t, after, table, "other", pglease.WithTTL(time.Minute))
-			for key := range fences {
-				_, err := other.Claim(ctx, key)
-				require.ErrorIs(t, err, pglease.ErrHeld, "%s was claimed before the crash and is live until its TTL", key)
-			}
-			lease, err := other.Claim(ctx, "fresh")
-			require.NoError(t, err)
-			require.Greater(t, lease.Fence(), maxFence, "a fence after the crash is above every fence issued before it")
-		})
-	}
-}
-
-// A heartbeat acknowledged to the Locker moved its lease's expiry, and the
-// Locker trusts the lease until then: the crash must not bring the row back
-// to an earlier expiry, which another holder could claim while this one
-// still believes in its lease.
-func TestAcknowledgedHeartbeatsSurviveACrashWhateverTheSynchronousCommitDefault(t *testing.T) {
-	t.Parallel()
-	srv := crashServer(t)
-	ctx := pgtest.Ctx(t)
-	scope := syncOffScopes[2] // database
-	table := durableTable(t, srv)
-	exec(t, srv.DSN(), scope.set...)
-	pool := syncOffPool(t, srv.DSN(), scope)
-
-	events := pgtest.NewEvents(t)
-	l := pgtest.Locker(t, pool, table, "before", pglease.WithTTL(20*time.Second),
-		pglease.WithHeartbeatInterval(time.Second), pglease.WithHook(events.Hook))
-	const keys = 20
-	leases := make([]*pglease.Lease, keys)
-	for k := range leases {
-		lease, err := l.Claim(ctx, fmt.Sprintf("job-%d", k))
-		require.NoError(t, err)
-		leases[k] = lease
-	}
-	// Right after a heartbeat round has extended every lease: the next one
-	// is a second away.
-	events.WaitFor(t, pglease.EventExtended, 5*time.Second)
-	require.NoError(t, srv.Stop(pgserver.Immediate))
-	require.NoError(t, srv.Start(ctx))
-	after := pgtest.PoolAt(t, srv.DSN(), nil)
-	for _, lease := range leases {
-		believed := lease.ExpiresAt() // no heartbeat can succeed after the crash
-		row, ok := pgtest.ReadRow(t, after, table, lease.Key())
-		require.True(t, ok, "%s", lease.Key())
-		require.Equal(t, lease.Fence(), row.Fence, "%s", lease.Key())
-		require.False(t, row.ExpiresAt.Before(believed),
-			"%s: the Locker believed in its lease until %v, the row after the crash expires at %v", lease.Key(), believed, row.ExpiresAt)
-	}
-	pool.Close()
-	_ = l.Close(ctx)
 }
