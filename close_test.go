@@ -264,9 +264,9 @@ func TestClose(t *testing.T) {
 		row, _ := pgtest.ReadRow(t, pool, table, "k150")
 		require.False(t, row.Live, "an unlocked row was released")
 	})
-	// Guarantee 2 (Close releases every held lease in one statement
-	// within its timeout): the batched release is a plain UPDATE, which waits
-	// on any row lock. One row locked by an operator's open transaction holds
+	// Guarantee: Close releases every held lease in one statement within
+	// its timeout. The batched release is a plain UPDATE, which waits on
+	// any row lock. One row locked by an operator's open transaction holds
 	// the whole statement until Close's timeout cancels it, and every other
 	// lease of the Locker stays held on the server until its expiry (a full
 	// TTL) instead of being handed over.

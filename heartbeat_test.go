@@ -430,15 +430,15 @@ func TestHeartbeat(t *testing.T) {
 		}
 		require.Zero(t, events.Count(pglease.EventLost), "no lease lost, %d heartbeat failures", events.Count(pglease.EventHeartbeatFailed))
 	})
-	// Guarantee 1 (one locked row costs nothing it need not): the
-	// heartbeat locks its rows FOR UPDATE SKIP LOCKED. FOR UPDATE conflicts with
-	// FOR KEY SHARE, the lock every foreign key check takes on the referenced
-	// row, while the UPDATE itself (it changes no key column) takes only FOR NO
-	// KEY UPDATE, which does not. A job that, in its own transaction, writes a
-	// row referencing its lease's key (an audit or run table with a foreign key
-	// to the lease table) makes its own lease be skipped round after round, and
-	// lost at its trust deadline, although extending it would not have waited
-	// at all.
+	// Guarantee: one locked row costs nothing it need not. The heartbeat
+	// locks its rows FOR UPDATE SKIP LOCKED. FOR UPDATE conflicts with FOR
+	// KEY SHARE, the lock every foreign key check takes on the referenced
+	// row, while the UPDATE itself (it changes no key column) takes only
+	// FOR NO KEY UPDATE, which does not. A job that, in its own
+	// transaction, writes a row referencing its lease's key (an audit or
+	// run table with a foreign key to the lease table) makes its own lease
+	// be skipped round after round, and lost at its trust deadline,
+	// although extending it would not have waited at all.
 	t.Run("ExtendsAKeyShareLockedRow", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -484,13 +484,13 @@ func TestHeartbeat(t *testing.T) {
 		require.NoError(t, lease.Err())
 		require.NoError(t, tx.Commit(ctx))
 	})
-	// Guarantee 1's limit and 4's promise that a loss names its cause:
-	// SKIP LOCKED skips row locks, not a table lock. An operator's LOCK TABLE
-	// (or an ALTER TABLE queued behind a long query) holds every heartbeat
-	// round, and every lease of the Locker is lost at its trust deadline, with
-	// the database up and the pool idle. The loss must say what held the
-	// heartbeat (a round in flight, waiting on the server), not read like a
-	// plain silence of the heartbeat.
+	// Guarantee: a loss names its cause, also where skipping locked rows
+	// ends: SKIP LOCKED skips row locks, not a table lock. An operator's
+	// LOCK TABLE (or an ALTER TABLE queued behind a long query) holds every
+	// heartbeat round, and every lease of the Locker is lost at its trust
+	// deadline, with the database up and the pool idle. The loss must say
+	// what held the heartbeat (a round in flight, waiting on the server),
+	// not read like a plain silence of the heartbeat.
 	t.Run("TableLockLossNamesTheRoundInFlight", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -80,16 +80,17 @@ func TestKeptConnection(t *testing.T) {
 
 		requireLossNamesThePoolWait(t, lease, events, ttl)
 	})
-	// Guarantee 4 (WithKeptConnection keeps one pooled connection for
-	// the heartbeat and so makes it more reliable, not less): the kept
-	// connection idles a full interval between rounds and is used without the
-	// liveness check pgxpool gives a connection idle for over a second. A
-	// server-side idle_session_timeout (or a firewall or pooler that drops idle
-	// connections) shorter than the heartbeat interval then closes it between
-	// every two rounds, and every full round fails; the same Locker without the
-	// kept connection never fails a round. Worse, Unlock and Close run on the
-	// kept connection when it is free: after such an idle spell they fail, and
-	// the released keys stay held until their expiry.
+	// Guarantee: WithKeptConnection keeps one pooled connection for the
+	// heartbeat and so makes it more reliable, not less. The kept
+	// connection idles a full interval between rounds and is used without
+	// the liveness check pgxpool gives a connection idle for over a second.
+	// A server-side idle_session_timeout (or a firewall or pooler that
+	// drops idle connections) shorter than the heartbeat interval then
+	// closes it between every two rounds, and every full round fails; the
+	// same Locker without the kept connection never fails a round. Worse,
+	// Unlock and Close run on the kept connection when it is free: after
+	// such an idle spell they fail, and the released keys stay held until
+	// their expiry.
 	t.Run("IdledPastTheServerTimeout", func(t *testing.T) {
 		t.Parallel()
 		for _, kept := range []bool{false, true} {

@@ -53,11 +53,12 @@ func TestUnlock(t *testing.T) {
 		require.True(t, uerr == nil || errors.Is(uerr, pglease.ErrLost), "the release of the guarded lease: %v", uerr)
 		require.NoError(t, other.Err())
 	})
-	// Guarantee 1 via the round gate: a release (Unlock) is a plain
-	// UPDATE that waits on the row lock, and while it is in flight the gate
-	// keeps every heartbeat round out. With WithTimeout at its default (5s) and
-	// a TTL of 2s, an Unlock of one locked row makes every other lease of the
-	// Locker lost, with the database healthy and their rows free.
+	// Guarantee: one locked row costs nothing it need not, also through the
+	// round gate. A release (Unlock) is a plain UPDATE that waits on the
+	// row lock, and while it is in flight the gate keeps every heartbeat
+	// round out. With WithTimeout at its default (5s) and a TTL of 2s, an
+	// Unlock of one locked row makes every other lease of the Locker lost,
+	// with the database healthy and their rows free.
 	t.Run("OnALockedRowCostsNoOtherLease", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
