@@ -180,7 +180,7 @@ func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerEntry 
 
 // TestGuard pins Guard: a transaction commits only while its lease's
 // mandate is the row's, and every failure leaves the transaction aborted.
-func TestGuard(t *testing.T) {
+func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedIt runs alone: its cases share a table and run in turn
 	t.Run("CommitsWhileTheMandateIsCurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

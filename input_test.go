@@ -20,7 +20,7 @@ import (
 
 // TestInput pins what bad input and durations at the limits of their
 // range do: a clear error or panic, and nothing written.
-func TestInput(t *testing.T) {
+func TestInput(t *testing.T) { //nolint:tparallel // BadInputNamesWhatIsWrong runs alone, comparing whole-table snapshots in turn
 	// Bad input of every kind is refused before anything is sent: bad options
 	// by NewLocker and Migrate, with an error that wraps ErrInvalidOption and
 	// names the option; bad keys by Claim and Lock, with an error that says

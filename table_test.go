@@ -14,7 +14,7 @@ import (
 
 // TestTable pins that a lease table works whatever its valid name and
 // however it is partitioned.
-func TestTable(t *testing.T) {
+func TestTable(t *testing.T) { //nolint:tparallel // NamedLikeAPartOfTheStatements runs alone: it creates tables of bare names in public
 	// Guarantee: a lease table works whatever its (valid) name. The statements
 	// name their own parts (WITH h, mine, extended, r, released, server), and an
 	// unqualified table of one of those names would be read as that part: the

@@ -166,7 +166,8 @@ func TestDurability(t *testing.T) {
 	// and with them the sequence's advance. Each claim raises the setting for
 	// its own transaction, so every claim acknowledged before the crash is
 	// still live after it, and no fence is issued twice.
-	t.Run("ClaimsSurviveACrash", func(t *testing.T) { //nolint:tparallel // the subtests crash one shared server in turn
+	t.Run("ClaimsSurviveACrash", func(t *testing.T) {
+		// The subtests crash one shared server in turn.
 		t.Parallel()
 		srv := crashServer(t)
 		const keys = 200
