@@ -59,6 +59,7 @@ func TestClaim(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		requireNoLiveRowOf(t, pool, table, "a", 0, "job")
 	})
+
 	// Guarantee: a claim whose context ends while its statement is in flight
 	// gives back what that statement committed, also when the claim was queued
 	// in a burst and every caller of the burst gave up.
@@ -93,6 +94,7 @@ func TestClaim(t *testing.T) {
 			require.NoError(t, err, "the key %q stays locked by a row nobody holds", key)
 		}
 	})
+
 	// Guarantee: Lock "claims key within the Locker's timeout", and a claim that
 	// fails hands out nothing. A claim waits on the row lock of a guarded
 	// transaction; Lock's timeout cancels it on the client, but pgx only drops
@@ -137,6 +139,7 @@ func TestClaim(t *testing.T) {
 		_, err = c.Claim(ctx, "job")
 		assert.NoError(t, err, "the key is nobody's lease, yet a claim is refused")
 	})
+
 	// Guarantee: never two holders trusting a lease of one key at once, on a
 	// pool of one connection whose claims wait on a locked row while the
 	// heartbeat needs the connection.

@@ -81,6 +81,7 @@ func TestClose(t *testing.T) {
 		t.Logf("figures: Close of %d leases over 10 ms round trips took %v in %d statements",
 			n, took.Round(time.Millisecond), counter.Count("release"))
 	})
+
 	t.Run("KeepsTheMinHold", func(t *testing.T) {
 		t.Parallel()
 		for _, mode := range []string{"fenced", "unfenced"} {
@@ -120,6 +121,7 @@ func TestClose(t *testing.T) {
 			})
 		}
 	})
+
 	// Guarantee: Close holds nothing and has nothing in flight when it returns,
 	// also when an Unlock began just before it: Close leaves that lease's
 	// release to the Unlock, and must wait for it, or the caller who closes its
@@ -156,6 +158,7 @@ func TestClose(t *testing.T) {
 			requireNoLiveRowOf(t, pool, table, "a", 0, "job")
 		}
 	})
+
 	// Guarantee: Close ends a waiting claim whose statement is in flight, waits
 	// for it, and leaves no live row of it.
 	t.Run("EndsAWaitingClaimInFlight", func(t *testing.T) {
@@ -182,6 +185,7 @@ func TestClose(t *testing.T) {
 		}
 		requireNoLiveRowOf(t, pool, table, "a", 0, "job")
 	})
+
 	// Guarantee: Close holds nothing and has nothing in flight when it returns,
 	// even when the claims it ends were queued in a burst whose statement had
 	// already left: the statement commits, its reply never reaches a caller.
@@ -216,6 +220,7 @@ func TestClose(t *testing.T) {
 		}
 		requireNoLiveRowOf(t, pool, table, "a", 0, keys...)
 	})
+
 	// Guarantee: Close returns within its timeout even when many rows are
 	// locked by another transaction, and every lease gets exactly one outcome
 	// event (EventReleased or EventReleaseFailed), also when Unlock races with
@@ -264,6 +269,7 @@ func TestClose(t *testing.T) {
 		row, _ := pgtest.ReadRow(t, pool, table, "k150")
 		require.False(t, row.Live, "an unlocked row was released")
 	})
+
 	// Guarantee: Close releases every held lease in one statement within
 	// its timeout. The batched release is a plain UPDATE, which waits on
 	// any row lock. One row locked by an operator's open transaction holds
@@ -294,6 +300,7 @@ func TestClose(t *testing.T) {
 		}
 		require.Empty(t, stillHeld, "Close took %v (err %v); rows of unlocked leases still live after Close, held until their expiry (60s)", took, err)
 	})
+
 	// Guarantee: Close "releases every lease still held in one statement".
 	// With one lease's row held by a guarded transaction for longer than the
 	// Locker's timeout, that one statement waits on it and is cancelled: none
@@ -325,6 +332,7 @@ func TestClose(t *testing.T) {
 		assert.NoError(t, err, "the lease on %q, not guarded, should have been released by Close", "other")
 		require.NoError(t, tx.Commit(ctx))
 	})
+
 	t.Run("NilContextLeavesItClosable", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

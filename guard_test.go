@@ -193,6 +193,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, guardedWrite(ctx, pool, ledger, lease), "a mandate may guard many transactions")
 		assert.Len(t, readLedger(t, pool, ledger), 2)
 	})
+
 	// A paused holder (its connection stalled as by SIGSTOP or a stalled link)
 	// sends Guard before the pause; the bytes arrive after another replica
 	// claimed the lapsed key. The commit must fail with ErrLost and write nothing.
@@ -230,6 +231,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.Len(t, entries, 1)
 		assert.Equal(t, "b", entries[0].holder, "nothing of the paused mandate was written")
 	})
+
 	// A claim arriving while a guarded transaction is open waits for it, then
 	// takes the key with a greater fence; the guarded writes come first. The
 	// guarded mandate is past its expiry (and lost locally) by the time it
@@ -285,6 +287,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		assert.Equal(t, lease.Fence(), entries[0].fence)
 		assert.Equal(t, r.lease.Fence(), entries[1].fence)
 	})
+
 	t.Run("LeaseEndedLocallyNamesWhy", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -309,6 +312,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, second.Guard(ctx, tx))
 		require.NoError(t, tx.Commit(ctx))
 	})
+
 	t.Run("NilOrFinishedTransaction", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -342,6 +346,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NotErrorIs(t, err, pglease.ErrLost)
 		require.NoError(t, lease.Err(), "a failed transaction says nothing about the lease")
 	})
+
 	// Guarantee: "tx is nil" is named for a nil pgx.Tx; a wrapper around a nil
 	// transaction should be an error too, not a panic deep in Guard.
 	t.Run("WrappedNilTransaction", func(t *testing.T) {
@@ -354,6 +359,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.Error(t, gerr)
 		require.NotErrorIs(t, gerr, pglease.ErrLost)
 	})
+
 	// Row locks taken in a savepoint that is rolled back are released: a Guard
 	// there protects nothing. A released savepoint keeps the lock until the
 	// outer transaction ends.
@@ -382,6 +388,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			assert.False(t, rowLockedAgainstUpdate(t, pool, table, "job"))
 		}
 	})
+
 	// Guarantee: the guard survives a lock upgrade on the lease row in a
 	// savepoint that is rolled back (PostgreSQL before 9.3 dropped the share
 	// lock then).
@@ -402,6 +409,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, sp.Rollback(ctx))
 		assert.True(t, rowLockedAgainstUpdate(t, pool, table, "job"), "the guard's share lock is gone after ROLLBACK TO SAVEPOINT")
 	})
+
 	// Under REPEATABLE READ, a heartbeat that extended the row after the
 	// transaction's snapshot makes Guard fail with SQLSTATE 40001, not ErrLost:
 	// the mandate is current, the transaction is to be retried. Guard as the
@@ -445,6 +453,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		}
 		assert.Len(t, readLedger(t, pool, ledger), 2)
 	})
+
 	t.Run("WithoutFenceColumn", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -474,6 +483,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.Len(t, entries, 2)
 		assert.Equal(t, []string{first.Holder(), second.Holder()}, []string{entries[0].holder, entries[1].holder})
 	})
+
 	t.Run("ElectorsLeadership", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -490,6 +500,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.ErrorIs(t, err, pglease.ErrLost, "a leader that resigned guards nothing")
 		assert.Len(t, readLedger(t, pool, ledger), 1)
 	})
+
 	// A guarded transaction holds the lease row, and so this holder's own
 	// heartbeat of that row, until it ends. Held for less than the trust window
 	// left (TTL - margin since the last heartbeat, at worst TTL - margin -
@@ -539,6 +550,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			})
 		}
 	})
+
 	// Guarantee: every failure of Guard leaves its transaction aborted, so that
 	// a caller who ignores the error and commits writes nothing, whatever the
 	// reason was found: a lease the Locker already knows has ended (lost at a
@@ -584,6 +596,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			})
 		}
 	})
+
 	// Guarantee: every failure of Guard leaves its transaction aborted, also
 	// when its context ends while the guard statement waits on the row lock,
 	// and when Guard runs in a pgx nested transaction whose savepoint the
@@ -687,6 +700,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			require.Greater(t, <-reclaimed, lease.Fence())
 		})
 	})
+
 	// Guarantee: "tx is then aborted: its commit can only roll back even if the
 	// caller ignores Guard's error", in the outermost transaction, even when
 	// the caller goes on writing after the ignored error. (A savepoint rolled
@@ -719,6 +733,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			assert.NotEqual(t, first.Fence(), e.fence, "a write of fence %d landed after fence %d's", first.Fence(), later.Fence())
 		}
 	})
+
 	// Guarantee: a Guard cancelled by its context while it waits on the row
 	// lock of a claim in flight must not leave a transaction that commits.
 	t.Run("CancelledWaitLeavesNothingToCommit", func(t *testing.T) {
@@ -748,6 +763,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, claimInFlight.Rollback(ctx))
 		assert.Empty(t, readLedger(t, pool, ledger))
 	})
+
 	// Guarantee: "checks that this mandate is still the row's". The statement
 	// names the lease table without its schema, so it resolves it on the
 	// caller's connection, whose search_path may differ from the Locker's (a
@@ -797,6 +813,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		err = first.Guard(ctx, txB)
 		assert.Error(t, err, "Guard approved a mandate that its own table handed to fence %d, by reading another schema's table", later.Fence())
 	})
+
 	// Guarantee: Guard through PgBouncer in transaction mode, in every exec
 	// mode the library supports there: it guards, and it refuses a lost
 	// mandate.
@@ -827,6 +844,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			})
 		}
 	})
+
 	// Guarantee: "no claim can take the key over before that transaction commits
 	// or rolls back" for a guarded transaction prepared for two-phase commit,
 	// across a crash of the server: the prepared transaction and its row lock

@@ -121,6 +121,7 @@ func TestHeartbeat(t *testing.T) {
 		row, _ := pgtest.ReadRow(t, pool, table, "k")
 		assert.Equal(t, lease.Fence(), row.Fence, "heartbeats never change the fence")
 	})
+
 	t.Run("OneStatementPerRound", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -146,6 +147,7 @@ func TestHeartbeat(t *testing.T) {
 		assert.InDelta(t, rounds, statements, 1, "one statement per round (%d rounds, %d statements)", rounds, statements)
 		assert.Equal(t, 0, counter.Count("other"))
 	})
+
 	t.Run("DetectsAStolenRow", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -176,6 +178,7 @@ func TestHeartbeat(t *testing.T) {
 		after, _ := pgtest.ReadRow(t, pool, table, "k")
 		assert.Equal(t, stolen, after, "the thief's row is untouched")
 	})
+
 	t.Run("RetriesThroughAShortOutage", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -195,6 +198,7 @@ func TestHeartbeat(t *testing.T) {
 		require.NoError(t, lease.Err(), "an outage shorter than the trust window loses nothing")
 		assert.GreaterOrEqual(t, events.Count(pglease.EventHeartbeatFailed), 3)
 	})
+
 	t.Run("LosesAtTheTrustDeadline", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -237,6 +241,7 @@ func TestHeartbeat(t *testing.T) {
 			return err == nil && next.Fence() > lease.Fence()
 		}, 3*ttl, 20*time.Millisecond)
 	})
+
 	t.Run("UnlockWaitsForTheRoundInFlight", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -263,6 +268,7 @@ func TestHeartbeat(t *testing.T) {
 		assert.Equal(t, lease.AcquiredAt().Add(minHold).UnixMicro(), row.ExpiresAt.UnixMicro(),
 			"expires at acquired_at + min hold, not re-armed by the heartbeat")
 	})
+
 	t.Run("SurvivesAShortServerRestart", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -287,6 +293,7 @@ func TestHeartbeat(t *testing.T) {
 		require.NoError(t, err)
 		assert.Greater(t, next.Fence(), lease.Fence(), "no fence goes backwards across restarts")
 	})
+
 	t.Run("LosesWhenTheServerStaysDown", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -310,6 +317,7 @@ func TestHeartbeat(t *testing.T) {
 		}, 10*time.Second, 50*time.Millisecond, "another holder takes over with a greater fence")
 		require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost, "the old mandate's release touches nothing")
 	})
+
 	// A row pinned with expires_at = 'infinity' (the CHECK allows it: an
 	// operator keeping a key forever) is still one of its holder's leases: the
 	// heartbeat round goes on extending every lease, the pinned one included,
@@ -367,6 +375,7 @@ func TestHeartbeat(t *testing.T) {
 			})
 		}
 	})
+
 	// Guarantee: under a generic plan (plan_cache_mode = force_generic_plan, as
 	// a server or role may set, and as PostgreSQL chooses by itself after five
 	// executions of a prepared statement), the heartbeat tells locked rows from
@@ -431,6 +440,7 @@ func TestHeartbeat(t *testing.T) {
 		}
 		require.Zero(t, events.Count(pglease.EventLost), "no lease lost, %d heartbeat failures", events.Count(pglease.EventHeartbeatFailed))
 	})
+
 	// Guarantee: one locked row costs nothing it need not. The heartbeat
 	// locks its rows FOR UPDATE SKIP LOCKED. FOR UPDATE conflicts with FOR
 	// KEY SHARE, the lock every foreign key check takes on the referenced
@@ -485,6 +495,7 @@ func TestHeartbeat(t *testing.T) {
 		require.NoError(t, lease.Err())
 		require.NoError(t, tx.Commit(ctx))
 	})
+
 	// Guarantee: a loss names its cause, also where skipping locked rows
 	// ends: SKIP LOCKED skips row locks, not a table lock. An operator's
 	// LOCK TABLE (or an ALTER TABLE queued behind a long query) holds every
@@ -512,6 +523,7 @@ func TestHeartbeat(t *testing.T) {
 		msg := leases[0].Err().Error()
 		require.Regexp(t, `(?i)in flight|lock|no reply|outstanding`, msg, "the loss names what held the heartbeat")
 	})
+
 	// Guarantee: DB's documentation says a *pgx.Conn satisfies it, and a Locker
 	// on one works. A *pgx.Conn runs one statement at a time and is not safe
 	// for concurrent use, while a Locker sends statements from its heartbeat
@@ -552,6 +564,7 @@ func TestHeartbeat(t *testing.T) {
 		require.Zero(t, events.Count(pglease.EventHeartbeatFailed), "heartbeat rounds failed on a *pgx.Conn")
 		require.NoError(t, held.Err())
 	})
+
 	t.Run("RowLockedPastTheTrustWindowCostsOnlyIt", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -600,6 +613,7 @@ func TestHeartbeat(t *testing.T) {
 		}
 		assert.Equal(t, 1, events.Count(pglease.EventLost))
 	})
+
 	t.Run("RetriesRowsAnotherClaimLocked", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -646,6 +660,7 @@ func TestHeartbeat(t *testing.T) {
 		assert.InDelta(t, rounds, counter.Count("heartbeat"), 2, "one statement per round")
 		assert.Zero(t, counter.Count("other"))
 	})
+
 	t.Run("CommitsSynchronously", func(t *testing.T) {
 		t.Parallel()
 		for _, mode := range []string{"fenced", "without fence column"} {
@@ -673,6 +688,7 @@ func TestHeartbeat(t *testing.T) {
 			})
 		}
 	})
+
 	t.Run("ServerClockSteppedBack", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -709,6 +725,7 @@ func TestHeartbeat(t *testing.T) {
 		assert.True(t, row.ExpiresAt.After(row.AcquiredAt))
 		require.NoError(t, other.Unlock(ctx))
 	})
+
 	t.Run("SlowRoundsKeepTheirPeriod", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -196,6 +196,7 @@ func TestInput(t *testing.T) { //nolint:tparallel // BadInputNamesWhatIsWrong ru
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE '%DROP%' OR relname LIKE '%lease"%'`).Scan(&tables))
 		require.Zero(t, tables, "no table was created from a bad name")
 	})
+
 	t.Run("DurationsAtTheLimits", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -69,6 +69,7 @@ func TestJobTerms(t *testing.T) {
 		}
 		assert.False(t, errB == nil && longErr == nil, "two replicas believe they hold k")
 	})
+
 	// Guarantee: another replica cannot claim before acquired_at + min hold. A
 	// released lease keeps its row, with this Locker's holder, until its min
 	// hold has passed. A ClaimWait of the same key on the same Locker whose
@@ -132,6 +133,7 @@ func TestJobTerms(t *testing.T) {
 		_, err = b.Claim(ctx, "tick")
 		assert.ErrorIs(t, err, pglease.ErrHeld, "b claimed the key %v after a's claim, within a's min hold of %v", time.Since(row.AcquiredAt).Round(time.Millisecond), minHold)
 	})
+
 	// Guarantee: the watchdog
 	// checks every lease each trust margin of the shortest TTL, "the Locker's
 	// or a job's". Job lowers that TTL, but a watchdog already sleeping keeps
@@ -161,6 +163,7 @@ func TestJobTerms(t *testing.T) {
 		t.Logf("job lease ended %v after the jump", took)
 		assert.Less(t, took, 400*time.Millisecond, "a 2s job lease should end within two of its watchdog slices (200ms) of a jump past its deadline")
 	})
+
 	// Guarantee: a clock skew that defeats a job's min hold goes
 	// unreported. The warning bound is half the Locker's min hold (1s without
 	// one), but a job may have its own, shorter min hold (Locker.Job): the
@@ -185,6 +188,7 @@ func TestJobTerms(t *testing.T) {
 		require.Greater(t, s.Beyond(), 200*time.Millisecond, "the reading itself sees the skew")
 		assert.Equal(t, 1, logs.count(skewWarning), "skew %v beyond half the job's min hold (200ms) must warn:\n%s", s.Offset, logs.buf.String())
 	})
+
 	// Guarantee: claims that wait long on a row lock
 	// (an operator's transaction) have a long round trip; the skew reading
 	// must not turn that wait into a skew beyond half a tiny min hold (10ms).

@@ -55,6 +55,7 @@ func TestKeptConnection(t *testing.T) {
 		t.Logf("figures: pool of %d shared with jobs holding all they could for %v; %d heartbeat rounds, no loss",
 			size, 2*ttl, events.Count(pglease.EventExtended)-before)
 	})
+
 	t.Run("LossWaitingForANewOneNamesTheWait", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
@@ -80,6 +81,7 @@ func TestKeptConnection(t *testing.T) {
 
 		requireLossNamesThePoolWait(t, lease, events, ttl)
 	})
+
 	// Guarantee: WithKeptConnection keeps one pooled connection for the
 	// heartbeat and so makes it more reliable, not less. The kept
 	// connection idles a full interval between rounds and is used without
@@ -144,6 +146,7 @@ func TestKeptConnection(t *testing.T) {
 			})
 		}
 	})
+
 	t.Run("WithoutItTheLossNamesThePoolWait", func(t *testing.T) {
 		t.Parallel()
 		ctx, _, table := pgtest.Setup(t)
@@ -157,6 +160,7 @@ func TestKeptConnection(t *testing.T) {
 		hogPool(t, pool, size)
 		requireLossNamesThePoolWait(t, lease, events, ttl)
 	})
+
 	// Guarantee: claims waiting on rows locked elsewhere never take the last
 	// connection of the Locker's pool: with pgxpool's default size on a small
 	// machine (4 connections), as README sets it up, claims of more keys than

@@ -119,6 +119,7 @@ func TestPgBouncer(t *testing.T) {
 			})
 		}
 	})
+
 	// ContractRunGoesThroughIt keeps -pooler honest: with
 	// it, the pools of the contract tests connect to the PgBouncer, not to the
 	// server.

@@ -47,6 +47,7 @@ func TestTable(t *testing.T) { //nolint:tparallel // NamedLikeAPartOfTheStatemen
 			})
 		}
 	})
+
 	// Guarantee: Guard matches the table the claim wrote to. A user who
 	// partitions the lease table by key (hash) gets the partition's oid from
 	// the claim's RETURNING tableoid; Guard, the heartbeat and the release must

@@ -53,6 +53,7 @@ func TestUnlock(t *testing.T) {
 		require.True(t, uerr == nil || errors.Is(uerr, pglease.ErrLost), "the release of the guarded lease: %v", uerr)
 		require.NoError(t, other.Err())
 	})
+
 	// Guarantee: one locked row costs nothing it need not, also through the
 	// round gate. A release (Unlock) is a plain UPDATE that waits on the
 	// row lock, and while it is in flight the gate keeps every heartbeat

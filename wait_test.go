@@ -115,6 +115,7 @@ func TestClaimWait(t *testing.T) {
 		require.Equal(t, "waiter", row.Holder)
 		require.Equal(t, r.lease.Fence(), row.Fence)
 	})
+
 	t.Run("WakesAtExpiry", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -132,6 +133,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, r.err)
 		require.Equal(t, "waiter", r.lease.Holder())
 	})
+
 	t.Run("WakesAfterTheListenerIsKilled", func(t *testing.T) {
 		t.Parallel()
 		w := parkWaiter(t)
@@ -152,6 +154,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, r.lease.Unlock(w.ctx))
 		require.NoError(t, receive(t, got, 4*time.Second).err)
 	})
+
 	t.Run("ReleaseNotifiesTheKey", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -183,6 +186,7 @@ func TestClaimWait(t *testing.T) {
 		n, err = conn.WaitForNotification(wctx)
 		require.Error(t, err, "notified %v for a release that released nothing", n)
 	})
+
 	t.Run("ChannelNamesFitAndStayDistinct", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -217,6 +221,7 @@ func TestClaimWait(t *testing.T) {
 			require.NoError(t, err)
 		}
 	})
+
 	// Guarantee: with nobody waiting, Claim and Unlock send one statement
 	// each, as before waiting claims existed.
 	t.Run("NoExtraStatementWithoutWaiters", func(t *testing.T) {
@@ -236,6 +241,7 @@ func TestClaimWait(t *testing.T) {
 		mode, _ := l.WaitMode()
 		require.Equal(t, pglease.WaitIdle, mode, "a listener started without a waiter")
 	})
+
 	t.Run("PollsThroughPgBouncer", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -259,6 +265,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, r.err)
 		require.Equal(t, "waiter", r.lease.Holder())
 	})
+
 	t.Run("PollsOnADBThatIsNotAPool", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -271,6 +278,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, held.Unlock(ctx))
 		require.NoError(t, receive(t, got, 5*time.Second).err)
 	})
+
 	t.Run("OneClaimPerRelease", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -317,6 +325,7 @@ func TestClaimWait(t *testing.T) {
 		}
 		t.Logf("claim statements for %d waiters: %d", n, counter.Count("claim"))
 	})
+
 	t.Run("SeveralLockersTakeTurns", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -353,6 +362,7 @@ func TestClaimWait(t *testing.T) {
 		}
 		require.EqualValues(t, lockers*each, wins.Load())
 	})
+
 	t.Run("SparesItsOwnLockersLease", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -371,6 +381,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, r.err)
 		require.Greater(t, r.lease.Fence(), first.Fence())
 	})
+
 	t.Run("GivingUpLeavesNoLease", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -412,6 +423,7 @@ func TestClaimWait(t *testing.T) {
 			require.False(t, row.Live && row.Holder == "waiter", "the waiter gave up (%v) but its row is live: %+v", r.err, row)
 		}
 	})
+
 	// Guarantee: a waiter never leaves a live row for a key it did not return a
 	// lease for, whatever ended its claim: here the server committed it and the
 	// connection reset before the reply. Left live, the row would lock every
@@ -447,6 +459,7 @@ func TestClaimWait(t *testing.T) {
 		require.False(t, row.Live && row.Holder == "waiter",
 			"ClaimWait returned an error but left a live row under its holder, held by nobody until %v: %+v", row.ExpiresAt, row)
 	})
+
 	// The same guarantee, without any fault: a claim that waited on a row lock (an
 	// operator's transaction) for longer than the trust window but less than
 	// the TTL commits a live row, and Claim answers ErrLost ("took longer than
@@ -496,6 +509,7 @@ func TestClaimWait(t *testing.T) {
 		require.False(t, row.Live && row.Holder == "waiter",
 			"ClaimWait returned an error but left a live row under its holder, held by nobody: %+v", row)
 	})
+
 	// Guarantee: the give-back of a waiting claim whose outcome it never learned
 	// acts on exactly the mandate that claim made, however late it reaches the
 	// server: here the claim's reply is lost after its commit, the give-back
@@ -537,6 +551,7 @@ func TestClaimWait(t *testing.T) {
 		require.Equal(t, newer.Fence(), row.Fence)
 		require.True(t, row.Live)
 	})
+
 	// Guarantee: a waiting claim that fails gives back what its claim may have
 	// committed on the terms that claim was made on, the Locker's own: not the
 	// longest min hold of any job of the Locker, which would keep the key from
@@ -560,6 +575,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, err, "the given-back key stays held by nobody")
 		require.NoError(t, lease.Unlock(ctx))
 	})
+
 	// Guarantee: a released lease stays held until acquired_at + its min hold,
 	// so that a replica whose scheduler fires later cannot run the same tick,
 	// even when a ClaimWait of the same key fails and gives back what its claim
@@ -600,6 +616,7 @@ func TestClaimWait(t *testing.T) {
 		_, err = other.Claim(ctx, "tick")
 		require.ErrorIs(t, err, pglease.ErrHeld, "another replica took the tick within the job's min hold")
 	})
+
 	t.Run("CloseEndsItWithErrClosed", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -622,6 +639,7 @@ func TestClaimWait(t *testing.T) {
 		_, err = waiter.ClaimWait(ctx, "job")
 		require.ErrorIs(t, err, pglease.ErrClosed)
 	})
+
 	// Guarantee: the pool closed before the Locker, with a claim waiting and
 	// the listener on a hijacked connection: neither Close hangs, the waiter
 	// ends, and goleak (TestMain) finds nothing left.

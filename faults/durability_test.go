@@ -216,6 +216,7 @@ func TestDurability(t *testing.T) {
 			})
 		}
 	})
+
 	// A heartbeat acknowledged to the Locker moved its lease's expiry, and the
 	// Locker trusts the lease until then: the crash must not bring the row back
 	// to an earlier expiry, which another holder could claim while this one
@@ -256,6 +257,7 @@ func TestDurability(t *testing.T) {
 		pool.Close()
 		_ = l.Close(ctx)
 	})
+
 	t.Run("CrashAfterReleases", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)

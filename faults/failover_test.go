@@ -357,6 +357,7 @@ func TestFailover(t *testing.T) {
 		bound := 2*time.Second + rebuilt + 500*time.Millisecond + time.Second
 		require.LessOrEqual(t, f.worstGap, bound, "longest time a key had no mandate")
 	})
+
 	// LostReleaseDelaysAtMostOneTTL:
 	// a release commits asynchronously, so a crash right after it can lose it
 	// even with a synchronous standby. The lease it ended then stays live on
@@ -438,6 +439,7 @@ func TestFailover(t *testing.T) {
 		require.Positive(t, lostReleases, "the crash lost no release: the test proved nothing")
 		require.LessOrEqual(t, worstDelay, ttl+failover+time.Second, "the next claim waited at most one TTL (and the failover)")
 	})
+
 	// AsynchronousStandbyMeasured is
 	// the same load and failovers with an asynchronous standby, as a
 	// measurement rather than a pass/fail: what README's sentence on

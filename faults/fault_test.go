@@ -254,6 +254,7 @@ func TestFault(t *testing.T) {
 		t.Logf("figures: latency 50-200ms per statement, %d heartbeat rounds over %v, slowest round %v, TTL %v, losses 0",
 			rounds, time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond), ttl)
 	})
+
 	t.Run("BlackholeLosesTheLeaseFirst", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
@@ -300,6 +301,7 @@ func TestFault(t *testing.T) {
 		t.Logf("figures: blackhole > TTL %v: Err() last nil %v before the server expiry (next poll %v later), takeover %v after that expiry, fence %d -> %d, dropped %d bytes",
 			ttl, row.ExpiresAt.Sub(trusted), lost.Sub(trusted), next.AcquiredAt().Sub(row.ExpiresAt), lease.Fence(), next.Fence(), proxy.Stats().DroppedBytes)
 	})
+
 	t.Run("ConnectionResetsAreReportedHonestly", func(t *testing.T) {
 		t.Parallel()
 		for _, how := range []string{"pg_terminate_backend", "proxy reset"} {
@@ -407,6 +409,7 @@ func TestFault(t *testing.T) {
 			})
 		}
 	})
+
 	t.Run("ServerRestartNeverLowersTheFence", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -481,6 +484,7 @@ func TestFault(t *testing.T) {
 		t.Logf("figures: 3 restarts (fast, immediate x2) + 1 outage > TTL: %d leases survived, %d declared lost, 0 fences issued twice or lower (highest %d)",
 			survived, lost, highest)
 	})
+
 	t.Run("BlockedHeartbeatCannotReArmALaterRow", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
@@ -542,6 +546,7 @@ func TestFault(t *testing.T) {
 		t.Logf("figures: heartbeat blocked by a table lock past the TTL: trusted until %v before the server expiry; the abandoned heartbeat ran after the next mandate's release and left it untouched",
 			row.ExpiresAt.Sub(trusted))
 	})
+
 	t.Run("PausedHolderTouchesNothingLater", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
@@ -577,6 +582,7 @@ func TestFault(t *testing.T) {
 		require.NoError(t, next.Err())
 		t.Logf("figures: paused holder: %d bytes delivered late after the takeover, next mandate fence %d untouched", proxy.Stats().LateBytes, next.Fence())
 	})
+
 	t.Run("ContextEndsDespiteAHungRelease", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -95,6 +95,7 @@ func TestServerClock(t *testing.T) {
 		fc.step(t, -time.Hour)
 		require.WithinDuration(t, time.Now().Add(-time.Hour), serverNow(t, pool), 5*time.Second)
 	})
+
 	// Guarantee: no statement fails its CHECK (SQLSTATE 23514) and a
 	// lease is neither lost nor doubled when the server's clock steps back, then
 	// forward again, while leases are claimed, extended and released.
@@ -133,6 +134,7 @@ func TestServerClock(t *testing.T) {
 		fc.step(t, 0)
 		require.Zero(t, events.Count(pglease.EventHeartbeatFailed))
 	})
+
 	// Assumption measured, not a guarantee: a forward step of the server's
 	// clock by more than the TTL lets another holder claim while the holder
 	// still trusts its lease. How long do both believe?
@@ -168,6 +170,7 @@ func TestServerClock(t *testing.T) {
 		// plus room for a late timer on a loaded machine.
 		require.LessOrEqual(t, overlap, ttl/3+1500*time.Millisecond, "two holders believed at once for %v", overlap)
 	})
+
 	// A fence never goes backwards across a purge while the server's clock
 	// steps forward by less than the purge horizon: the horizon is measured on
 	// that clock, so a stalled claim that drew its fence before a row of a
