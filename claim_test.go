@@ -2,15 +2,18 @@ package pglease_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // requireNoLiveRowOf fails unless every key's row is absent, expired, or
@@ -36,8 +39,9 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 	}
 }
 
-// TestClaim pins what a claim that fails, times out or is abandoned in
-// flight leaves on the server: nothing live that nobody holds.
+// TestClaim pins what a claim leaves on the server: a commit that waits
+// for the WAL flush only when it takes a row, and, when the claim fails,
+// times out or is abandoned in flight, nothing live that nobody holds.
 func TestClaim(t *testing.T) {
 	t.Parallel()
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
@@ -180,5 +184,72 @@ func TestClaim(t *testing.T) {
 		require.NoError(t, blocker.Rollback(ctx))
 		err = <-claimed
 		t.Logf("re-entrant claim of the locked row: %v; job lease: %v", err, held.Err())
+	})
+
+	// WaitsForTheWALFlushOnlyWhenItTakesARow reads the synchronous_commit a
+	// claim statement leaves for its commit: the session's setting, raised to
+	// on from off or local, when the claim takes a row (its acknowledgement
+	// must survive a crash, and a stronger setting is the operator's), and off
+	// when it takes none (a claim that only read, or locked a row it then lost,
+	// has nothing worth a flush). Each form of the claim: alone, in a burst,
+	// and without a fence column.
+	t.Run("WaitsForTheWALFlushOnlyWhenItTakesARow", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		tbl := pgx.Identifier{table}
+		holder := pgtest.Locker(t, pool, table, "holder")
+		_, err := holder.Claim(ctx, "held")
+		require.NoError(t, err)
+
+		forms := map[string]func(key string) (string, []any){
+			"Claim": func(key string) (string, []any) {
+				return sqlstmt.Render(sqlstmt.Claim, tbl), []any{key, "claimer", 60.0}
+			},
+			"ClaimAll": func(key string) (string, []any) {
+				return sqlstmt.Render(sqlstmt.ClaimAll, tbl), []any{"claimer", []float64{60}, []string{key}, "500ms"}
+			},
+			"UnfencedClaim": func(key string) (string, []any) {
+				return sqlstmt.Render(sqlstmt.UnfencedClaimFor(true), tbl), []any{key, "claimer#0123456789abcdef", 60.0, "claimer#"}
+			},
+		}
+		n := 0
+		for name, form := range forms {
+			for _, c := range []struct{ session, taken, lost string }{
+				{"on", "on", "off"},
+				{"off", "on", "off"},
+				{"local", "on", "off"},
+				{"remote_write", "remote_write", "off"},
+				{"remote_apply", "remote_apply", "off"},
+			} {
+				for _, take := range []bool{true, false} {
+					key, want := "held", c.lost
+					if take {
+						n++
+						key, want = fmt.Sprintf("free-%d", n), c.taken
+					}
+					tx, err := pool.Begin(ctx)
+					require.NoError(t, err)
+					_, err = tx.Exec(ctx, "SELECT set_config('synchronous_commit', $1, true)", c.session)
+					require.NoError(t, err)
+					sql, args := form(key)
+					rows, err := tx.Query(ctx, sql, args...)
+					require.NoError(t, err)
+					got := 0
+					for rows.Next() {
+						got++
+					}
+					require.NoError(t, rows.Err())
+					var setting string
+					require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting))
+					require.NoError(t, tx.Rollback(ctx))
+					if take {
+						require.Equal(t, 1, got, "%s of a free key took no row", name)
+					} else {
+						require.Zero(t, got, "%s of a held key took a row", name)
+					}
+					require.Equal(t, want, setting, "%s with the session at %s, taking a row: %v", name, c.session, take)
+				}
+			}
+		}
 	})
 }

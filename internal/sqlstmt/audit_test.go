@@ -77,6 +77,7 @@ var writes = map[string]writeClass{
 	"UnfencedClaim":             unfencedClaimOfFreeOrOwn,
 	"Heartbeat":                 mandateOfFence,
 	"Release":                   mandateOfFence,
+	"ReleaseOne":                mandateOfFence,
 	"UnfencedHeartbeat":         mandateOfForgedHolder,
 	"UnfencedRelease":           mandateOfForgedHolder,
 	"extendMine":                partOfMine,
