@@ -1,4 +1,4 @@
-package pglease_test
+package faults_test
 
 import (
 	"context"
@@ -44,12 +44,12 @@ type soakSlot struct {
 	restore  func()    // undoes the current fault at downTill
 }
 
-// TestChaosSoakNoTwoMandatesOverlapFencesGrowAndNoKeyStarves runs 5
-// replicas (gocron schedulers with the Locker) on 50 jobs each, through
-// fault proxies, while replicas crash and restart and their proxies die,
+// TestSoak checks that no two mandates of a key overlap, fences grow and
+// no key starves under chaos. It runs 5 replicas (gocron schedulers with
+// the Locker) on 50 jobs each, through fault proxies, while replicas crash and restart and their proxies die,
 // blackhole or reset, never more than two replicas at a time. Every job run
 // records its mandate; afterwards the mandates are checked offline.
-func TestChaosSoakNoTwoMandatesOverlapFencesGrowAndNoKeyStarves(t *testing.T) {
+func TestSoak(t *testing.T) {
 	t.Parallel()
 	const (
 		replicas = 5

@@ -35,6 +35,110 @@ import (
 //     server connection and runs them on any ("prepared statement
 //     "stmtcache_..." already exists", 42P05, or "does not exist"): it needs
 //     PgBouncer 1.21+ with max_prepared_statements.
+//
+// TestPgBouncer pins that the Locker, its heartbeat, releases, the Elector
+// and Migrate work through it in the modes that work.
+func TestPgBouncer(t *testing.T) {
+	t.Parallel()
+	t.Run("TransactionPooling", func(t *testing.T) {
+		t.Parallel()
+		for _, m := range bouncerModes(t) {
+			t.Run(m.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := pgtest.Ctx(t)
+				b := pgbouncer.New(t, pgtest.Server.DSN(), m.opts)
+				pool := bouncedPool(t, b, m.mode)
+				table := pgtest.Table(t, pool) // Migrate, through the pooler
+				require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "and again: idempotent")
+
+				const ttl = time.Second
+				opts := []pglease.Option{pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200 * time.Millisecond)}
+				events := pgtest.NewEvents(t)
+				a := pgtest.Locker(t, pool, table, "a", append(opts, pglease.WithHook(events.Hook))...)
+				other := pgtest.Locker(t, pool, table, "b", opts...)
+
+				keys := []string{"k1", "k2", "k3", "k4", "k5"}
+				leases := make([]*pglease.Lease, len(keys))
+				for i, key := range keys {
+					lease, err := a.Claim(ctx, key)
+					require.NoError(t, err)
+					leases[i] = lease
+					_, err = other.Claim(ctx, key)
+					require.ErrorIs(t, err, pglease.ErrHeld)
+				}
+
+				// The heartbeat keeps every lease across several TTLs.
+				select {
+				case <-leases[0].Done():
+					t.Fatalf("lease lost through the pooler: %v", leases[0].Err())
+				case <-time.After(3 * ttl):
+				}
+				assert.GreaterOrEqual(t, events.Count(pglease.EventExtended), 10, "heartbeat rounds in 3 TTLs")
+				for i, lease := range leases {
+					require.NoError(t, lease.Err())
+					row, ok := pgtest.ReadRow(t, pool, table, keys[i])
+					require.True(t, ok)
+					require.True(t, row.Live)
+					require.Equal(t, lease.Fence(), row.Fence)
+					_, err := other.Claim(ctx, keys[i])
+					require.ErrorIs(t, err, pglease.ErrHeld)
+				}
+
+				// Unlock releases at once; the other Locker takes the key over.
+				require.NoError(t, leases[0].Unlock(ctx))
+				next, err := other.Claim(ctx, keys[0])
+				require.NoError(t, err)
+				require.Greater(t, next.Fence(), leases[0].Fence())
+
+				// Close releases the rest, and stops the heartbeat.
+				require.NoError(t, a.Close(ctx))
+				for i, lease := range leases[1:] {
+					require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
+					row, _ := pgtest.ReadRow(t, pool, table, keys[i+1])
+					require.False(t, row.Live, "released by Close")
+				}
+				require.NoError(t, other.Close(ctx))
+
+				concurrentClaimsSeeOnlyContention(t, pool, table)
+
+				// An Elector elects one leader and hands over on Close.
+				e1 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(pgtest.Quiet))...)
+				t.Cleanup(func() { _ = e1.Close(context.Background()) })
+				e2 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(pgtest.Quiet))...)
+				t.Cleanup(func() { _ = e2.Close(context.Background()) })
+				require.NoError(t, e1.IsLeader(ctx))
+				require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
+				first, ok := e1.Leader()
+				require.True(t, ok)
+				require.NoError(t, e1.Close(ctx))
+				require.NoError(t, e2.IsLeader(ctx), "leadership handed over on Close, without waiting for the TTL")
+				second, ok := e2.Leader()
+				require.True(t, ok)
+				require.Greater(t, second.Fence(), first.Fence())
+				require.NoError(t, e2.Close(ctx))
+			})
+		}
+	})
+
+	// ContractRunGoesThroughIt keeps -pooler honest: with
+	// it, the pools of the contract tests connect to the PgBouncer, not to the
+	// server.
+	t.Run("ContractRunGoesThroughIt", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		cfg := pool.Config().ConnConfig
+		srv, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		if pgtest.ThroughPooler() {
+			require.NotEqual(t, srv.Port, cfg.Port, "with -pooler the test pools connect to the PgBouncer")
+			require.Equal(t, pgx.QueryExecModeExec, cfg.DefaultQueryExecMode)
+		} else {
+			require.Equal(t, srv.Port, cfg.Port)
+		}
+		var one int
+		require.NoError(t, pool.QueryRow(pgtest.Ctx(t), `SELECT 1`).Scan(&one))
+	})
+}
 
 // bouncerModes are the pgx exec modes tested through PgBouncer, with the
 // PgBouncer settings each needs.
@@ -152,103 +256,4 @@ func (c *claimTally) check(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.Empty(t, c.errs, "of %d claims", c.runs)
-}
-
-func TestLockerHeartbeatReleaseElectorAndMigrateWorkThroughPgBouncerTransactionPooling(t *testing.T) {
-	t.Parallel()
-	for _, m := range bouncerModes(t) {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := pgtest.Ctx(t)
-			b := pgbouncer.New(t, pgtest.Server.DSN(), m.opts)
-			pool := bouncedPool(t, b, m.mode)
-			table := pgtest.Table(t, pool) // Migrate, through the pooler
-			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "and again: idempotent")
-
-			const ttl = time.Second
-			opts := []pglease.Option{pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200 * time.Millisecond)}
-			events := pgtest.NewEvents(t)
-			a := pgtest.Locker(t, pool, table, "a", append(opts, pglease.WithHook(events.Hook))...)
-			other := pgtest.Locker(t, pool, table, "b", opts...)
-
-			keys := []string{"k1", "k2", "k3", "k4", "k5"}
-			leases := make([]*pglease.Lease, len(keys))
-			for i, key := range keys {
-				lease, err := a.Claim(ctx, key)
-				require.NoError(t, err)
-				leases[i] = lease
-				_, err = other.Claim(ctx, key)
-				require.ErrorIs(t, err, pglease.ErrHeld)
-			}
-
-			// The heartbeat keeps every lease across several TTLs.
-			select {
-			case <-leases[0].Done():
-				t.Fatalf("lease lost through the pooler: %v", leases[0].Err())
-			case <-time.After(3 * ttl):
-			}
-			assert.GreaterOrEqual(t, events.Count(pglease.EventExtended), 10, "heartbeat rounds in 3 TTLs")
-			for i, lease := range leases {
-				require.NoError(t, lease.Err())
-				row, ok := pgtest.ReadRow(t, pool, table, keys[i])
-				require.True(t, ok)
-				require.True(t, row.Live)
-				require.Equal(t, lease.Fence(), row.Fence)
-				_, err := other.Claim(ctx, keys[i])
-				require.ErrorIs(t, err, pglease.ErrHeld)
-			}
-
-			// Unlock releases at once; the other Locker takes the key over.
-			require.NoError(t, leases[0].Unlock(ctx))
-			next, err := other.Claim(ctx, keys[0])
-			require.NoError(t, err)
-			require.Greater(t, next.Fence(), leases[0].Fence())
-
-			// Close releases the rest, and stops the heartbeat.
-			require.NoError(t, a.Close(ctx))
-			for i, lease := range leases[1:] {
-				require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
-				row, _ := pgtest.ReadRow(t, pool, table, keys[i+1])
-				require.False(t, row.Live, "released by Close")
-			}
-			require.NoError(t, other.Close(ctx))
-
-			concurrentClaimsSeeOnlyContention(t, pool, table)
-
-			// An Elector elects one leader and hands over on Close.
-			e1 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e1"), pglease.WithLogger(pgtest.Quiet))...)
-			t.Cleanup(func() { _ = e1.Close(context.Background()) })
-			e2 := pglease.NewElector(pool, append(opts, pglease.WithTable(table), pglease.WithHolder("e2"), pglease.WithLogger(pgtest.Quiet))...)
-			t.Cleanup(func() { _ = e2.Close(context.Background()) })
-			require.NoError(t, e1.IsLeader(ctx))
-			require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
-			first, ok := e1.Leader()
-			require.True(t, ok)
-			require.NoError(t, e1.Close(ctx))
-			require.NoError(t, e2.IsLeader(ctx), "leadership handed over on Close, without waiting for the TTL")
-			second, ok := e2.Leader()
-			require.True(t, ok)
-			require.Greater(t, second.Fence(), first.Fence())
-			require.NoError(t, e2.Close(ctx))
-		})
-	}
-}
-
-// TestContractTestsGoThroughThePoolerWithPooler keeps -pooler honest: with
-// it, the pools of the contract tests connect to the PgBouncer, not to the
-// server.
-func TestContractTestsGoThroughThePoolerWithPooler(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t, nil)
-	cfg := pool.Config().ConnConfig
-	srv, err := pgx.ParseConfig(pgtest.Server.DSN())
-	require.NoError(t, err)
-	if pgtest.ThroughPooler() {
-		require.NotEqual(t, srv.Port, cfg.Port, "with -pooler the test pools connect to the PgBouncer")
-		require.Equal(t, pgx.QueryExecModeExec, cfg.DefaultQueryExecMode)
-	} else {
-		require.Equal(t, srv.Port, cfg.Port)
-	}
-	var one int
-	require.NoError(t, pool.QueryRow(pgtest.Ctx(t), `SELECT 1`).Scan(&one))
 }

@@ -1,4 +1,4 @@
-package pglease_test
+package faults_test
 
 import (
 	"context"
