@@ -89,6 +89,7 @@ func TestUnlock(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, stmts := pgtest.SetupCounted(t)
 		l := pgtest.Locker(t, pool, table, "short")
+		pglease.SetCoalesceAll(l, false) // the statement of an Unlock alone, whatever the run's switch
 		lease, err := l.Claim(ctx, "short")
 		require.NoError(t, err)
 		tx := pgtest.LockRows(t, pool, table, "key = $1", "short")
