@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pglease/pglease/internal/sqlstmt"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // lockingClaimSQL is the claim statement before a losing claim only read:

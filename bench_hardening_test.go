@@ -18,27 +18,9 @@ import (
 // The statements before the hardening that BenchmarkHardeningCost measures,
 // kept as they were: the baselines it compares today's statements against.
 const (
-	// prevClaimSQL is the claim statement before claims were made durable
-	// whatever the server's default and took their times from one clock
-	// reading.
-	prevClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
-VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
-
-	// prevReleaseSQL is the release statement before releases skipped
-	// locked rows: a plain UPDATE of one row that waits on its lock. Its
-	// arguments are the key, the holder, the fence and the min hold in
-	// seconds.
-	prevReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+	// prevClaimSQL and prevReleaseSQL: the claim and the release.
+	prevClaimSQL   = sqlstmt.BaselineUnhardenedClaim
+	prevReleaseSQL = sqlstmt.BaselineUnhardenedRelease
 
 	// prevHeartbeatSQL is the heartbeat statement before rounds skipped
 	// locked rows: one UPDATE that waits on every row it matches.

@@ -28,11 +28,11 @@ type electedReplica struct {
 // opts; the Locker, and so the Elector, is closed at cleanup.
 func newElector(tb testing.TB, db pglease.DB, key string, opts []pglease.LockerOption, eopts ...pglease.ElectorOption) *pglease.Elector {
 	tb.Helper()
-	l := pglease.NewLocker(db, opts...)
+	l := pgtest.Each(pglease.NewLocker(db, opts...))
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	e, err := pglease.NewElector(l, key, eopts...)
 	require.NoError(tb, err)
-	return e
+	return pgtest.Each(e)
 }
 
 // callLog records an Elector's callbacks in the order they ran.

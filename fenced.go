@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -19,6 +20,10 @@ type fenced struct {
 	releaseOneSQL                      string
 	claimAllSQL, mandateSQL            string
 	holder                             string
+	// coalesceAll sends even one lease's release through the burst's
+	// statement, as Locker.coalesceAll does its claim (tests,
+	// export_test.go); set before the first claim.
+	coalesceAll bool
 }
 
 func newFenced(t table, cfg config) *fenced {
@@ -70,7 +75,7 @@ func (p *fenced) extend(ctx context.Context, db DB, leases []*Lease) (map[*Lease
 }
 
 func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
-	if len(leases) == 1 && !coalesceAll {
+	if len(leases) == 1 && !p.coalesceAll {
 		return p.releaseOne(ctx, db, leases[0])
 	}
 	keys, fences := mandates(leases, fenceOf)

@@ -42,7 +42,7 @@ func (l *Locker) Leases() []LeaseInfo {
 			AcquiredAt: ls.acquiredAt,
 			ExpiresAt:  ls.expiresAt,
 			Live:       true,
-			TrustUntil: now.Add(ls.trustUntil.left(l, now)),
+			TrustUntil: now.Add(ls.trustUntil.Left(now)),
 			State:      LeaseConfirmed,
 		}
 		switch {

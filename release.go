@@ -92,9 +92,9 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 
 // releaseOnce sends the release statement once no heartbeat round is in flight.
 func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]bool, error) {
-	if err := l.gate.enter(ctx, false); err != nil {
+	if err := l.gate.EnterRelease(ctx); err != nil {
 		return nil, fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
 	}
-	defer l.gate.leave(false)
+	defer l.gate.LeaveRelease()
 	return l.proto.release(ctx, l.conns.release, leases)
 }

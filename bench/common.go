@@ -23,30 +23,7 @@ import (
 const (
 	viaLocker  = "pglease"
 	rawNow     = "raw"
-	rawF1d3080 = "before"
-)
-
-// Before the hardening (commit f1d3080), the claim and the release were
-// these; the common-path study sends them raw as the "before" baseline.
-const (
-	// beforeClaimSQL locked the row of another holder's live lease before
-	// judging it: a losing claim got a transaction id and, committing
-	// synchronously, waited for a WAL flush with the row locked.
-	beforeClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
-VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence`
-
-	// beforeReleaseSQL was a plain UPDATE of one row, waiting on its lock.
-	beforeReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+	rawF1d3080 = "before" // the statements before the hardening (sqlstmt.BaselineUnhardened*)
 )
 
 // commonPoint is what one variant cost in one case of the common-path
@@ -265,10 +242,10 @@ func newAttempt(pool *pgxpool.Pool, table, variant string, workers int, contende
 			})
 		}, func() {}, nil
 	case rawF1d3080:
-		claim, release := render(beforeClaimSQL, table), render(beforeReleaseSQL, table)
+		claim, release := render(sqlstmt.BaselineUnhardenedClaim, table), render(sqlstmt.BaselineUnhardenedRelease, table)
 		return func(ctx context.Context, w int) (bool, error) {
 			var fence int64
-			err := pool.QueryRow(ctx, claim, key(w), holder(w), ttl).Scan(&fence)
+			err := pool.QueryRow(ctx, claim, key(w), holder(w), ttl).Scan(&fence, nil, nil, nil)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return false, nil
 			}
@@ -349,7 +326,7 @@ func losingClaims(ctx context.Context, dsn string) ([]losingCost, error) {
 		return nil, err
 	}
 	var out []losingCost
-	for _, v := range []struct{ name, sql string }{{rawNow, sqlstmt.Claim}, {rawF1d3080, beforeClaimSQL}} {
+	for _, v := range []struct{ name, sql string }{{rawNow, sqlstmt.Claim}, {rawF1d3080, sqlstmt.BaselineUnhardenedClaim}} {
 		c, err := losingCostOf(ctx, conn, render(v.sql, table))
 		if err != nil {
 			return nil, fmt.Errorf("losing claim, %s: %w", v.name, err)

@@ -86,6 +86,8 @@ var writes = map[string]writeClass{
 	"ForceExpire":               operatorUnderRowLock,
 	"SeedLeases":                benchmark,
 	"BaselinePerLeaseHeartbeat": benchmark,
+	"BaselineUnhardenedClaim":   benchmark,
+	"BaselineUnhardenedRelease": benchmark,
 }
 
 // writeTo finds a statement that inserts, updates or deletes rows of the
