@@ -68,7 +68,7 @@ type Locker struct {
 
 	mu       sync.Mutex
 	leases   map[string]*Lease     // the newest unended lease per key
-	electors map[*Elector]struct{} // the Electors made from it and not closed
+	electors map[*Elector]struct{} // its Electors, until closed with their callbacks run
 	warned   map[string]bool       // keys warned about as Go function names (Lock)
 	closed   bool
 	stop     context.CancelFunc // stops the heartbeat; nil until started
@@ -208,9 +208,10 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 }
 
 // Close closes every Elector made from the Locker (each resigns, as
-// Elector.Close does), stops the heartbeat, releases every lease still held in one
-// statement (each lease's Err then wraps ErrClosed, and each outcome is
-// reported as for Unlock), and waits for the background goroutine to end.
+// Elector.Close does), stops the heartbeat, releases every lease still
+// held in one statement (each lease's Err then wraps ErrClosed, and each
+// outcome is reported as for Unlock), and waits for the background
+// goroutine to end.
 // The release runs even if ctx is already cancelled, bounded by the
 // Locker's timeout. Leases a later mandate took are not an error. Claims in
 // flight end with ErrClosed, and Close waits for them to give back what
