@@ -338,7 +338,7 @@ func TestClose(t *testing.T) {
 		ctx, pool, table := pgtest.Setup(t)
 		// No cleanup Close: if the first Close wedges the Locker, a Close
 		// without deadline would hang the test binary.
-		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("h"), pglease.WithLogger(pgtest.Quiet))
+		l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("h"), pglease.WithLogger(pgtest.Quiet)))
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)
 		var nilCtx context.Context

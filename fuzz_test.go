@@ -37,7 +37,7 @@ func FuzzClaimKey(f *testing.F) {
 	pool := pgtest.PoolWith(f, pgtest.Server.DSN(), nil)
 	table := pgtest.Name("lease_fuzzkey")
 	require.NoError(f, pglease.Migrate(context.Background(), pool, pglease.WithTable(table)))
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet))
+	l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet)))
 	f.Cleanup(func() { _ = l.Close(context.Background()) })
 
 	f.Fuzz(func(t *testing.T, key string) {
@@ -103,7 +103,7 @@ func FuzzTableName(f *testing.F) {
 		var found *string
 		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, pgx.Identifier(parts).Sanitize()).Scan(&found))
 		require.NotNil(t, found, "table %q exists under its quoted name", name)
-		l := pglease.NewLocker(pool, pglease.WithTable(name), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet))
+		l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(name), pglease.WithHolder("fuzz"), pglease.WithLogger(pgtest.Quiet)))
 		defer func() { _ = l.Close(context.Background()) }()
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)

@@ -205,7 +205,7 @@ func TestInput(t *testing.T) { //nolint:tparallel // BadInputNamesWhatIsWrong ru
 		for _, ttl := range []time.Duration{time.Nanosecond, 2 * time.Nanosecond, time.Microsecond} {
 			before := fullSnapshot(t, pool, table)
 			msg := panicMessage(func() {
-				l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("tiny"), pglease.WithLogger(pgtest.Quiet), pglease.WithTTL(ttl))
+				l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("tiny"), pglease.WithLogger(pgtest.Quiet), pglease.WithTTL(ttl)))
 				defer func() { _ = l.Close(context.Background()) }()
 				_, err := l.Claim(ctx, "tiny")
 				t.Logf("TTL %v accepted; Claim: %v", ttl, err)

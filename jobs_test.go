@@ -315,8 +315,8 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 	defer pool.Close()
 	table := pgtest.Table(t, pool)
 	events := pgtest.NewEvents(t)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("replica-1"), pglease.WithLogger(pgtest.Quiet),
-		pglease.WithHook(events.Hook), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("replica-1"), pglease.WithLogger(pgtest.Quiet),
+		pglease.WithHook(events.Hook), pglease.WithHeartbeatInterval(100*time.Millisecond)))
 	quick := mustJob(t, l, pglease.WithTTL(time.Second))
 	held := mustJob(t, l, pglease.WithTTL(time.Second), pglease.WithMinHold(time.Second))
 	quickLease, err := quick.Claim(ctx, "quick")

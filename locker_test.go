@@ -383,8 +383,8 @@ func TestConcurrentClaimsOfOneKeyHaveOneWinningHolderPerRoundAndGrowingFences(t 
 func TestCloseReleasesEveryLeaseStopsTheHeartbeatAndIsIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx, pool, table := pgtest.Setup(t)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
-		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
+		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond)))
 	var leases []*pglease.Lease
 	for i := range 3 {
 		lease, err := l.Claim(ctx, fmt.Sprintf("k%d", i))

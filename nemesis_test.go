@@ -313,7 +313,7 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		pglease.WithTTL(nemesisTTL), pglease.WithHeartbeatInterval(nemesisBeat), pglease.WithTimeout(nemesisTimeout),
 		pglease.WithHook(r.hook(s, s.holder))}
 	if s.elector {
-		s.elecOn = pglease.NewLocker(s.db(), opts...)
+		s.elecOn = pgtest.Each(pglease.NewLocker(s.db(), opts...))
 		var err error
 		s.elec, err = pglease.NewElector(s.elecOn, nemesisLeader)
 		require.NoError(r.t, err)
@@ -322,7 +322,7 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		s.workers.Go(func() { r.electorWorker(s, e, rnd, stop) })
 		return
 	}
-	s.locker = pglease.NewLocker(s.db(), opts...)
+	s.locker = pgtest.Each(pglease.NewLocker(s.db(), opts...))
 	s.jobs = nil
 	for _, terms := range nemesisJobs {
 		j, err := s.locker.Job(terms...)

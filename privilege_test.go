@@ -241,7 +241,7 @@ func TestPasswordNeverAppearsInLogsOrErrorsWhenTheServerRefusesItOrIsUnreachable
 				return err != nil && strings.Contains(err.Error(), tc.says)
 			}, 10*time.Second, 50*time.Millisecond)
 
-			l := pglease.NewLocker(pool, pglease.WithHolder("h"), pglease.WithLogger(logger), pglease.WithHook(events.Hook), pglease.WithTimeout(3*time.Second))
+			l := pgtest.Each(pglease.NewLocker(pool, pglease.WithHolder("h"), pglease.WithLogger(logger), pglease.WithHook(events.Hook), pglease.WithTimeout(3*time.Second)))
 			_, claimErr := l.Claim(ctx, "k")
 			_, lockErr := l.Lock(ctx, "k")
 			errs := []error{claimErr, lockErr, pglease.Migrate(ctx, pool)}

@@ -108,7 +108,7 @@ func TestTask(t *testing.T) {
 
 	t.Run("RefusesABadName", func(t *testing.T) {
 		t.Parallel()
-		l := pglease.NewLocker(pgtest.Pool(t, nil))
+		l := pgtest.Each(pglease.NewLocker(pgtest.Pool(t, nil)))
 		assert.Contains(t, panicMessage(func() { l.Task("", func(context.Context, *pglease.Lease) {}) }), "key is empty")
 		assert.Contains(t, panicMessage(func() { l.Task("job", nil) }), "run is nil")
 		require.NoError(t, l.Close(context.Background()))

@@ -622,7 +622,7 @@ func TestClaimWait(t *testing.T) {
 		ctx, pool, table := pgtest.Setup(t)
 		events := pgtest.NewEvents(t)
 		holder := pgtest.Locker(t, pool, table, "holder")
-		waiter := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
+		waiter := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook)))
 		_, err := holder.Claim(ctx, "job")
 		require.NoError(t, err)
 		var outs []<-chan claimResult
@@ -649,7 +649,7 @@ func TestClaimWait(t *testing.T) {
 		events := pgtest.NewEvents(t)
 		holder := pgtest.Locker(t, pool, table, "holder")
 		wpool := pgtest.Pool(t, nil)
-		waiter := pglease.NewLocker(wpool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook))
+		waiter := pgtest.Each(pglease.NewLocker(wpool, pglease.WithTable(table), pglease.WithHolder("waiter"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook)))
 		_, got := holdAndWait(ctx, t, holder, waiter)
 		events.WaitFor(t, pglease.EventWaitByNotification, 10*time.Second)
 		waitingOn(t, waiter, events, "job", 1)
