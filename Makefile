@@ -9,13 +9,19 @@ MODULES := . pgleaseprom bench internal/pgcontainer
 each_module = set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && GOWORK=off $(1)); done
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo bench model nemesis lint vet tidy ci cli readme
+.PHONY: help test unit faults demo bench model nemesis lint vet tidy ci cli readme
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 test: ## Run every test of every module against a real PostgreSQL, with the race detector
 	@$(call each_module,go test -race ./...)
+
+unit: ## Run the tests that need no database: the mechanisms of internal/
+	go test -race $$(go list ./internal/... | grep -v -e /pgtest -e /pgserver -e /pgcluster -e /pgbouncer -e /pgproc -e /listen)
+
+faults: ## Run the fault, failover, durability, server-clock, guard-chaos and soak suites alone
+	go test -race -count=1 -v ./faults/
 
 demo: ## Run the demo: replicas of a scheduler taking turns on one job
 	go run ./examples/replicas
@@ -51,5 +57,5 @@ ci: ## Run what CI runs (.ci/run)
 cli: ## Run the operator CLI; pass arguments with ARGS="status -json"
 	go run ./cmd/pglease $(ARGS)
 
-readme: ## Rewrite the Go snippets of README.md and docs/OPERATIONS.md from the examples they name
+readme: ## Rewrite the Go snippets of README.md, docs/GUIDE.md, docs/OPERATIONS.md and doc.go from the examples they name
 	go run ./internal/readme/cmd/readme
