@@ -149,7 +149,9 @@ func (l *Locker) emit(e Event) {
 		attrs := []slog.Attr{
 			slog.String("event", e.Kind.String()),
 			slog.String("holder", e.Holder),
-			slog.Duration("took", e.Took),
+		}
+		if e.Took > 0 {
+			attrs = append(attrs, durationAttr("took", e.Took))
 		}
 		if e.Key != "" || e.Kind != EventExtended && e.Kind != EventHeartbeatFailed {
 			attrs = append(attrs, slog.String("key", e.Key), slog.Int64("fence", e.Fence))
@@ -164,4 +166,23 @@ func (l *Locker) emit(e Event) {
 	for _, h := range l.cfg.hooks {
 		h(e)
 	}
+}
+
+// durationAttr is d as a slog attribute that reads the same under every
+// handler: a time.Duration string ("1.234ms", "2.5s"), rounded to the
+// microsecond below a second and to the millisecond above it.
+// slog.Duration would be a count of nanoseconds under a JSON handler
+// ("took":1234567), which a reader of the log must divide in their head.
+func durationAttr(key string, d time.Duration) slog.Attr {
+	return slog.String(key, readableDuration(d))
+}
+
+func readableDuration(d time.Duration) string {
+	switch {
+	case d >= time.Second || d <= -time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Microsecond || d <= -time.Microsecond:
+		return d.Round(time.Microsecond).String()
+	}
+	return d.String()
 }
