@@ -22,3 +22,16 @@ var (
 	// is what Lease.Err reports for a lease that Close released.
 	ErrClosed = errors.New("locker closed")
 )
+
+// ErrRevoked is what a lease's Err, and the error of its EventLost or
+// EventReleaseFailed, wrap when an operator revoked it (Revoke, `pglease
+// release`): its row's holder is RevokedHolder. It is a loss like any
+// other, so errors.Is(err, ErrLost) holds as well; its message says who
+// took the lease.
+var ErrRevoked error = revokedError{}
+
+// revokedError is ErrRevoked: a loss (ErrLost) that reads as a revoke.
+type revokedError struct{}
+
+func (revokedError) Error() string        { return "lease revoked by an operator" }
+func (revokedError) Is(target error) bool { return target == ErrLost }
