@@ -308,9 +308,10 @@ func (c *conns) acquire(ctx context.Context, heartbeat bool) (*pgxpool.Conn, err
 
 // acquireError words err, the failure of a wait of waited for a pool
 // connection; the caller holds c.mu. A failed attempt to connect (refused,
-// no route, DNS, authentication) is the database being unreachable, which
-// more connections would not help: it must not read as a pool whose
-// connections are all in use. A wait that ended while the pool had
+// no route, DNS) is the database being unreachable, and one the server
+// answered (authentication, too many connections) is the server refusing:
+// more connections would help neither, and neither must read as a pool
+// whose connections are all in use. A wait that ended while the pool had
 // connections to spare was a wait for a new connection to be opened.
 func (c *conns) acquireError(waited time.Duration, err error) error {
 	waited = waited.Round(time.Millisecond)
@@ -320,7 +321,14 @@ func (c *conns) acquireError(waited time.Duration, err error) error {
 		if waited > 0 {
 			after = fmt.Sprintf(" after %v", waited)
 		}
-		err = fmt.Errorf("could not connect to the database (unreachable: the pool's attempt to open a connection failed%s): %w", after, err)
+		var refused *pgconn.PgError
+		if errors.As(err, &refused) {
+			// The server answered: authentication, a missing database, too
+			// many connections. Reachable, but refusing.
+			err = fmt.Errorf("could not connect to the database (the server refused the pool's new connection%s): %w", after, err)
+		} else {
+			err = fmt.Errorf("could not connect to the database (unreachable: the pool's attempt to open a connection failed%s): %w", after, err)
+		}
 		c.unreachable = err
 		return err
 	}
