@@ -87,6 +87,23 @@ func TestConns(t *testing.T) {
 		assert.Contains(t, failed.Err.Error(), "could not connect to the database")
 	})
 
+	t.Run("ConnectionTheServerRefusesReadsAsRefused", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.Database = "pglease_no_such_database"
+		})
+		l := pgtest.Locker(t, pool, pgtest.TableName(), "refused")
+		_, err := l.Claim(ctx, "k")
+		require.Error(t, err)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "the server's answer is wrapped")
+		assert.Equal(t, "3D000", pgErr.Code) // invalid_catalog_name
+		assert.Contains(t, err.Error(), "could not connect to the database (the server refused")
+		assert.NotContains(t, err.Error(), "unreachable")
+		assert.NotContains(t, err.Error(), "for a connection from the pool")
+	})
+
 	t.Run("HeartbeatOnUnreachableDatabaseSaysSoWhenTheLeaseIsLost", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
