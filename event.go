@@ -61,13 +61,15 @@ const (
 	// until each lease's trust deadline. Key is empty. Logged at warn level.
 	EventHeartbeatFailed
 	// EventLost: a lease ended without being released: a later mandate took
-	// the key, it lapsed, or its trust deadline passed while the database
-	// could not be reached. Logged at error level.
+	// the key, it lapsed, its trust deadline passed while the database
+	// could not be reached, or an operator revoked it (Err then wraps
+	// ErrRevoked as well as ErrLost). Logged at error level.
 	EventLost
 	// EventReleased: Unlock or Close released a lease. Logged at debug level.
 	EventReleased
 	// EventReleaseFailed: Unlock or Close could not release a lease; Err
-	// wraps ErrLost when a later mandate owned the key. Logged at error
+	// wraps ErrLost when a later mandate owned the key, and ErrRevoked too
+	// when an operator had revoked it. Logged at error
 	// level, because gocron ignores what Unlock returns.
 	EventReleaseFailed
 	// EventElected: an Elector's replica became the leader, with Fence as its
