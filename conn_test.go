@@ -40,7 +40,10 @@ func TestConns(t *testing.T) {
 		ctx := pgtest.Ctx(t)
 		// One server connection: every client connection's statements land
 		// on it, so the second client to prepare pgx's cached statement
-		// finds it prepared already by the first.
+		// finds it prepared already by the first. It needs a PgBouncer
+		// that does not track prepared statements: before 1.21 none does,
+		// and from 1.22 on max_prepared_statements (200 by default) must
+		// be set to 0 in its configuration.
 		b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 1})
 		table := pgtest.Table(t, pgtest.Pool(t, nil)) // created beside the pooler, not through it
 		defaultMode := func(cfg *pgxpool.Config) {
