@@ -332,15 +332,23 @@ func (c *conns) acquireError(waited time.Duration, err error) error {
 		c.unreachable = err
 		return err
 	}
-	st := c.pool.Stat()
-	if st.AcquiredConns() < st.MaxConns() {
+	if c.spare() {
 		return fmt.Errorf("waited %v for a new connection to the database, which did not open (the pool has %s)%s: %w", waited, c.inUse(), c.unreachableNoteLocked(), err)
 	}
-	return fmt.Errorf("waited %v for a connection from the pool (%s): %w", waited, c.inUse(), err)
+	return fmt.Errorf("waited %v for a connection from the pool (%s)%s: %w", waited, c.inUse(), c.unreachableNoteLocked(), err)
 }
 
-// unreachableNote names the last failure to connect, if the database has
-// been unreachable since: empty otherwise.
+// spare reports whether the pool has room for a connection that no one is
+// opening: a wait for a connection then was a wait for one to open, not
+// for one of the pool's to be handed back. (A connection being opened for
+// another waiter, after a broken one was dropped, takes its room.)
+func (c *conns) spare() bool {
+	st := c.pool.Stat()
+	return st.AcquiredConns()+st.ConstructingConns() < st.MaxConns()
+}
+
+// unreachableNote names the last failure to connect, if no connection has
+// been had since: empty otherwise.
 func (c *conns) unreachableNote() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -351,7 +359,7 @@ func (c *conns) unreachableNoteLocked() string {
 	if c.unreachable == nil {
 		return ""
 	}
-	return "; the database is unreachable: the last attempt to connect failed: " + c.unreachable.Error()
+	return "; the last attempt to connect failed: " + c.unreachable.Error()
 }
 
 func (c *conns) inUse() string {
@@ -367,7 +375,7 @@ func (c *conns) cause() string {
 	c.mu.Unlock()
 	switch {
 	case !since.IsZero():
-		if st := c.pool.Stat(); st.AcquiredConns() < st.MaxConns() {
+		if c.spare() {
 			return fmt.Sprintf("the heartbeat has waited %v for a new connection to the database to open (the pool has %s)%s", time.Since(since).Round(time.Millisecond), c.inUse(), c.unreachableNote())
 		}
 		return fmt.Sprintf("the heartbeat has waited %v for a connection from the pool (%s)", time.Since(since).Round(time.Millisecond), c.inUse())
