@@ -23,7 +23,7 @@ import (
 // moment ago, and connecting to it is refused.
 func closedPort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
@@ -85,7 +85,7 @@ func TestConns(t *testing.T) {
 		t.Logf("claim of a database that is down: %v", err)
 		assert.Contains(t, err.Error(), "could not connect to the database (unreachable")
 		assert.NotContains(t, err.Error(), "for a connection from the pool", "a database that is down is not a pool in use")
-		assert.NotErrorIs(t, err, pglease.ErrHeld)
+		require.NotErrorIs(t, err, pglease.ErrHeld)
 		failed := events.WaitFor(t, pglease.EventClaimFailed, 5*time.Second)
 		assert.Contains(t, failed.Err.Error(), "could not connect to the database")
 	})

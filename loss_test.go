@@ -1,7 +1,6 @@
 package pglease_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -81,7 +80,7 @@ func TestLoss(t *testing.T) {
 		pgtest.WaitDone(t, lease, 5*time.Second)
 		err = lease.Err()
 		require.ErrorIs(t, err, pglease.ErrLost)
-		assert.False(t, errors.Is(err, pglease.ErrRevoked), "%v", err)
+		require.NotErrorIs(t, err, pglease.ErrRevoked)
 		assert.Contains(t, err.Error(), "re-claimed or lapsed")
 	})
 
@@ -98,6 +97,6 @@ func TestLoss(t *testing.T) {
 		pgtest.WaitDone(t, lease, 5*time.Second)
 		err = lease.Err()
 		require.ErrorIs(t, err, pglease.ErrLost)
-		assert.False(t, errors.Is(err, pglease.ErrRevoked), "%v", err)
+		require.NotErrorIs(t, err, pglease.ErrRevoked)
 	})
 }
