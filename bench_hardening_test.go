@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -18,27 +18,9 @@ import (
 // The statements before the hardening that BenchmarkHardeningCost measures,
 // kept as they were: the baselines it compares today's statements against.
 const (
-	// prevClaimSQL is the claim statement before claims were made durable
-	// whatever the server's default and took their times from one clock
-	// reading.
-	prevClaimSQL = `INSERT INTO {table} AS lease (key, holder, expires_at)
-VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3))
-ON CONFLICT (key) DO UPDATE
-   SET holder      = EXCLUDED.holder,
-       expires_at  = EXCLUDED.expires_at,
-       acquired_at = EXCLUDED.acquired_at,
-       fence       = nextval({seqlit})
- WHERE lease.holder = EXCLUDED.holder OR lease.expires_at <= clock_timestamp()
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live`
-
-	// prevReleaseSQL is the release statement before releases skipped
-	// locked rows: a plain UPDATE of one row that waits on its lock. Its
-	// arguments are the key, the holder, the fence and the min hold in
-	// seconds.
-	prevReleaseSQL = `UPDATE {table}
-   SET expires_at = GREATEST(clock_timestamp(), acquired_at + make_interval(secs => $4))
- WHERE key = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL`
+	// prevClaimSQL and prevReleaseSQL: the claim and the release.
+	prevClaimSQL   = sqlstmt.BaselineUnhardenedClaim
+	prevReleaseSQL = sqlstmt.BaselineUnhardenedRelease
 
 	// prevHeartbeatSQL is the heartbeat statement before rounds skipped
 	// locked rows: one UPDATE that waits on every row it matches.
@@ -134,24 +116,21 @@ func claimCycle(db pglease.DB, table, holder, claimSQL string) cycle {
 	}
 }
 
-// releaseRaw sends the release statement for one lease, and again while
-// it reports the row skipped because locked, as a Locker does (a pause
-// doubling from 1ms, at most 20 attempts).
+// releaseRaw sends the release of one lease (sqlstmt.ReleaseOne), and
+// again while the row stays locked past its lock wait, as a Locker does (a
+// pause doubling from 1ms, at most 20 attempts).
 func releaseRaw(ctx context.Context, db pglease.DB, release, holder, key string, fence int64) error {
 	pause := time.Millisecond
 	for range 20 {
-		var (
-			k        string
-			f        int64
-			released bool
-		)
-		err := db.QueryRow(ctx, release, holder, each(1, 0), []string{key}, []int64{fence}).Scan(&k, &f, &released)
+		tag, err := db.Exec(ctx, release, holder, key, fence, 0.0, "20ms")
+		var pgErr *pgconn.PgError
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("release of %q fence %d: lost", key, fence)
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03":
 		case err != nil:
 			return err
-		case released:
+		case tag.RowsAffected() == 0:
+			return fmt.Errorf("release of %q fence %d: lost", key, fence)
+		default:
 			return nil
 		}
 		time.Sleep(pause)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,23 +28,24 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// The baselines send the very statements a Locker sends (internal/sqlstmt).
+// The baselines send the very statements a Locker sends (internal/sqlstmt):
+// an Unlock alone is sqlstmt.ReleaseOne.
 const (
 	benchClaimSQL     = sqlstmt.Claim
-	benchReleaseSQL   = sqlstmt.Release
+	benchReleaseSQL   = sqlstmt.ReleaseOne
 	benchHeartbeatSQL = sqlstmt.Heartbeat
 )
 
 // naiveReleaseSQL is the release without its set_config clause: it commits
 // synchronously, waiting for the WAL flush like any other statement. It is
 // the baseline of BenchmarkReleaseCommit.
-var naiveReleaseSQL = withoutAsyncCommit(sqlstmt.Release)
+var naiveReleaseSQL = withoutAsyncCommit(sqlstmt.ReleaseOne)
 
 // withoutAsyncCommit is release without the clause that makes it commit
 // without waiting for the WAL flush.
 func withoutAsyncCommit(release string) string {
-	const async = "\n     AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
-	naive := strings.Replace(release, async, "", 1)
+	async := regexp.MustCompile(`\n\s+AND set_config\('synchronous_commit', 'off', true\) IS NOT NULL`)
+	naive := async.ReplaceAllLiteralString(release, "")
 	if naive == release {
 		panic("the release statement has no asynchronous commit clause to take out")
 	}
@@ -171,6 +173,7 @@ func lockerCycle(l *pglease.Locker) cycle {
 // pglease renders them, with release as the release statement.
 func rawCycle(db pglease.DB, table, holder, release string) cycle {
 	claim := renderSQL(benchClaimSQL, table)
+	one := strings.HasPrefix(release, "UPDATE") // sqlstmt.ReleaseOne's arguments, not Release's
 	release = renderSQL(release, table)
 	ttl := benchTTL.Seconds()
 	return func(ctx context.Context, key string) (bool, error) {
@@ -178,7 +181,11 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 		if !won || err != nil {
 			return false, err
 		}
-		tag, err := db.Exec(ctx, release, holder, each(1, 0), []string{key}, []int64{fence})
+		args := []any{holder, each(1, 0), []string{key}, []int64{fence}}
+		if one {
+			args = []any{holder, key, fence, 0.0, "20ms"}
+		}
+		tag, err := db.Exec(ctx, release, args...)
 		if err != nil {
 			return true, err
 		}

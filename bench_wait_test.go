@@ -13,41 +13,51 @@ import (
 )
 
 // BenchmarkReleaseNotifyCost measures a release (Unlock, one round trip)
-// with the pg_notify of the released key, without it (the statement before
-// waiting claims existed), and with it while another Locker LISTENs (the
-// notification is then queued for delivery), side by side.
+// on a durable server with the pg_notify of the released key, without it
+// (the statement before waiting claims existed), and with it while another
+// Locker LISTENs (the notification is then queued for delivery), side by
+// side; each with the release's asynchronous commit (commit=async, as a
+// Locker sends it) and committing synchronously (commit=sync): a
+// notification is queued at commit under one server-wide lock, held
+// through the WAL flush of a synchronous commit.
 func BenchmarkReleaseNotifyCost(b *testing.B) {
-	for _, variant := range []string{"without_notify", "with_notify", "with_notify_and_listener"} {
-		b.Run(variant, func(b *testing.B) {
-			ctx := context.Background()
-			pool := benchPool(b, pgtest.Server.DSN(), 8, nil)
-			table := benchTable(b, pool, "wait")
-			l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
-			defer l.Close(ctx)
-			if variant == "without_notify" {
-				pglease.DropReleaseNotify(l)
-			}
-			if variant == "with_notify_and_listener" {
-				other := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet))
-				defer other.Close(ctx)
-				wctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				go func() { _, _ = other.ClaimWait(wctx, "never-released") }()
-				for m, _ := other.WaitMode(); m != pglease.WaitByNotification; m, _ = other.WaitMode() {
-					time.Sleep(time.Millisecond)
+	srv := durableServer(b)
+	for _, commit := range []string{"async", "sync"} {
+		for _, variant := range []string{"without_notify", "with_notify", "with_notify_and_listener"} {
+			b.Run("commit="+commit+"/"+variant, func(b *testing.B) {
+				ctx := context.Background()
+				pool := benchPool(b, srv.DSN(), 8, nil)
+				table := benchTable(b, pool, "wait")
+				l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet))
+				defer l.Close(ctx)
+				if variant == "without_notify" {
+					pglease.DropReleaseNotify(l)
 				}
-			}
-			var spent time.Duration
-			b.ResetTimer()
-			for b.Loop() {
-				lease, err := l.Claim(ctx, "job")
-				require.NoError(b, err)
-				start := time.Now()
-				require.NoError(b, lease.Unlock(ctx))
-				spent += time.Since(start)
-			}
-			b.ReportMetric(float64(spent.Microseconds())/float64(b.N), "us/release")
-		})
+				if commit == "sync" {
+					pglease.SyncRelease(l)
+				}
+				if variant == "with_notify_and_listener" {
+					other := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet))
+					defer other.Close(ctx)
+					wctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					go func() { _, _ = other.ClaimWait(wctx, "never-released") }()
+					for m, _ := other.WaitMode(); m != pglease.WaitByNotification; m, _ = other.WaitMode() {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				var spent time.Duration
+				b.ResetTimer()
+				for b.Loop() {
+					lease, err := l.Claim(ctx, "job")
+					require.NoError(b, err)
+					start := time.Now()
+					require.NoError(b, lease.Unlock(ctx))
+					spent += time.Since(start)
+				}
+				b.ReportMetric(float64(spent.Microseconds())/float64(b.N), "us/release")
+			})
+		}
 	}
 }
 

@@ -44,7 +44,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
-	ctx, leave, err := l.inFlight.enter(ctx)
+	ctx, leave, err := l.inFlight.Enter(ctx)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
@@ -52,7 +52,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	}
 	defer leave()
 
-	done, err := l.turns.take(ctx, key)
+	done, err := l.turns.Take(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
@@ -131,16 +131,16 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 		// carries our holder but is already expired: it is nobody's lease.
 		// It also has a new fence: the previous lease is over.
 		l.supersede(key, "re-claimed by the same holder")
-		l.fences.see(key, s.c.fence, time.Now(), t.ttl+t.minHold)
+		l.fences.See(key, s.c.fence, time.Now(), t.ttl+t.minHold)
 		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
 	}
 	trustUntil := l.trustDeadline(s.at, t.ttl)
-	if trustUntil.left(l, time.Now()) <= 0 {
+	if trustUntil.Left(time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust
 		// window: the Locker could not vouch for it for a moment. Its row
 		// is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
-		l.fences.see(key, s.c.fence, time.Now(), t.ttl+t.minHold)
+		l.fences.See(key, s.c.fence, time.Now(), t.ttl+t.minHold)
 		l.giveBack(ctx, &Lease{key: key, holder: s.c.holder, fence: s.c.fence, acquiredAt: s.c.acquiredAt, terms: t})
 		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
 	}
@@ -198,13 +198,13 @@ func (l *Locker) supersede(key, why string) {
 
 // knownFence is the greatest fence of key this Locker has been handed and
 // may still have a live row under: its lease's, or one it remembers
-// (knownFences). A live row of this holder with a greater fence was
+// (Locker.fences). A live row of this holder with a greater fence was
 // written by a claim of this Locker whose reply it never read.
 func (l *Locker) knownFence(key string) int64 {
 	l.mu.Lock()
 	lease := l.leases[key]
 	l.mu.Unlock()
-	known := l.fences.greatest(key, time.Now())
+	known := l.fences.Greatest(key, time.Now())
 	if lease != nil {
 		known = max(known, lease.fence)
 	}
@@ -232,7 +232,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	if err != nil || !m.live || m.holder != l.cfg.holder || m.fence <= known {
 		return
 	}
-	l.fences.see(key, m.fence, time.Now(), t.ttl+t.minHold)
+	l.fences.See(key, m.fence, time.Now(), t.ttl+t.minHold)
 	l.giveBack(rctx, &Lease{key: key, holder: m.holder, fence: m.fence, terms: t})
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/coalesce"
 )
 
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
@@ -15,7 +17,7 @@ import (
 // milliseconds on a durable server; only a row locked for longer (an open
 // transaction) costs the burst this wait and a second round trip. It is
 // also how long a claim sent alone keeps its place in flight while it
-// waits on a row lock (coalescer.linger): after that, the claims queued
+// waits on a row lock (coalesce.Coalescer.Linger): after that, the claims queued
 // behind it go without it.
 const maxBurstLockWait = 500 * time.Millisecond
 
@@ -57,14 +59,9 @@ type claimCall struct {
 	done  func()
 }
 
-// coalesceAll makes every claim and release take the burst statement,
-// even alone, so that tests run every contract through it
-// (PGLEASE_COALESCE_ALL, export_test.go).
-var coalesceAll bool
-
 // newClaims is the coalescer of a Locker's claims, or nil when its
 // protocol sends them one by one.
-func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
+func (l *Locker) newClaims() *coalesce.Coalescer[claimCall, claimOutcome] {
 	p := l.proto
 	if r, ok := p.(serializationRetry); ok {
 		p = r.protocol
@@ -72,7 +69,7 @@ func (l *Locker) newClaims() *coalescer[claimCall, claimOutcome] {
 	if _, ok := p.(batchClaimer); !ok {
 		return nil
 	}
-	return &coalescer[claimCall, claimOutcome]{send: l.sendClaims, orphan: l.orphanClaim, limit: l.conns.claimLimit(), linger: burstLockWait(l.cfg.ttl)}
+	return &coalesce.Coalescer[claimCall, claimOutcome]{Send: l.sendClaims, Orphan: l.orphanClaim, Limit: l.conns.claimLimit(), Linger: burstLockWait(l.cfg.ttl)}
 }
 
 // maxAloneInFlight is how many claim (or release) statements of a Locker
@@ -93,7 +90,7 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64
 	if l.claims == nil {
 		return l.claimAlone(ctx, key, t)
 	}
-	o, handedOff, err := l.claims.do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
+	o, handedOff, err := l.claims.Do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
 	switch {
 	case handedOff:
 		*done = func() {}
@@ -114,14 +111,15 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms) sent {
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
-// alone, the burst's (sqlstmt.ClaimAll) for a burst. When the burst's
+// alone, the burst's (sqlstmt.ClaimAll) for a burst, or for every claim
+// when the Locker's coalesceAll is set. When the burst's
 // statement fails on an error one row may cause (rowError), each claim goes
 // again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
-	if len(calls) == 1 && !coalesceAll {
+	if len(calls) == 1 && !l.coalesceAll {
 		c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
 		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
 		return out
@@ -196,7 +194,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	// a previous mandate, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
-	l.fences.see(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
+	l.fences.See(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
 	if o.c.live {
 		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms})
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 func TestCoalescedClaimsOfManyKeysAgainstContendingLockersHaveOneWinnerPerKeyAndGrowingFences(t *testing.T) {
@@ -421,4 +422,203 @@ func TestBurstUnderAShortStatementTimeoutStillClaimsEveryFreeKey(t *testing.T) {
 	require.NoError(t, errs[2], "free key c")
 	require.NoError(t, leases[0].Unlock(ctx))
 	require.NoError(t, leases[2].Unlock(ctx))
+}
+
+// sqlLog is a pgx tracer that records the text of every statement sent.
+type sqlLog struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (s *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, data.SQL)
+	return ctx
+}
+
+func (s *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// count is how many of the statements sent were sql.
+func (s *sqlLog) count(sql string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, x := range s.sent {
+		if x == sql {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCoalesceAll proves the switch of PGLEASE_COALESCE_ALL (main_test.go):
+// with it, a claim or a release alone goes through the burst's statement,
+// in every Locker and Elector the tests build; without it, each has the
+// statement of its own.
+func TestCoalesceAll(t *testing.T) {
+	t.Parallel()
+	// counts is how many claim statements alone, burst claim statements,
+	// release statements alone and burst release statements a test sent.
+	type counts struct{ alone, burst, releaseAlone, release int }
+	setup := func(t *testing.T) (context.Context, *pgxpool.Pool, string, *sqlLog, func() counts) {
+		t.Helper()
+		log := &sqlLog{}
+		ctx, pool := pgtest.Ctx(t), pgtest.Pool(t, log)
+		table := pgtest.Table(t, pool)
+		name := pgx.Identifier{table}
+		return ctx, pool, table, log, func() counts {
+			return counts{
+				alone:        log.count(sqlstmt.Render(sqlstmt.Claim, name)),
+				burst:        log.count(sqlstmt.Render(sqlstmt.ClaimAll, name)),
+				releaseAlone: log.count(sqlstmt.Render(sqlstmt.ReleaseOne, name)),
+				release:      log.count(sqlstmt.Render(sqlstmt.Release, name)),
+			}
+		}
+	}
+	// claimOnce claims and releases one key alone.
+	claimOnce := func(t *testing.T, ctx context.Context, l *pglease.Locker) {
+		t.Helper()
+		lease, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	want := func(on bool) counts {
+		if on {
+			return counts{burst: 1, release: 1}
+		}
+		return counts{alone: 1, releaseAlone: 1}
+	}
+
+	t.Run("FollowsTheTestsSwitch", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, _, sent := setup(t)
+		claimOnce(t, ctx, pgtest.Locker(t, pool, table, "a"))
+		require.Equal(t, want(coalesceAll), sent(), "PGLEASE_COALESCE_ALL set: %v", coalesceAll)
+	})
+
+	for name, on := range map[string]bool{"On": true, "Off": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table, _, sent := setup(t)
+			l := pgtest.Locker(t, pool, table, "a")
+			pglease.SetCoalesceAll(l, on)
+			claimOnce(t, ctx, l)
+			require.Equal(t, want(on), sent())
+		})
+	}
+
+	t.Run("ReachesElectors", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, _, sent := setup(t)
+		e := pgtest.Each(pglease.NewElector(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)))
+		require.NoError(t, e.IsLeader(ctx))
+		require.NoError(t, e.Close(ctx))
+		got := sent()
+		require.Equal(t, want(coalesceAll), got)
+	})
+}
+
+// TestOrphanedClaim is the claim whose caller gave up while its burst's
+// statement was in flight (orphanClaim): the coalescer settles it once the
+// statement returns.
+func TestOrphanedClaim(t *testing.T) {
+	t.Parallel()
+
+	// Close waits for the orphan's give-back: it returns only once the
+	// row is released, and no statement of the Locker runs after it.
+	t.Run("GiveBackFinishesBeforeClose", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		f := pgtest.NewFaultyDB(pool)
+		events := pgtest.NewEvents(t)
+		a := pgtest.Each(pglease.NewLocker(f, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook)))
+		b := pgtest.Locker(t, pool, table, "b")
+		_, err := b.Claim(ctx, "x") // x is held elsewhere: its claim in the burst wins nothing
+		require.NoError(t, err)
+
+		releaseClaims := f.Hold("claim")
+		defer releaseClaims()
+		kctx, cancelK := context.WithCancel(ctx)
+		defer cancelK()
+		send := pglease.PrepareClaimBurst([]context.Context{kctx, ctx}, a, []string{"k", "x"})
+		done := make(chan struct{})
+		go func() { send(); close(done) }()
+		<-f.Entered
+		cancelK()
+		ev := events.WaitFor(t, pglease.EventClaimFailed, 10*time.Second)
+		require.Equal(t, "k", ev.Key)
+		releaseReleases := f.Hold("release") // the orphan's give-back will wait here
+		defer releaseReleases()
+		releaseClaims()
+		<-done // x: ErrHeld; k: orphaned, won, and being given back
+		select {
+		case <-f.Entered:
+		case <-ctx.Done():
+			t.Fatal("the orphan's release never came")
+		}
+		closeErr := make(chan error, 1)
+		go func() { closeErr <- a.Close(ctx) }() // a holds no lease of its own
+		select {
+		case err := <-closeErr:
+			t.Fatalf("Close returned (%v) while the orphan's give-back was still in its statement", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		releaseReleases()
+		require.NoError(t, <-closeErr)
+		row, _ := pgtest.ReadRow(t, pool, table, "k")
+		require.False(t, row.Live, "the orphan's give-back of k (fence %d) ran before Close returned", row.Fence)
+	})
+
+	// A re-entrant orphaned claim (the Locker already held the key) ends
+	// the previous lease before its give-back frees the row: another holder
+	// that then takes the key never overlaps a lease Held still hands out.
+	t.Run("ReentrantEndsThePreviousLeaseFirst", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		f := pgtest.NewFaultyDB(pool)
+		events := pgtest.NewEvents(t)
+		a := pgtest.Locker(t, f, table, "a", pglease.WithTTL(30*time.Second), pglease.WithHook(events.Hook))
+		b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(30*time.Second))
+
+		first, err := a.Claim(ctx, "k")
+		require.NoError(t, err)
+
+		release := f.Hold("claim")
+		defer release()
+		kctx, cancelK := context.WithCancel(ctx)
+		defer cancelK()
+		send := pglease.PrepareClaimBurst([]context.Context{kctx, ctx}, a, []string{"k", "x"})
+		type result struct {
+			leases []*pglease.Lease
+			errs   []error
+		}
+		got := make(chan result, 1)
+		go func() { ls, es := send(); got <- result{ls, es} }()
+		select {
+		case <-f.Entered: // the burst's statement is on its way
+		case <-ctx.Done():
+			t.Fatal("burst never sent")
+		}
+		cancelK()                                                         // the caller of k gives up while its claim is in the statement
+		ev := events.WaitFor(t, pglease.EventClaimFailed, 10*time.Second) // Claim(k) has returned its error
+		require.Equal(t, "k", ev.Key)
+		release()
+		r := <-got
+		require.Error(t, r.errs[0], "the cancelled re-entrant claim reports an error")
+		require.NoError(t, r.errs[1])
+
+		require.Eventually(t, func() bool {
+			row, ok := pgtest.ReadRow(t, pool, table, "k")
+			return ok && !row.Live
+		}, 10*time.Second, 20*time.Millisecond, "the orphan's give-back never expired row k")
+		other, err := b.Claim(ctx, "k")
+		require.NoError(t, err, "another holder takes k once the orphan freed it")
+		held, ok := a.Held("k")
+		if ok || first.Err() == nil {
+			t.Fatalf("mutual exclusion broken: b holds k (fence %d) while a's previous lease (fence %d) is still trusted: Held=%v Err=%v",
+				other.Fence(), first.Fence(), ok && held == first, first.Err())
+		}
+		require.ErrorIs(t, first.Err(), pglease.ErrLost)
+	})
 }

@@ -2,37 +2,35 @@ package pglease
 
 import (
 	"context"
-	"os"
 	"sync"
 	"time"
 )
-
-// wallShifts holds, per Locker, how far tests have moved its wall clock.
-var wallShifts sync.Map // *Locker -> time.Duration
-
-func init() {
-	// Set once, before any test runs: replacing wallOf later would race
-	// with the Lockers of parallel tests.
-	wallOf = func(l *Locker, t time.Time) time.Time {
-		wall := t.Round(0)
-		if d, ok := wallShifts.Load(l); ok {
-			wall = wall.Add(d.(time.Duration))
-		}
-		return wall
-	}
-}
 
 // ShiftWallClock makes l's wall clock read d later than the real one from
 // now on (earlier for a negative d), while its monotonic clock runs on
 // unchanged: what a Locker sees after its host was suspended for d, or after
 // a step of the system clock. Other Lockers are not affected.
-func ShiftWallClock(l *Locker, d time.Duration) { wallShifts.Store(l, d) }
+func ShiftWallClock(l *Locker, d time.Duration) { l.clock.Shift(d) }
 
-func init() {
-	// Every claim and release through the burst statements, even alone:
-	// the contract tests then cover them too.
-	coalesceAll = os.Getenv("PGLEASE_COALESCE_ALL") != ""
+// SetCoalesceAll makes every claim and release of l, even one alone, go
+// through the burst's statements (sqlstmt.ClaimAll, sqlstmt.Release), so
+// that the contract tests cover them too. Call it before l's first claim.
+// The tests' TestMain sets it on every Locker pgtest builds when
+// PGLEASE_COALESCE_ALL is set.
+func SetCoalesceAll(l *Locker, on bool) {
+	l.coalesceAll = on
+	p := l.proto
+	if r, ok := p.(serializationRetry); ok {
+		p = r.protocol
+	}
+	if f, ok := p.(*fenced); ok {
+		f.coalesceAll = on
+	}
 }
+
+// SetElectorCoalesceAll is SetCoalesceAll for the Locker of e. Call it
+// before e's first campaign.
+func SetElectorCoalesceAll(e *Elector, on bool) { SetCoalesceAll(e.locker, on) }
 
 // ClaimBurst claims keys on l from one goroutine each and makes every
 // claim that can share a statement go out in one: l's claims queue until
@@ -74,10 +72,7 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 ) (send func() ([]*Lease, []error)) {
 	c := l.claims
 	queued := make(chan struct{}, len(keys))
-	c.mu.Lock()
-	c.onQueue = func() { queued <- struct{}{} }
-	c.mu.Unlock()
-	c.hold()
+	c.Hold(func() { queued <- struct{}{} })
 	leases, errs := make([]*Lease, len(keys)), make([]error, len(keys))
 	var wg sync.WaitGroup
 	seen := map[string]bool{}
@@ -97,11 +92,8 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 		}
 	}
 	return func() ([]*Lease, []error) {
-		c.release()
+		c.Release()
 		wg.Wait()
-		c.mu.Lock()
-		c.onQueue = nil
-		c.mu.Unlock()
 		return leases, errs
 	}
 }
@@ -111,15 +103,7 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 func UnlockBurst(ctx context.Context, l *Locker, leases []*Lease) []error {
 	c := l.releases
 	queued := make(chan struct{}, len(leases))
-	c.mu.Lock()
-	c.onQueue = func() { queued <- struct{}{} }
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.onQueue = nil
-		c.mu.Unlock()
-	}()
-	c.hold()
+	c.Hold(func() { queued <- struct{}{} })
 	errs := make([]error, len(leases))
 	var wg sync.WaitGroup
 	for i, ls := range leases {
@@ -135,7 +119,7 @@ func UnlockBurst(ctx context.Context, l *Locker, leases []*Lease) []error {
 		case <-ctx.Done():
 		}
 	}
-	c.release()
+	c.Release()
 	wg.Wait()
 	return errs
 }

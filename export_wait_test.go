@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"regexp"
 	"strings"
 
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -32,11 +33,26 @@ func Waiters(l *Locker, key string) int {
 // Call it before l's first claim.
 func DropReleaseNotify(l *Locker) {
 	p := l.proto.(serializationRetry).protocol.(*fenced)
-	p.releaseSQL = strings.Replace(p.releaseSQL, ", pg_notify("+quoteChannel(l.waits.table)+", l.key)", "", 1)
-	if !strings.Contains(p.releaseSQL, "pg_notify") {
+	notify := "pg_notify(" + quoteChannel(l.waits.table) + ", l.key)"
+	p.releaseSQL = strings.Replace(p.releaseSQL, ", "+notify, "", 1)
+	p.releaseOneSQL = strings.Replace(p.releaseOneSQL, "RETURNING "+notify, "RETURNING l.key", 1)
+	if !strings.Contains(p.releaseSQL, "pg_notify") && !strings.Contains(p.releaseOneSQL, "pg_notify") {
 		return
 	}
 	panic("DropReleaseNotify: release statement not recognised")
+}
+
+// SyncRelease makes l's releases commit synchronously, waiting for the WAL
+// flush as any statement does: what the asynchronous commit of the release
+// saves, notification included, is measured against it.
+func SyncRelease(l *Locker) {
+	p := l.proto.(serializationRetry).protocol.(*fenced)
+	async := regexp.MustCompile(`\n\s+AND set_config\('synchronous_commit', 'off', true\) IS NOT NULL`)
+	p.releaseSQL = async.ReplaceAllLiteralString(p.releaseSQL, "")
+	p.releaseOneSQL = async.ReplaceAllLiteralString(p.releaseOneSQL, "")
+	if strings.Contains(p.releaseSQL+p.releaseOneSQL, "'synchronous_commit', 'off'") {
+		panic("SyncRelease: release statement not recognised")
+	}
 }
 
 func quoteChannel(t table) string { return "'" + strings.ReplaceAll(t.channel(), "'", "''") + "'" }

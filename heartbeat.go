@@ -64,10 +64,10 @@ func (l *Locker) retryAfter() time.Duration { return max(l.cfg.heartbeat/4, minR
 // locked, and reports false when the statement failed and should be
 // retried soon.
 func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*Lease, ok bool) {
-	if l.gate.enter(ctx, true) != nil {
+	if l.gate.EnterRound(ctx) != nil {
 		return nil, true // Close
 	}
-	defer l.gate.leave(true)
+	defer l.gate.LeaveRound()
 
 	if only == nil {
 		only = l.snapshot()
@@ -80,7 +80,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	for _, ls := range only {
 		ls.checkTrust(now)
 		ls.mu.Lock()
-		held, trust := ls.err == nil, now.Add(ls.trustUntil.left(l, now))
+		held, trust := ls.err == nil, now.Add(ls.trustUntil.Left(now))
 		ls.mu.Unlock()
 		if !held {
 			continue

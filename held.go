@@ -58,7 +58,7 @@ func (l *Locker) Leases() []LeaseInfo {
 			Fence:      ls.fence,
 			AcquiredAt: ls.acquiredAt,
 			ExpiresAt:  ls.expiresAt,
-			TrustUntil: now.Add(ls.trustUntil.left(l, now)),
+			TrustUntil: now.Add(ls.trustUntil.Left(now)),
 			State:      LeaseConfirmed,
 		}
 		switch {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+
+	"github.com/pglease/pglease/internal/trust"
 )
 
 var _ gocron.Lock = (*Lease)(nil)
@@ -25,10 +27,10 @@ type Lease struct {
 	terms      terms  // its TTL, min hold and timeout: the Locker's, or a job's
 
 	mu           sync.Mutex
-	expiresAt    time.Time   // server time, from the last claim or heartbeat
-	trustUntil   deadline    // sent_at + its TTL - margin of the last claim or heartbeat
-	trustTimer   *time.Timer // ends the lease at trustUntil, whatever else is going on
-	err          error       // nil while held
+	expiresAt    time.Time      // server time, from the last claim or heartbeat
+	trustUntil   trust.Deadline // sent_at + its TTL - margin of the last claim or heartbeat
+	trustTimer   *time.Timer    // ends the lease at trustUntil, whatever else is going on
+	err          error          // nil while held
 	done         chan struct{}
 	skippedSince time.Time // when a round first found its row locked; zero once extended
 	released     bool      // a release was attempted
@@ -205,36 +207,13 @@ func (ls *Lease) lostErr() error {
 	return ls.err
 }
 
-// deadline is a trust deadline reckoned on both local clocks. The monotonic
-// clock is immune to wall-clock steps, but it stands still while the host or
-// VM is suspended, and so do Go's timers: after a resume it would trust a
-// lease the server expired long ago. The wall clock counts the suspend. A
-// lease is trusted until the earlier of the two has passed: a wall clock
-// stepped back leaves the monotonic deadline in force, and one stepped
-// forward (NTP) only ends leases early, which is safe.
-type deadline struct {
-	mono time.Time // with a monotonic reading
-	wall time.Time // wall clock only (Round(0))
-}
-
-// wallOf is the wall-clock reading of t, a time.Now() value of l's, stripped
-// of its monotonic reading so that comparisons use the wall clock. Tests
-// replace it to make a Locker's wall clock jump as it does over a suspend.
-var wallOf = func(_ *Locker, t time.Time) time.Time { return t.Round(0) }
-
 // trustDeadline is the deadline of a claim or heartbeat sent at sent (a
-// time.Now() value) for a lease of ttl: sent + ttl - margin on each clock.
-// Each lease counts its own TTL (Locker.Job): a job's short lease must not
-// be trusted for the Locker's longer one.
-func (l *Locker) trustDeadline(sent time.Time, ttl time.Duration) deadline {
-	d := ttl - trustMargin(ttl)
-	return deadline{mono: sent.Add(d), wall: wallOf(l, sent).Add(d)}
-}
-
-// left is how long d still holds at now, a time.Now() value of l's: zero or
-// less once either clock has passed it.
-func (d deadline) left(l *Locker, now time.Time) time.Duration {
-	return min(d.mono.Sub(now), d.wall.Sub(wallOf(l, now)))
+// time.Now() value) for a lease of ttl: sent + ttl - margin on each of the
+// Locker's clocks (internal/trust). Each lease counts its own TTL
+// (Locker.Job): a job's short lease must not be trusted for the Locker's
+// longer one.
+func (l *Locker) trustDeadline(sent time.Time, ttl time.Duration) trust.Deadline {
+	return l.clock.Deadline(sent, ttl-trustMargin(ttl))
 }
 
 // minWatch is the shortest slice the watchdog sleeps (see watchSlice).
@@ -250,67 +229,44 @@ const minWatch = 10 * time.Millisecond
 // lease: a thousand leases cost one wakeup per slice, not a thousand.
 func watchSlice(ttl time.Duration) time.Duration { return max(trustMargin(ttl), minWatch) }
 
+// newWatchdog is the Locker's watchdog: every slice of its shortest TTL
+// (watchSlice) it checks the trust of every held lease, and it sleeps again
+// while any is held and the Locker is open.
+func (l *Locker) newWatchdog() *trust.Watchdog {
+	return &trust.Watchdog{
+		Slice: func() time.Duration { return watchSlice(l.shortestTTL()) },
+		Check: func() {
+			now := time.Now()
+			for _, ls := range l.snapshot() {
+				ls.checkTrust(now)
+			}
+		},
+		Keep: func() bool { return len(l.snapshot()) > 0 && !l.isClosed() },
+	}
+}
+
 // watch starts the watchdog unless it runs: Claim calls it once the lease
 // is registered. It must not be called with a lease's mu held.
 func (l *Locker) watch() {
-	l.watchMu.Lock()
-	defer l.watchMu.Unlock()
-	if l.watching || l.isClosed() {
-		return
-	}
-	l.watching = true
-	if l.watchdog == nil {
-		l.watchdog = time.AfterFunc(watchSlice(l.shortestTTL()), l.watchRound)
-	} else {
-		l.watchdog.Reset(watchSlice(l.shortestTTL()))
+	if !l.isClosed() {
+		l.watchdog.Start()
 	}
 }
 
 // rewatch cuts the watchdog's current sleep to the slice of the shortest
 // TTL, which Locker.Job has just lowered: a lease of the new job must not
 // wait for a longer TTL's slice to be found past its trust deadline.
-func (l *Locker) rewatch() {
-	l.watchMu.Lock()
-	defer l.watchMu.Unlock()
-	if l.watching {
-		l.watchdog.Reset(watchSlice(l.shortestTTL()))
-	}
-}
+func (l *Locker) rewatch() { l.watchdog.Cut() }
 
-// watchRound is the watchdog: it checks the trust of every held lease, and
-// sleeps again while any is held.
-func (l *Locker) watchRound() {
-	now := time.Now()
-	for _, ls := range l.snapshot() {
-		ls.checkTrust(now)
-	}
-	l.watchMu.Lock()
-	defer l.watchMu.Unlock()
-	if !l.watching {
-		return // stopped by unwatch
-	}
-	if len(l.snapshot()) == 0 || l.isClosed() {
-		l.watching = false // the next Claim starts it again
-		return
-	}
-	l.watchdog.Reset(watchSlice(l.shortestTTL()))
-}
-
-// unwatch stops the watchdog: Close calls it once every lease has ended.
-func (l *Locker) unwatch() {
-	l.watchMu.Lock()
-	defer l.watchMu.Unlock()
-	l.watching = false
-	if l.watchdog != nil {
-		l.watchdog.Stop()
-	}
-}
+// unwatch stops the watchdog for good: Close calls it once every lease has
+// ended.
+func (l *Locker) unwatch() { l.watchdog.Stop() }
 
 // checkTrust ends the lease once its local trust deadline has passed on
 // either clock: past it, the server may already have let another holder in.
 func (ls *Lease) checkTrust(now time.Time) {
 	ls.mu.Lock()
-	untrusted := ls.err == nil && ls.trustUntil.left(ls.locker, now) <= 0
+	untrusted := ls.err == nil && ls.trustUntil.Left(now) <= 0
 	ls.mu.Unlock()
 	if untrusted {
 		why := "trust deadline passed without a successful heartbeat"
@@ -339,7 +295,7 @@ func (ls *Lease) checkTrust(now time.Time) {
 // jumps past the deadline.)
 func (ls *Lease) trust(sent time.Time) {
 	ls.trustUntil = ls.locker.trustDeadline(sent, ls.terms.ttl)
-	wait := ls.trustUntil.left(ls.locker, time.Now())
+	wait := ls.trustUntil.Left(time.Now())
 	if ls.trustTimer == nil {
 		ls.trustTimer = time.AfterFunc(wait, func() { ls.checkTrust(time.Now()) })
 	} else {

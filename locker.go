@@ -14,6 +14,14 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/fence"
+	"github.com/pglease/pglease/internal/flight"
+	"github.com/pglease/pglease/internal/gate"
+	"github.com/pglease/pglease/internal/skew"
+	"github.com/pglease/pglease/internal/trust"
+	"github.com/pglease/pglease/internal/turn"
 )
 
 // DB is what pglease needs from PostgreSQL. *pgxpool.Pool and *pgx.Conn
@@ -39,18 +47,24 @@ type Locker struct {
 	// gate lets a heartbeat round run alone and releases together, so that
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
 	// just released.
-	gate roundGate
+	gate gate.Gate
 	// round says what the heartbeat is doing, for the cause of a loss.
 	round roundState
 
-	// turns lets one claim of a key run at a time (see keyTurns).
-	turns keyTurns
+	// turns lets one claim of a key run at a time, so that the lease
+	// registered last is the one committed last (see internal/turn).
+	turns turn.Turns[string]
 
 	// claims and releases send the claims and releases that arrive while
 	// another of their statements is in flight together, in one (see
-	// coalescer); claims is nil when the protocol sends them one by one.
-	claims   *coalescer[claimCall, claimOutcome]
-	releases *coalescer[releasing, releaseResult]
+	// internal/coalesce); claims is nil when the protocol sends them one by
+	// one.
+	claims   *coalesce.Coalescer[claimCall, claimOutcome]
+	releases *coalesce.Coalescer[releasing, releaseResult]
+	// coalesceAll sends even a claim alone through the burst's statement,
+	// so that tests run every contract through it (export_test.go); set
+	// before the first claim.
+	coalesceAll bool
 
 	mu       sync.Mutex
 	leases   map[string]*Lease // the newest unended lease per key
@@ -59,19 +73,22 @@ type Locker struct {
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
 
-	skew  skewFilter // the clock-skew reading, from claims
-	waits waiting    // waiting claims and their listener (wait.go)
+	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
+	waits waiting     // waiting claims and their listener (wait.go)
 
-	watchMu  sync.Mutex  // guards the watchdog (Locker.watch); taken before mu
-	watchdog *time.Timer // checks every lease's trust while any is held
-	watching bool        // watchdog armed
+	// watchdog checks every lease's trust while any is held (Locker.watch);
+	// its lock is taken before mu.
+	watchdog *trust.Watchdog
+	// clock is the Locker's wall clock, for trust deadlines and the
+	// clock-skew reading (tests shift it, export_test.go).
+	clock trust.Clock
 
 	// inFlight counts the claims on their way (Claim, Lock, ClaimWait):
 	// Close ends them and waits for them.
-	inFlight flights
+	inFlight flight.Flights
 	// fences remembers the fences handed out, for the give-back of a claim
 	// whose outcome is unknown (claim.go).
-	fences knownFences
+	fences fence.Known[string]
 
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
@@ -126,6 +143,7 @@ func newLocker(db DB, opts []Option, ctor constructor) *Locker {
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
+	l.watchdog = l.newWatchdog()
 	l.waits.table = t
 	return l
 }
@@ -206,8 +224,8 @@ func (l *Locker) Close(ctx context.Context) error {
 		held = append(held, lease)
 	}
 	l.mu.Unlock()
-	l.inFlight.close() // claims in flight end with ErrClosed; no new one starts
-	l.stopWaiting()    // waiting claims return ErrClosed; the listener stops
+	l.inFlight.Close(ErrClosed) // claims in flight end with ErrClosed; no new one starts
+	l.stopWaiting()             // waiting claims return ErrClosed; the listener stops
 
 	if stop != nil {
 		stop()
@@ -223,7 +241,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	}
 	// A claim in flight gives back what it may have committed before it
 	// returns (settle), on these connections.
-	if err := l.inFlight.wait(rctx); err != nil {
+	if err := l.inFlight.Wait(rctx); err != nil {
 		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
 	}
 	// An Unlock that began before Close is left to it (releaseAll): wait
@@ -236,10 +254,10 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	if l.claims != nil { // nil: claims go one by one
-		l.claims.wait()
+		l.claims.Wait()
 	}
 	if l.releases != nil {
-		l.releases.wait()
+		l.releases.Wait()
 	}
 	l.unwatch()
 	l.conns.close()
@@ -255,7 +273,7 @@ func (l *Locker) isClosed() bool {
 
 // register makes lease the newest for its key and starts the heartbeat if
 // it is not running yet. It returns the lease it replaces, if any. Claims
-// of one key take turns (keyTurns), so the lease registered last is the
+// of one key take turns (Locker.turns), so the lease registered last is the
 // one committed last: the row's mandate, with or without a fence to say so.
 func (l *Locker) register(lease *Lease) (*Lease, error) {
 	l.mu.Lock()
@@ -265,7 +283,7 @@ func (l *Locker) register(lease *Lease) (*Lease, error) {
 	}
 	prev := l.leases[lease.key]
 	l.leases[lease.key] = lease
-	l.fences.see(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
+	l.fences.See(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
 	if l.stop == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		l.stop, l.loopDone = stop, make(chan struct{})

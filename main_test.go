@@ -1,9 +1,24 @@
 package pglease_test
 
 import (
+	"os"
 	"testing"
 
+	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// coalesceAll is PGLEASE_COALESCE_ALL: every claim of every Locker and
+// Elector the tests build goes through the burst's statement, even alone,
+// so that the contract tests cover it too (.ci/run runs the suite so).
+var coalesceAll = os.Getenv("PGLEASE_COALESCE_ALL") != ""
+
+func TestMain(m *testing.M) {
+	var opts []pgtest.MainOption
+	if coalesceAll {
+		opts = append(opts,
+			pgtest.EveryLocker(func(l *pglease.Locker) { pglease.SetCoalesceAll(l, true) }),
+			pgtest.EveryElector(func(e *pglease.Elector) { pglease.SetElectorCoalesceAll(e, true) }))
+	}
+	pgtest.Main(m, opts...)
+}

@@ -2,14 +2,9 @@ package pglease
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/pglease/pglease/internal/listen"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -56,126 +51,29 @@ func (l *Locker) WaitMode() (WaitMode, string) {
 	return w.mode, w.reason
 }
 
-const (
-	// probeTimeout bounds the wait for the probe notification after LISTEN.
-	// PgBouncer in transaction pooling mode accepts LISTEN, but the
-	// notification goes to a server connection no client listens on.
-	probeTimeout = 2 * time.Second
-	// minRelisten and maxRelisten bound the pause before LISTEN is tried
-	// again after the listening connection failed.
-	minRelisten = 100 * time.Millisecond
-	maxRelisten = 30 * time.Second
-	// probePrefix starts the payload of a probe notification. A key of that
-	// shape only gets a spurious wake-up.
-	probePrefix = "pglease-probe:"
-)
-
-// errNoDelivery is the cause of polling when LISTEN works but nothing is
-// delivered: it will not change, so LISTEN is not tried again.
-var errNoDelivery = errors.New("LISTEN was accepted but the probe notification did not arrive")
-
-// listen runs the Locker's listener until ctx ends: one connection, taken
-// from the pool and owned by the Locker from then on (hijacked, so that the
-// pool's Close does not wait for it), LISTENing on the table's channel. A
-// probe checks that notifications arrive; if they do not, waiters poll. A
-// broken connection is replaced; after every (re)LISTEN each waiter tries
-// once, since a release may have been notified while nobody listened.
+// listen runs the Locker's listener until ctx ends (internal/listen): one
+// connection of the pool, owned by the Locker from then on, LISTENing on
+// the table's channel. If notifications do not arrive, waiters poll; after
+// every (re)LISTEN each waiter tries once, since a release may have been
+// notified while nobody listened.
 func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	ch := l.waits.table.channel()
-	pause := minRelisten
-	for {
-		conn, err := l.listenConn(ctx, ch)
-		if ctx.Err() != nil {
-			closeConn(conn)
-			return
-		}
-		if err != nil {
-			l.setWaitMode(WaitByPolling, err.Error())
-			if errors.Is(err, errNoDelivery) {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, maxRelisten)
-			continue
-		}
-		l.waits.mu.Lock()
-		l.waits.pid = conn.PgConn().PID()
-		l.waits.mu.Unlock()
-		l.setWaitMode(WaitByNotification, "")
-		l.waits.wakeAll()
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					l.setWaitMode(WaitByPolling, fmt.Sprintf("the listening connection failed (%v); listening again", err))
-				}
-				break
-			}
-			l.waits.wake(n.Payload)
-		}
-		closeConn(conn)
-		pause = minRelisten
+	ln := &listen.Listener{
+		Pool:    l.conns.pool,
+		Listen:  l.waits.table.render(sqlstmt.Listen),
+		Probe:   sqlstmt.Probe,
+		Channel: l.waits.table.channel(),
+		Notify:  l.waits.wake,
+		Ready: func(pid uint32) {
+			l.waits.mu.Lock()
+			l.waits.pid = pid
+			l.waits.mu.Unlock()
+			l.setWaitMode(WaitByNotification, "")
+			l.waits.wakeAll()
+		},
+		Polling: func(reason error) { l.setWaitMode(WaitByPolling, reason.Error()) },
 	}
-}
-
-// listenConn takes a connection out of the pool, LISTENs on ch, and checks
-// with a probe sent on another connection that notifications arrive.
-func (l *Locker) listenConn(ctx context.Context, ch string) (*pgx.Conn, error) {
-	pc, err := l.conns.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("no connection to LISTEN on: %w", err)
-	}
-	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, l.waits.table.render(sqlstmt.Listen)); err != nil {
-		closeConn(conn)
-		return nil, fmt.Errorf("LISTEN %q failed: %w", ch, err)
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	probe := probePrefix + hex.EncodeToString(b[:])
-	sender, err := l.conns.pool.Acquire(ctx)
-	if err != nil {
-		closeConn(conn)
-		return nil, fmt.Errorf("no connection to send the probe notification on: %w", err)
-	}
-	_, err = sender.Exec(ctx, sqlstmt.Probe, ch, probe)
-	sender.Release()
-	if err != nil {
-		closeConn(conn)
-		return nil, fmt.Errorf("sending the probe notification: %w", err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	for {
-		n, err := conn.WaitForNotification(pctx)
-		switch {
-		case ctx.Err() != nil:
-			return conn, ctx.Err()
-		case pctx.Err() != nil:
-			closeConn(conn)
-			return nil, fmt.Errorf("%w within %v (a pooler in transaction mode, such as PgBouncer, drops notifications)", errNoDelivery, probeTimeout)
-		case err != nil:
-			closeConn(conn)
-			return nil, fmt.Errorf("waiting for the probe notification: %w", err)
-		case n.Payload == probe:
-			return conn, nil
-		}
-		l.waits.wake(n.Payload)
-	}
-}
-
-func closeConn(conn *pgx.Conn) {
-	if conn == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
+	ln.Run(ctx)
 }
 
 // setWaitMode records how waiters wake and reports a change.

@@ -3,6 +3,8 @@ package pglease
 import (
 	"context"
 	"fmt"
+
+	"github.com/pglease/pglease/internal/coalesce"
 )
 
 // releaseResult is what the statement that carried one release said of it.
@@ -14,8 +16,8 @@ type releaseResult struct {
 // newReleases is the coalescer of a Locker's Unlocks: released together
 // when they arrive while other releases are in flight, in one release
 // statement, as Close releases every lease.
-func (l *Locker) newReleases() *coalescer[releasing, releaseResult] {
-	return &coalescer[releasing, releaseResult]{send: l.sendReleases, limit: maxAloneInFlight}
+func (l *Locker) newReleases() *coalesce.Coalescer[releasing, releaseResult] {
+	return &coalesce.Coalescer[releasing, releaseResult]{Send: l.sendReleases, Limit: maxAloneInFlight}
 }
 
 // sendRelease expires r's row, alone or with the other releases of a
@@ -25,7 +27,7 @@ func (l *Locker) sendRelease(ctx context.Context, r releasing) error {
 	if l.releases == nil {
 		return l.releaseAlone(ctx, r)
 	}
-	o, _, err := l.releases.do(ctx, r)
+	o, _, err := l.releases.Do(ctx, r)
 	switch {
 	case err != nil:
 		// Sent or not, the lease has ended; at worst its row lapses at its

@@ -3,8 +3,9 @@ package pglease
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/pglease/pglease/internal/skew"
 )
 
 // Skew is a reading of how far this replica's wall clock is from the
@@ -24,7 +25,7 @@ import (
 // both are evaluated by the statement), and the local clock's rate
 // is right over one round trip. A claim that waited on a row lock has a
 // long round trip and so a wide Uncertainty; the reading keeps the
-// narrowest of the recent samples (see skewFilter).
+// narrowest of the recent samples (see internal/skew).
 type Skew struct {
 	// Offset is the server's clock minus this replica's wall clock:
 	// positive when the server is ahead.
@@ -39,18 +40,7 @@ type Skew struct {
 
 // Beyond is how far the offset is certainly beyond zero: |Offset| -
 // Uncertainty, or 0 when the reading cannot tell the clocks apart.
-func (s Skew) Beyond() time.Duration {
-	return max(s.Offset.Abs()-s.Uncertainty, 0)
-}
-
-// overlaps reports whether two readings can both be right: their
-// intervals Offset ± Uncertainty meet.
-func (s Skew) overlaps(o Skew) bool {
-	return (s.Offset - o.Offset).Abs() <= s.Uncertainty+o.Uncertainty
-}
-
-// skewWindow is how many recent samples the reading chooses from.
-const skewWindow = 8
+func (s Skew) Beyond() time.Duration { return skew.Sample(s).Beyond() }
 
 // skewWarnWithoutMinHold is the skew a Locker without min hold warns
 // beyond. Nothing in the protocol depends on the wall clock (the database
@@ -60,55 +50,14 @@ const skewWindow = 8
 // off is off NTP, which an operator wants to know.
 const skewWarnWithoutMinHold = time.Second
 
-// skewFilter keeps the recent samples and the reading chosen from them:
-// the sample with the smallest Uncertainty among the last skewWindow (as
-// NTP's clock filter does: a delay only ever widens a sample, it never
-// makes a wrong one narrow). A sample whose interval does not meet the
-// reading's means a clock stepped (NTP, a suspend, an operator): the older
-// samples are dropped, so that the reading follows the step at once rather
-// than after skewWindow samples.
-type skewFilter struct {
-	mu      sync.Mutex
-	samples []Skew // oldest first, at most skewWindow
-	reading Skew
-	warned  bool // the reading is beyond the warning bound, and was logged
-}
-
-// add records a sample and returns the new reading, and whether it just
-// crossed the bound (up: now beyond it; down: back within).
-func (f *skewFilter) add(s Skew, bound time.Duration) (reading Skew, up, down bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.samples) > 0 && !s.overlaps(f.reading) {
-		f.samples = f.samples[:0]
-	}
-	if len(f.samples) == skewWindow {
-		f.samples = append(f.samples[:0], f.samples[1:]...)
-	}
-	f.samples = append(f.samples, s)
-	f.reading = f.samples[0]
-	for _, x := range f.samples[1:] {
-		if x.Uncertainty <= f.reading.Uncertainty {
-			f.reading = x // the newest of the narrowest
-		}
-	}
-	beyond := f.reading.Beyond() > bound
-	up, down = beyond && !f.warned, !beyond && f.warned
-	f.warned = beyond
-	return f.reading, up, down
-}
-
-func (f *skewFilter) get() (Skew, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.reading, !f.reading.At.IsZero()
-}
-
 // ClockSkew returns the Locker's latest reading of its wall clock's skew
 // against the database's, and false before its first successful claim.
 // Readings come from claims and heartbeat rounds, so a Locker that holds
 // leases keeps it fresh; its At says how old it is.
-func (l *Locker) ClockSkew() (Skew, bool) { return l.skew.get() }
+func (l *Locker) ClockSkew() (Skew, bool) {
+	s, ok := l.skew.Get()
+	return Skew(s), ok
+}
 
 // skewBound is the skew beyond which the Locker warns: half the shortest
 // min hold of the Locker and its jobs (Locker.Job).
@@ -131,10 +80,8 @@ func (l *Locker) skewBound() time.Duration {
 // reading. It logs a warning when the reading goes beyond skewBound, once
 // per crossing, and at info level when it comes back within.
 func (l *Locker) recordSkew(server, sent time.Time, took time.Duration) Skew {
-	half := took / 2
-	sample := Skew{Offset: server.Sub(wallOf(l, sent).Add(half)), Uncertainty: half, At: wallOf(l, sent)}
 	bound := l.skewBound()
-	reading, up, down := l.skew.add(sample, bound)
+	reading, up, down := l.skew.Add(skew.Measure(server, l.clock.Wall(sent), took), bound)
 	if up || down {
 		lvl, msg := slog.LevelWarn, "pglease: clock skew against the database beyond the bound"
 		if down {
@@ -148,5 +95,5 @@ func (l *Locker) recordSkew(server, sent time.Time, took time.Duration) Skew {
 			slog.Duration("min_hold", time.Duration(l.minHold.Load())),
 			slog.String("why", "the min hold keeps a later-firing replica from running the same tick only while the replicas' clocks differ by less than it; each replica's skew must stay below half of it (1s without min hold); check NTP on this host"))
 	}
-	return reading
+	return Skew(reading)
 }

@@ -2,6 +2,7 @@ package pglease_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -52,7 +54,7 @@ func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHo
 		mu       sync.Mutex
 		acquired []pglease.Event
 	)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("skewed"),
+	l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("skewed"),
 		pglease.WithTTL(10*time.Second), pglease.WithMinHold(time.Second),
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 		pglease.WithHook(func(e pglease.Event) {
@@ -61,7 +63,7 @@ func TestClockSkewShowsAShiftedReplicaClockAndWarnsOncePerCrossingOfHalfTheMinHo
 				acquired = append(acquired, e)
 				mu.Unlock()
 			}
-		}))
+		})))
 	t.Cleanup(func() { _ = l.Close(ctx) })
 	claim := func(key string) pglease.Skew {
 		t.Helper()
@@ -134,7 +136,7 @@ func TestClockSkewFollowsAClockStepThroughHeartbeatRoundsWithoutAnotherClaim(t *
 	ctx, pool, table := pgtest.Setup(t)
 	logs := &logBuffer{}
 	extended := make(chan pglease.Skew, 100)
-	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("leader"),
+	l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("leader"),
 		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithMinHold(400*time.Millisecond),
 		pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 		pglease.WithHook(func(e pglease.Event) {
@@ -144,7 +146,7 @@ func TestClockSkewFollowsAClockStepThroughHeartbeatRoundsWithoutAnotherClaim(t *
 				default:
 				}
 			}
-		}))
+		})))
 	t.Cleanup(func() { _ = l.Close(ctx) })
 	_, err := l.Claim(ctx, "leadership")
 	require.NoError(t, err)
@@ -171,4 +173,37 @@ func TestClockSkewFollowsAClockStepThroughHeartbeatRoundsWithoutAnotherClaim(t *
 			t.Fatalf("no heartbeat round showed the step of %v; reading %+v", step, func() pglease.Skew { s, _ := l.ClockSkew(); return s }())
 		}
 	}
+}
+
+func TestClockSkew(t *testing.T) {
+	t.Parallel()
+
+	// A heartbeat round's sample is the server's clock as the round ran,
+	// whatever the rows' expiries: a row whose expiry is beyond now + TTL
+	// without any clock step (an operator extended it by an hour before a
+	// deploy) must not make the Locker report the server an hour ahead.
+	t.Run("IgnoresAnExpiryTheRoundDidNotMove", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(3*time.Second), pglease.WithHook(events.Hook))
+
+		_, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+		_, err = pool.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET expires_at = expires_at + interval '1 hour' WHERE key = 'k'`,
+			pgx.Identifier{table}.Sanitize()))
+		require.NoError(t, err)
+
+		require.Eventually(t, func() bool {
+			for _, e := range events.All() {
+				if e.Kind == pglease.EventExtended && !e.Skew.At.IsZero() && e.Leases == 1 {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 20*time.Millisecond)
+		skew, ok := l.ClockSkew()
+		require.True(t, ok)
+		require.Less(t, skew.Beyond(), time.Second, "the reading says the server is %v ahead (± %v); its clock never moved", skew.Offset, skew.Uncertainty)
+	})
 }

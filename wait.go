@@ -241,7 +241,7 @@ type waitHooks struct {
 }
 
 func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
-	ctx, leave, err := l.inFlight.enter(ctx)
+	ctx, leave, err := l.inFlight.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
 	}

@@ -40,6 +40,8 @@ type tickPoint struct {
 	P50, P99   time.Duration // of every Lock call
 	Statements float64       // claim statements per tick
 	CPU        float64       // server CPU seconds per tick; negative when unknown
+	XIDs       float64       // transaction ids per tick, its releases included
+	WALSyncs   float64       // WAL flushes of one tick, its releases included
 }
 
 // counter counts the claim statements its pools send.
@@ -69,7 +71,7 @@ type replica struct {
 // before claims were coalesced (the baseline has no Locker overhead, so it
 // flatters the old path). Winners are released between ticks, untimed.
 // Ticks of the two styles alternate.
-func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs []int, ticks int) ([]tickPoint, error) {
+func studyFleet(ctx context.Context, stats *pgx.Conn, dsn string, postmaster, replicas int, jobs []int, ticks int) ([]tickPoint, error) {
 	var out []tickPoint
 	serverCPU := func() float64 { return lab.ServerCPU(postmaster) }
 	for _, j := range jobs {
@@ -89,6 +91,8 @@ func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs 
 			latencies []time.Duration
 			stmts     int64
 			cpu       float64
+			xids      int64
+			syncs     int64
 		}
 		got := map[string]*acc{}
 		for _, style := range styles {
@@ -102,6 +106,7 @@ func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs 
 			for _, style := range styles {
 				a := got[style]
 				before, cpuBefore := cnt.claims.Load(), serverCPU()
+				xids := nextXID(ctx, stats)
 				took, lat, err := tick(ctx, fleet, table, keys, style)
 				if err != nil {
 					closeFleet(fleet)
@@ -109,9 +114,24 @@ func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs 
 				}
 				a.stmts += cnt.claims.Load() - before
 				a.cpu += serverCPU() - cpuBefore
+				a.xids += nextXID(ctx, stats) - xids
 				a.ticks = append(a.ticks, took)
 				a.latencies = append(a.latencies, lat...)
 			}
+		}
+		// One more tick of each style alone, to read its WAL flushes once
+		// every backend has reported them (settledWALSyncs).
+		pools := make([]*pgxpool.Pool, len(fleet))
+		for i, r := range fleet {
+			pools[i] = r.pool
+		}
+		for _, style := range styles {
+			syncs := settledWALSyncs(ctx, stats, pools...)
+			if _, _, err := tick(ctx, fleet, table, keys, style); err != nil {
+				closeFleet(fleet)
+				return nil, err
+			}
+			got[style].syncs = settledWALSyncs(ctx, stats, pools...) - syncs
 		}
 		closeFleet(fleet)
 		for _, style := range styles {
@@ -127,6 +147,7 @@ func studyFleet(ctx context.Context, dsn string, postmaster, replicas int, jobs 
 				Tick: a.ticks[len(a.ticks)/2],
 				P50:  a.latencies[len(a.latencies)/2], P99: a.latencies[len(a.latencies)*99/100],
 				Statements: float64(a.stmts) / float64(ticks), CPU: cpu,
+				XIDs: float64(a.xids) / float64(ticks), WALSyncs: float64(a.syncs),
 			})
 		}
 	}

@@ -5,6 +5,7 @@
 //	go run ./bench             # the full study, written to docs/bench
 //	go run ./bench -quick -out "$(mktemp -d)"   # a short run, for CI
 //	go run ./bench -fleet      # the fleet study alone
+//	go run ./bench -common     # the common-path study alone
 //
 // The storage study runs a fixed number of claim/release cycles over a few
 // keys, releasing either by expiring the row in place (pglease) or by
@@ -14,7 +15,10 @@
 // against one UPDATE per lease, for 1 to 10,000 leases. The fleet study
 // runs ticks where every replica of a fleet calls Lock for each of J jobs at
 // the same instant, with pglease's coalesced claims and with one claim
-// statement per Lock.
+// statement per Lock. The common-path study runs job runs (Claim + Unlock,
+// W = 1, 4, 16 workers) and a contended key (8 replicas, one key) through a
+// Locker, with today's statements sent raw, and with the statements before
+// the hardening sent raw, in turns, and reads what a losing claim costs.
 package main
 
 import (
@@ -26,6 +30,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/bench/internal/lab"
 )
@@ -44,6 +50,11 @@ type settings struct {
 	jobs      []int // fleet study: jobs due together
 	ticks     int   // fleet study: ticks per style and size
 	fleetOnly bool
+
+	commonOnly   bool
+	workers      []int         // common-path study: workers of a job run
+	slice        time.Duration // common-path study: one turn of a variant
+	commonRounds int           // common-path study: turns of each variant
 }
 
 func main() {
@@ -54,7 +65,12 @@ func main() {
 	flag.IntVar(&s.keys, "keys", 50, "keys the cycles go round")
 	flag.IntVar(&s.replicas, "replicas", 10, "replicas of the fleet study, each with its own pool and Locker")
 	flag.BoolVar(&s.fleetOnly, "fleet", false, "run the fleet study alone, and write only its results (fleet.md, fleet.csv and its plots)")
+	flag.BoolVar(&s.commonOnly, "common", false, "run the common-path study alone, and write only its results (common.md, common.csv)")
 	flag.Parse()
+	s.workers, s.slice, s.commonRounds = []int{1, 4, 16}, 2*time.Second, 7
+	if s.quick {
+		s.slice, s.commonRounds = 200*time.Millisecond, 1
+	}
 	s.sizes, s.reps = []int{1, 10, 100, 1000, 10000}, 3
 	s.jobs, s.ticks = []int{1, 10, 50, 100, 200, 500}, 15
 	if s.quick {
@@ -99,14 +115,43 @@ func run(ctx context.Context, s settings) error {
 	logf("%s PostgreSQL %s, fsync=%s synchronous_commit=%s autovacuum=%s (naptime %s)",
 		db.Kind(), env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
 
+	stats, err := pgx.Connect(ctx, db.DSN())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stats.Close(context.Background()) }()
+	postmaster := lab.PostmasterPID(ctx, pool)
+
+	logf("common-path study: job runs at W = %v and a contended key, %d turns of %v per variant", s.workers, s.commonRounds, s.slice)
+	common, losing, err := studyCommon(ctx, stats, db.DSN(), postmaster, s.workers, s.slice, s.commonRounds)
+	if err != nil {
+		return fmt.Errorf("common-path study: %w", err)
+	}
+	for _, p := range common {
+		logf("  %-27s %-8s %8.0f runs/s, server CPU %6.0f µs/run, %5.2f WAL flushes/run, %5.2f xids/run",
+			p.Case, p.Variant, p.Runs, p.CPU, p.WALSyncs, p.XIDs)
+	}
+	commonReport := commonMarkdown(common, losing, s.slice, s.commonRounds)
+	if err := writeCommonCSV(filepath.Join(s.out, "common.csv"), common); err != nil {
+		return err
+	}
+	if s.commonOnly {
+		if err := os.WriteFile(filepath.Join(s.out, "common.md"), []byte(commonReport), 0o644); err != nil {
+			return err
+		}
+		fmt.Print(commonReport)
+		logf("done; wrote common.md, common.csv to %s", s.out)
+		return nil
+	}
+
 	logf("fleet study: %d replicas x %v jobs due together, %d ticks each", s.replicas, s.jobs, s.ticks)
-	ticks, err := studyFleet(ctx, db.DSN(), lab.PostmasterPID(ctx, pool), s.replicas, s.jobs, s.ticks)
+	ticks, err := studyFleet(ctx, stats, db.DSN(), postmaster, s.replicas, s.jobs, s.ticks)
 	if err != nil {
 		return fmt.Errorf("fleet study: %w", err)
 	}
 	for _, t := range ticks {
-		logf("  %-25s %4d jobs: tick %8.2f ms, Lock p50 %7.2f ms p99 %7.2f ms, %6.1f claim statements, server CPU %7.1f ms",
-			t.Style, t.Jobs, t.Tick.Seconds()*1000, t.P50.Seconds()*1000, t.P99.Seconds()*1000, t.Statements, t.CPU*1000)
+		logf("  %-25s %4d jobs: tick %8.2f ms, Lock p50 %7.2f ms p99 %7.2f ms, %6.1f claim statements, %5.1f xids, %5.1f WAL flushes, server CPU %7.1f ms",
+			t.Style, t.Jobs, t.Tick.Seconds()*1000, t.P50.Seconds()*1000, t.P99.Seconds()*1000, t.Statements, t.XIDs, t.WALSyncs, t.CPU*1000)
 	}
 
 	if s.fleetOnly {
@@ -158,11 +203,11 @@ func run(ctx context.Context, s settings) error {
 	if err := writeFleetCSV(s.out, ticks); err != nil {
 		return err
 	}
-	report := markdown(env, s, runs, beats) + fleetMarkdown(ticks)
+	report := markdown(env, s, runs, beats) + commonReport + fleetMarkdown(ticks)
 	if err := os.WriteFile(filepath.Join(s.out, "results.md"), []byte(report), 0o644); err != nil {
 		return err
 	}
 	fmt.Print("\n" + report)
-	logf("done; wrote results.md, storage.csv, heartbeat.csv, fleet.csv, storage.svg, dead_tuples.svg, heartbeat.svg, fleet_tick.svg, fleet_cpu.svg to %s", s.out)
+	logf("done; wrote results.md, storage.csv, heartbeat.csv, fleet.csv, common.csv, storage.svg, dead_tuples.svg, heartbeat.svg, fleet_tick.svg, fleet_cpu.svg to %s", s.out)
 	return nil
 }

@@ -153,8 +153,8 @@ func fleetMarkdown(points []tickPoint) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### Fleet tick: %d replicas (a pool of %d each) x J jobs due at the same instant (median of %d ticks)\n\n",
 		points[0].Replicas, fleetConns, points[0].Ticks)
-	b.WriteString("| J | style | every job started | Lock p50 | Lock p99 | claim statements | server CPU | tick ratio | CPU ratio |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| J | style | every job started | Lock p50 | Lock p99 | claim statements | transaction ids | WAL flushes | server CPU | tick ratio | CPU ratio |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	base := map[int]tickPoint{}
 	for _, p := range points {
 		if p.Style == tickCoalesced {
@@ -169,9 +169,9 @@ func fleetMarkdown(points []tickPoint) string {
 				cpuRatio = fmt.Sprintf("%.1fx", p.CPU/c)
 			}
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s ms | %s ms | %s ms | %.1f | %s | %.1fx | %s |\n",
+		fmt.Fprintf(&b, "| %d | %s | %s ms | %s ms | %s ms | %.1f | %.1f | %.1f | %s | %.1fx | %s |\n",
 			p.Jobs, p.Style, ms(p.Tick.Seconds()*1000), ms(p.P50.Seconds()*1000), ms(p.P99.Seconds()*1000),
-			p.Statements, cpu, p.Tick.Seconds()/base[p.Jobs].Tick.Seconds(), cpuRatio)
+			p.Statements, p.XIDs, p.WALSyncs, cpu, p.Tick.Seconds()/base[p.Jobs].Tick.Seconds(), cpuRatio)
 	}
 	return b.String()
 }

@@ -28,9 +28,9 @@
 //	pglease_leases_held                      leases held now
 //	pglease_leases_lost_total                leases that ended without being released
 //	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat round
-//	pglease_heartbeat_failures_total         failed heartbeat rounds (retried until the trust deadline)
-//	pglease_releases_total{outcome}          released | lost (a later mandate owned the key) | error
-//	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim
+//	pglease_heartbeat_failures_total         failed heartbeat rounds (retried while the lease is trusted)
+//	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | error
+//	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim or heartbeat
 //	pglease_clock_skew_uncertainty_seconds   the bound on its error (half the round trip of its sample)
 //
 // Both skew gauges are 0 until the first claim. Alert on
@@ -47,4 +47,19 @@
 // adds a "key" label to the claim, held, lost and release metrics (not to
 // the heartbeat ones, which cover all the leases of a Locker in one round).
 // Use it only with a small, fixed set of job names.
+//
+// # Module
+//
+// pgleaseprom is a module of its own, so that importing pglease brings no
+// Prometheus dependency:
+//
+//	go get github.com/pglease/pglease/pgleaseprom
+//
+// Each release tags it with the root module's version (pgleaseprom/v0.4.0
+// beside v0.4.0), and its go.mod requires the root module at that version.
+// The replace directive in its go.mod points the root module at this
+// repository's code for the checks and tests that build each module alone
+// (GOWORK=off): the go command applies a replace only in the module it is
+// run in, so the directive never reaches a module that imports pgleaseprom,
+// which gets the required release.
 package pgleaseprom

@@ -45,11 +45,54 @@ var throughPooler = flag.Bool("pooler", false, "send every test pool through a P
 // poolerDSN is the PgBouncer of -pooler, or empty.
 var poolerDSN string
 
+// every is what Main's options ask done to every Locker and Elector the
+// tests build (Locker, Each). Main sets it before any test runs, and
+// nothing changes it after.
+var every struct {
+	locker  []func(*pglease.Locker)
+	elector []func(*pglease.Elector)
+}
+
+// MainOption is an option of Main.
+type MainOption func()
+
+// EveryLocker has f applied to every Locker that Locker builds, and to
+// every one a test passes through Each, before its first claim.
+func EveryLocker(f func(*pglease.Locker)) MainOption {
+	return func() { every.locker = append(every.locker, f) }
+}
+
+// EveryElector has f applied to every Elector a test passes through Each,
+// before its first campaign.
+func EveryElector(f func(*pglease.Elector)) MainOption {
+	return func() { every.elector = append(every.elector, f) }
+}
+
+// Each applies what Main's options ask of every Locker (EveryLocker) or
+// Elector (EveryElector) to v, and returns it: a test that builds its own
+// with pglease.NewLocker or pglease.NewElector passes it through Each.
+func Each[T *pglease.Locker | *pglease.Elector](v T) T {
+	switch x := any(v).(type) {
+	case *pglease.Locker:
+		for _, f := range every.locker {
+			f(x)
+		}
+	case *pglease.Elector:
+		for _, f := range every.elector {
+			f(x)
+		}
+	}
+	return v
+}
+
 // Main starts the server (and the PgBouncer of -pooler), runs the tests,
 // stops what it started and exits; the run fails when a goroutine is left
-// behind.
-func Main(m *testing.M) {
+// behind. opts apply to every test of the binary.
+func Main(m *testing.M, opts ...MainOption) {
 	flag.Parse()
+	for _, o := range opts {
+		o()
+	}
 	Server = pgserver.ForTestMain(pgserver.Options{})
 	code := 1
 	if b, ok := startPooler(); ok {
@@ -180,11 +223,12 @@ func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *State
 	return ctx, p, Table(tb, p), counter
 }
 
-// Locker returns a quiet Locker on table, closed at cleanup.
+// Locker returns a quiet Locker on table, closed at cleanup, with what
+// Main's options ask of every Locker (EveryLocker) applied.
 func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	tb.Helper()
 	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
-	l := pglease.NewLocker(db, all...)
+	l := Each(pglease.NewLocker(db, all...))
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }

@@ -19,6 +19,11 @@
 // block is then its whole declaration, doc comment included. A ```go block
 // without a marker is an error: every snippet is compiled.
 //
+// The package documentation of the root package quotes the quick start the
+// same way, without a marker: the first code block of the package comment
+// of each file of GoDocs is the snippet of the function named there
+// (RenderGoDoc).
+//
 // Regenerate with `make readme` (or `go generate ./internal/readme`).
 package readme
 
@@ -40,7 +45,7 @@ import (
 
 // Docs are the Markdown files, relative to the module root, whose Go
 // snippets come from examples.
-var Docs = []string{"README.md", "docs/OPERATIONS.md"}
+var Docs = []string{"README.md", "docs/GUIDE.md", "docs/OPERATIONS.md"}
 
 // marker is the line that names the example of the ```go block below it.
 var marker = regexp.MustCompile(`^\s*<!--\s*example:\s*([A-Za-z0-9_./]+)\s*-->\s*$`)
@@ -270,4 +275,67 @@ func RenderFile(root, path string, x *Examples) (out []byte, changed []string, e
 		return nil, nil, err
 	}
 	return Render(path, doc, x.Body)
+}
+
+// GoDocs are the Go files, relative to the module root, whose package
+// documentation quotes an example: the first code block of the file's
+// package comment is the snippet of the example named here.
+var GoDocs = map[string]string{"doc.go": "runScheduler"}
+
+// RenderGoDoc returns src, a Go file, with the first code block of its
+// package comment (the lines indented by a tab after "//") replaced by the
+// snippet of ref, and whether it changed. name is the file's name in
+// errors.
+func RenderGoDoc(name string, src []byte, ref string, examples func(ref string) (string, error)) (out []byte, changed bool, err error) {
+	lines := strings.SplitAfter(string(src), "\n")
+	start := -1
+	for i, line := range lines {
+		if strings.HasPrefix(line, "package ") {
+			break
+		}
+		if strings.HasPrefix(line, "//\t") {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return nil, false, fmt.Errorf("%s: no code block in the package comment to hold %s", name, ref)
+	}
+	end := start // past the last code line: blank lines after it are text
+	for j := start; j < len(lines); j++ {
+		if strings.HasPrefix(lines[j], "//\t") {
+			end = j + 1
+			continue
+		}
+		if strings.TrimRight(lines[j], "\r\n") == "//" {
+			continue // a blank line, inside the block if code follows it
+		}
+		break
+	}
+	body, err := examples(ref)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", name, err)
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" {
+			b.WriteString("//\n")
+			continue
+		}
+		b.WriteString("//\t" + line + "\n")
+	}
+	fresh := b.String()
+	old := strings.Join(lines[start:end], "")
+	rest := strings.Join(lines[end:], "")
+	return []byte(strings.Join(lines[:start], "") + fresh + rest), fresh != old, nil
+}
+
+// RenderGoDocFile renders the Go file at path (relative to root), one of
+// GoDocs, from the examples under root.
+func RenderGoDocFile(root, path string, x *Examples) (out []byte, changed bool, err error) {
+	src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(path))) //nolint:gosec // one of GoDocs, under the module root
+	if err != nil {
+		return nil, false, err
+	}
+	return RenderGoDoc(path, src, GoDocs[path], x.Body)
 }

@@ -86,3 +86,41 @@ func TestRenderRefusesUnmarkedGoBlocksAndMarkersOfMissingExamples(t *testing.T) 
 	_, _, err = readme.Render("doc.md", []byte("<!-- example: ExampleGreet -->\ntext\n"), examples(t).Body)
 	require.ErrorContains(t, err, "marker for ExampleGreet is not followed by a ```go block")
 }
+
+func TestRenderGoDoc(t *testing.T) {
+	t.Parallel()
+	const src = "// Package p says hello.\n//\n//\tstale()\n//\n//\tstale()\n//\n// Text after.\n//\n//\tanother block, kept\npackage p\n"
+	const want = "// Package p says hello.\n//\n//\t// greet says hello to name,\n//\t// in two lines of doc.\n//\tfunc greet(name string) {\n" +
+		"//\t\t// Not a snippet's body: the whole declaration.\n//\t\tfmt.Println(\"hello\", name) // to stdout\n//\t}\n" +
+		"//\n// Text after.\n//\n//\tanother block, kept\npackage p\n"
+
+	t.Run("WritesTheFirstCodeBlockOfThePackageComment", func(t *testing.T) {
+		t.Parallel()
+		out, changed, err := readme.RenderGoDoc("doc.go", []byte(src), "greet", examples(t).Body)
+		require.NoError(t, err)
+		assert.True(t, changed)
+		assert.Equal(t, want, string(out))
+
+		again, changed, err := readme.RenderGoDoc("doc.go", out, "greet", examples(t).Body)
+		require.NoError(t, err)
+		assert.False(t, changed, "a rendered file is up to date")
+		assert.Equal(t, want, string(again))
+	})
+	t.Run("ReplacesTheWholeBlockAcrossBlankLines", func(t *testing.T) {
+		t.Parallel()
+		out, changed, err := readme.RenderGoDoc("doc.go", []byte(src), "ExampleGreet_twice", examples(t).Body)
+		require.NoError(t, err)
+		assert.True(t, changed)
+		assert.Equal(t, "// Package p says hello.\n//\n//\tfmt.Println(\"a\")\n//\tfmt.Println(\"b\")\n//\n// Text after.\n//\n//\tanother block, kept\npackage p\n", string(out))
+	})
+	t.Run("RefusesAPackageCommentWithoutCodeBlock", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := readme.RenderGoDoc("doc.go", []byte("// Package p.\npackage p\n\n//\tnot the package comment\n"), "greet", examples(t).Body)
+		require.ErrorContains(t, err, "doc.go: no code block in the package comment to hold greet")
+	})
+	t.Run("RefusesAMissingExample", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := readme.RenderGoDoc("doc.go", []byte(src), "ExampleMissing", examples(t).Body)
+		require.ErrorContains(t, err, "no function ExampleMissing")
+	})
+}

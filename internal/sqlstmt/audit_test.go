@@ -77,6 +77,7 @@ var writes = map[string]writeClass{
 	"UnfencedClaim":             unfencedClaimOfFreeOrOwn,
 	"Heartbeat":                 mandateOfFence,
 	"Release":                   mandateOfFence,
+	"ReleaseOne":                mandateOfFence,
 	"UnfencedHeartbeat":         mandateOfForgedHolder,
 	"UnfencedRelease":           mandateOfForgedHolder,
 	"extendMine":                partOfMine,
@@ -85,6 +86,8 @@ var writes = map[string]writeClass{
 	"ForceExpire":               operatorUnderRowLock,
 	"SeedLeases":                benchmark,
 	"BaselinePerLeaseHeartbeat": benchmark,
+	"BaselineUnhardenedClaim":   benchmark,
+	"BaselineUnhardenedRelease": benchmark,
 }
 
 // writeTo finds a statement that inserts, updates or deletes rows of the

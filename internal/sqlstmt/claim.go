@@ -2,14 +2,38 @@ package sqlstmt
 
 import "strings"
 
-// raiseSyncCommit raises synchronous_commit to on, for this
-// transaction only, when the session's setting (its own, its role's, its
-// database's or the server's default) is off or local. It keeps remote_write,
-// on and remote_apply as they are: off would let a crash lose a write that
-// was acknowledged to the caller, and local would let a failover to a
-// synchronous standby lose it, while a stronger setting is the operator's
-// choice. It is evaluated inside the statement, so it costs no round trip.
+// deferSyncCommit makes a claim commit without waiting for the WAL flush
+// unless it takes a row: it saves the session's synchronous_commit (its
+// own, its role's, its database's or the server's default) in
+// pglease.synchronous_commit and turns the setting off, both for this
+// transaction only. It sits in the claim's clock subquery, evaluated once
+// per statement before any row is judged (PostgreSQL never pulls up a
+// subquery whose output calls a volatile function). A claim that takes
+// nothing has nothing worth a flush: one that only read (claimFree) has no
+// transaction id and commits nothing, and one that locked a row it then lost
+// (a claim racing the winner of an expired row, whose ON CONFLICT locks the
+// row before judging it) would otherwise hold that row locked, against the
+// holder's release, until its flush; its lock record lost in a crash costs
+// nothing. raiseSyncCommit puts the setting back, raised, for every row the
+// claim takes.
+const deferSyncCommit = `set_config('synchronous_commit',
+         CASE WHEN set_config('pglease.synchronous_commit', current_setting('synchronous_commit'), true) IS NOT NULL
+              THEN 'off' END, true)`
+
+// raiseSyncCommit raises synchronous_commit to on, for this transaction
+// only, when the setting the claim found (deferSyncCommit saved it) is off
+// or local. It keeps remote_write, on and remote_apply as they are: off
+// would let a crash lose a write that was acknowledged to the caller, and
+// local would let a failover to a synchronous standby lose it, while a
+// stronger setting is the operator's choice. It is evaluated inside the
+// statement, so it costs no round trip.
 const raiseSyncCommit = `set_config('synchronous_commit',
+         CASE WHEN current_setting('pglease.synchronous_commit') IN ('off', 'local') THEN 'on'
+              ELSE current_setting('pglease.synchronous_commit') END, true)`
+
+// raiseSessionSyncCommit is raiseSyncCommit for a statement that did not
+// defer the setting (the heartbeat): it reads the session's own.
+const raiseSessionSyncCommit = `set_config('synchronous_commit',
          CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
               ELSE current_setting('synchronous_commit') END, true)`
 
@@ -74,16 +98,15 @@ const claimFree = `NOT EXISTS (SELECT 1 FROM {table} AS cur
 //     does between two readings. DO UPDATE takes both from EXCLUDED: they were evaluated
 //     before any wait on the row lock, and clock_timestamp() there would
 //     break the CHECK after a wait longer than the TTL (SQLSTATE 23514).
-//   - RETURNING raises synchronous_commit (raiseSyncCommit) for every row
-//     the claim takes, before its commit, where the setting is read: a
-//     claim acknowledged to the caller must survive a crash, or after the
-//     restart another holder would claim the same live key and the
-//     sequence, whose advance was lost with it, would issue the same
-//     fences again. A claim that takes nothing returns no row and keeps the
-//     session's setting: one that only locked a row it then lost (a claim
-//     racing the winner of an expired row) has nothing worth a WAL flush,
-//     and would otherwise hold that row locked, against the holder's
-//     release, until its flush.
+//   - The claim commits asynchronously (deferSyncCommit) unless it takes a
+//     row: RETURNING raises synchronous_commit back (raiseSyncCommit) for
+//     every row the claim takes, before its commit, where the setting is
+//     read. A claim acknowledged to the caller must survive a crash, or
+//     after the restart another holder would claim the same live key and
+//     the sequence, whose advance was lost with it, would issue the same
+//     fences again. A claim that takes nothing has nothing worth a flush,
+//     and one that only locked a row it then lost would otherwise hold that
+//     row locked, against the holder's release, until its flush.
 //   - claimFree: a claim of a key another holder's live lease has returns
 //     no row having only read it: no lock, no transaction id, no WAL.
 //   - live reports whether the lease is still unexpired after that wait; a
@@ -94,8 +117,9 @@ const claimFree = `NOT EXISTS (SELECT 1 FROM {table} AS cur
 // The alias keeps the statement the same whatever the table is called.
 const Claim = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3)
-  FROM (SELECT clock_timestamp() AS t) AS clock, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
- WHERE ` + claimFree + `
+  FROM (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync) AS clock,
+       (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
+ WHERE clock.sync IS NOT NULL AND ` + claimFree + `
 ` + claimConflict + `RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable`
 
 // ClaimAll is Claim for every claim of a burst, in one statement,
@@ -131,9 +155,9 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3)
 //     holds a row for one commit, well under it.
 const ClaimAll = `INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at)
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
-  FROM (SELECT clock_timestamp() AS t) AS clock, (SELECT $1::text AS holder) AS h,
-       unnest($3::text[], $2::float8[]) AS c(key, ttl)
- WHERE ` + claimFree + `
+  FROM (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync) AS clock,
+       (SELECT $1::text AS holder) AS h, unnest($3::text[], $2::float8[]) AS c(key, ttl)
+ WHERE clock.sync IS NOT NULL AND ` + claimFree + `
    AND set_config('lock_timeout', $4, true) IS NOT NULL
  ORDER BY c.key COLLATE "C"
 ` + claimConflict + `RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable`
@@ -167,7 +191,8 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
 //     the min hold from it.
 const UnfencedClaim = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
 SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
-  FROM (SELECT clock_timestamp() AS t) AS clock
+  FROM (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync) AS clock
+ WHERE clock.sync IS NOT NULL
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
        expires_at = GREATEST(lease.expires_at, EXCLUDED.expires_at){acqset}

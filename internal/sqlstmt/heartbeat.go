@@ -9,7 +9,7 @@ const extendMine = `UPDATE {table} AS l
     FROM mine
    WHERE l.key = mine.key
      AND l.expires_at > clock_timestamp()
-     AND ` + raiseSyncCommit + ` IS NOT NULL`
+     AND ` + raiseSessionSyncCommit + ` IS NOT NULL`
 
 // reportedExpiry is the expiry a heartbeat statement reports for a row it
 // extended: the row's own, or, for a row pinned with expires_at =

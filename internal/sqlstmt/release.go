@@ -66,6 +66,37 @@ SELECT c.key, c.fence, false
    AND c.key NOT IN (SELECT key FROM released)
    AND (SELECT count(*) FROM released) < cardinality($3::text[])`
 
+// ReleaseOne is Release for one lease, an Unlock alone (the usual one): a
+// plain UPDATE of one row, which costs the server about half of what
+// Release's CTE over arrays does (a row lock taken apart from the update
+// and its WAL record, an unnest, a join, and the plan of the second scan).
+// The same guard, min hold, asynchronous commit and notification as
+// Release; $1 holder, $2 key, $3 fence, $4 min hold in seconds.
+//
+//   - It waits on the row's lock for at most $5 (lock_timeout, for this
+//     transaction only, set before the row is reached): a claim of another
+//     replica that met the row as it changed hands holds it for one
+//     commit, which waits for no WAL flush (Claim), so the release gets
+//     through at once instead of being sent again and again while
+//     replicas keep claiming. A row locked for longer (an operator's
+//     transaction, a guarded job's) fails the statement with SQLSTATE
+//     55P03 once $5 has passed: the Locker counts the row skipped and
+//     sends it again later, as Release's skipped rows, and the heartbeat
+//     round it holds back meanwhile waits no longer than $5.
+//   - A single row, so the wait cannot close a deadlock: the statement
+//     holds no other lock.
+//   - A row back: released. None: lost (another mandate took the row, or
+//     it lapsed).
+const ReleaseOne = `UPDATE {table} AS l
+   SET expires_at = GREATEST(clock_timestamp(),
+                             l.acquired_at + make_interval(secs => $4),
+                             l.acquired_at + interval '1 microsecond')
+ WHERE l.key = $2 AND l.holder = $1 COLLATE "C" AND l.fence = $3
+   AND l.expires_at > clock_timestamp()
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+   AND set_config('lock_timeout', $5, true) IS NOT NULL
+RETURNING pg_notify({chanlit}, l.key)`
+
 // UnfencedRelease is Release matching each row on its forged holder,
 // with each lease's min hold ($1, one per key) counted from the acquired
 // time each claim returned (a server time), since the table may have no

@@ -1,5 +1,7 @@
-// Command readme writes the Go snippets of README.md and docs/OPERATIONS.md
-// from the example functions they name (see package readme). Run it from
+// Command readme writes the Go snippets of the project's Markdown files
+// (readme.Docs) from the example functions they name, and the code block
+// of the package documentation (readme.GoDocs) from its example (see
+// package readme). Run it from
 // the module root, or pass -root:
 //
 //	go run ./internal/readme/cmd/readme
@@ -37,6 +39,19 @@ func run(root string) error {
 			return err
 		}
 		fmt.Printf("%s: wrote %v\n", path, changed)
+	}
+	for path := range readme.GoDocs {
+		out, changed, err := readme.RenderGoDocFile(root, path, x)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(root, filepath.FromSlash(path)), out, 0o644); err != nil { //nolint:gosec // a source file in the repository, readable by all
+			return err
+		}
+		fmt.Printf("%s: wrote %s\n", path, readme.GoDocs[path])
 	}
 	return nil
 }

@@ -1,0 +1,347 @@
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// statements is a Send that records every statement and holds each one
+// until the test lets it return; each result is its q times ten.
+type statements struct {
+	mu      sync.Mutex
+	sent    [][]int
+	ctxs    []context.Context
+	entered chan int      // the index of each statement as it is sent
+	proceed chan struct{} // one value lets one statement return
+}
+
+func newStatements() *statements {
+	return &statements{entered: make(chan int, 100), proceed: make(chan struct{}, 100)}
+}
+
+func (s *statements) send(ctx context.Context, qs []int) []int {
+	s.mu.Lock()
+	s.sent = append(s.sent, slices.Clone(qs))
+	s.ctxs = append(s.ctxs, ctx)
+	i := len(s.sent) - 1
+	s.mu.Unlock()
+	s.entered <- i
+	<-s.proceed
+	rs := make([]int, len(qs))
+	for j, q := range qs {
+		rs[j] = q * 10
+	}
+	return rs
+}
+
+func (s *statements) batches() [][]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sent)
+}
+
+func (s *statements) ctx(i int) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ctxs[i]
+}
+
+// entry waits for the next statement to be sent.
+func entry(t *testing.T, s *statements) int {
+	t.Helper()
+	select {
+	case i := <-s.entered:
+		return i
+	case <-time.After(5 * time.Second):
+		t.Fatal("no statement was sent")
+		return -1
+	}
+}
+
+type result struct {
+	q, r      int
+	handedOff bool
+	err       error
+}
+
+// do runs c.Do(ctx, q) on a goroutine of its own.
+func do(ctx context.Context, c *Coalescer[int, int], q int, out chan<- result) {
+	go func() {
+		r, h, err := c.Do(ctx, q)
+		out <- result{q: q, r: r, handedOff: h, err: err}
+	}()
+}
+
+// queueOf returns a Coalescer's onQueue that counts calls queued.
+func queueOf(n int) (func(), chan struct{}) {
+	ch := make(chan struct{}, n)
+	return func() { ch <- struct{}{} }, ch
+}
+
+func waitN(t *testing.T, ch <-chan struct{}, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call never queued")
+		}
+	}
+}
+
+func TestCoalescer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SendsACallAloneWhenPlacesAreFree", func(t *testing.T) {
+		t.Parallel()
+		for _, limit := range []int{1, 2, 4} {
+			s := newStatements()
+			c := &Coalescer[int, int]{Send: s.send, Limit: limit}
+			out := make(chan result, limit)
+			for q := range limit {
+				do(context.Background(), c, q, out)
+			}
+			for range limit {
+				entry(t, s)
+			}
+			for range limit {
+				s.proceed <- struct{}{}
+			}
+			for range limit {
+				if r := <-out; r.err != nil || r.r != r.q*10 {
+					t.Fatalf("limit %d: call %d got %d, %v", limit, r.q, r.r, r.err)
+				}
+			}
+			for _, b := range s.batches() {
+				if len(b) != 1 {
+					t.Fatalf("limit %d: a statement carried %v, want one call each", limit, b)
+				}
+			}
+		}
+	})
+
+	t.Run("SendsCallsQueuedMeanwhileInOneStatement", func(t *testing.T) {
+		t.Parallel()
+		cases := []struct {
+			limit, calls int
+		}{{1, 2}, {1, 8}, {2, 9}, {4, 40}}
+		for _, tc := range cases {
+			s := newStatements()
+			onQueue, queued := queueOf(tc.calls)
+			c := &Coalescer[int, int]{Send: s.send, Limit: tc.limit}
+			c.onQueue = onQueue
+			out := make(chan result, tc.calls)
+			for q := range tc.limit {
+				do(context.Background(), c, q, out)
+				entry(t, s)
+			}
+			for q := tc.limit; q < tc.calls; q++ {
+				do(context.Background(), c, q, out)
+			}
+			waitN(t, queued, tc.calls-tc.limit)
+			for range tc.calls {
+				s.proceed <- struct{}{}
+			}
+			for range tc.calls {
+				if r := <-out; r.err != nil || r.r != r.q*10 {
+					t.Fatalf("%+v: call %d got %d, %v", tc, r.q, r.r, r.err)
+				}
+			}
+			if n := len(s.batches()); n != tc.limit+1 {
+				t.Fatalf("%+v: %d statements %v, want limit+1", tc, n, s.batches())
+			}
+			if got := s.batches()[tc.limit]; len(got) != tc.calls-tc.limit {
+				t.Fatalf("%+v: the last statement carried %v", tc, got)
+			}
+		}
+	})
+
+	t.Run("NeverSendsACallWhoseCallerLeftWhileQueued", func(t *testing.T) {
+		t.Parallel()
+		s := newStatements()
+		onQueue, queued := queueOf(2)
+		c := &Coalescer[int, int]{Send: s.send, Limit: 1}
+		c.onQueue = onQueue
+		out := make(chan result, 3)
+		do(context.Background(), c, 1, out)
+		entry(t, s)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		gone := errors.New("gone")
+		do(ctx, c, 2, out)
+		do(context.Background(), c, 3, out)
+		waitN(t, queued, 2)
+		cancel(gone)
+		if r := <-out; r.q != 2 || !errors.Is(r.err, gone) || r.handedOff {
+			t.Fatalf("the call that left got %+v, want its cause and not handed off", r)
+		}
+		s.proceed <- struct{}{}
+		s.proceed <- struct{}{}
+		<-out
+		<-out
+		if got := s.batches(); len(got) != 2 || !slices.Equal(got[1], []int{3}) {
+			t.Fatalf("statements %v, want [1] then [3]", got)
+		}
+	})
+
+	t.Run("HandsTheResultOfACallerWhoLeftAfterItWasSentToOrphan", func(t *testing.T) {
+		t.Parallel()
+		s := newStatements()
+		onQueue, queued := queueOf(2)
+		orphans := make(chan [2]int, 1)
+		c := &Coalescer[int, int]{Send: s.send, Limit: 1, Orphan: func(q, r int) { orphans <- [2]int{q, r} }}
+		c.onQueue = onQueue
+		out := make(chan result, 3)
+		do(context.Background(), c, 1, out)
+		entry(t, s)
+		ctx, cancel := context.WithCancel(context.Background())
+		do(ctx, c, 2, out)
+		do(context.Background(), c, 3, out)
+		waitN(t, queued, 2)
+		s.proceed <- struct{}{} // [1] returns; [2 3] is sent
+		entry(t, s)
+		cancel()
+		var left result
+		for range 2 {
+			if r := <-out; r.q == 2 {
+				left = r
+			}
+		}
+		if !left.handedOff || !errors.Is(left.err, context.Canceled) {
+			t.Fatalf("the caller who left got %+v, want handed off with its cause", left)
+		}
+		if s.ctx(1).Err() != nil {
+			t.Fatal("the statement was cancelled while call 3 still waited on it")
+		}
+		s.proceed <- struct{}{}
+		if r := <-out; r.q != 3 || r.r != 30 || r.err != nil {
+			t.Fatalf("call 3 got %+v", r)
+		}
+		if o := <-orphans; o != [2]int{2, 20} {
+			t.Fatalf("Orphan got %v, want [2 20]", o)
+		}
+	})
+
+	t.Run("CancelsAStatementOnceEveryCallerInItLeft", func(t *testing.T) {
+		t.Parallel()
+		s := newStatements()
+		onQueue, queued := queueOf(2)
+		c := &Coalescer[int, int]{Send: s.send, Limit: 1}
+		c.onQueue = onQueue
+		out := make(chan result, 3)
+		do(context.Background(), c, 1, out)
+		entry(t, s)
+		ctx2, cancel2 := context.WithCancelCause(context.Background())
+		ctx3, cancel3 := context.WithCancelCause(context.Background())
+		do(ctx2, c, 2, out)
+		do(ctx3, c, 3, out)
+		waitN(t, queued, 2)
+		s.proceed <- struct{}{}
+		<-out
+		entry(t, s)
+		first, last := errors.New("first to leave"), errors.New("last to leave")
+		cancel2(first)
+		<-out
+		if s.ctx(1).Err() != nil {
+			t.Fatal("the statement ended while a caller still waited")
+		}
+		cancel3(last)
+		<-out
+		select {
+		case <-s.ctx(1).Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the statement's context never ended")
+		}
+		// The cause is one of the callers': the last whose end was seen.
+		if cause := context.Cause(s.ctx(1)); !errors.Is(cause, last) && !errors.Is(cause, first) {
+			t.Fatalf("statement ended with %v, want the cause of one of its callers", cause)
+		}
+		s.proceed <- struct{}{}
+		c.Wait()
+	})
+
+	t.Run("ALingeringStatementGivesItsPlaceToTheQueue", func(t *testing.T) {
+		t.Parallel()
+		s := newStatements()
+		c := &Coalescer[int, int]{Send: s.send, Limit: 1, Linger: 5 * time.Millisecond}
+		out := make(chan result, 2)
+		do(context.Background(), c, 1, out)
+		entry(t, s)
+		do(context.Background(), c, 2, out)
+		entry(t, s) // sent while [1] is still in flight
+		s.proceed <- struct{}{}
+		s.proceed <- struct{}{}
+		<-out
+		<-out
+		if got := s.batches(); len(got) != 2 || len(got[0]) != 1 || len(got[1]) != 1 {
+			t.Fatalf("statements %v, want two of one call each", got)
+		}
+		c.Wait()
+	})
+
+	t.Run("WaitReturnsOnlyOnceTheOrphanHasRun", func(t *testing.T) {
+		t.Parallel()
+		s := newStatements()
+		onQueue, queued := queueOf(1)
+		orphanRuns := make(chan struct{})
+		orphanDone := make(chan struct{})
+		c := &Coalescer[int, int]{Send: s.send, Limit: 1, Orphan: func(int, int) { <-orphanRuns; close(orphanDone) }}
+		c.onQueue = onQueue
+		out := make(chan result, 2)
+		do(context.Background(), c, 1, out)
+		entry(t, s)
+		ctx, cancel := context.WithCancel(context.Background())
+		do(ctx, c, 2, out)
+		waitN(t, queued, 1)
+		s.proceed <- struct{}{}
+		entry(t, s)
+		cancel()
+		<-out
+		<-out
+		s.proceed <- struct{}{}
+		waited := make(chan struct{})
+		go func() { c.Wait(); close(waited) }()
+		select {
+		case <-waited:
+			t.Fatal("Wait returned while the orphan was still running")
+		case <-time.After(20 * time.Millisecond):
+		}
+		close(orphanRuns)
+		<-waited
+		select {
+		case <-orphanDone:
+		default:
+			t.Fatal("Wait returned before the orphan finished")
+		}
+	})
+
+	t.Run("HoldQueuesEveryCallUntilReleaseSendsThemInOne", func(t *testing.T) {
+		t.Parallel()
+		for _, n := range []int{1, 3, 10} {
+			s := newStatements()
+			c := &Coalescer[int, int]{Send: s.send, Limit: 4}
+			onQueue, queued := queueOf(n)
+			c.Hold(onQueue)
+			out := make(chan result, n)
+			for q := range n {
+				do(context.Background(), c, q, out)
+			}
+			waitN(t, queued, n)
+			c.Release()
+			entry(t, s)
+			s.proceed <- struct{}{}
+			for range n {
+				if r := <-out; r.r != r.q*10 {
+					t.Fatalf("call %d got %d", r.q, r.r)
+				}
+			}
+			if got := s.batches(); len(got) != 1 || len(got[0]) != n {
+				t.Fatalf("%d calls went in %v, want one statement", n, got)
+			}
+			c.Wait()
+		}
+	})
+}

@@ -1,0 +1,68 @@
+package flight
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+var errClosed = errors.New("closed")
+
+func TestFlights(t *testing.T) {
+	t.Parallel()
+	t.Run("CloseEndsTheCallsInFlightWithItsCauseAndRefusesNewOnes", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		ctx, leave, err := f.Enter(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close(errClosed)
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), errClosed) {
+			t.Fatalf("cause = %v, want Close's", context.Cause(ctx))
+		}
+		if _, _, err := f.Enter(context.Background()); !errors.Is(err, errClosed) {
+			t.Fatalf("Enter after Close: %v, want Close's cause", err)
+		}
+		short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		if err := f.Wait(short); !errors.Is(err, ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait with a call in flight: %v, want ErrInFlight and the context's cause", err)
+		}
+		leave()
+		if err := f.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait once it left: %v", err)
+		}
+	})
+	t.Run("WaitReturnsAtOnceWhenNothingIsInFlight", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, leave, _ := f.Enter(context.Background())
+		leave()
+		f.Close(errClosed)
+		if err := f.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("ACallThatLeavesBeforeCloseKeepsItsOwnCause", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		ctx, leave, _ := f.Enter(context.Background())
+		leave()
+		f.Close(errClosed)
+		if errors.Is(context.Cause(ctx), errClosed) {
+			t.Fatal("a call that had left was ended by Close")
+		}
+	})
+	t.Run("ASecondCloseKeepsTheFirstCause", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		f.Close(errClosed)
+		f.Close(errors.New("later"))
+		if _, _, err := f.Enter(context.Background()); !errors.Is(err, errClosed) {
+			t.Fatalf("Enter: %v, want the first Close's cause", err)
+		}
+	})
+}

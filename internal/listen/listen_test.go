@@ -1,0 +1,125 @@
+package listen_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease/internal/listen"
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// run is a Listener running until the test ends, and what it reported.
+type run struct {
+	notified chan string
+	ready    chan uint32
+	polling  chan error
+	done     chan struct{}
+	cancel   context.CancelFunc
+}
+
+// start runs a Listener on pool that LISTENs on the channel of table and
+// sends its probe on probeChannel.
+func start(t *testing.T, pool *pgxpool.Pool, table, probeChannel string, probeTimeout time.Duration) *run {
+	t.Helper()
+	r := &run{notified: make(chan string, 100), ready: make(chan uint32, 10), polling: make(chan error, 10), done: make(chan struct{})}
+	ln := &listen.Listener{
+		Pool:         pool,
+		Listen:       sqlstmt.Render(sqlstmt.Listen, pgx.Identifier{table}),
+		Probe:        sqlstmt.Probe,
+		Channel:      probeChannel,
+		ProbeTimeout: probeTimeout,
+		Notify:       func(p string) { r.notified <- p },
+		Ready:        func(pid uint32) { r.ready <- pid },
+		Polling:      func(err error) { r.polling <- err },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { ln.Run(ctx); close(r.done) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s", what)
+		var zero T
+		return zero
+	}
+}
+
+func TestListener(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NotifiesEachPayloadInOrderButNotTheProbe", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool := pgtest.Ctx(t), pgtest.Pool(t, nil)
+		table := pgtest.TableName()
+		ch := sqlstmt.Channel(table)
+		r := start(t, pool, table, ch, 0)
+		require.Positive(t, recv(t, r.ready, "Ready"))
+		for _, p := range []string{"a", "b", "c"} {
+			_, err := pool.Exec(ctx, sqlstmt.Probe, ch, p)
+			require.NoError(t, err)
+		}
+		for _, want := range []string{"a", "b", "c"} {
+			require.Equal(t, want, recv(t, r.notified, "notification "+want))
+		}
+		require.Empty(t, r.polling)
+	})
+
+	t.Run("ListensAgainAfterTheConnectionFails", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool := pgtest.Ctx(t), pgtest.Pool(t, nil)
+		table := pgtest.TableName()
+		ch := sqlstmt.Channel(table)
+		r := start(t, pool, table, ch, 0)
+		pid := recv(t, r.ready, "Ready")
+		_, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+		require.NoError(t, err)
+		reason := recv(t, r.polling, "Polling after the connection failed")
+		require.Contains(t, reason.Error(), "the listening connection failed")
+		again := recv(t, r.ready, "Ready on a new connection")
+		require.NotEqual(t, pid, again, "a new backend listens")
+		_, err = pool.Exec(ctx, sqlstmt.Probe, ch, "after")
+		require.NoError(t, err)
+		require.Equal(t, "after", recv(t, r.notified, "a notification on the new connection"))
+	})
+
+	t.Run("StopsWhenTheProbeNeverArrives", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.TableName()
+		r := start(t, pool, table, sqlstmt.Channel(table)+"-elsewhere", 50*time.Millisecond)
+		err := recv(t, r.polling, "Polling")
+		require.ErrorIs(t, err, listen.ErrNoDelivery)
+		recv(t, r.done, "the end of Run")
+		require.Empty(t, r.ready, "Ready without a probe")
+	})
+
+	t.Run("ReturnsWhenItsContextEnds", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.TableName()
+		r := start(t, pool, table, sqlstmt.Channel(table), 0)
+		recv(t, r.ready, "Ready")
+		r.cancel()
+		recv(t, r.done, "the end of Run")
+		select {
+		case err := <-r.polling:
+			t.Fatalf("Polling reported %v at the end of its context", err)
+		default:
+		}
+	})
+}
