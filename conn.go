@@ -2,7 +2,9 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +27,10 @@ type pooler interface {
 // Every wait for a pool connection is therefore timed on its own, so that a
 // failure says "waited 4.9s for a connection from the pool (10 of 10 in
 // use)" instead of looking like a database failure, and a lease lost while
-// the heartbeat waits says so.
+// the heartbeat waits says so. The converse holds too: a database that
+// refuses connections, or cannot be reached, reads as "could not connect
+// to the database (unreachable ...)", never as a pool whose connections
+// are all in use.
 //
 // With WithKeptConnection, a Locker on a *pgxpool.Pool (of two connections
 // or more) also keeps one of them, the reserve, from its first claim until
@@ -58,6 +63,10 @@ type conns struct {
 	closed    bool
 	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
 	starved   error     // the heartbeat's last wait for a pool connection, if it failed
+	// unreachable is the last failure to open a new pool connection, nil
+	// once a connection was had again: a statement that times out waiting
+	// behind others names it, since they too are waiting on the database.
+	unreachable error
 }
 
 // maxIdleUnchecked is how long the reserve may idle before it is checked
@@ -112,7 +121,7 @@ func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 		select {
 		case c.claims <- struct{}{}:
 		case <-ctx.Done():
-			return nil, nil, notSentError{fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat): %w", cap(c.claims), context.Cause(ctx))}
+			return nil, nil, notSentError{fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", cap(c.claims), c.unreachableNote(), context.Cause(ctx))}
 		}
 		db, done, err := c.takeFor(ctx, u)
 		if err != nil {
@@ -154,7 +163,7 @@ func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 			select {
 			case c.slot <- struct{}{}:
 			case <-ctx.Done():
-				return nil, nil, fmt.Errorf("waiting for the connection kept for the heartbeat: %w", context.Cause(ctx))
+				return nil, nil, fmt.Errorf("waiting for the connection kept for the heartbeat%s: %w", c.unreachableNote(), context.Cause(ctx))
 			}
 			return c.takeReserve(ctx, u)
 		case useRelease:
@@ -284,15 +293,73 @@ func (c *conns) acquire(ctx context.Context, heartbeat bool) (*pgxpool.Conn, err
 		c.mu.Unlock()
 	}
 	conn, err := c.pool.Acquire(ctx)
+	c.mu.Lock()
 	if err != nil {
-		err = fmt.Errorf("waited %v for a connection from the pool (%s): %w", time.Since(start).Round(time.Millisecond), c.inUse(), err)
+		err = c.acquireError(time.Since(start), err)
+	} else {
+		c.unreachable = nil
 	}
 	if heartbeat {
-		c.mu.Lock()
 		c.waitSince, c.starved = time.Time{}, err
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	return conn, err
+}
+
+// acquireError words err, the failure of a wait of waited for a pool
+// connection; the caller holds c.mu. A failed attempt to connect (refused,
+// no route, DNS) is the database being unreachable, and one the server
+// answered (authentication, too many connections) is the server refusing:
+// more connections would help neither, and neither must read as a pool
+// whose connections are all in use. A wait that ended while the pool had
+// connections to spare was a wait for a new connection to be opened.
+func (c *conns) acquireError(waited time.Duration, err error) error {
+	waited = waited.Round(time.Millisecond)
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) {
+		after := ""
+		if waited > 0 {
+			after = fmt.Sprintf(" after %v", waited)
+		}
+		var refused *pgconn.PgError
+		if errors.As(err, &refused) {
+			// The server answered: authentication, a missing database, too
+			// many connections. Reachable, but refusing.
+			err = fmt.Errorf("could not connect to the database (the server refused the pool's new connection%s): %w", after, err)
+		} else {
+			err = fmt.Errorf("could not connect to the database (unreachable: the pool's attempt to open a connection failed%s): %w", after, err)
+		}
+		c.unreachable = err
+		return err
+	}
+	if c.spare() {
+		return fmt.Errorf("waited %v for a new connection to the database, which did not open (the pool has %s)%s: %w", waited, c.inUse(), c.unreachableNoteLocked(), err)
+	}
+	return fmt.Errorf("waited %v for a connection from the pool (%s)%s: %w", waited, c.inUse(), c.unreachableNoteLocked(), err)
+}
+
+// spare reports whether the pool has room for a connection that no one is
+// opening: a wait for a connection then was a wait for one to open, not
+// for one of the pool's to be handed back. (A connection being opened for
+// another waiter, after a broken one was dropped, takes its room.)
+func (c *conns) spare() bool {
+	st := c.pool.Stat()
+	return st.AcquiredConns()+st.ConstructingConns() < st.MaxConns()
+}
+
+// unreachableNote names the last failure to connect, if no connection has
+// been had since: empty otherwise.
+func (c *conns) unreachableNote() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unreachableNoteLocked()
+}
+
+func (c *conns) unreachableNoteLocked() string {
+	if c.unreachable == nil {
+		return ""
+	}
+	return "; the last attempt to connect failed: " + c.unreachable.Error()
 }
 
 func (c *conns) inUse() string {
@@ -308,6 +375,9 @@ func (c *conns) cause() string {
 	c.mu.Unlock()
 	switch {
 	case !since.IsZero():
+		if c.spare() {
+			return fmt.Sprintf("the heartbeat has waited %v for a new connection to the database to open (the pool has %s)%s", time.Since(since).Round(time.Millisecond), c.inUse(), c.unreachableNote())
+		}
 		return fmt.Sprintf("the heartbeat has waited %v for a connection from the pool (%s)", time.Since(since).Round(time.Millisecond), c.inUse())
 	case starved != nil:
 		return "the heartbeat " + starved.Error()
@@ -330,7 +400,8 @@ func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 		return pgconn.CommandTag{}, err
 	}
 	defer done()
-	return db.Exec(ctx, sql, args...)
+	tag, err := db.Exec(ctx, sql, args...)
+	return tag, explainPooler(err)
 }
 
 func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -341,7 +412,7 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		done()
-		return nil, err
+		return nil, explainPooler(err)
 	}
 	return &doneRows{Rows: rows, done: done}, nil
 }
@@ -352,6 +423,37 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return errRow{err}
 	}
 	return doneRow{row: db.QueryRow(ctx, sql, args...), done: done}
+}
+
+// poolerHint is the fix explainPooler adds to the errors of pgx's
+// statement cache behind a transaction pooler.
+const poolerHint = "behind a transaction pooler such as PgBouncer, pgx's default statement cache sends prepared statements " +
+	"that another client's connection may own or lack: add default_query_exec_mode=exec (or simple_protocol) to the connection string, " +
+	"or set config.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec"
+
+// explainPooler adds poolerHint to err when the server refused a prepared
+// statement the way it does behind PgBouncer in transaction pooling mode
+// with pgx's default exec mode (cache_statement), or with describe_exec:
+// PgBouncer hands each transaction to any server connection, so a
+// statement prepared on one is "already exists" (42P05) or "does not
+// exist" (26000) on another, and an unnamed one bound on another
+// connection is a protocol violation (08P01). The server's error stays
+// wrapped, and so does every other error, untouched.
+func explainPooler(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "42P05": // duplicate_prepared_statement
+	case "26000", "08P01": // invalid_sql_statement_name, protocol_violation
+		if !strings.Contains(pgErr.Message, "prepared statement") {
+			return err
+		}
+	default:
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, poolerHint)
 }
 
 func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin(ctx) }
@@ -368,6 +470,8 @@ func (r *doneRows) Close() {
 	r.once.Do(r.done)
 }
 
+func (r *doneRows) Err() error { return explainPooler(r.Rows.Err()) }
+
 // doneRow gives the connection back once scanned.
 type doneRow struct {
 	row  pgx.Row
@@ -376,7 +480,7 @@ type doneRow struct {
 
 func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
-	return r.row.Scan(dest...)
+	return explainPooler(r.row.Scan(dest...))
 }
 
 // errRow is a row that failed before its statement was sent.

@@ -51,3 +51,16 @@ func (e *OptionError) Error() string { return "pglease: " + e.msg }
 
 // Unwrap makes errors.Is(err, ErrInvalidOption) true.
 func (e *OptionError) Unwrap() error { return ErrInvalidOption }
+
+// ErrRevoked is what a lease's Err, and the error of its EventLost or
+// EventReleaseFailed, wrap when an operator revoked it (Admin.Revoke, `pglease
+// release`): its row's holder is RevokedHolder. It is a loss like any
+// other, so errors.Is(err, ErrLost) holds as well; its message says who
+// took the lease.
+var ErrRevoked error = revokedError{}
+
+// revokedError is ErrRevoked: a loss (ErrLost) that reads as a revoke.
+type revokedError struct{}
+
+func (revokedError) Error() string        { return "lease revoked by an operator" }
+func (revokedError) Is(target error) bool { return target == ErrLost }

@@ -61,13 +61,15 @@ const (
 	// until each lease's trust deadline. Key is empty. Logged at warn level.
 	EventHeartbeatFailed
 	// EventLost: a lease ended without being released: a later mandate took
-	// the key, it lapsed, or its trust deadline passed while the database
-	// could not be reached. Logged at error level.
+	// the key, it lapsed, its trust deadline passed while the database
+	// could not be reached, or an operator revoked it (Err then wraps
+	// ErrRevoked as well as ErrLost). Logged at error level.
 	EventLost
 	// EventReleased: Unlock or Close released a lease. Logged at debug level.
 	EventReleased
 	// EventReleaseFailed: Unlock or Close could not release a lease; Err
-	// wraps ErrLost when a later mandate owned the key. Logged at error
+	// wraps ErrLost when a later mandate owned the key, and ErrRevoked too
+	// when an operator had revoked it. Logged at error
 	// level, because gocron ignores what Unlock returns.
 	EventReleaseFailed
 	// EventElected: an Elector's replica became the leader, with Fence as its
@@ -154,7 +156,9 @@ func (l *Locker) emit(e Event) {
 		attrs := []slog.Attr{
 			slog.String("event", e.Kind.String()),
 			slog.String("holder", e.Holder),
-			slog.Duration("took", e.Took),
+		}
+		if e.Took > 0 {
+			attrs = append(attrs, durationAttr("took", e.Took))
 		}
 		if e.Key != "" || e.Kind != EventExtended && e.Kind != EventHeartbeatFailed {
 			attrs = append(attrs, slog.String("key", e.Key), slog.Int64("fence", e.Fence))
@@ -169,4 +173,23 @@ func (l *Locker) emit(e Event) {
 	for _, h := range l.cfg.hooks {
 		h(e)
 	}
+}
+
+// durationAttr is d as a slog attribute that reads the same under every
+// handler: a time.Duration string ("1.234ms", "2.5s"), rounded to the
+// microsecond below a second and to the millisecond above it.
+// slog.Duration would be a count of nanoseconds under a JSON handler
+// ("took":1234567), which a reader of the log must divide in their head.
+func durationAttr(key string, d time.Duration) slog.Attr {
+	return slog.String(key, readableDuration(d))
+}
+
+func readableDuration(d time.Duration) string {
+	switch {
+	case d >= time.Second || d <= -time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Microsecond || d <= -time.Microsecond:
+		return d.Round(time.Microsecond).String()
+	}
+	return d.String()
 }

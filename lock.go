@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -276,7 +277,9 @@ func (ls *Lease) checkTrust(now time.Time) {
 			why += fmt.Sprintf(": its row has been locked by another transaction since a round %v ago", time.Since(skipped).Round(time.Millisecond))
 		}
 		for _, cause := range []string{ls.locker.round.cause(), ls.locker.conns.cause()} {
-			if cause != "" {
+			// A round that failed for want of a connection says that
+			// failure already: it is said once.
+			if cause != "" && !strings.Contains(why, strings.TrimPrefix(cause, "the heartbeat ")) {
 				why += ": " + cause
 			}
 		}
@@ -321,12 +324,7 @@ func (ls *Lease) extend(expiresAt, sent time.Time) {
 }
 
 // lose ends the lease as lost, and reports it, unless it has ended already.
-func (ls *Lease) lose(why string) {
-	err := fmt.Errorf("pglease: lease %q fence %d: %s: %w", ls.key, ls.fence, why, ErrLost)
-	ls.end(err, func() {
-		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
-	})
-}
+func (ls *Lease) lose(why string) { ls.loseTo(why, ErrLost) }
 
 // end moves the lease to its final state once: it records err, cancels the
 // contexts of Context, reports the end (report, if not nil), drops the

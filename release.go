@@ -61,12 +61,13 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 			}
 			return out
 		}
+		revoked := l.revokedOf(ctx, l.conns.release, pending, func(ls *Lease) bool { _, found := got[ls]; return !found })
 		var locked []*Lease
 		for _, ls := range pending {
 			released, found := got[ls]
 			switch {
 			case !found:
-				out[ls] = fmt.Errorf("row taken by a later mandate or lapsed: %w", ErrLost)
+				out[ls] = goneOnRelease(revoked[ls])
 			case released:
 				out[ls] = nil
 			default:

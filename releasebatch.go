@@ -65,6 +65,10 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 		}
 	}
 	got, err := l.releaseOnce(ctx, leases)
+	var revoked map[*Lease]bool
+	if err == nil {
+		revoked = l.revokedOf(ctx, l.conns.release, leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+	}
 	for i, r := range batch {
 		released, found := got[r.ls]
 		switch {
@@ -73,7 +77,7 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 		case err != nil:
 			out[i].err = releaseOutcome(r.prior, err)
 		case !found:
-			out[i].err = releaseOutcome(r.prior, fmt.Errorf("row taken by a later mandate or lapsed: %w", ErrLost))
+			out[i].err = releaseOutcome(r.prior, goneOnRelease(revoked[r.ls]))
 		default:
 			out[i].err = releaseOutcome(r.prior, nil)
 		}
