@@ -26,7 +26,7 @@ func TestLoss(t *testing.T) {
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)
 
-		_, err = admin(t, pool, table).Revoke(ctx, "k")
+		_, err = adminOf(t, pool, pglease.WithTable(table)).Revoke(ctx, "k")
 		require.NoError(t, err)
 		pgtest.WaitDone(t, lease, 5*time.Second)
 		err = lease.Err()
@@ -57,7 +57,7 @@ func TestLoss(t *testing.T) {
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Minute), pglease.WithHook(events.Hook))
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)
-		_, err = admin(t, pool, table).Revoke(ctx, "k")
+		_, err = adminOf(t, pool, pglease.WithTable(table)).Revoke(ctx, "k")
 		require.NoError(t, err)
 
 		err = lease.Unlock(ctx)
@@ -101,10 +101,3 @@ func TestLoss(t *testing.T) {
 	})
 }
 
-// admin is the Admin of table, for a test that revokes as an operator does.
-func admin(t *testing.T, db pglease.DB, table string) *pglease.Admin {
-	t.Helper()
-	a, err := pglease.NewAdmin(db, pglease.WithTable(table))
-	require.NoError(t, err)
-	return a
-}
