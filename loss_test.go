@@ -100,4 +100,3 @@ func TestLoss(t *testing.T) {
 		require.NotErrorIs(t, err, pglease.ErrRevoked)
 	})
 }
-
