@@ -11,10 +11,11 @@ import (
 // Between two attempts to release a row locked by another transaction, the
 // wait starts at firstLockedRetry and doubles up to maxLockedRetry. Claims of
 // other replicas that met the row while it changed hands lock it for their
-// commit, which does not wait for a WAL flush (sqlstmt.Claim): well under a
-// millisecond, so the first attempt again nearly always gets through. A long
-// transaction (an operator's, a guarded job's) costs a few statements in
-// its first quarter second, then four a second.
+// commit, which does not wait for a WAL flush (sqlstmt.Claim): an Unlock
+// alone waits that out inside its statement (sqlstmt.ReleaseOne), and a
+// burst, which skips the row, gets it on its next attempt, a millisecond
+// later. A long transaction (an operator's, a guarded job's) costs a few
+// statements in its first quarter second, then four a second.
 const (
 	firstLockedRetry = time.Millisecond
 	maxLockedRetry   = 250 * time.Millisecond
