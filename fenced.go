@@ -11,7 +11,7 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// fenced is the protocol of DESIGN, on a table created by Migrate: a fence
+// fenced is the protocol on a table created by Migrate: a fence
 // column fed by a sequence, so that each mandate is matched on the
 // replica's holder and its own fence. Its statements are in
 // internal/sqlstmt, where they say why they are shaped that way.

@@ -56,7 +56,7 @@ const maxTrustMargin = time.Second
 // margin against the server's clock, less however late the timer that ends
 // the lease fires: a local clock up to 10% slow for TTLs up to 10s, 1s per
 // TTL beyond. A fast local clock only ends leases early. The package
-// documentation ("Heartbeat and the trust window") says which clocks.
+// docs/GUIDE.md ("How it works") says which clocks.
 func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustMargin) }
 
 // MaxKeyLen is the longest key, in bytes, that Claim accepts. Keys are the
