@@ -91,7 +91,7 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateLost:
-		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later mandate or lapsed: %w", ls.key, ls.fence, ErrLost)
+		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later lease or lapsed: %w", ls.key, ls.fence, ErrLost)
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pglease: guard %q fence %d: tx has already been committed or rolled back: %w", ls.key, ls.fence, err)
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateAborted:

@@ -173,7 +173,7 @@ func checkFenceSequence(ctx context.Context, tx DB, t table) error {
 	}
 	var problems []string
 	if cache != 1 {
-		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later mandate can get a smaller fence)", cache))
+		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later lease can get a smaller fence)", cache))
 	}
 	if cycle {
 		problems = append(problems, "cycles (at its maximum it starts over from its minimum)")
