@@ -48,6 +48,7 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 func TestClaim(t *testing.T) {
 	t.Parallel()
 	t.Run("CommitSettingOfEveryForm", testClaimCommitSetting)
+	t.Run("CommitSettingUnderPresets", testClaimCommitSettingUnderPresets)
 	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
 	t.Run("BurstsSurviveACrash", testBurstClaimsSurviveACrash)
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
@@ -610,4 +611,56 @@ func crashNow(t *testing.T, srv *pgserver.Server) {
 	t.Helper()
 	require.NoError(t, srv.Stop(pgserver.Immediate))
 	require.NoError(t, srv.Start(pgtest.Ctx(t)))
+}
+
+// Presets of pglease.synchronous_commit and synchronous_commit on the
+// session (as a role's ALTER ROLE ... SET gives them): a claim that takes a
+// row must leave its transaction committing at least at on.
+func testClaimCommitSettingUnderPresets(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	tbl := pgx.Identifier{table}
+	claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+	other := pgtest.Locker(t, pool, table, "other")
+	n := 0
+	for _, saved := range []string{"", "off", "on", "local", "remote_write", "remote_apply", "garbage"} {
+		for _, sc := range []string{"off", "local", "on", "remote_write", "remote_apply"} {
+			cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+			require.NoError(t, err)
+			cfg.RuntimeParams["synchronous_commit"] = sc
+			if saved != "" {
+				cfg.RuntimeParams["pglease.synchronous_commit"] = saved
+			}
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			require.NoError(t, err)
+			for _, took := range []bool{true, false} {
+				n++
+				key := fmt.Sprintf("k%d", n)
+				tx, err := conn.Begin(ctx)
+				require.NoError(t, err)
+				if !took {
+					// A first claim of the transaction that takes nothing.
+					_, err = other.Claim(ctx, key+"-held")
+					require.NoError(t, err)
+					rows, err := tx.Query(ctx, claim, key+"-held", "claimer", 60.0)
+					require.NoError(t, err)
+					rows.Close()
+					require.NoError(t, rows.Err())
+				}
+				var fence int64
+				require.NoError(t, tx.QueryRow(ctx, claim, key, "claimer", 60.0).Scan(&fence, nil, nil, nil, nil, nil))
+				var got string
+				require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got))
+				require.NoError(t, tx.Commit(ctx))
+				want := map[string]bool{"on": true, "remote_write": true, "remote_apply": true}
+				require.True(t, want[got], "preset pglease.synchronous_commit=%q synchronous_commit=%q (earlier empty claim %v): claim commits at %q", saved, sc, !took, got)
+				if sc == "remote_apply" || sc == "remote_write" {
+					require.Equal(t, sc, got, "the operator's stronger setting was weakened")
+				}
+			}
+			require.NoError(t, conn.Close(ctx))
+		}
+	}
 }
