@@ -72,7 +72,7 @@ func TestUnlock(t *testing.T) {
 		require.NoError(t, err)
 		other, err := l.Claim(ctx, "other")
 		require.NoError(t, err)
-		end := lockRow(t, pool, table, "locked")
+		end := pgtest.LockRow(t, pool, table, "locked")
 		defer end(false)
 
 		start := time.Now()
