@@ -57,27 +57,6 @@ func guardedTx(t *testing.T, db pglease.DB, lease *pglease.Lease) pgx.Tx {
 	return tx
 }
 
-// waitLockWait waits until a backend waits on a row lock while running a
-// statement that contains fragment.
-func waitLockWait(t *testing.T, db pglease.DB, fragment string, limit time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var n int
-		require.NoError(t, db.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, fragment).Scan(&n))
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no statement containing %q waits on a lock after %v", fragment, limit)
-		}
-		<-tick.C
-	}
-}
-
 // rowLockedAgainstUpdate tells whether another transaction holds a lock on
 // the lease row that a claim would wait for.
 func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool {
@@ -177,32 +156,24 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			return expired
 		}, 5*time.Second, 10*time.Millisecond)
 
-		type result struct {
-			lease *pglease.Lease
-			err   error
-		}
-		claimed := make(chan result, 1)
-		go func() {
-			ls, err := b.Claim(ctx, "job")
-			claimed <- result{ls, err}
-		}()
-		waitLockWait(t, pool, "INSERT INTO", 5*time.Second)
+		claimed := pgtest.ClaimInBackground(ctx, b, "job")
+		pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
 		select {
 		case r := <-claimed:
-			t.Fatalf("claim returned while the guarded transaction was open: %v", r.err)
+			t.Fatalf("claim returned while the guarded transaction was open: %v", r.Err)
 		default:
 		}
 		require.NoError(t, tx.Commit(ctx), "the guarded commit is safe: the row stayed locked")
 
 		r := <-claimed
-		require.NoError(t, r.err)
-		require.Greater(t, r.lease.Fence(), lease.Fence())
-		require.NoError(t, guardedWrite(ctx, pool, ledger, r.lease))
+		require.NoError(t, r.Err)
+		require.Greater(t, r.Lease.Fence(), lease.Fence())
+		require.NoError(t, guardedWrite(ctx, pool, ledger, r.Lease))
 
 		entries := pgtest.ReadLedger(t, pool, ledger)
 		require.Len(t, entries, 2)
 		assert.Equal(t, lease.Fence(), entries[0].Fence)
-		assert.Equal(t, r.lease.Fence(), entries[1].Fence)
+		assert.Equal(t, r.Lease.Fence(), entries[1].Fence)
 	})
 
 	t.Run("LeaseEndedLocallyNamesWhy", func(t *testing.T) {

@@ -207,10 +207,7 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("SurvivesAShortServerRestart", func(t *testing.T) {
 		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		srv := pgtest.PrivateServer(t)
-		pool := pgtest.PoolAt(t, srv.DSN(), nil)
-		table := pgtest.Table(t, pool)
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
 		events := pgtest.NewEvents(t)
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(8*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond), pglease.WithHook(events.Hook))
 		lease, err := l.Claim(ctx, "k")
@@ -232,10 +229,7 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("LosesWhenTheServerStaysDown", func(t *testing.T) {
 		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		srv := pgtest.PrivateServer(t)
-		pool := pgtest.PoolAt(t, srv.DSN(), nil)
-		table := pgtest.Table(t, pool)
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
 		const ttl = 1500 * time.Millisecond
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond))
 		lease, err := l.Claim(ctx, "k")

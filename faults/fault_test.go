@@ -23,19 +23,6 @@ import (
 // locks held by other transactions, and server restarts. Each test logs its
 // measured figures on lines starting with "figures:".
 
-// blockedBackend waits until a backend of application app is waiting on a
-// lock while running a statement that contains fragment, and returns its pid.
-func blockedBackend(t *testing.T, db pglease.DB, app, fragment string) int32 {
-	t.Helper()
-	var pid int32
-	require.Eventually(t, func() bool {
-		err := db.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock' AND strpos(query, $2) > 0 LIMIT 1`, app, fragment).Scan(&pid)
-		return err == nil
-	}, 10*time.Second, 5*time.Millisecond, "a statement of %s containing %q blocked on a lock", app, fragment)
-	return pid
-}
-
 // backendWaiting reports whether backend pid is still waiting on a lock.
 func backendWaiting(t *testing.T, db pglease.DB, pid int32) bool {
 	t.Helper()
@@ -215,21 +202,13 @@ func TestFault(t *testing.T) {
 					require.NoError(t, seed.Unlock(ctx))
 
 					end := pgtest.LockRow(t, direct, table, "k")
-					type result struct {
-						lease *pglease.Lease
-						err   error
-					}
-					got := make(chan result, 1)
-					go func() {
-						lease, err := a.Claim(ctx, "k")
-						got <- result{lease, err}
-					}()
-					pid := blockedBackend(t, direct, app, "INSERT INTO")
+					got := pgtest.ClaimInBackground(ctx, a, "k")
+					pid := pgtest.LockWaiter(t, direct, app, "INSERT INTO", 10*time.Second)
 					cut(t, direct, proxy, pid)
 					r := <-got
-					require.Error(t, r.err)
-					require.NotErrorIs(t, r.err, pglease.ErrHeld, "a cut connection is a failure, not contention")
-					require.Nil(t, r.lease)
+					require.Error(t, r.Err)
+					require.NotErrorIs(t, r.Err, pglease.ErrHeld, "a cut connection is a failure, not contention")
+					require.Nil(t, r.Lease)
 					_, held := a.Held("k")
 					require.False(t, held)
 					end(true)
@@ -244,7 +223,7 @@ func TestFault(t *testing.T) {
 					require.NoError(t, err, "the next claim works")
 					require.Greater(t, next.Fence(), max(seed.Fence(), row.Fence))
 					t.Logf("figures: %s mid-claim: claim error %q; orphan statement ran after the client left: %v (row fence %d, seed %d)",
-						how, r.err, orphan, row.Fence, seed.Fence())
+						how, r.Err, orphan, row.Fence, seed.Fence())
 				})
 				t.Run("heartbeat", func(t *testing.T) {
 					t.Parallel()
@@ -255,7 +234,7 @@ func TestFault(t *testing.T) {
 					lease, err := a.Claim(ctx, "k")
 					require.NoError(t, err)
 					_, end := pgtest.LockTable(t, direct, table)
-					pid := blockedBackend(t, direct, app, "unnest(")
+					pid := pgtest.LockWaiter(t, direct, app, "unnest(", 10*time.Second)
 					cut(t, direct, proxy, pid)
 					events.WaitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
 					end(false)
@@ -279,7 +258,7 @@ func TestFault(t *testing.T) {
 					_, end := pgtest.LockTable(t, direct, table)
 					unlocked := make(chan error, 1)
 					go func() { unlocked <- lease.Unlock(ctx) }()
-					pid := blockedBackend(t, direct, app, "GREATEST(")
+					pid := pgtest.LockWaiter(t, direct, app, "GREATEST(", 10*time.Second)
 					cut(t, direct, proxy, pid)
 					uerr := <-unlocked
 					require.Error(t, uerr, "a release whose outcome is unknown is never reported as done")
@@ -301,10 +280,7 @@ func TestFault(t *testing.T) {
 
 	t.Run("ServerRestartNeverLowersTheFence", func(t *testing.T) {
 		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		srv := pgtest.PrivateServer(t)
-		pool := pgtest.PoolAt(t, srv.DSN(), nil)
-		table := pgtest.Table(t, pool)
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
 		const ttl, interval = 3 * time.Second, 300 * time.Millisecond
 		events := pgtest.NewEvents(t)
 		var lockers []*pglease.Locker
@@ -387,7 +363,7 @@ func TestFault(t *testing.T) {
 
 		tx, commit := pgtest.LockTable(t, direct, table)
 		tbl := pgx.Identifier{table}.Sanitize()
-		pid := blockedBackend(t, direct, app, "unnest(")
+		pid := pgtest.LockWaiter(t, direct, app, "unnest(", 10*time.Second)
 		// At the trust deadline pgx gives up on the statement and sends a
 		// cancel request on a new connection. Drop it, as a partition would:
 		// the heartbeat then stays queued on the server, the worst case.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -76,4 +77,19 @@ func LockRows(tb testing.TB, db pglease.DB, table, where string, args ...any) pg
 		pgx.Identifier(strings.Split(table, ".")).Sanitize(), where), args...)
 	require.NoError(tb, err)
 	return tx
+}
+
+// LockWaiter waits until a backend of application app (of any application
+// when app is empty) waits on a lock while running a statement that
+// contains fragment, and returns its pid; the test fails after limit.
+func LockWaiter(tb testing.TB, db pglease.DB, app, fragment string, limit time.Duration) int32 {
+	tb.Helper()
+	var pid int32
+	require.Eventually(tb, func() bool {
+		err := db.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+			WHERE ($1::text = '' OR application_name = $1) AND wait_event_type = 'Lock' AND strpos(query, $2) > 0 LIMIT 1`,
+			app, fragment).Scan(&pid)
+		return err == nil
+	}, limit, 5*time.Millisecond, "a statement of %q containing %q blocked on a lock", app, fragment)
+	return pid
 }

@@ -231,6 +231,17 @@ func Setup(tb testing.TB) (context.Context, *pgxpool.Pool, string) {
 	return ctx, p, Table(tb, p)
 }
 
+// PrivateSetup is Setup on a PrivateServer, which the test may stop and
+// restart: a context that ends with the test, the server, a pool on it and
+// a fresh lease table.
+func PrivateSetup(tb testing.TB) (context.Context, *pgserver.Server, *pgxpool.Pool, string) {
+	tb.Helper()
+	ctx := Ctx(tb)
+	srv := PrivateServer(tb)
+	p := PoolAt(tb, srv.DSN(), nil)
+	return ctx, srv, p, Table(tb, p)
+}
+
 // SetupCounted is Setup with the pool's statements counted from the start,
 // the table's creation included.
 func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *Statements) {
@@ -263,6 +274,27 @@ func TakeOver(ctx context.Context, tb testing.TB, l *pglease.Locker, key string,
 	}, limit, 5*time.Millisecond, "%s never took %q", l.Holder(), key)
 	require.Greater(tb, next.Fence(), prev.Fence())
 	return next
+}
+
+// Claimed is the outcome of a claim that ran in the background
+// (ClaimInBackground).
+type Claimed struct {
+	Lease *pglease.Lease
+	Err   error
+}
+
+// ClaimInBackground starts l.Claim(ctx, key) in a goroutine of its own and
+// returns the channel that receives its outcome, once: for a claim the test
+// expects to wait (on a row lock, a stalled link) while it does something
+// else. The goroutine ends when the claim returns, at the latest when ctx
+// ends.
+func ClaimInBackground(ctx context.Context, l *pglease.Locker, key string) <-chan Claimed {
+	out := make(chan Claimed, 1)
+	go func() {
+		lease, err := l.Claim(ctx, key)
+		out <- Claimed{lease, err}
+	}()
+	return out
 }
 
 // Row is a row of a lease table as the server sees it now.
