@@ -3,6 +3,8 @@ package pglease_test
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -44,6 +47,9 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 // times out or is abandoned in flight, nothing live that nobody holds.
 func TestClaim(t *testing.T) {
 	t.Parallel()
+	t.Run("CommitSettingOfEveryForm", testClaimCommitSetting)
+	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
+	t.Run("BurstsSurviveACrash", testBurstClaimsSurviveACrash)
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
 	// up gives its row back before it returns.
 	t.Run("CancelledInFlightGivesItsRowBack", func(t *testing.T) {
@@ -252,4 +258,356 @@ func TestClaim(t *testing.T) {
 			}
 		}
 	})
+}
+
+// raisedSync is the synchronous_commit a claim that takes a row must leave
+// for its commit, given the session's.
+func raisedSync(session string) string {
+	if session == "off" || session == "local" {
+		return "on"
+	}
+	return session
+}
+
+// claimInTx runs a claim statement inside a transaction that is rolled back,
+// with the session's synchronous_commit and any other settings (name,
+// value pairs) set first, and reports how many rows the claim returned and
+// the synchronous_commit its commit would have used.
+func claimInTx(t *testing.T, pool *pgxpool.Pool, settings []string, sql string, args ...any) (int, string) {
+	t.Helper()
+	ctx := pgtest.Ctx(t)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for i := 0; i < len(settings); i += 2 {
+		_, err = tx.Exec(ctx, "SELECT set_config($1, $2, true)", settings[i], settings[i+1])
+		require.NoError(t, err)
+	}
+	rows, err := tx.Query(ctx, sql, args...)
+	require.NoError(t, err)
+	got := 0
+	for rows.Next() {
+		got++
+	}
+	require.NoError(t, rows.Err())
+	var setting string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting))
+	return got, setting
+}
+
+var commitSettings = []string{"on", "off", "local", "remote_write", "remote_apply"}
+
+// testClaimCommitSetting pins deferSyncCommit and raiseSyncCommit: every
+// claim statement that takes at least one row must leave synchronous_commit
+// at least at on (the session's when stronger) for its commit, whatever
+// else the statement met, whatever plan the server chose, and whatever a
+// user put in pglease.synchronous_commit.
+func testClaimCommitSetting(t *testing.T) { // the subtests share one key counter and one holder
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	tbl := pgx.Identifier{table}
+	other := pgtest.Locker(t, pool, table, "other", pglease.WithTTL(time.Minute))
+	n := 0
+	fresh := func(prefix string) string { n++; return fmt.Sprintf("%s-%05d", prefix, n) }
+	held := func(prefix string) string {
+		key := fresh(prefix)
+		_, err := other.Claim(ctx, key)
+		require.NoError(t, err)
+		return key
+	}
+	claimAll := sqlstmt.Render(sqlstmt.ClaimAll, tbl)
+
+	// A burst where some rows are taken and some are not, in every order
+	// of the sort (ORDER BY key): the last row the statement judges is one
+	// it does not take.
+	t.Run("BurstMixed", func(t *testing.T) {
+		for _, session := range commitSettings {
+			for _, shape := range []string{"TH", "HT", "THTH", "HTHT", "THHH", "HHHT"} {
+				var keys []string
+				taken := 0
+				for i, c := range shape {
+					p := fmt.Sprintf("%c%d", 'a'+i, i)
+					if c == 'T' {
+						keys = append(keys, fresh(p))
+						taken++
+					} else {
+						keys = append(keys, held(p))
+					}
+				}
+				ttls := make([]float64, len(keys))
+				for i := range ttls {
+					ttls[i] = 60
+				}
+				got, setting := claimInTx(t, pool, []string{"synchronous_commit", session}, claimAll, "claimer", ttls, keys, "500ms")
+				require.Equal(t, taken, got, "session %s shape %s", session, shape)
+				require.Equal(t, raisedSync(session), setting, "session %s, burst %s (T taken, H held): a burst that took %d rows commits with synchronous_commit %s", session, shape, taken, setting)
+			}
+		}
+	})
+
+	// A large burst against a table with many rows and fresh statistics,
+	// so the planner may pick another join (hash anti join, a rescanned
+	// clock): the burst still takes rows durably, and every row it takes has
+	// the one clock reading.
+	t.Run("BurstLarge", func(t *testing.T) {
+		var keys []string
+		taken := 0
+		for i := range 400 {
+			if i%2 == 0 {
+				keys = append(keys, fresh("large"))
+				taken++
+			} else {
+				keys = append(keys, held("large"))
+			}
+		}
+		_, err := pool.Exec(ctx, "ANALYZE "+tbl.Sanitize())
+		require.NoError(t, err)
+		sort.Strings(keys)
+		ttls := make([]float64, len(keys))
+		for i := range ttls {
+			ttls[i] = 60
+		}
+		for _, session := range commitSettings {
+			for _, mode := range []string{"auto", "force_generic_plan", "force_custom_plan"} {
+				got, setting := claimInTx(t, pool, []string{"synchronous_commit", session, "plan_cache_mode", mode}, claimAll, "claimer", ttls, keys, "500ms")
+				require.Equal(t, taken, got)
+				require.Equal(t, raisedSync(session), setting, "session %s, plan_cache_mode %s", session, mode)
+			}
+		}
+		var plan []string
+		rows, err := pool.Query(ctx, "EXPLAIN (VERBOSE, COSTS OFF) "+claimAll, "claimer", ttls, keys, "500ms")
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			if len(line) > 200 {
+				line = line[:200] + "..."
+			}
+			plan = append(plan, line)
+		}
+		require.NoError(t, rows.Err())
+		t.Logf("plan of a burst of %d:\n%s", len(keys), strings.Join(plan, "\n"))
+	})
+
+	// Generic plans, reached by executing the same prepared statement
+	// repeatedly with plan_cache_mode forced, for each claim form.
+	t.Run("GenericPlan", func(t *testing.T) {
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		defer func() { _, _ = conn.Exec(context.Background(), "RESET plan_cache_mode") }()
+		claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+		unfenced := sqlstmt.Render(sqlstmt.UnfencedClaimFor(true), tbl)
+		for i := range 8 {
+			for _, session := range commitSettings {
+				for _, take := range []bool{true, false} {
+					forms := map[string][]any{}
+					if take {
+						forms[claim] = []any{fresh("g"), "claimer", 60.0}
+						forms[claimAll] = []any{"claimer", []float64{60, 60}, []string{fresh("g1"), held("g2")}, "500ms"}
+						forms[unfenced] = []any{fresh("u"), "claimer#0123456789abcdef", 60.0, "claimer#"}
+					} else {
+						forms[claim] = []any{held("g"), "claimer", 60.0}
+						forms[claimAll] = []any{"claimer", []float64{60}, []string{held("g1")}, "500ms"}
+					}
+					for sql, args := range forms {
+						tx, err := conn.Begin(ctx)
+						require.NoError(t, err)
+						_, err = tx.Exec(ctx, "SELECT set_config('synchronous_commit', $1, true)", session)
+						require.NoError(t, err)
+						rows, err := tx.Query(ctx, sql, args...)
+						require.NoError(t, err)
+						got := 0
+						for rows.Next() {
+							got++
+						}
+						require.NoError(t, rows.Err())
+						var setting string
+						require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting))
+						require.NoError(t, tx.Rollback(ctx))
+						if take {
+							require.Positive(t, got)
+							require.Equal(t, raisedSync(session), setting, "run %d, session %s, %.40s", i, session, sql)
+						} else {
+							require.Zero(t, got)
+						}
+					}
+				}
+			}
+		}
+	})
+
+	// A user (or a role or database default) that sets the custom setting
+	// the claim saves the session's value in, to a weaker or bogus value,
+	// before the claim: the claim must still raise.
+	t.Run("UserSetsTheSavedSetting", func(t *testing.T) {
+		claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+		for _, bogus := range []string{"off", "local", "bogus", ""} {
+			for _, session := range commitSettings {
+				got, setting := claimInTx(t, pool, []string{"pglease.synchronous_commit", bogus, "synchronous_commit", session}, claim, fresh("b"), "claimer", 60.0)
+				require.Equal(t, 1, got)
+				require.Equal(t, raisedSync(session), setting, "pglease.synchronous_commit=%q, session %s", bogus, session)
+				got, setting = claimInTx(t, pool, []string{"pglease.synchronous_commit", bogus, "synchronous_commit", session}, claimAll,
+					"claimer", []float64{60, 60}, []string{fresh("b1"), held("b2")}, "500ms")
+				require.Equal(t, 1, got)
+				require.Equal(t, raisedSync(session), setting, "burst: pglease.synchronous_commit=%q, session %s", bogus, session)
+			}
+		}
+		// And at the session level, as a connection parameter (what a role
+		// or database default gives a new session).
+		p := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+			cfg.MaxConns = 2
+			cfg.ConnConfig.RuntimeParams["pglease.synchronous_commit"] = "off"
+			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		})
+		l := pgtest.Locker(t, p, table, "sessionbogus")
+		_, err := l.Claim(ctx, fresh("s"))
+		require.NoError(t, err, "a claim on a session with pglease.synchronous_commit preset")
+		got, setting := claimInTx(t, p, nil, claim, fresh("s"), "claimer", 60.0)
+		require.Equal(t, 1, got)
+		require.Equal(t, "on", setting)
+	})
+}
+
+// testClaimsInOneTransaction: a DB that hands the Locker a connection
+// inside a transaction of its owner's (a pgx.Tx is refused, but a wrapper
+// around one, or a *pgx.Conn in a transaction, is not detected) makes two
+// claims one transaction, the first taking its row, the second losing. The
+// second claim must not turn the synchronous commit the first raised off
+// again: the transaction holds an acknowledged claim.
+func testClaimsInOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	tbl := pgx.Identifier{table}
+	other := pgtest.Locker(t, pool, table, "other", pglease.WithTTL(time.Minute))
+	_, err := other.Claim(ctx, "held")
+	require.NoError(t, err)
+	claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var fence int64
+	require.NoError(t, tx.QueryRow(ctx, claim, "free", "claimer", 60.0).Scan(&fence, nil, nil, nil, nil, nil))
+	rows, err := tx.Query(ctx, claim, "held", "claimer", 60.0)
+	require.NoError(t, err)
+	rows.Close()
+	require.NoError(t, rows.Err())
+	var setting string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting))
+	require.Equal(t, "on", setting, "a transaction holding a claim that took a row (fence %d) commits with synchronous_commit %s", fence, setting)
+}
+
+// testBurstClaimsSurviveACrash: bursts whose statements take some
+// rows and lose others (keys held by another Locker), on sessions with
+// synchronous_commit off, then a crash with the WAL writer asleep: every
+// claim acknowledged from a burst is live after the restart with its fence,
+// and no fence issued before the crash is issued again.
+func testBurstClaimsSurviveACrash(t *testing.T) {
+	t.Parallel()
+	srv := crashableServer(t)
+	ctx := pgtest.Ctx(t)
+	table := crashableTable(t, srv)
+	pool := pgtest.PoolWith(t, srv.DSN(), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 4
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	})
+	holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(time.Minute))
+	claimer := pgtest.Locker(t, pool, table, "claimer", pglease.WithTTL(time.Minute))
+
+	fences := map[string]int64{}
+	var maxFence int64
+	for b := range 40 {
+		// Held keys sort last in every burst: the statement's final row is
+		// one it does not take.
+		var keys []string
+		for k := range 5 {
+			keys = append(keys, fmt.Sprintf("b%02d-a%d", b, k))
+		}
+		for k := range 3 {
+			key := fmt.Sprintf("b%02d-z%d", b, k)
+			lease, err := holder.Claim(ctx, key)
+			require.NoError(t, err)
+			fences[key] = lease.Fence()
+			maxFence = max(maxFence, lease.Fence())
+			keys = append(keys, key)
+		}
+		leases, errs := pglease.ClaimBurst(ctx, claimer, keys)
+		for i, key := range keys {
+			if key[4] == 'z' {
+				require.ErrorIs(t, errs[i], pglease.ErrHeld, key)
+				continue
+			}
+			require.NoError(t, errs[i], key)
+			fences[key] = leases[i].Fence()
+			maxFence = max(maxFence, leases[i].Fence())
+		}
+	}
+	crashNow(t, srv)
+	pool.Close()
+	_ = claimer.Close(ctx)
+	_ = holder.Close(ctx)
+
+	after := pgtest.PoolAt(t, srv.DSN(), nil)
+	var gone []string
+	for key, fence := range fences {
+		row, ok := pgtest.ReadRow(t, after, table, key)
+		if !ok || row.Fence != fence || !row.Live {
+			gone = append(gone, key)
+		}
+	}
+	require.Empty(t, gone, "of %d claims acknowledged before the crash, these are gone or changed after it", len(fences))
+	other := pgtest.Locker(t, after, table, "other", pglease.WithTTL(time.Minute))
+	lease, err := other.Claim(ctx, "fresh")
+	require.NoError(t, err)
+	require.Greater(t, lease.Fence(), maxFence, "a fence after the crash is above every fence issued before it")
+}
+
+// crashableServer starts a durable PostgreSQL of the test's own (fsync on)
+// whose WAL writer wakes only every 10 s: an asynchronous commit then stays
+// in the server's memory until the next synchronous one, so a crash loses
+// it.
+func crashableServer(t *testing.T) *pgserver.Server {
+	t.Helper()
+	ctx := pgtest.Ctx(t)
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	require.True(t, srv.CanRestart(), "a private %s server must be restartable", srv.Kind())
+	conn, err := pgx.Connect(ctx, srv.DSN())
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `ALTER SYSTEM SET wal_writer_delay = '10s'`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	require.NoError(t, srv.Restart(ctx, pgserver.Fast))
+	conn, err = pgx.Connect(ctx, srv.DSN())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var fsync, delay string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('wal_writer_delay')`).Scan(&fsync, &delay))
+	require.Equal(t, []string{"on", "10s"}, []string{fsync, delay}, "fsync, wal_writer_delay")
+	return srv
+}
+
+// crashableTable creates a migrated lease table on srv and checkpoints, so that
+// the table itself survives a crash.
+func crashableTable(t *testing.T, srv *pgserver.Server) string {
+	t.Helper()
+	table := pgtest.TableName()
+	ctx := pgtest.Ctx(t)
+	conn, err := pgx.Connect(ctx, srv.DSN())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
+	_, err = conn.Exec(ctx, `CHECKPOINT`)
+	require.NoError(t, err)
+	return table
+}
+
+// crashNow kills srv without a checkpoint and starts it again.
+func crashNow(t *testing.T, srv *pgserver.Server) {
+	t.Helper()
+	require.NoError(t, srv.Stop(pgserver.Immediate))
+	require.NoError(t, srv.Start(pgtest.Ctx(t)))
 }

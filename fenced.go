@@ -11,13 +11,13 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// fenced is the protocol of DESIGN, on a table created by Migrate: a fence
+// fenced is the protocol on a table created by Migrate: a fence
 // column fed by a sequence, so that each mandate is matched on the
 // replica's holder and its own fence. Its statements are in
 // internal/sqlstmt, where they say why they are shaped that way.
 type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
-	releaseOneSQL                      string
+	releaseOneSQL, releaseOneQuietSQL  string
 	claimAllSQL, mandateSQL            string
 	holder                             string
 	// coalesceAll sends even one lease's release through the burst's
@@ -28,13 +28,14 @@ type fenced struct {
 
 func newFenced(t table, cfg config) *fenced {
 	return &fenced{
-		claimSQL:      t.render(sqlstmt.Claim),
-		heartbeatSQL:  t.render(sqlstmt.Heartbeat),
-		releaseSQL:    t.render(sqlstmt.Release),
-		releaseOneSQL: t.render(sqlstmt.ReleaseOne),
-		claimAllSQL:   t.render(sqlstmt.ClaimAll),
-		mandateSQL:    t.render(sqlstmt.Mandate),
-		holder:        cfg.holder,
+		claimSQL:           t.render(sqlstmt.Claim),
+		heartbeatSQL:       t.render(sqlstmt.Heartbeat),
+		releaseSQL:         t.render(sqlstmt.Release),
+		releaseOneSQL:      t.render(sqlstmt.ReleaseOne),
+		releaseOneQuietSQL: t.render(sqlstmt.ReleaseOneQuiet),
+		claimAllSQL:        t.render(sqlstmt.ClaimAll),
+		mandateSQL:         t.render(sqlstmt.Mandate),
+		holder:             cfg.holder,
 	}
 }
 
@@ -95,18 +96,20 @@ const releaseLockWait = "20ms"
 // (sqlstmt.ReleaseOne): a row locked past its lock wait is reported
 // skipped, as release reports it.
 func (p *fenced) releaseOne(ctx context.Context, db DB, ls *Lease) (map[*Lease]bool, error) {
-	released := false
-	rows, err := db.Query(ctx, p.releaseOneSQL, p.holder, ls.key, ls.fence, ls.terms.minHold.Seconds(), releaseLockWait)
-	if err == nil {
-		for rows.Next() {
-			released = true
-		}
-		rows.Close()
-		err = rows.Err()
-	}
+	released, err := p.releaseOneWith(ctx, db, p.releaseOneSQL, ls)
 	var pgErr *pgconn.PgError
+	if released && errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		// The row came back, then the commit could not get the
+		// notification queue's lock within the wait: nothing was
+		// released. Once more, at once, without the notification.
+		released, err = p.releaseOneWith(ctx, db, p.releaseOneQuietSQL, ls)
+	}
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+	case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014" && ctx.Err() == nil):
+		// The row's lock outlasted the wait (lock_not_available), or a
+		// statement_timeout of the session shorter than the wait
+		// (query_canceled while the caller still waits): not released,
+		// sent again later, as a row Release skips.
 		return map[*Lease]bool{ls: false}, nil
 	case err != nil:
 		return nil, err
@@ -114,6 +117,22 @@ func (p *fenced) releaseOne(ctx context.Context, db DB, ls *Lease) (map[*Lease]b
 		return map[*Lease]bool{ls: true}, nil
 	}
 	return map[*Lease]bool{}, nil
+}
+
+// releaseOneWith sends sql, a release of one lease, and reports whether its
+// row came back, and the statement's error, which may come after the row
+// (at its commit).
+func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, ls *Lease) (bool, error) {
+	rows, err := db.Query(ctx, sql, p.holder, ls.key, ls.fence, ls.terms.minHold.Seconds(), releaseLockWait)
+	if err != nil {
+		return false, err
+	}
+	released := false
+	for rows.Next() {
+		released = true
+	}
+	rows.Close()
+	return released, rows.Err()
 }
 
 func (p *fenced) mandate(ctx context.Context, db DB, key string) (rowMandate, error) {

@@ -11,7 +11,7 @@ import (
 // minRetry is the shortest wait before retrying a failed heartbeat round.
 const minRetry = 10 * time.Millisecond
 
-// heartbeat is the Locker's one background goroutine. Every interval it
+// heartbeat is the Locker's heartbeat goroutine. Every interval it
 // extends all held leases in one statement. Rounds are timed from their
 // start, so that slow rounds do not stretch the period until leases lapse.
 // After a failed round it retries every lease sooner (interval/4); leases a

@@ -36,7 +36,7 @@ type DB interface {
 var _ gocron.Locker = (*Locker)(nil)
 
 // Locker claims leases on one table for one holder and keeps them alive
-// with a single background heartbeat goroutine, started by the first claim
+// with a heartbeat goroutine (and, once a claim waits, a listener), started by the first claim
 // and stopped by Close. It is safe for concurrent use.
 type Locker struct {
 	cfg config
@@ -210,13 +210,12 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 // Close closes every Elector made from the Locker (each resigns, as
 // Elector.Close does), stops the heartbeat, releases every lease still
 // held in one statement (each lease's Err then wraps ErrClosed, and each
-// outcome is reported as for Unlock), and waits for the background
-// goroutine to end.
-// The release runs even if ctx is already cancelled, bounded by the
-// Locker's timeout. Leases a later mandate took are not an error. Claims in
-// flight end with ErrClosed, and Close waits for them to give back what
-// they may have committed: when it returns, nothing of the Locker is in
-// flight and it holds nothing. Close is idempotent; later calls wait for
+// outcome is reported as for Unlock), and waits for every goroutine of the
+// Locker to end. The release runs even if ctx is already cancelled,
+// bounded by the Locker's timeout. Leases a later lease of their key took
+// are not an error. Claims in flight end with ErrClosed, and Close waits
+// until they have released what they may have written: when it returns,
+// nothing of the Locker is in flight and it holds nothing. Close is idempotent; later calls wait for
 // the first and return nil.
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")

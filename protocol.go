@@ -8,9 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// protocol is the SQL a Locker speaks to its table: no SQL text is written
-// outside its two implementations and internal/sqlstmt. The default,
-// fenced (fenced.go), runs the statements of DESIGN: a fence column fed by a sequence. unfenced
+// protocol is the SQL a Locker speaks to its lease rows; every SQL text of
+// the library (these, and the admin, migration, Guard and LISTEN
+// statements) is a constant of internal/sqlstmt. The default, fenced
+// (fenced.go), runs the fenced statements: a fence column fed by a
+// sequence. unfenced
 // (WithoutFenceColumn) works on a table it cannot alter, with a holder
 // identifier forged per mandate instead of a fence.
 //

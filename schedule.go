@@ -32,7 +32,7 @@ import (
 //
 // With ticks aligned, each tick runs exactly once when
 //
-//	D < minHold, minHold + D <= period, and run + D <= period
+//	D < H, H + D <= period, and run + D <= period, with H the min hold (WithMinHold)
 //
 // where D is the spread of the claims around their ticks: every claim of
 // tick t reaches the database between t+a and t+a+D, for some a (the

@@ -3,10 +3,14 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -18,6 +22,10 @@ import (
 // lease of its Locker.
 func TestUnlock(t *testing.T) {
 	t.Parallel()
+	t.Run("AgainstLocksAndTimeouts", testUnlockAgainstLocksAndTimeouts)
+	t.Run("UnderSerializable", testUnlockUnderSerializable)
+	t.Run("GetsThroughABusyNotificationQueue", testUnlockBehindABusyNotificationQueue)
+	t.Run("BusyNotificationQueueHoldsTheHeartbeatLittle", testHeartbeatBehindUnlocksOnABusyNotificationQueue)
 	// Guarantee: heartbeat.go promises "a release stuck on an unreachable
 	// database delays no loss, and a row locked past it costs that lease
 	// alone". Guard makes a lease row lockable by the application for as long
@@ -169,4 +177,559 @@ func commitAfter(t *testing.T, tx pgx.Tx, d time.Duration) {
 		_ = tx.Commit(context.Background())
 	}()
 	t.Cleanup(func() { <-done })
+}
+
+// lockRowFor holds key's row in table locked in mode (FOR UPDATE, FOR
+// SHARE, ...) from an open transaction that commits after d, on a goroutine
+// the test waits for.
+func lockRowFor(t *testing.T, pool *pgxpool.Pool, table, key, mode string, d time.Duration) {
+	t.Helper()
+	ctx := pgtest.Ctx(t)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = $1 %s`, pgx.Identifier{table}.Sanitize(), mode), key)
+	require.NoError(t, err)
+	commitAfter(t, tx, d)
+}
+
+// roundCounter counts heartbeat rounds (EventExtended) as they happen.
+type roundCounter struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (r *roundCounter) hook(ev pglease.Event) {
+	if ev.Kind == pglease.EventExtended {
+		r.mu.Lock()
+		r.times = append(r.times, time.Now())
+		r.mu.Unlock()
+	}
+}
+
+// between is how many rounds ended in [from, to).
+func (r *roundCounter) between(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, at := range r.times {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// testUnlockAgainstLocksAndTimeouts: the release of one lease
+// (sqlstmt.ReleaseOne, with its 20ms lock wait and the Locker's resend on
+// 55P03) against every kind of row and table lock, a plan invalidated in
+// flight, generic plans, a re-entrant claim racing it, and the session's
+// own lock and statement timeouts.
+func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subtests, one at a time
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+
+	// A row lock of every mode, held for long by an open transaction: the
+	// Unlock releases once the transaction ends (FOR KEY SHARE does not
+	// even conflict), the heartbeat keeps its period meanwhile, the min
+	// hold is kept, and the outcome is released.
+	t.Run("RowLockModes", func(t *testing.T) {
+		const interval = 100 * time.Millisecond
+		const held = 600 * time.Millisecond
+		const minHold = 1500 * time.Millisecond
+		for _, mode := range []string{"FOR KEY SHARE", "FOR SHARE", "FOR NO KEY UPDATE", "FOR UPDATE"} {
+			rounds := &roundCounter{}
+			l := pgtest.Locker(t, pool, table, "modes-"+mode, pglease.WithTTL(3*time.Second),
+				pglease.WithHeartbeatInterval(interval), pglease.WithMinHold(minHold), pglease.WithHook(rounds.hook))
+			key := "mode " + mode
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			keep, err := l.Claim(ctx, key+" kept")
+			require.NoError(t, err)
+			lockRowFor(t, pool, table, key, mode, held)
+			start := time.Now()
+			err = lease.Unlock(ctx)
+			took := time.Since(start)
+			require.NoError(t, err, "%s: the Unlock's outcome", mode)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			assert.Equal(t, lease.Fence(), row.Fence, mode)
+			assert.WithinDuration(t, row.AcquiredAt.Add(minHold), row.ExpiresAt, 5*time.Millisecond,
+				"%s: a released row with a min hold expires at acquired_at + min hold", mode)
+			if mode == "FOR KEY SHARE" {
+				assert.Less(t, took, held/2, "FOR KEY SHARE does not conflict with the release's update, yet the Unlock waited")
+			} else {
+				assert.GreaterOrEqual(t, took, held-50*time.Millisecond, "%s: the Unlock returned before the transaction ended", mode)
+				assert.GreaterOrEqual(t, rounds.between(start, start.Add(held-interval)), 2,
+					"%s: the heartbeat stalled while an Unlock met a long row lock", mode)
+			}
+			require.NoError(t, keep.Err(), mode)
+			require.NoError(t, keep.Unlock(ctx))
+		}
+	})
+
+	// A lock on the whole table by an operator (LOCK TABLE, in a mode that
+	// conflicts with the update): the 55P03 read as "row locked" comes
+	// only from the row; a table lock is waited on, and the Unlock's
+	// outcome after it is still the truth.
+	t.Run("TableLock", func(t *testing.T) {
+		for _, mode := range []string{"SHARE", "ACCESS EXCLUSIVE", "EXCLUSIVE"} {
+			l := pgtest.Locker(t, pool, table, "tablelock", pglease.WithTTL(5*time.Second))
+			key := "table " + mode
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN %s MODE", pgx.Identifier{table}.Sanitize(), mode))
+			require.NoError(t, err)
+			commitAfter(t, tx, 300*time.Millisecond)
+			require.NoError(t, lease.Unlock(ctx), "%s", mode)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.False(t, row.Live, "%s: released, yet the row is live", mode)
+		}
+	})
+
+	// An operator's ALTER TABLE in an open transaction (rolled back after
+	// 300ms): the release waits for the table, then its statement, whose
+	// cached plan the ALTER invalidated, is planned again and releases.
+	t.Run("AlterTable", func(t *testing.T) {
+		l := pgtest.Locker(t, pool, table, "altertable", pglease.WithTTL(5*time.Second))
+		// A first release so the statement is prepared and cached.
+		warm, err := l.Claim(ctx, "alter warm")
+		require.NoError(t, err)
+		require.NoError(t, warm.Unlock(ctx))
+		lease, err := l.Claim(ctx, "alter")
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN note text", pgx.Identifier{table}.Sanitize()))
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(300 * time.Millisecond)
+			_ = tx.Rollback(context.Background())
+		}()
+		t.Cleanup(func() { <-done })
+		require.NoError(t, lease.Unlock(ctx))
+		row, ok := pgtest.ReadRow(t, pool, table, "alter")
+		require.True(t, ok)
+		require.False(t, row.Live)
+	})
+
+	// Generic plans on the Locker's sessions: the release's guard and lock
+	// wait behave the same.
+	t.Run("GenericPlan", func(t *testing.T) {
+		p := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+			cfg.MaxConns = 2
+			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		})
+		l := pgtest.Locker(t, p, table, "generic", pglease.WithTTL(5*time.Second))
+		other := pgtest.Locker(t, p, table, "generic", pglease.WithTTL(5*time.Second))
+		for i := range 8 {
+			key := fmt.Sprintf("generic-%d", i)
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			if i%2 == 1 {
+				// Superseded first: the late release must find nothing.
+				fresh, err := other.Claim(ctx, key)
+				require.NoError(t, err)
+				before, _ := pgtest.ReadRow(t, pool, table, key)
+				require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost, key)
+				after, _ := pgtest.ReadRow(t, pool, table, key)
+				require.Equal(t, before, after, "%s: the late release touched the new mandate's row", key)
+				require.NoError(t, fresh.Unlock(ctx))
+				continue
+			}
+			lockRowFor(t, pool, table, key, "FOR UPDATE", 100*time.Millisecond)
+			require.NoError(t, lease.Unlock(ctx), key)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.False(t, row.Live, key)
+		}
+	})
+
+	// A lease superseded by a re-entrant claim of the same holder (another
+	// Locker with the holder's name, as after a restart) while its Unlock
+	// is on its way: the late release of the old mandate never touches the
+	// new mandate's row, and its outcome is released (it came first) or
+	// ErrLost.
+	t.Run("ReentrantRace", func(t *testing.T) {
+		oldL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+		released, lost := 0, 0
+		for i := range 60 {
+			key := fmt.Sprintf("reentrant-%d", i)
+			old, err := oldL.Claim(ctx, key)
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			var unlockErr error
+			var fresh *pglease.Lease
+			var claimErr error
+			wg.Add(2)
+			go func() { defer wg.Done(); unlockErr = old.Unlock(ctx) }()
+			go func() { defer wg.Done(); fresh, claimErr = newL.Claim(ctx, key) }()
+			wg.Wait()
+			require.NoError(t, claimErr)
+			switch {
+			case unlockErr == nil:
+				released++
+			case errors.Is(unlockErr, pglease.ErrLost):
+				lost++
+			default:
+				t.Fatalf("Unlock of the old mandate: %v", unlockErr)
+			}
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.Equal(t, fresh.Fence(), row.Fence)
+			require.True(t, row.Live, "%s: the old mandate's release (outcome %v) expired the new mandate's row", key, unlockErr)
+			require.NoError(t, fresh.Err())
+			require.True(t, row.ExpiresAt.After(time.Now().Add(3*time.Second)), "%s: the new mandate's row was cut short to %v", key, row.ExpiresAt)
+			require.NoError(t, fresh.Unlock(ctx))
+		}
+		t.Logf("released %d, lost %d", released, lost)
+	})
+
+	// A role or session statement_timeout shorter than the release's lock
+	// wait: a row locked for a moment (a claim in flight, a short
+	// transaction) must still be released, as the skip-locked release
+	// did, not abandoned on "canceling statement due to statement
+	// timeout".
+	t.Run("StatementTimeoutBelowLockWait", func(t *testing.T) {
+		p := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+			cfg.MaxConns = 4
+			cfg.ConnConfig.RuntimeParams["statement_timeout"] = "10ms"
+		})
+		l := pgtest.Locker(t, p, table, "stmttimeout", pglease.WithTTL(5*time.Second))
+		lease, err := l.Claim(ctx, "stmt timeout")
+		require.NoError(t, err)
+		lockRowFor(t, pool, table, "stmt timeout", "FOR UPDATE", 200*time.Millisecond)
+		err = lease.Unlock(ctx)
+		require.NoError(t, err, "Unlock of a row locked for 200ms on a session with statement_timeout 10ms")
+		row, ok := pgtest.ReadRow(t, pool, table, "stmt timeout")
+		require.True(t, ok)
+		require.False(t, row.Live, "the Unlock gave up and the row stays held until its TTL")
+	})
+
+	// A role or session lock_timeout shorter or longer than the release's
+	// own: the statement's wins, for the statement only.
+	t.Run("SessionLockTimeout", func(t *testing.T) {
+		for _, lt := range []string{"1ms", "10s"} {
+			p := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+				cfg.MaxConns = 4
+				cfg.ConnConfig.RuntimeParams["lock_timeout"] = lt
+			})
+			l := pgtest.Locker(t, p, table, "locktimeout"+lt, pglease.WithTTL(5*time.Second))
+			key := "lock timeout " + lt
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			lockRowFor(t, pool, table, key, "FOR UPDATE", 300*time.Millisecond)
+			start := time.Now()
+			require.NoError(t, lease.Unlock(ctx), lt)
+			assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, lt)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.False(t, row.Live, lt)
+			var after string
+			require.NoError(t, p.QueryRow(ctx, "SHOW lock_timeout").Scan(&after))
+			require.Equal(t, lt, after, "the release's lock_timeout leaked into the session")
+		}
+	})
+
+	// Claims of other replicas hammering a key as it changes hands, while
+	// its holder releases and re-claims it: no two Lockers ever trust it at
+	// once, and every Unlock is released or ErrLost.
+	t.Run("ChurnNoOverlap", func(t *testing.T) {
+		const replicas = 4
+		lockers := make([]*pglease.Locker, replicas)
+		for i := range lockers {
+			lockers[i] = pgtest.Locker(t, pool, table, fmt.Sprintf("churn-%d", i), pglease.WithTTL(2*time.Second))
+		}
+		var mu sync.Mutex
+		holders := 0
+		maxHolders := 0
+		var bad []error
+		deadline := time.Now().Add(3 * time.Second)
+		var wg sync.WaitGroup
+		for _, l := range lockers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					lease, err := l.Claim(ctx, "churn")
+					if errors.Is(err, pglease.ErrHeld) {
+						continue
+					}
+					if err != nil {
+						mu.Lock()
+						bad = append(bad, err)
+						mu.Unlock()
+						return
+					}
+					mu.Lock()
+					holders++
+					maxHolders = max(maxHolders, holders)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					holders--
+					mu.Unlock()
+					if err := lease.Unlock(ctx); err != nil {
+						mu.Lock()
+						bad = append(bad, err)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Empty(t, bad)
+		require.Equal(t, 1, maxHolders, "two Lockers held the key at once")
+	})
+}
+
+// testUnlockUnderSerializable: with default_transaction_isolation =
+// serializable, a release that waited on a row lock and finds the row
+// updated by the transaction it waited for fails with 40001 rather than
+// rechecking the row (no EvalPlanQual above READ COMMITTED): its outcome
+// must still be the truth, released or ErrLost, and a late release of an
+// old mandate must never touch the new one's row.
+func testUnlockUnderSerializable(t *testing.T) { // the subtests share one database
+	t.Parallel()
+	ctx, pool, table := serializableSetup(t)
+
+	// An operator's transaction updates the lease's row in place (a
+	// no-op update, as a migration or a repair would) and holds it for a
+	// while: the Unlock behind it is still released.
+	t.Run("RowUpdatedByTheLockHolder", func(t *testing.T) {
+		l := pgtest.Locker(t, pool, table, "ser", pglease.WithTTL(5*time.Second))
+		for i := range 5 {
+			key := fmt.Sprintf("updated-%d", i)
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET expires_at = expires_at WHERE key = $1", pgx.Identifier{table}.Sanitize()), key)
+			require.NoError(t, err)
+			commitAfter(t, tx, time.Duration(10+i*30)*time.Millisecond)
+			require.NoError(t, lease.Unlock(ctx), key)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.False(t, row.Live, key)
+		}
+	})
+
+	// A re-entrant claim of the same holder (another Locker of that name)
+	// racing the old mandate's Unlock, serializable.
+	t.Run("ReentrantRace", func(t *testing.T) {
+		oldL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+		released, lost := 0, 0
+		for i := range 60 {
+			key := fmt.Sprintf("reentrant-%d", i)
+			old, err := oldL.Claim(ctx, key)
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			var unlockErr, claimErr error
+			var fresh *pglease.Lease
+			wg.Add(2)
+			go func() { defer wg.Done(); unlockErr = old.Unlock(ctx) }()
+			go func() { defer wg.Done(); fresh, claimErr = newL.Claim(ctx, key) }()
+			wg.Wait()
+			require.NoError(t, claimErr)
+			switch {
+			case unlockErr == nil:
+				released++
+			case errors.Is(unlockErr, pglease.ErrLost):
+				lost++
+			default:
+				t.Fatalf("Unlock of the old mandate: %v", unlockErr)
+			}
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.Equal(t, fresh.Fence(), row.Fence)
+			require.True(t, row.Live, "%s: the old mandate's release (outcome %v) expired the new mandate's row", key, unlockErr)
+			require.NoError(t, fresh.Unlock(ctx))
+		}
+		t.Logf("released %d, lost %d", released, lost)
+	})
+}
+
+// testUnlockBehindABusyNotificationQueue: a release's commit takes the
+// server's NOTIFY lock (its pg_notify), which another session's notifying
+// commit holds through its WAL flush (an application on the same server that
+// notifies from its write transactions, as job queues do, on a disk whose
+// flush takes a few tens of milliseconds, simulated with commit_delay). The
+// release's lock_timeout is still in force at its commit, so the 55P03 it
+// may fail with there is not a row lock: the Unlock must still end
+// released (sent again without the notification).
+func testUnlockBehindABusyNotificationQueue(t *testing.T) { // the cases load one server with notifiers in turn
+	t.Parallel()
+	srv := crashableServer(t) // fsync on: commit_delay only delays a real flush
+	ctx := pgtest.Ctx(t)
+	table := crashableTable(t, srv)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	_, err := pool.Exec(ctx, "CREATE TABLE busy (n int)")
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		name      string
+		notifiers int
+		flush     time.Duration
+	}{
+		{"OneAt15ms", 1, 15 * time.Millisecond},
+		{"OneAt30ms", 1, 30 * time.Millisecond},
+		{"TwoAt15ms", 2, 15 * time.Millisecond},
+		{"OneAt50ms", 1, 50 * time.Millisecond},
+		{"TwoAt30ms", 2, 30 * time.Millisecond},
+		{"ThreeAt50ms", 3, 50 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			notifyLoad(t, srv.DSN(), c.notifiers, c.flush)
+			// What the release's commit meets: a transaction that notifies,
+			// with lock_timeout 20ms in force at its commit.
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "SELECT set_config('lock_timeout', '20ms', true), pg_notify('probe', 'x')")
+			require.NoError(t, err)
+			t.Logf("a notifying commit with lock_timeout 20ms: %v", tx.Commit(ctx))
+			// The same in one statement of its own: its row comes back, then
+			// its commit fails.
+			rows, err := pool.Query(ctx, "SELECT set_config('lock_timeout', '20ms', true), pg_notify('probe', 'x')")
+			require.NoError(t, err)
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			t.Logf("one statement: %d rows back, then %v", n, rows.Err())
+
+			counter := &pgtest.Statements{}
+			lpool := pgtest.PoolAt(t, srv.DSN(), counter)
+			l := pgtest.Locker(t, lpool, table, "notified-"+c.name, pglease.WithTTL(2*time.Second))
+			for i := range 5 {
+				key := fmt.Sprintf("%s-%d", c.name, i)
+				lease, err := l.Claim(ctx, key)
+				require.NoError(t, err)
+				counter.Reset()
+				start := time.Now()
+				err = lease.Unlock(ctx)
+				took := time.Since(start)
+				require.NoError(t, err, "%s: Unlock of a lease held live, its row locked by nobody, after %v and %d release statements", key, took, counter.Count("release"))
+				row, ok := pgtest.ReadRow(t, pool, table, key)
+				require.True(t, ok)
+				require.False(t, row.Live, key)
+				t.Logf("%s: released in %v, %d release statements", key, took, counter.Count("release"))
+			}
+		})
+	}
+}
+
+// notifyLoad runs notifiers sessions until the test ends, each committing
+// a write and a notification over and over, each commit holding the NOTIFY
+// lock through a flush that takes flush.
+func notifyLoad(t *testing.T, dsn string, notifiers int, flush time.Duration) {
+	t.Helper()
+	ctx := pgtest.Ctx(t)
+	stop := make(chan struct{})
+	done := make(chan struct{}, notifiers)
+	for range notifiers {
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, fmt.Sprintf("SET commit_delay = %d", flush.Microseconds()))
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "SET commit_siblings = 0")
+		require.NoError(t, err)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			defer conn.Close(context.Background())
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := conn.Exec(context.Background(), "WITH w AS (INSERT INTO busy VALUES (1)) SELECT pg_notify('busy', 'x')"); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(stop)
+		for range notifiers {
+			<-done
+		}
+	})
+}
+
+// testHeartbeatBehindUnlocksOnABusyNotificationQueue: releases in flight
+// keep the heartbeat round out (roundGate); a release whose commit waits for
+// the NOTIFY lock behind other notifying commits must not hold the round
+// back for long. The Locker's other leases keep their heartbeat period.
+func testHeartbeatBehindUnlocksOnABusyNotificationQueue(t *testing.T) {
+	t.Parallel()
+	srv := crashableServer(t)
+	ctx := pgtest.Ctx(t)
+	table := crashableTable(t, srv)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	_, err := pool.Exec(ctx, "CREATE TABLE busy (n int)")
+	require.NoError(t, err)
+	notifyLoad(t, srv.DSN(), 8, 50*time.Millisecond)
+
+	const interval = 100 * time.Millisecond
+	rounds := &roundCounter{}
+	l := pgtest.Locker(t, pool, table, "gate", pglease.WithTTL(5*time.Second),
+		pglease.WithHeartbeatInterval(interval), pglease.WithHook(rounds.hook))
+	// Unlocks alone, whatever the run's coalescing switch: the burst form
+	// waits for the notification queue's lock without bound (Close's, and
+	// coalesced Unlocks').
+	pglease.SetCoalesceAll(l, false)
+	keep, err := l.Claim(ctx, "kept")
+	require.NoError(t, err)
+
+	// The heartbeat's own gaps under this load (its commits wait for the
+	// WAL flush the notifiers' commit_delay slows down): the baseline.
+	base := time.Now()
+	time.Sleep(2 * time.Second)
+	baseline := rounds.longestGap(base, time.Now())
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 5 {
+				lease, err := l.Claim(ctx, fmt.Sprintf("gate-%d-%d", w, i))
+				if err != nil {
+					return
+				}
+				if lease.Unlock(ctx) != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	end := time.Now()
+	require.NoError(t, keep.Err())
+	gap := rounds.longestGap(start, end)
+	t.Logf("heartbeat gap without releases %v; %v of releases, %d of 20 Unlocks failed; longest gap between heartbeat rounds %v",
+		baseline, end.Sub(start), failed.Load(), gap)
+	require.Less(t, gap, baseline+2*interval, "the heartbeat was held back by releases waiting for the NOTIFY lock")
+}
+
+// longestGap is the longest time in [from, to] without a round.
+func (r *roundCounter) longestGap(from, to time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var gap time.Duration
+	prev := from
+	for _, at := range r.times {
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		gap = max(gap, at.Sub(prev))
+		prev = at
+	}
+	return max(gap, to.Sub(prev))
 }

@@ -78,6 +78,8 @@ var writes = map[string]writeClass{
 	"Heartbeat":                 mandateOfFence,
 	"Release":                   mandateOfFence,
 	"ReleaseOne":                mandateOfFence,
+	"ReleaseOneQuiet":           mandateOfFence,
+	"releaseOneRow":             mandateOfFence,
 	"UnfencedHeartbeat":         mandateOfForgedHolder,
 	"UnfencedRelease":           mandateOfForgedHolder,
 	"extendMine":                partOfMine,

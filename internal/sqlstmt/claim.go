@@ -16,20 +16,35 @@ import "strings"
 // holder's release, until its flush; its lock record lost in a crash costs
 // nothing. raiseSyncCommit puts the setting back, raised, for every row the
 // claim takes.
-const deferSyncCommit = `set_config('synchronous_commit',
-         CASE WHEN set_config('pglease.synchronous_commit', current_setting('synchronous_commit'), true) IS NOT NULL
-              THEN 'off' END, true)`
+//
+// It defers only once per transaction: when pglease.synchronous_commit is
+// already set (an earlier claim of the same transaction, where a DB hands
+// the Locker a connection inside a transaction of its owner's), it leaves
+// synchronous_commit as that claim left it, raised if it took a row, so a
+// later claim that takes nothing cannot turn the flush of an acknowledged
+// claim off.
+const deferSyncCommit = `CASE WHEN NULLIF(current_setting('pglease.synchronous_commit', true), '') IS NOT NULL
+            THEN current_setting('synchronous_commit')
+            ELSE set_config('synchronous_commit',
+                   CASE WHEN set_config('pglease.synchronous_commit', current_setting('synchronous_commit'), true) IS NOT NULL
+                        THEN 'off' END, true) END`
 
-// raiseSyncCommit raises synchronous_commit to on, for this transaction
-// only, when the setting the claim found (deferSyncCommit saved it) is off
-// or local. It keeps remote_write, on and remote_apply as they are: off
-// would let a crash lose a write that was acknowledged to the caller, and
-// local would let a failover to a synchronous standby lose it, while a
-// stronger setting is the operator's choice. It is evaluated inside the
-// statement, so it costs no round trip.
+// raiseSyncCommit raises synchronous_commit, for this transaction only,
+// to the setting the claim found (deferSyncCommit saved it) when that is
+// on, remote_write or remote_apply, and to on otherwise: off would let a
+// crash lose a write that was acknowledged to the caller, and local would
+// let a failover to a synchronous standby lose it, while a stronger setting
+// is the operator's choice. A setting still in force (not deferred: an
+// earlier claim of the transaction raised it, or the session preset
+// pglease.synchronous_commit) is kept when it is at least on's level, so
+// that no value in pglease.synchronous_commit, however set, can weaken it.
+// It is evaluated inside the statement, so it costs no round trip.
 const raiseSyncCommit = `set_config('synchronous_commit',
-         CASE WHEN current_setting('pglease.synchronous_commit') IN ('off', 'local') THEN 'on'
-              ELSE current_setting('pglease.synchronous_commit') END, true)`
+         CASE WHEN current_setting('synchronous_commit') IN ('on', 'remote_write', 'remote_apply')
+              THEN current_setting('synchronous_commit')
+              WHEN current_setting('pglease.synchronous_commit', true) IN ('remote_write', 'remote_apply')
+              THEN current_setting('pglease.synchronous_commit', true)
+              ELSE 'on' END, true)`
 
 // raiseSessionSyncCommit is raiseSyncCommit for a statement that did not
 // defer the setting (the heartbeat): it reads the session's own.

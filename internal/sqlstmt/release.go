@@ -83,19 +83,37 @@ SELECT c.key, c.fence, false
 //     55P03 once $5 has passed: the Locker counts the row skipped and
 //     sends it again later, as Release's skipped rows, and the heartbeat
 //     round it holds back meanwhile waits no longer than $5.
+//   - The wait bounds the commit too: a notification is queued at commit
+//     under a lock of the whole server, which other applications'
+//     notifying commits hold through their WAL flush. A statement whose
+//     row came back and whose commit then failed with 55P03 released
+//     nothing; the Locker sends ReleaseOneQuiet at once, which needs no
+//     such lock, so that a busy notification queue can hold a release
+//     (and the heartbeat round it keeps out) for no more than twice the
+//     wait, and cannot keep it from getting through.
 //   - A single row, so the wait cannot close a deadlock: the statement
 //     holds no other lock.
 //   - A row back: released. None: lost (another mandate took the row, or
 //     it lapsed).
-const ReleaseOne = `UPDATE {table} AS l
+const ReleaseOne = releaseOneRow + `
+RETURNING pg_notify({chanlit}, l.key)`
+
+// ReleaseOneQuiet is ReleaseOne without the notification, for a release
+// whose commit could not get the notification queue's lock within the
+// wait: the claims waiting for the key wake at its expiry or their next
+// poll instead.
+const ReleaseOneQuiet = releaseOneRow + `
+RETURNING l.key`
+
+// releaseOneRow is the UPDATE of ReleaseOne and ReleaseOneQuiet.
+const releaseOneRow = `UPDATE {table} AS l
    SET expires_at = GREATEST(clock_timestamp(),
                              l.acquired_at + make_interval(secs => $4),
                              l.acquired_at + interval '1 microsecond')
  WHERE l.key = $2 AND l.holder = $1 COLLATE "C" AND l.fence = $3
    AND l.expires_at > clock_timestamp()
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-   AND set_config('lock_timeout', $5, true) IS NOT NULL
-RETURNING pg_notify({chanlit}, l.key)`
+   AND set_config('lock_timeout', $5, true) IS NOT NULL`
 
 // UnfencedRelease is Release matching each row on its forged holder,
 // with each lease's min hold ($1, one per key) counted from the acquired
