@@ -567,7 +567,7 @@ func testUnlockBehindABusyNotificationQueue(t *testing.T) { // the cases load on
 	t.Parallel()
 	srv := crashableServer(t) // fsync on: commit_delay only delays a real flush
 	ctx := pgtest.Ctx(t)
-	table := crashableTable(t, srv)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
 	_, err := pool.Exec(ctx, "CREATE TABLE busy (n int)")
 	require.NoError(t, err)
@@ -670,7 +670,7 @@ func testHeartbeatBehindUnlocksOnABusyNotificationQueue(t *testing.T) {
 	t.Parallel()
 	srv := crashableServer(t)
 	ctx := pgtest.Ctx(t)
-	table := crashableTable(t, srv)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
 	_, err := pool.Exec(ctx, "CREATE TABLE busy (n int)")
 	require.NoError(t, err)

@@ -175,7 +175,7 @@ func TestDurability(t *testing.T) {
 		for _, scope := range syncOffScopes {
 			t.Run(scope.name, func(t *testing.T) {
 				ctx := pgtest.Ctx(t)
-				table := durableTable(t, srv)
+				table := pgtest.DurableTable(t, srv)
 				exec(t, srv.DSN(), scope.set...)
 				t.Cleanup(func() { exec(t, srv.DSN(), scope.reset...) })
 				pool := syncOffPool(t, srv.DSN(), scope)
@@ -190,7 +190,7 @@ func TestDurability(t *testing.T) {
 					fences[key] = lease.Fence()
 					maxFence = max(maxFence, lease.Fence())
 				}
-				crashAndRestart(t, srv)
+				pgtest.CrashAndRestart(t, srv)
 				pool.Close()
 				// Its leases' releases fail on the dead pool; the rows stay.
 				_ = before.Close(ctx)
@@ -226,7 +226,7 @@ func TestDurability(t *testing.T) {
 		srv := crashServer(t)
 		ctx := pgtest.Ctx(t)
 		scope := syncOffScopes[2] // database
-		table := durableTable(t, srv)
+		table := pgtest.DurableTable(t, srv)
 		exec(t, srv.DSN(), scope.set...)
 		pool := syncOffPool(t, srv.DSN(), scope)
 
@@ -463,26 +463,4 @@ func syncOffPool(t *testing.T, dsn string, scope syncOffScope) *pgxpool.Pool {
 		return got == "off"
 	}, 10*time.Second, 20*time.Millisecond, "sessions never saw synchronous_commit = off set at the %s level", scope.name)
 	return pool
-}
-
-// durableTable creates a migrated lease table and checkpoints, so that the
-// table itself survives the crash whatever the sessions' settings.
-func durableTable(t *testing.T, srv *pgserver.Server) string {
-	t.Helper()
-	table := pgtest.TableName()
-	ctx := pgtest.Ctx(t)
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
-	_, err = conn.Exec(ctx, `CHECKPOINT`)
-	require.NoError(t, err)
-	return table
-}
-
-// crashAndRestart kills the server without a checkpoint and starts it again.
-func crashAndRestart(t *testing.T, srv *pgserver.Server) {
-	t.Helper()
-	require.NoError(t, srv.Stop(pgserver.Immediate))
-	require.NoError(t, srv.Start(pgtest.Ctx(t)))
 }

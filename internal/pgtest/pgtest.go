@@ -140,6 +140,30 @@ func PrivateServer(tb testing.TB) *pgserver.Server {
 	return srv
 }
 
+// DurableTable creates a migrated lease table on srv and checkpoints, so
+// that the table itself survives a crash of srv (CrashAndRestart) whatever
+// the settings of the sessions that write to it.
+func DurableTable(tb testing.TB, srv *pgserver.Server) string {
+	tb.Helper()
+	table := TableName()
+	ctx := Ctx(tb)
+	conn, err := pgx.Connect(ctx, srv.DSN())
+	require.NoError(tb, err)
+	defer conn.Close(ctx)
+	require.NoError(tb, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
+	_, err = conn.Exec(ctx, `CHECKPOINT`)
+	require.NoError(tb, err)
+	return table
+}
+
+// CrashAndRestart kills srv without a checkpoint, as a crash would, and
+// starts it again.
+func CrashAndRestart(tb testing.TB, srv *pgserver.Server) {
+	tb.Helper()
+	require.NoError(tb, srv.Stop(pgserver.Immediate))
+	require.NoError(tb, srv.Start(Ctx(tb)))
+}
+
 // ThroughPooler reports whether the tests run through PgBouncer (-pooler).
 func ThroughPooler() bool { return poolerDSN != "" }
 
