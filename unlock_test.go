@@ -565,7 +565,7 @@ func testUnlockUnderSerializable(t *testing.T) { // the subtests share one datab
 // released (sent again without the notification).
 func testUnlockBehindABusyNotificationQueue(t *testing.T) { // the cases load one server with notifiers in turn
 	t.Parallel()
-	srv := crashableServer(t) // fsync on: commit_delay only delays a real flush
+	srv := pgtest.CrashableServer(t) // fsync on: commit_delay only delays a real flush
 	ctx := pgtest.Ctx(t)
 	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
@@ -668,7 +668,7 @@ func notifyLoad(t *testing.T, dsn string, notifiers int, flush time.Duration) {
 // back for long. The Locker's other leases keep their heartbeat period.
 func testHeartbeatBehindUnlocksOnABusyNotificationQueue(t *testing.T) {
 	t.Parallel()
-	srv := crashableServer(t)
+	srv := pgtest.CrashableServer(t)
 	ctx := pgtest.Ctx(t)
 	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)

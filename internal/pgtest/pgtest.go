@@ -1,9 +1,10 @@
 // Package pgtest is what the tests of every package of pglease share: the
-// PostgreSQL server of the test binary (and private ones a test may stop),
-// pools and tables on it, quiet Lockers, a reader of lease rows, row and
-// table locks held by other transactions, fault proxies and pools through
-// them, ledgers of guarded writes, a recorder of a Locker's events, a
-// statement counter and a DB that fails or holds statements on demand.
+// PostgreSQL server of the test binary (and private ones a test may stop
+// or crash), pools and tables on it, quiet Lockers, a reader of lease
+// rows, row and table locks held by other transactions, fault proxies and
+// pools through them, ledgers of guarded writes, a recorder of a Locker's
+// events, a statement counter and a DB that fails or holds statements on
+// demand.
 //
 // A package's tests start with
 //
@@ -138,30 +139,6 @@ func PrivateServer(tb testing.TB) *pgserver.Server {
 	// Private never uses PGLEASE_DATABASE_URL: the server is ours to stop.
 	require.True(tb, srv.CanRestart(), "a %s server cannot be restarted", srv.Kind())
 	return srv
-}
-
-// DurableTable creates a migrated lease table on srv and checkpoints, so
-// that the table itself survives a crash of srv (CrashAndRestart) whatever
-// the settings of the sessions that write to it.
-func DurableTable(tb testing.TB, srv *pgserver.Server) string {
-	tb.Helper()
-	table := TableName()
-	ctx := Ctx(tb)
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(tb, err)
-	defer conn.Close(ctx)
-	require.NoError(tb, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
-	_, err = conn.Exec(ctx, `CHECKPOINT`)
-	require.NoError(tb, err)
-	return table
-}
-
-// CrashAndRestart kills srv without a checkpoint, as a crash would, and
-// starts it again.
-func CrashAndRestart(tb testing.TB, srv *pgserver.Server) {
-	tb.Helper()
-	require.NoError(tb, srv.Stop(pgserver.Immediate))
-	require.NoError(tb, srv.Start(Ctx(tb)))
 }
 
 // ThroughPooler reports whether the tests run through PgBouncer (-pooler).
