@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -507,9 +506,9 @@ func testClaimsInOneTransaction(t *testing.T) {
 // and no fence issued before the crash is issued again.
 func testBurstClaimsSurviveACrash(t *testing.T) {
 	t.Parallel()
-	srv := crashableServer(t)
+	srv := pgtest.CrashableServer(t)
 	ctx := pgtest.Ctx(t)
-	table := crashableTable(t, srv)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolWith(t, srv.DSN(), func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 4
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -545,7 +544,7 @@ func testBurstClaimsSurviveACrash(t *testing.T) {
 			maxFence = max(maxFence, leases[i].Fence())
 		}
 	}
-	crashNow(t, srv)
+	pgtest.CrashAndRestart(t, srv)
 	pool.Close()
 	_ = claimer.Close(ctx)
 	_ = holder.Close(ctx)
@@ -563,54 +562,6 @@ func testBurstClaimsSurviveACrash(t *testing.T) {
 	lease, err := other.Claim(ctx, "fresh")
 	require.NoError(t, err)
 	require.Greater(t, lease.Fence(), maxFence, "a fence after the crash is above every fence issued before it")
-}
-
-// crashableServer starts a durable PostgreSQL of the test's own (fsync on)
-// whose WAL writer wakes only every 10 s: an asynchronous commit then stays
-// in the server's memory until the next synchronous one, so a crash loses
-// it.
-func crashableServer(t *testing.T) *pgserver.Server {
-	t.Helper()
-	ctx := pgtest.Ctx(t)
-	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.True(t, srv.CanRestart(), "a private %s server must be restartable", srv.Kind())
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `ALTER SYSTEM SET wal_writer_delay = '10s'`)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	require.NoError(t, srv.Restart(ctx, pgserver.Fast))
-	conn, err = pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var fsync, delay string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('wal_writer_delay')`).Scan(&fsync, &delay))
-	require.Equal(t, []string{"on", "10s"}, []string{fsync, delay}, "fsync, wal_writer_delay")
-	return srv
-}
-
-// crashableTable creates a migrated lease table on srv and checkpoints, so that
-// the table itself survives a crash.
-func crashableTable(t *testing.T, srv *pgserver.Server) string {
-	t.Helper()
-	table := pgtest.TableName()
-	ctx := pgtest.Ctx(t)
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
-	_, err = conn.Exec(ctx, `CHECKPOINT`)
-	require.NoError(t, err)
-	return table
-}
-
-// crashNow kills srv without a checkpoint and starts it again.
-func crashNow(t *testing.T, srv *pgserver.Server) {
-	t.Helper()
-	require.NoError(t, srv.Stop(pgserver.Immediate))
-	require.NoError(t, srv.Start(pgtest.Ctx(t)))
 }
 
 // Presets of pglease.synchronous_commit and synchronous_commit on the

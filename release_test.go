@@ -70,8 +70,8 @@ func (q *quietSpy) set(f func()) {
 // held nearly all the time by notifying commits with a slow flush.
 func busyQueue(t *testing.T, notifiers int, flush time.Duration) (string, string, *pgxpool.Pool) {
 	t.Helper()
-	srv := crashableServer(t)
-	table := crashableTable(t, srv)
+	srv := pgtest.CrashableServer(t)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
 	_, err := pool.Exec(pgtest.Ctx(t), "CREATE TABLE busy (n int)")
 	require.NoError(t, err)
@@ -196,13 +196,13 @@ func testReleaseQuietResend(t *testing.T) {
 // Release. 8 workers.
 func testReleaseBurstsOnABusyNotificationQueue(t *testing.T) {
 	t.Parallel()
-	srv := crashableServer(t)
+	srv := pgtest.CrashableServer(t)
 	ctx := pgtest.Ctx(t)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
 	unfenced := pgtest.TableName()
 	_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (%s); CREATE TABLE busy (n int)", unfenced, legacyColumns))
 	require.NoError(t, err)
-	fencedTable := crashableTable(t, srv)
+	fencedTable := pgtest.DurableTable(t, srv)
 	notifyLoad(t, srv.DSN(), 8, 50*time.Millisecond)
 	for _, c := range []struct {
 		name    string
