@@ -262,6 +262,8 @@ func TestClaim(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a claim is one statement, and a claim of a key another holder
+	// holds live returns ErrHeld.
 	t.Run("OneStatementErrHeldWhileAnotherHolds", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -290,6 +292,8 @@ func TestClaim(t *testing.T) {
 		assert.False(t, ok)
 	})
 
+	// Guarantee: a holder claiming its own live key again takes a greater fence,
+	// and its first lease is lost.
 	t.Run("ReentrantAdvancesTheFence", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -309,6 +313,8 @@ func TestClaim(t *testing.T) {
 		require.NoError(t, second.Err())
 	})
 
+	// Guarantee: the fence of a key only grows, across holders, re-claims,
+	// releases and a purge.
 	t.Run("FenceOnlyGrows", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -342,6 +348,8 @@ func TestClaim(t *testing.T) {
 		grows(a.Claim(ctx, "k"))
 	})
 
+	// Guarantee: concurrent claims of one key have one winning holder per round,
+	// each with a greater fence.
 	t.Run("OneWinnerPerRound", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -399,6 +407,8 @@ func TestClaim(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a claim that waited on the row lock longer than its TTL hands
+	// out no lease.
 	t.Run("WaitPastTheTTLHandsOutNothing", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -444,6 +454,8 @@ func TestClaim(t *testing.T) {
 		require.Greater(t, next.Fence(), first.Fence())
 	})
 
+	// Guarantee: a claim whose round trip outlasts its trust window hands out no
+	// lease.
 	t.Run("RoundTripPastTheTrustWindowHandsOutNothing", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -19,8 +19,12 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// TestBurst TODO.
+// TestBurst pins the coalesced claim: a burst of claims is one statement
+// that hands each claim exactly the outcome it would have had alone, one
+// winner per key, and a claim given up in flight gives its row back.
 func TestBurst(t *testing.T) {
+	// Guarantee: coalesced claims of many keys against contending Lockers have
+	// one winner per key and fences that only grow.
 	t.Run("OneWinnerPerKeyAndGrowingFences", func(t *testing.T) {
 		t.Parallel()
 		ctx, setup, table := pgtest.Setup(t)
@@ -82,6 +86,8 @@ func TestBurst(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a burst gives a repeated key, a re-entrant claim, a locked row
+	// and a bad row each its own outcome.
 	t.Run("EachClaimGetsItsOwnOutcome", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -155,6 +161,8 @@ func TestBurst(t *testing.T) {
 		require.Equal(t, second.Fence(), row.Fence)
 	})
 
+	// Guarantee: every claim outcome is reported in a burst exactly as it is for
+	// a claim alone.
 	t.Run("ReportsEachOutcomeAsAlone", func(t *testing.T) {
 		t.Parallel()
 		for name, claim := range claimPaths {
@@ -277,6 +285,8 @@ func TestBurst(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a claim whose caller gave up while its burst was in flight
+	// gives its row back, and its key's turn.
 	t.Run("GivenUpClaimGivesItsRowBack", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -307,6 +317,8 @@ func TestBurst(t *testing.T) {
 		require.ErrorIs(t, err, pglease.ErrHeld, "the key's turn is free again")
 	})
 
+	// Guarantee: bursts of two Lockers over the same keys in opposite orders do
+	// not deadlock.
 	t.Run("OppositeOrdersDoNotDeadlock", func(t *testing.T) {
 		t.Parallel()
 		ctx, setup, table := pgtest.Setup(t)
@@ -360,6 +372,8 @@ func TestBurst(t *testing.T) {
 		require.Equal(t, 1, cb.Count("claim"), "b's burst is one statement")
 	})
 
+	// Guarantee: claims waiting on rows locked elsewhere do not hold up the
+	// Locker's other claims.
 	t.Run("LockedRowsHoldUpNoOtherClaim", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -17,9 +17,13 @@ import (
 // suspended; the wall clock does not. These tests simulate a suspend by
 // moving only the Locker's wall clock (ShiftWallClock, export_test.go).
 
-// TestWallClock TODO.
+// TestWallClock pins trust against the wall clock: a jump past a lease's
+// trust deadline ends the lease at once, and a step back never stretches
+// the trust beyond the monotonic deadline.
 func TestWallClock(t *testing.T) {
 	t.Parallel()
+	// Guarantee: a lease ends within a heartbeat slice when the wall clock jumps
+	// past its trust deadline, as after a suspend.
 	t.Run("JumpPastTheTrustDeadlineEndsTheLease", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -52,6 +56,8 @@ func TestWallClock(t *testing.T) {
 		assert.False(t, held)
 	})
 
+	// Guarantee: Err reports the lease lost at once after a wall-clock jump past
+	// its trust deadline.
 	t.Run("ErrReportsTheLossAtOnceAfterAJump", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -66,6 +72,8 @@ func TestWallClock(t *testing.T) {
 		assert.False(t, held)
 	})
 
+	// Guarantee: a wall clock stepped back does not stretch trust beyond the
+	// monotonic deadline.
 	t.Run("SteppedBackDoesNotStretchTrust", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)

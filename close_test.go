@@ -352,6 +352,8 @@ func TestClose(t *testing.T) {
 		require.Error(t, lease.Err())
 	})
 
+	// Guarantee: Close releases every lease, stops the heartbeat, and may be
+	// called again.
 	t.Run("ReleasesEveryLeaseAndIsIdempotent", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

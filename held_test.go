@@ -14,9 +14,12 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestLeases TODO.
+// TestLeases pins Locker.Leases: a sorted copy of what is held, with the
+// server's times, the trust deadline and what the last round found.
 func TestLeases(t *testing.T) {
 	t.Parallel()
+	// Guarantee: Leases is a copy of the held leases sorted by key, with their
+	// server times and trust deadline.
 	t.Run("SortedCopyWithServerTimes", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -68,6 +71,8 @@ func TestLeases(t *testing.T) {
 		assert.Len(t, l.Leases(), 2)
 	})
 
+	// Guarantee: Leases says when a heartbeat round found the row locked or
+	// failed.
 	t.Run("SaysWhenARoundFoundTheRowLockedOrFailed", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

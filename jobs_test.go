@@ -58,7 +58,9 @@ func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.JobOption) *pgleas
 	return j
 }
 
-// TestJobs TODO.
+// TestJobs pins the leases of gocron jobs with their own terms: each job's
+// TTL and min hold hold for its lease alone, in claims, heartbeats,
+// releases and trust, with or without the fence column.
 func TestJobs(t *testing.T) {
 	t.Parallel()
 	// Assumption: gocron calls the JobLocker given to WithDistributedJobLocker
@@ -142,6 +144,8 @@ func TestJobs(t *testing.T) {
 		}
 	})
 
+	// Guarantee: one heartbeat statement per round extends each lease by its own
+	// TTL.
 	t.Run("OneHeartbeatStatementExtendsEachByItsTTL", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -181,6 +185,8 @@ func TestJobs(t *testing.T) {
 		assert.LessOrEqual(t, beats, rounds+1, "heartbeat statements %d for %d rounds", beats, rounds)
 	})
 
+	// Guarantee: a release keeps each job's lease for its own min hold, in one
+	// statement.
 	t.Run("ReleaseKeepsEachMinHoldInOneStatement", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -220,6 +226,8 @@ func TestJobs(t *testing.T) {
 		require.ErrorIs(t, err, pglease.ErrHeld, "no other replica runs the same tick within the min hold")
 	})
 
+	// Guarantee: a job's terms that cannot work are refused, naming them, and
+	// nothing is written.
 	t.Run("RefusesTermsThatCannotWork", func(t *testing.T) {
 		t.Parallel()
 		counter := &pgtest.Statements{}
@@ -256,6 +264,8 @@ func TestJobs(t *testing.T) {
 		assert.Zero(t, counter.Count("claim")+counter.Count("heartbeat")+counter.Count("release")+counter.Count("other"), "Job sends nothing")
 	})
 
+	// Guarantee: without the fence column, job leases are extended and held by
+	// their own terms.
 	t.Run("WithoutFenceColumnKeepTheirOwnTerms", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -286,6 +296,8 @@ func TestJobs(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a coalesced burst of claims with mixed TTLs gives each row its
+	// own TTL.
 	t.Run("BurstGivesEachRowItsOwnTTL", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -328,10 +340,13 @@ func TestJobs(t *testing.T) {
 	})
 }
 
-// Not parallel: the goroutines of the other tests, paused until the
-// sequential ones end, are there before and after and are ignored; only
-// what this test started is looked for.
-func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.T) {
+// TestJobsLeaveNoGoroutineAfterClose: the Locker's Close releases the
+// leases of its jobs, reports them, and leaves no goroutine behind.
+//
+// Not parallel, and so no subtest of TestJobs: the goroutines of the other
+// tests, paused until the sequential ones end, are there before and after
+// and are ignored; only what this test started is looked for.
+func TestJobsLeaveNoGoroutineAfterClose(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := pgtest.Ctx(t)
 	pool, err := pgxpool.New(ctx, pgtest.Server.DSN())

@@ -165,6 +165,8 @@ func TestUnlock(t *testing.T) {
 		assert.False(t, row.Live, "the row is still live after its Unlock")
 	})
 
+	// Guarantee: a late release of a previous mandate leaves the lease that
+	// reclaimed the key untouched.
 	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -191,6 +193,7 @@ func TestUnlock(t *testing.T) {
 		require.NoError(t, second.Err())
 	})
 
+	// Guarantee: Unlock expires the row in place and never deletes it.
 	t.Run("ExpiresTheRowInPlace", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
@@ -220,6 +223,8 @@ func TestUnlock(t *testing.T) {
 		require.Greater(t, next.Fence(), lease.Fence())
 	})
 
+	// Guarantee: with a min hold, Unlock keeps the lease until its acquisition
+	// plus the min hold.
 	t.Run("KeepsTheMinHold", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -247,6 +252,7 @@ func TestUnlock(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	// Guarantee: Unlock releases even when its context is already cancelled.
 	t.Run("ReleasesUnderACancelledContext", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)

@@ -28,9 +28,14 @@ func stripComments(sql string) string {
 	return strings.Join(lines[i:], "")
 }
 
-// TestMigrate TODO.
+// TestMigrate pins Migrate: it creates the table and the sequence
+// idempotently and safely at once from many replicas, purges only what is
+// expired past the retention without sending a fence backwards, and
+// refuses relations that could issue fences out of order or lose leases.
 func TestMigrate(t *testing.T) {
 	t.Parallel()
+	// Guarantee: Migrate creates the table and the sequence, idempotently, under
+	// any table name.
 	t.Run("IdempotentUnderAnyTableName", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -65,6 +70,7 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 
+	// Guarantee: Migrate is safe when ten replicas run it at once.
 	t.Run("TenReplicasAtOnce", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -92,6 +98,7 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	// Guarantee: Migrate purges only rows expired longer than the retention.
 	t.Run("PurgesOnlyPastTheRetention", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -291,9 +298,12 @@ func TestMigrate(t *testing.T) {
 	})
 }
 
-// TestSchema TODO.
+// TestSchema pins schema.sql, for operators who apply the DDL by hand: it
+// is exactly what Migrate runs and makes the same catalog objects.
 func TestSchema(t *testing.T) {
 	t.Parallel()
+	// Guarantee: schema.sql is exactly the DDL Migrate runs for the default
+	// table.
 	t.Run("IsTheDDLMigrateRuns", func(t *testing.T) {
 		t.Parallel()
 		want, err := pglease.Schema()
@@ -308,6 +318,8 @@ func TestSchema(t *testing.T) {
 		assert.Contains(t, body, `CREATE TABLE IF NOT EXISTS "lease"`)
 	})
 
+	// Guarantee: schema.sql applied by hand creates the same catalog objects as
+	// Migrate.
 	t.Run("AppliedByHandMatchesMigrate", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)

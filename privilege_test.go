@@ -46,7 +46,9 @@ func runtimeRole(t *testing.T, admin *pgxpool.Pool, grants ...string) *pgxpool.P
 	})
 }
 
-// TestPrivilege TODO.
+// TestPrivilege pins what roles and credentials need and show: the
+// documented grants run everything at runtime, Migrate names what a lesser
+// role lacks, and the password never reaches a log or an error.
 func TestPrivilege(t *testing.T) {
 	t.Parallel()
 	// A role with only the grants schema.sql documents for the service's role
@@ -55,7 +57,7 @@ func TestPrivilege(t *testing.T) {
 	// made by Migrate or by schema.sql applied by hand: a claim, another
 	// holder's ErrHeld, heartbeats, a release, the re-claim of the released row
 	// (ON CONFLICT DO UPDATE, a fresh fence) and gocron's Lock and Unlock. What
-	// it cannot run, Migrate, is TestMigrateAsALesserRoleNamesTheMissingPrivilege.
+	// it cannot run, Migrate, is TestPrivilege/MigrateNamesTheMissingPrivilege.
 	t.Run("DocumentedGrantsRunEverything", func(t *testing.T) {
 		t.Parallel()
 		admin := pgtest.Pool(t, nil)
@@ -140,6 +142,7 @@ func TestPrivilege(t *testing.T) {
 		}
 	})
 
+	// Guarantee: Migrate run as a lesser role names the privilege it lacks.
 	t.Run("MigrateNamesTheMissingPrivilege", func(t *testing.T) {
 		t.Parallel()
 		admin := pgtest.Pool(t, nil)
@@ -172,6 +175,8 @@ func TestPrivilege(t *testing.T) {
 		}
 	})
 
+	// Guarantee: the password never appears in logs or errors, whether the
+	// server refuses it or is unreachable.
 	t.Run("PasswordNeverInLogsOrErrors", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)

@@ -46,7 +46,9 @@ func serializableSetup(t *testing.T) (context.Context, *pgxpool.Pool, string) {
 	return ctx, pool, pgtest.Table(t, pool)
 }
 
-// TestSerializationRetry TODO.
+// TestSerializationRetry pins the statements' retry of serialization
+// failures under default_transaction_isolation = serializable: none
+// surfaces as an error, as contention or as a lost lease.
 func TestSerializationRetry(t *testing.T) {
 	t.Parallel()
 	// Guarantee: with default_transaction_isolation = serializable on the database, claims

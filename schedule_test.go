@@ -25,9 +25,12 @@ func gridScheduler(t *testing.T) gocron.Scheduler {
 	return s
 }
 
-// TestStartOnGrid TODO.
+// TestStartOnGrid pins StartOnGrid: runs fall on the multiples of the
+// period since the Unix epoch, whenever each scheduler started.
 func TestStartOnGrid(t *testing.T) {
 	t.Parallel()
+	// Guarantee: StartOnGrid schedules the next multiples of the period since
+	// the Unix epoch.
 	t.Run("NextMultiplesSinceTheEpoch", func(t *testing.T) {
 		t.Parallel()
 		for _, period := range []time.Duration{time.Second, 7 * time.Second, time.Minute, 90 * time.Minute, 24 * time.Hour} {
@@ -53,6 +56,8 @@ func TestStartOnGrid(t *testing.T) {
 		}
 	})
 
+	// Guarantee: StartOnGrid puts minutes on second zero and days on midnight
+	// UTC.
 	t.Run("MinutesOnSecondZeroDaysOnMidnight", func(t *testing.T) {
 		t.Parallel()
 		for period, want := range map[time.Duration]func(time.Time) bool{
@@ -136,6 +141,7 @@ func TestStartOnGrid(t *testing.T) {
 		}
 	})
 
+	// Guarantee: StartOnGrid refuses a period that is not positive.
 	t.Run("RefusesANonPositivePeriod", func(t *testing.T) {
 		t.Parallel()
 		for _, period := range []time.Duration{0, -time.Second} {

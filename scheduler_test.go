@@ -145,9 +145,13 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 	return perTick
 }
 
-// TestScheduler TODO.
+// TestScheduler pins the Locker under gocron: each tick runs once across
+// skewed schedulers with a min hold, a job's context ends with its lease,
+// shutdown releases, and every outcome is logged and hooked.
 func TestScheduler(t *testing.T) {
 	t.Parallel()
+	// Guarantee: with a min hold, every tick runs exactly once across three
+	// skewed schedulers.
 	t.Run("EveryTickOnceAcrossSkewedSchedulers", func(t *testing.T) {
 		t.Parallel()
 		const ticks = 10
@@ -158,6 +162,8 @@ func TestScheduler(t *testing.T) {
 		t.Logf("min hold 500ms: runs per tick %v", perTick)
 	})
 
+	// Measured: without a min hold, skewed schedulers run the same tick more
+	// than once, the reason for the min hold.
 	t.Run("WithoutMinHoldATickRunsTwice", func(t *testing.T) {
 		t.Parallel()
 		const ticks = 10
@@ -173,6 +179,8 @@ func TestScheduler(t *testing.T) {
 		t.Logf("min hold 0: %d extra runs in %d ticks: %v", extra, ticks, perTick)
 	})
 
+	// Guarantee: a job sees its fence, and its context ends the moment its lease
+	// is lost.
 	t.Run("JobContextEndsWithTheLease", func(t *testing.T) {
 		t.Parallel()
 		for _, how := range []string{"row stolen", "heartbeat blocked"} {
@@ -243,6 +251,7 @@ func TestScheduler(t *testing.T) {
 		}
 	})
 
+	// Guarantee: Lock bounds its claim with the Locker's own timeout.
 	t.Run("LockBoundsItsClaim", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)
@@ -260,6 +269,8 @@ func TestScheduler(t *testing.T) {
 		assert.Equal(t, "replica-1", ev.Holder)
 	})
 
+	// Guarantee: a scheduler's shutdown releases the running job's lease through
+	// a cancelled context.
 	t.Run("ShutdownReleasesTheRunningLease", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)
@@ -282,6 +293,8 @@ func TestScheduler(t *testing.T) {
 		assert.Equal(t, row.Fence, after.Fence)
 	})
 
+	// Guarantee: every outcome an operator must know is logged and hooked with
+	// key, holder, fence and cause.
 	t.Run("OutcomesAreLoggedAndHooked", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -344,6 +357,8 @@ func TestScheduler(t *testing.T) {
 		assert.Equal(t, lock.(*pglease.Lease).Fence(), rel[1]["fence"])
 	})
 
+	// Guarantee: after a failover another replica takes the next tick after the
+	// TTL, with a greater fence.
 	t.Run("FailoverTakesTheNextTickWithAGreaterFence", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)
@@ -589,7 +604,7 @@ func (h *recordingHandler) find(event string) []map[string]any {
 }
 
 // quickStartSeed replays the start moments of a run of
-// TestQuickStartRunsEachTickExactlyOnceAcrossSchedulersStartedAtRandomMoments.
+// TestScheduler/QuickStartRunsEachTickOnce.
 var quickStartSeed = flag.Uint64("quickstart-seed", 0, "seed of the quick-start test's start moments (0: from the clock)")
 
 // quickStartPool is a replica's pool on a schema of the test's own, first

@@ -41,11 +41,14 @@ const (
 	skewBack    = "clock skew against the database back within the bound"
 )
 
+// TestClockSkew pins Locker.ClockSkew and its warning: the reading shows a
+// replica's shifted clock and follows a step through heartbeat rounds, and
+// the warning fires once per crossing of its bound.
+//
 // The server and the tests share one host clock, so the true skew is zero;
 // ShiftWallClock (export_test.go) offsets only the Locker's wall clock, as
 // a replica whose clock is off would be, while its monotonic clock, and so
 // the round trips, stay true.
-
 func TestClockSkew(t *testing.T) {
 	t.Parallel()
 
@@ -78,6 +81,8 @@ func TestClockSkew(t *testing.T) {
 		require.Less(t, skew.Beyond(), time.Second, "the reading says the server is %v ahead (± %v); its clock never moved", skew.Offset, skew.Uncertainty)
 	})
 
+	// Guarantee: ClockSkew shows a shifted replica clock, and warns once per
+	// crossing of half the min hold.
 	t.Run("WarnsOncePerCrossingOfHalfTheMinHold", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -140,6 +145,7 @@ func TestClockSkew(t *testing.T) {
 		assert.Equal(t, 2, logs.count(skewWarning), "a new crossing warns again")
 	})
 
+	// Guarantee: without a min hold, clock skew warns beyond one second.
 	t.Run("WithoutMinHoldWarnsBeyondOneSecond", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

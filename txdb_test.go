@@ -11,7 +11,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestNewLocker TODO.
+// TestNewLocker pins what NewLocker accepts as its DB.
 func TestNewLocker(t *testing.T) {
 	t.Parallel()
 	// A Locker's statements must each commit on their own: on a pgx.Tx (which

@@ -63,9 +63,13 @@ func leaseTable(t *testing.T, fenced bool) (*pgxpool.Pool, string, []pglease.Opt
 	return pgtest.PoolAt(t, dsn, nil), table, []pglease.Option{pglease.WithoutFenceColumn()}
 }
 
-// TestWithoutFenceColumn TODO.
+// TestWithoutFenceColumn pins WithoutFenceColumn, for tables of a plain
+// (key, holder, expires_at) lock: the same guarantees of one holder at a
+// time, with the holder standing in for the fence.
 func TestWithoutFenceColumn(t *testing.T) {
 	t.Parallel()
+	// Guarantee: without the fence column, a late release of a previous mandate
+	// leaves the reclaimed lease untouched.
 	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -99,6 +103,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 		require.NoError(t, err, "released")
 	})
 
+	// Guarantee: without the fence column, a stolen row is detected as lost.
 	t.Run("StolenRowIsLost", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -128,6 +133,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 		assert.Equal(t, again.AcquiredAt().Add(500*time.Millisecond).UnixMicro(), row.ExpiresAt.UnixMicro())
 	})
 
+	// Guarantee: without the fence column, every tick runs exactly once across
+	// three skewed schedulers.
 	t.Run("EveryTickOnceAcrossSkewedSchedulers", func(t *testing.T) {
 		t.Parallel()
 		table, dsn := legacyTable(t, legacyColumns)
@@ -138,6 +145,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a rolling deploy alongside old replicas that hold plainly never
+	// runs a tick twice.
 	t.Run("RollingDeployNeverRunsATickTwice", func(t *testing.T) {
 		t.Parallel()
 		table, dsn := legacyTable(t, legacyColumns)
@@ -209,6 +218,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 		t.Logf("runs by old replicas: %d, by new ones: %d", kinds["old"], kinds["new"])
 	})
 
+	// Guarantee: without the fence column, a table that lacks what it needs is
+	// reported and nothing is written.
 	t.Run("ReportsWhatTheTableLacks", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -244,6 +255,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 		}), "must not contain \"#\"")
 	})
 
+	// Guarantee: without the fence column, a live lease whose holder only looks
+	// like its own is never taken.
 	t.Run("NeverTakesALookalikeHoldersLease", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
@@ -304,6 +317,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 		assert.Equal(t, again.Holder(), row.Holder)
 	})
 
+	// Guarantee: without the fence column, concurrent re-entrant claims keep the
+	// row's own mandate.
 	t.Run("ConcurrentReentrantClaimsKeepTheMandate", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
