@@ -144,12 +144,12 @@ func (e *Elector) isClosed() bool {
 func (e *Elector) Key() string { return e.key }
 
 // IsLeader implements gocron.Elector. While this replica's leadership lease
-// is within its trust window it answers without a round trip. Otherwise it
-// has the campaign claim the leader key at once (within the Elector's
-// timeout): it returns nil when this replica becomes the leader, reported
-// as EventElected with the new fence, and an error wrapping ErrHeld while
-// another replica leads. The first call starts the campaign, which from
-// then on takes the key over as soon as the leader releases it.
+// is trusted (its trust deadline has not passed) it answers without a round
+// trip. Otherwise it has the campaign claim the leader key at once (within
+// the Elector's timeout): it returns nil when this replica becomes the
+// leader, reported as EventElected with the new fence, and an error wrapping
+// ErrHeld while another replica leads. The first call starts the campaign,
+// which from then on takes the key over as soon as the leader releases it.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	mustContext(ctx, "IsLeader")
 	ctx, cancel := context.WithTimeout(ctx, e.terms.timeout)
@@ -375,7 +375,7 @@ func (e *Elector) runCallbacks() {
 }
 
 // Leader returns this replica's leadership lease while it leads: its fence
-// orders the mandates of successive leaders.
+// orders the leases of successive leaders.
 func (e *Elector) Leader() (*Lease, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

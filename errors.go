@@ -9,7 +9,7 @@ var (
 	// normal outcome of contention between replicas, not a failure.
 	ErrHeld = errors.New("lease held by another holder")
 
-	// ErrLost means the lease is no longer the current mandate: a later
+	// ErrLost means the lease is no longer the key's current lease: a later
 	// claim (by another holder, or by the same holder again) took the key,
 	// or the lease lapsed before it could be extended. A lost lease never
 	// comes back.

@@ -11,27 +11,27 @@ import (
 // A Locker reports each lease's life in this order, to every hook of
 // WithHook and to the logger of WithLogger:
 //
-//   - The claim: EventAcquired when it returned a lease, EventContended
-//     when another holder's lease was live (ErrHeld), or EventClaimFailed.
-//     Only EventAcquired begins a lease; it is reported before the lease
-//     is visible to the heartbeat and to Close, so nothing about a lease is
-//     ever reported before its EventAcquired. A claim that returned a row
-//     but no lease (the row expired while the claim waited, or the round
-//     trip outlasted the trust window) is EventClaimFailed with that row's
-//     Fence, and nothing follows it. A claim that Close overtook after its
+//   - The claim: EventAcquired when it returned a lease, EventContended when
+//     another holder's lease was live (ErrHeld), or EventClaimFailed. Only
+//     EventAcquired begins a lease; it is reported before the lease is
+//     visible to the heartbeat and to Close, so nothing about a lease is ever
+//     reported before its EventAcquired. A claim that returned a row but no
+//     lease (the row expired while the claim waited, or the reply came after
+//     the lease's trust deadline) is EventClaimFailed with that row's Fence,
+//     and nothing follows it. A claim that Close overtook after its
 //     EventAcquired reports its lease's end like any other (below).
 //   - While held: EventExtended for every heartbeat round that extended
 //     leases, EventHeartbeatFailed for a round that failed and will be
 //     retried until each lease's trust deadline. Both cover all the leases
 //     of the Locker at once: Key is empty.
 //   - The end, once per lease: EventReleased (Unlock or Close released it),
-//     EventReleaseFailed (the release failed, or found a later mandate:
-//     Err wraps ErrLost) or EventLost (a later mandate took the key, it
+//     EventReleaseFailed (the release failed, or found a later lease of the
+//     key: Err wraps ErrLost) or EventLost (a later claim took the key, it
 //     lapsed, or its trust deadline passed). A lease lost before its Unlock
-//     or Close reports EventLost, then EventReleaseFailed wrapping that
-//     loss; one lost while its release is in flight reports EventLost, then
-//     EventReleaseFailed only if the release statement failed or found the
-//     row gone. These are the only leases with two end events.
+//     or Close reports EventLost, then EventReleaseFailed wrapping that loss;
+//     one lost while its release is in flight reports EventLost, then
+//     EventReleaseFailed only if the release statement failed or found
+//     the row gone. These are the only leases with two end events.
 //
 // An Elector's leadership lease goes the same way, with EventElected right
 // after its EventAcquired when this replica becomes the leader, and
@@ -60,21 +60,21 @@ const (
 	// EventHeartbeatFailed: a heartbeat round failed and will be retried
 	// until each lease's trust deadline. Key is empty. Logged at warn level.
 	EventHeartbeatFailed
-	// EventLost: a lease ended without being released: a later mandate took
+	// EventLost: a lease ended without being released: a later claim took
 	// the key, it lapsed, its trust deadline passed while the database
 	// could not be reached, or an operator revoked it (Err then wraps
 	// ErrRevoked as well as ErrLost). Logged at error level.
 	EventLost
 	// EventReleased: Unlock or Close released a lease. Logged at debug level.
 	EventReleased
-	// EventReleaseFailed: Unlock or Close could not release a lease; Err
-	// wraps ErrLost when a later mandate owned the key, and ErrRevoked too
-	// when an operator had revoked it. Logged at error
-	// level, because gocron ignores what Unlock returns.
+	// EventReleaseFailed: Unlock or Close could not release a lease; Err wraps
+	// ErrLost when a later lease owned the key, and ErrRevoked too when an
+	// operator had revoked it. Logged at error level, because gocron ignores
+	// what Unlock returns.
 	EventReleaseFailed
-	// EventElected: an Elector's replica became the leader, with Fence as its
-	// mandate. Logged at info level. Its end is reported as EventLost or
-	// EventReleased like any lease.
+	// EventElected: an Elector's replica became the leader, with Fence the
+	// fence of its leadership lease. Logged at info level. Its end is reported
+	// as EventLost or EventReleased like any lease.
 	EventElected
 	// EventWaitByNotification: the Locker's waiting claims wake by
 	// notification: its LISTEN works. Logged at info level.
@@ -84,7 +84,8 @@ const (
 	// connection failed). Logged at warn level.
 	EventWaitByPolling
 	// EventStoppedLeading: an Elector's leadership lease ended (resigned by
-	// Close, or lost), with Fence as its mandate. Logged at info level.
+	// Close, or lost), with Fence the fence of that lease. Logged at info
+	// level.
 	EventStoppedLeading
 	// EventNewLeader: an Elector saw a new leader, Holder (this replica's
 	// own holder when it was elected). Logged at info level.

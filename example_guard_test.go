@@ -48,7 +48,7 @@ func ExampleLease_Guard() {
 	})
 	switch {
 	case errors.Is(err, pglease.ErrLost):
-		fmt.Println("mandate lost: nothing was written")
+		fmt.Println("lease lost: nothing was written")
 	case err != nil:
 		panic(err)
 	default:
@@ -87,16 +87,16 @@ func ExampleLease_Fence() {
 			panic(err)
 		}
 		if tag.RowsAffected() == 0 {
-			fmt.Printf("fence %d refused: a later mandate wrote already\n", fence)
+			fmt.Printf("fence %d refused: a later lease wrote already\n", fence)
 			return
 		}
 		fmt.Printf("fence %d wrote %q\n", fence, state)
 	}
 	// With a lease: put(state, lease.Fence()). Two mandates, the older one
 	// paused and waking up late:
-	put("rebuilt by mandate 8", 8)
-	put("rebuilt by mandate 7", 7)
+	put("rebuilt under fence 8", 8)
+	put("rebuilt under fence 7", 7)
 	// Output:
-	// fence 8 wrote "rebuilt by mandate 8"
-	// fence 7 refused: a later mandate wrote already
+	// fence 8 wrote "rebuilt under fence 8"
+	// fence 7 refused: a later lease wrote already
 }

@@ -19,13 +19,14 @@ const (
 	sqlstateAborted       = "25P02" // in_failed_sql_transaction
 )
 
-// Guard makes tx commit only while this mandate is current: it checks, in
-// tx and by the server's clock, that the lease row is still this mandate's
-// (key, holder, fence, not expired), and locks the row in share mode until
-// tx ends. No claim can take the key over before tx commits or rolls back,
-// so nothing tx writes to this database can commit after a later mandate
-// began. It returns an error wrapping ErrLost when the mandate is gone, and
-// tx is then aborted: its commit can only roll back.
+// Guard makes tx commit only while this lease is the key's current lease:
+// it checks, in tx and by the server's clock, that the lease row is still
+// this lease's (key, holder, fence, not expired), and locks the row in
+// share mode until tx ends. No claim can take the key over before tx
+// commits or rolls back, so nothing tx writes to this database can commit
+// after a later lease of the key began. It returns an error wrapping
+// ErrLost when the lease is no longer current, and tx is then aborted: its
+// commit can only roll back.
 //
 // Use it last: do the writes, call Guard, commit. The lock is held from
 // Guard to the end of tx, and while it is held this row's heartbeat waits
@@ -34,7 +35,7 @@ const (
 // heartbeat interval: a lease whose heartbeat cannot reach its row before
 // its trust deadline is lost locally. Even then tx still commits safely
 // (no claim could take the row while it was locked), but the job's other
-// effects are no longer covered by any mandate.
+// effects are no longer covered by any lease.
 //
 // Every error Guard returns leaves tx aborted, whatever the cause: the row
 // no longer matched, the lease had already ended locally (lost, released,
@@ -48,7 +49,7 @@ const (
 // transaction) that is released (committed), never in one that is then
 // rolled back: PostgreSQL releases the row locks of a rolled-back
 // savepoint, and the guard with them. For the same reason the abort that a
-// lost mandate causes holds only in the outermost transaction: a savepoint
+// lost lease causes holds only in the outermost transaction: a savepoint
 // rolled back after a failed Guard (pgx.BeginFunc on a Tx does that on any
 // error) clears it, and the outer commit then lands unless its caller
 // heeded the error. Do not Unlock the lease before the guarded transaction
@@ -58,7 +59,7 @@ const (
 // after tx took its snapshot makes Guard fail with a serialization failure
 // (SQLSTATE 40001, wrapped and kept): retry the whole transaction, as for
 // any 40001. Begin such a transaction after the claim: a snapshot older than
-// the claim does not see this mandate's row, and Guard then reports ErrLost.
+// the claim does not see this lease's row, and Guard then reports ErrLost.
 //
 // Guard works on a Locker's leases, in WithoutFenceColumn mode too, and on
 // an Elector's leadership lease.
@@ -90,7 +91,7 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateLost:
-		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later mandate or lapsed: %w", ls.key, ls.fence, ErrLost)
+		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later lease or lapsed: %w", ls.key, ls.fence, ErrLost)
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pglease: guard %q fence %d: tx has already been committed or rolled back: %w", ls.key, ls.fence, err)
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateAborted:

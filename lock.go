@@ -14,9 +14,9 @@ import (
 
 var _ gocron.Lock = (*Lease)(nil)
 
-// Lease is one mandate on a key: the fence the database issued for one
-// claim. It is held until Unlock, until it is lost, or until its Locker is
-// closed; Done and Err tell which.
+// Lease is one successful claim of a key, known by the fence the database
+// issued for that claim. It is held until Unlock, until it is lost, or until
+// its Locker is closed; Done and Err tell which.
 type Lease struct {
 	locker     *Locker
 	key        string
@@ -42,8 +42,8 @@ type Lease struct {
 // Key is the key the lease is on.
 func (ls *Lease) Key() string { return ls.key }
 
-// Holder is the holder column of this mandate: the Locker's holder, or with
-// WithoutFenceColumn the identifier forged for this one claim.
+// Holder is the holder this lease wrote in its row: the Locker's holder, or
+// with WithoutFenceColumn the identifier forged for this one claim.
 func (ls *Lease) Holder() string { return ls.holder }
 
 // Fence is the fencing token the database issued for this claim. Fences of a
@@ -66,12 +66,11 @@ func (ls *Lease) ExpiresAt() time.Time {
 func (ls *Lease) Done() <-chan struct{} { return ls.done }
 
 // Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
-// was lost (taken by a later mandate, lapsed, or past its trust deadline)
-// before it was given up; otherwise it is ErrReleased once Unlock was
-// called, or ErrClosed once the Locker's Close was, whatever the release
-// then found (Unlock and Close return that). A lease
-// past its local trust deadline is lost even if the heartbeat has not yet
-// noticed.
+// was lost (taken by a later lease of the key, lapsed, or past its trust
+// deadline) before it was given up; otherwise it is ErrReleased once Unlock
+// was called, or ErrClosed once the Locker's Close was, whatever the
+// release then found (Unlock and Close return that). A lease past its local
+// trust deadline is lost even if the heartbeat has not yet noticed.
 func (ls *Lease) Err() error {
 	ls.checkTrust(time.Now())
 	ls.mu.Lock()
@@ -110,8 +109,9 @@ func (ls *Lease) Context(parent context.Context) (context.Context, context.Cance
 
 // Unlock releases the lease (gocron.Lock). It runs even if ctx is already
 // cancelled, as gocron's is during shutdown, bounded by the timeout of
-// its Locker (or of the JobLocker that claimed it). It returns an error wrapping ErrLost when the lease was lost
-// before or a later mandate owns the key; that mandate's row is untouched.
+// its Locker (or of the JobLocker that claimed it). It returns an error
+// wrapping ErrLost when the lease was lost before or a later lease owns the
+// key; the later lease's row is untouched.
 // Failures are also reported through the logger and hooks, since gocron
 // ignores what Unlock returns. Unlock after a release returns its outcome
 // again and sends nothing.

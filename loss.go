@@ -94,5 +94,5 @@ func goneOnRelease(revoked bool) error {
 	if revoked {
 		return fmt.Errorf("its row's holder is the revoke marker %s: %w", RevokedHolder, ErrRevoked)
 	}
-	return fmt.Errorf("row taken by a later mandate or lapsed: %w", ErrLost)
+	return fmt.Errorf("row taken by a later lease or lapsed: %w", ErrLost)
 }

@@ -58,9 +58,9 @@ func Schema(opts ...SchemaOption) (string, error) {
 // An existing table and sequence are kept as they are, and checked: Migrate
 // refuses, naming the statement that fixes it, a table or sequence that a
 // crash would empty (UNLOGGED, TEMPORARY), and a fence sequence that could
-// hand a later mandate a smaller fence or stop handing them out (a CACHE
-// above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's) or
-// a relation of the sequence's name that is no sequence. Migrate is where
+// hand a later lease of a key a smaller fence or stop handing fences out (a
+// CACHE above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's)
+// or a relation of the sequence's name that is no sequence. Migrate is where
 // they are checked: a Locker does not look at them.
 func Migrate(ctx context.Context, db DB, opts ...MigrateOption) error {
 	mustContext(ctx, "Migrate")
@@ -173,7 +173,7 @@ func checkFenceSequence(ctx context.Context, tx DB, t table) error {
 	}
 	var problems []string
 	if cache != 1 {
-		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later mandate can get a smaller fence)", cache))
+		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later lease can get a smaller fence)", cache))
 	}
 	if cycle {
 		problems = append(problems, "cycles (at its maximum it starts over from its minimum)")

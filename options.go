@@ -281,32 +281,32 @@ func WithTimeout(d time.Duration) TermOption {
 		func(c *config) { c.timeout = d })}
 }
 
-// WithoutFenceColumn makes the Locker work on an existing lease table that
-// it cannot alter: columns key (unique), holder (text) and expires_at
+// WithoutFenceColumn makes the Locker work on an existing lease table that it
+// cannot alter: columns key (unique), holder (text) and expires_at
 // (timestamptz), optionally acquired_at (timestamptz), and no fence. Each
-// claim then writes a holder identifier forged for that one mandate (the
-// replica's holder, '#', a random suffix), and "is this still my mandate?"
-// becomes equality on it. There is no order between mandates: Fence returns
-// 0, so downstream fencing needs the fence column. A replica may still
-// re-claim its own live lease (a holder of exactly that shape: its holder,
-// '#', 16 lowercase hex digits), and a previous mandate's late heartbeat or
-// release touches nothing. The holder must not contain '#', so that no
-// other replica's identifiers can have that shape. Migrate and Schema
-// do not take it (they create the fenced table); the table is checked at
-// the first claim. An Admin reads whichever columns the table has, so
-// there it is welcome but not needed.
+// claim then writes a holder identifier forged for that one lease (the
+// replica's holder, '#', a random suffix), and "is this still my lease?"
+// becomes equality on it. There is no order between the leases of a key:
+// Fence returns 0, so downstream fencing needs the fence column. A replica
+// may still re-claim its own live lease (a holder of exactly that shape: its
+// holder, '#', 16 lowercase hex digits), and a previous lease's late
+// heartbeat or release touches nothing. The holder must not contain '#', so
+// that no other replica's identifiers can have that shape. Migrate and Schema
+// do not take it (they create the fenced table); the table is checked at the
+// first claim. An Admin reads whichever columns the table has, so there it is
+// welcome but not needed.
 func WithoutFenceColumn() FenceColumnOption {
 	return FenceColumnOption{func(c *config) { c.noFence = true }}
 }
 
-// WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections
-// or more) keep one connection of it from its first claim until Close, and
-// run its heartbeat and releases on it. Jobs that share the pool and hold
-// every connection past the trust window then cannot starve the heartbeat
-// and make every lease lost while the database is fine. Without it, such a
-// loss says how long the heartbeat waited for a pool connection. Count the
-// kept connection when sizing the pool, and close the Locker before the
-// pool: pgxpool's Close waits until the kept connection is given back. A
+// WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections or
+// more) keep one connection of it from its first claim until Close, and run
+// its heartbeat and releases on it. Jobs that share the pool and hold every
+// connection for longer than the time a lease is trusted then cannot starve
+// the heartbeat and make every lease lost while the database is fine. Without
+// it, such a loss says how long the heartbeat waited for a pool connection.
+// Count the kept connection when sizing the pool, and close the Locker before
+// the pool: pgxpool's Close waits until the kept connection is given back. A
 // separate small pool for the Locker avoids both. New refuses it for any
 // other DB, and for a pool of one connection.
 func WithKeptConnection() LockerOption {

@@ -17,12 +17,12 @@ import (
 //	task, named := locker.Task("nightly-report", report)
 //	_, err := s.NewJob(gocron.DailyJob(1, at), task, named)
 //
-// run is called with a context that ends when the lease does (lost,
-// released, or the Locker closed) or when gocron cancels the job's
-// context, and with the lease, whose Fence is the run's mandate. A run
-// whose lease ended between gocron's Lock and the start of the task is
-// skipped: its loss was reported already. Task panics on an invalid name,
-// as gocron.WithName cannot report one.
+// run is called with a context that ends when the lease does (lost, released,
+// or the Locker closed) or when gocron cancels the job's context, and with
+// the run's lease, whose Fence is the run's fencing token. A run whose lease
+// ended between gocron's Lock and the start of the task is skipped: its loss
+// was reported already. Task panics on an invalid name, as gocron.WithName
+// cannot report one.
 func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) (gocron.Task, gocron.JobOption) {
 	if err := checkKey(name); err != nil {
 		panic("pglease: Task: " + err.Error())

@@ -94,9 +94,9 @@ func New(opts Opts) *Metrics {
 		claims: counter("claims_total",
 			"Claims of a lease, by outcome: acquired, held (another holder's lease is live) or error.", withOutcome),
 		lost: counter("leases_lost_total",
-			"Leases that ended without being released: taken by a later mandate, lapsed, or past their trust deadline.", keyLabel),
+			"Leases that ended without being released: taken by a later lease, lapsed, or past their trust deadline.", keyLabel),
 		releases: counter("releases_total",
-			"Releases (Unlock or Close), by outcome: released, lost (a later mandate owned the key) or error.", withOutcome),
+			"Releases (Unlock or Close), by outcome: released, lost (a later lease owned the key) or error.", withOutcome),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts(named("leases_held",
 			"Leases held now: acquired and not yet released or lost.")), keyLabel),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, out io.Writer) (int, error) {
 						a.outcome = "committed"
 					case errors.Is(err, pglease.ErrLost):
 						a.outcome = "refused"
-						a.remote = strings.Contains(err.Error(), "row re-claimed by a later mandate or lapsed")
+						a.remote = strings.Contains(err.Error(), "row re-claimed by a later lease or lapsed")
 					default:
 						a.outcome = "failed"
 					}
@@ -289,7 +289,7 @@ func summarize(ctx context.Context, db *pgxpool.Pool, out io.Writer, attempts []
 		fmt.Fprintf(out, "VIOLATIONS:\n  %s\n", strings.Join(violations, "\n  "))
 		return 1, nil
 	}
-	fmt.Fprintln(out, "ok: per key, in commit order, no write of a mandate comes after a later mandate's first write")
+	fmt.Fprintln(out, "ok: per key, in commit order, no write under a fence comes after the first write under a greater one")
 	if refusedPaused == 0 {
 		fmt.Fprintln(out, "inconclusive: no paused replica's commit was refused in this run; run longer")
 		return 1, nil
