@@ -23,6 +23,7 @@ import (
 // that hands each claim exactly the outcome it would have had alone, one
 // winner per key, and a claim given up in flight gives its row back.
 func TestBurst(t *testing.T) {
+	t.Parallel()
 	// Guarantee: coalesced claims of many keys against contending Lockers have
 	// one winner per key and fences that only grow.
 	t.Run("OneWinnerPerKeyAndGrowingFences", func(t *testing.T) {
