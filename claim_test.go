@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -51,6 +50,7 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 func TestClaim(t *testing.T) {
 	t.Parallel()
 	t.Run("CommitSettingOfEveryForm", testClaimCommitSetting)
+	t.Run("CommitSettingUnderPresets", testClaimCommitSettingUnderPresets)
 	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
 	t.Run("BurstsSurviveACrash", testBurstClaimsSurviveACrash)
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
@@ -813,9 +813,9 @@ func testClaimsInOneTransaction(t *testing.T) {
 // and no fence issued before the crash is issued again.
 func testBurstClaimsSurviveACrash(t *testing.T) {
 	t.Parallel()
-	srv := crashableServer(t)
+	srv := pgtest.CrashableServer(t)
 	ctx := pgtest.Ctx(t)
-	table := crashableTable(t, srv)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolWith(t, srv.DSN(), func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 4
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
@@ -851,7 +851,7 @@ func testBurstClaimsSurviveACrash(t *testing.T) {
 			maxFence = max(maxFence, leases[i].Fence())
 		}
 	}
-	crashNow(t, srv)
+	pgtest.CrashAndRestart(t, srv)
 	pool.Close()
 	_ = claimer.Close(ctx)
 	_ = holder.Close(ctx)
@@ -871,50 +871,54 @@ func testBurstClaimsSurviveACrash(t *testing.T) {
 	require.Greater(t, lease.Fence(), maxFence, "a fence after the crash is above every fence issued before it")
 }
 
-// crashableServer starts a durable PostgreSQL of the test's own (fsync on)
-// whose WAL writer wakes only every 10 s: an asynchronous commit then stays
-// in the server's memory until the next synchronous one, so a crash loses
-// it.
-func crashableServer(t *testing.T) *pgserver.Server {
-	t.Helper()
+// Presets of pglease.synchronous_commit and synchronous_commit on the
+// session (as a role's ALTER ROLE ... SET gives them): a claim that takes a
+// row must leave its transaction committing at least at on.
+func testClaimCommitSettingUnderPresets(t *testing.T) {
+	t.Parallel()
 	ctx := pgtest.Ctx(t)
-	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.True(t, srv.CanRestart(), "a private %s server must be restartable", srv.Kind())
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `ALTER SYSTEM SET wal_writer_delay = '10s'`)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	require.NoError(t, srv.Restart(ctx, pgserver.Fast))
-	conn, err = pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var fsync, delay string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('wal_writer_delay')`).Scan(&fsync, &delay))
-	require.Equal(t, []string{"on", "10s"}, []string{fsync, delay}, "fsync, wal_writer_delay")
-	return srv
-}
-
-// crashableTable creates a migrated lease table on srv and checkpoints, so that
-// the table itself survives a crash.
-func crashableTable(t *testing.T, srv *pgserver.Server) string {
-	t.Helper()
-	table := pgtest.TableName()
-	ctx := pgtest.Ctx(t)
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
-	_, err = conn.Exec(ctx, `CHECKPOINT`)
-	require.NoError(t, err)
-	return table
-}
-
-// crashNow kills srv without a checkpoint and starts it again.
-func crashNow(t *testing.T, srv *pgserver.Server) {
-	t.Helper()
-	require.NoError(t, srv.Stop(pgserver.Immediate))
-	require.NoError(t, srv.Start(pgtest.Ctx(t)))
+	pool := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, pool)
+	tbl := pgx.Identifier{table}
+	claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+	other := pgtest.Locker(t, pool, table, "other")
+	n := 0
+	for _, saved := range []string{"", "off", "on", "local", "remote_write", "remote_apply", "garbage"} {
+		for _, sc := range []string{"off", "local", "on", "remote_write", "remote_apply"} {
+			cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+			require.NoError(t, err)
+			cfg.RuntimeParams["synchronous_commit"] = sc
+			if saved != "" {
+				cfg.RuntimeParams["pglease.synchronous_commit"] = saved
+			}
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			require.NoError(t, err)
+			for _, took := range []bool{true, false} {
+				n++
+				key := fmt.Sprintf("k%d", n)
+				tx, err := conn.Begin(ctx)
+				require.NoError(t, err)
+				if !took {
+					// A first claim of the transaction that takes nothing.
+					_, err = other.Claim(ctx, key+"-held")
+					require.NoError(t, err)
+					rows, err := tx.Query(ctx, claim, key+"-held", "claimer", 60.0)
+					require.NoError(t, err)
+					rows.Close()
+					require.NoError(t, rows.Err())
+				}
+				var fence int64
+				require.NoError(t, tx.QueryRow(ctx, claim, key, "claimer", 60.0).Scan(&fence, nil, nil, nil, nil, nil))
+				var got string
+				require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got))
+				require.NoError(t, tx.Commit(ctx))
+				want := map[string]bool{"on": true, "remote_write": true, "remote_apply": true}
+				require.True(t, want[got], "preset pglease.synchronous_commit=%q synchronous_commit=%q (earlier empty claim %v): claim commits at %q", saved, sc, !took, got)
+				if sc == "remote_apply" || sc == "remote_write" {
+					require.Equal(t, sc, got, "the operator's stronger setting was weakened")
+				}
+			}
+			require.NoError(t, conn.Close(ctx))
+		}
+	}
 }

@@ -77,9 +77,9 @@ func TestWallClock(t *testing.T) {
 	t.Run("SteppedBackDoesNotStretchTrust", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		proxy := newProxy(t, "")
+		proxy := pgtest.Proxy(t, "")
 		const ttl = time.Second
-		l := pgtest.Locker(t, appPool(t, "", proxy, appName("stepback")), table, "stepped",
+		l := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, pgtest.AppName("stepback")), table, "stepped",
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithTimeout(time.Second))
 		lease, err := l.Claim(ctx, "k")
 		require.NoError(t, err)

@@ -33,7 +33,7 @@ func TestClose(t *testing.T) {
 	t.Run("ReleasesAThousandOverASlowNetwork", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		proxy := newProxy(t, "")
+		proxy := pgtest.Proxy(t, "")
 		counter := &pgtest.Statements{}
 		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port = proxy.Host(), proxy.Port()
@@ -285,7 +285,7 @@ func TestClose(t *testing.T) {
 			_, err := l.Claim(ctx, fmt.Sprintf("k%02d", i))
 			require.NoError(t, err)
 		}
-		end := lockRow(t, pool, table, "k00")
+		end := pgtest.LockRow(t, pool, table, "k00")
 		defer end(false)
 
 		start := time.Now()

@@ -111,8 +111,8 @@ func TestConns(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
 		table := pgtest.Table(t, pgtest.Pool(t, nil))
-		proxy := newProxy(t, "")
-		pool := appPool(t, "", proxy, appName("unreachable"))
+		proxy := pgtest.Proxy(t, "")
+		pool := pgtest.AppPool(t, "", proxy, pgtest.AppName("unreachable"))
 		events := pgtest.NewEvents(t)
 		l := pgtest.Locker(t, pool, table, "hb", pglease.WithTTL(time.Second),
 			pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))

@@ -18,6 +18,7 @@ import (
 type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
 	releaseOneSQL, releaseOneQuietSQL  string
+	releaseQuietSQL                    string
 	claimAllSQL, mandateSQL            string
 	holder                             string
 	// coalesceAll sends even one lease's release through the burst's
@@ -33,6 +34,7 @@ func newFenced(t table, cfg config) *fenced {
 		releaseSQL:         t.render(sqlstmt.Release),
 		releaseOneSQL:      t.render(sqlstmt.ReleaseOne),
 		releaseOneQuietSQL: t.render(sqlstmt.ReleaseOneQuiet),
+		releaseQuietSQL:    t.render(sqlstmt.ReleaseQuiet),
 		claimAllSQL:        t.render(sqlstmt.ClaimAll),
 		mandateSQL:         t.render(sqlstmt.Mandate),
 		holder:             cfg.holder,
@@ -80,11 +82,8 @@ func (p *fenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Leas
 		return p.releaseOne(ctx, db, leases[0])
 	}
 	keys, fences := mandates(leases, fenceOf)
-	rows, err := db.Query(ctx, p.releaseSQL, p.holder, seconds(leases, minHoldOf), keys, fences)
-	if err != nil {
-		return nil, err
-	}
-	return readReport(rows, leases, fenceOf, releaseFields)
+	return releaseReported(ctx, db, p.releaseSQL, p.releaseQuietSQL, leases, fenceOf,
+		p.holder, seconds(leases, minHoldOf), keys, fences, releaseLockWait)
 }
 
 // releaseLockWait is how long the release of one lease waits on its row's

@@ -22,7 +22,7 @@ func BenchmarkGuardedCommit(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b, pgtest.Server.DSN(), 4, nil)
 	table := benchTable(b, pool, "guard")
-	ledger := newLedger(b, pool)
+	ledger := pgtest.NewLedger(b, pool)
 	l := benchLocker(b, pool, table, "bench")
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(b, err)

@@ -20,47 +20,6 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// newLedger creates a ledger table beside a lease table: one row per guarded
-// write, in commit-independent insertion order (id).
-func newLedger(tb testing.TB, db pglease.DB) string {
-	tb.Helper()
-	name := pgtest.Name("ledger")
-	_, err := db.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s (
-		id bigserial PRIMARY KEY, key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL,
-		at timestamptz NOT NULL DEFAULT clock_timestamp())`, name))
-	require.NoError(tb, err)
-	return name
-}
-
-// ledgerEntry is one row of a ledger table.
-type ledgerEntry struct {
-	id     int64
-	key    string
-	holder string
-	fence  int64
-	token  string // only in a commit-ordered ledger (commitOrderedLedgerDDL)
-}
-
-// readLedger reads every row of a ledger of newLedger, in insertion order.
-func readLedger(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
-	t.Helper()
-	return queryLedger(t, db, fmt.Sprintf(`SELECT id, key, holder, fence, '' FROM %s ORDER BY id`, ledger))
-}
-
-// queryLedger reads the ledger entries query selects: id, key, holder,
-// fence and token, in that order.
-func queryLedger(t *testing.T, db pglease.DB, query string) []ledgerEntry {
-	t.Helper()
-	rows, err := db.Query(context.Background(), query)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledgerEntry, error) {
-		var e ledgerEntry
-		return e, r.Scan(&e.id, &e.key, &e.holder, &e.fence, &e.token)
-	})
-	require.NoError(t, err)
-	return out
-}
-
 // writeLedger appends lease's ledger row in tx, without guarding it.
 func writeLedger(ctx context.Context, tx pgx.Tx, ledger string, lease *pglease.Lease) error {
 	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger),
@@ -98,27 +57,6 @@ func guardedTx(t *testing.T, db pglease.DB, lease *pglease.Lease) pgx.Tx {
 	return tx
 }
 
-// waitLockWait waits until a backend waits on a row lock while running a
-// statement that contains fragment.
-func waitLockWait(t *testing.T, db pglease.DB, fragment string, limit time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var n int
-		require.NoError(t, db.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, fragment).Scan(&n))
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no statement containing %q waits on a lock after %v", fragment, limit)
-		}
-		<-tick.C
-	}
-}
-
 // rowLockedAgainstUpdate tells whether another transaction holds a lock on
 // the lease row that a claim would wait for.
 func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool {
@@ -136,62 +74,20 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 	return false
 }
 
-// takeOverFrom claims key with l again and again until the server lets it, as
-// a replica waiting for a lapsed lease, within limit: the new mandate's
-// fence is above the one of prev.
-func takeOverFrom(ctx context.Context, t *testing.T, l *pglease.Locker, key string, prev *pglease.Lease, limit time.Duration) *pglease.Lease {
-	t.Helper()
-	var next *pglease.Lease
-	require.Eventually(t, func() bool {
-		var err error
-		next, err = l.Claim(ctx, key)
-		return err == nil
-	}, limit, 5*time.Millisecond, "%s never took %q", l.Holder(), key)
-	require.Greater(t, next.Fence(), prev.Fence())
-	return next
-}
-
-// commitOrderedLedgerDDL creates a ledger whose rows are numbered in commit
-// order: a deferred constraint trigger gives each row its number from a
-// sequence at COMMIT, after every statement of the transaction. A
-// transaction that waits on a row lock before its commit thus gets its
-// number late, which an id drawn at INSERT would not show. The trigger runs
-// before the commit is durable, so two transactions committing at once may
-// be numbered in either order; a guarded one still holds the lease row then,
-// so no later mandate's claim, hence no later mandate's write, can come
-// between.
-const commitOrderedLedgerDDL = `CREATE TABLE %[1]s (id bigserial PRIMARY KEY,
-	key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL, token text NOT NULL UNIQUE, seq bigint);
-CREATE SEQUENCE %[1]s_commit;
-CREATE FUNCTION %[1]s_number() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	UPDATE %[1]s SET seq = nextval('%[1]s_commit') WHERE id = NEW.id;
-	RETURN NULL;
-END $$;
-CREATE CONSTRAINT TRIGGER number_at_commit AFTER INSERT ON %[1]s
-	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION %[1]s_number()`
-
-// readLedgerTokens reads every row of a ledger of commitOrderedLedgerDDL in
-// commit order, its number at commit (seq) as its id.
-func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
-	t.Helper()
-	return queryLedger(t, db, fmt.Sprintf(`SELECT seq, key, holder, fence, token FROM %s ORDER BY seq`, ledger))
-}
-
 // TestGuard pins Guard: a transaction commits only while its lease's
 // mandate is the row's, and every failure leaves the transaction aborted.
 func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedIt runs alone: its cases share a table and run in turn
 	t.Run("CommitsWhileTheMandateIsCurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		l := pgtest.Locker(t, pool, table, "a")
 
 		lease, err := l.Claim(ctx, "job")
 		require.NoError(t, err)
 		require.NoError(t, guardedWrite(ctx, pool, ledger, lease))
 		require.NoError(t, guardedWrite(ctx, pool, ledger, lease), "a mandate may guard many transactions")
-		assert.Len(t, readLedger(t, pool, ledger), 2)
+		assert.Len(t, pgtest.ReadLedger(t, pool, ledger), 2)
 	})
 
 	// A paused holder (its connection stalled as by SIGSTOP or a stalled link)
@@ -200,10 +96,10 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 	t.Run("PausedHoldersCommitFailsWithErrLost", func(t *testing.T) {
 		t.Parallel()
 		ctx, admin, table := pgtest.Setup(t)
-		ledger := newLedger(t, admin)
+		ledger := pgtest.NewLedger(t, admin)
 
-		proxy := newProxy(t, "")
-		paused := appPool(t, "", proxy, appName("guard_paused"))
+		proxy := pgtest.Proxy(t, "")
+		paused := pgtest.AppPool(t, "", proxy, pgtest.AppName("guard_paused"))
 		a := pgtest.Locker(t, paused, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 		b := pgtest.Locker(t, admin, table, "b", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 
@@ -216,7 +112,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		guarded := make(chan error, 1)
 		go func() { guarded <- lease.Guard(ctx, tx) }() // passes the local check, then waits in the proxy
 
-		taken := takeOverFrom(ctx, t, b, "job", lease, 10*time.Second)
+		taken := pgtest.TakeOver(ctx, t, b, "job", lease, 10*time.Second)
 		require.NoError(t, guardedWrite(ctx, admin, ledger, taken))
 
 		proxy.SetMode(faultproxy.Forward)
@@ -227,9 +123,9 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.Error(t, cerr, "a commit after a failed Guard must not succeed")
 		t.Logf("commit: %v", cerr)
 
-		entries := readLedger(t, admin, ledger)
+		entries := pgtest.ReadLedger(t, admin, ledger)
 		require.Len(t, entries, 1)
-		assert.Equal(t, "b", entries[0].holder, "nothing of the paused mandate was written")
+		assert.Equal(t, "b", entries[0].Holder, "nothing of the paused mandate was written")
 	})
 
 	// A claim arriving while a guarded transaction is open waits for it, then
@@ -239,7 +135,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 	t.Run("ClaimWaitsForTheGuardedTransaction", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		fa := pgtest.NewFaultyDB(pool)
 		a := pgtest.Locker(t, fa, table, "a", pglease.WithTTL(500*time.Millisecond), pglease.WithHeartbeatInterval(100*time.Millisecond))
 		b := pgtest.Locker(t, pool, table, "b")
@@ -260,32 +156,24 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			return expired
 		}, 5*time.Second, 10*time.Millisecond)
 
-		type result struct {
-			lease *pglease.Lease
-			err   error
-		}
-		claimed := make(chan result, 1)
-		go func() {
-			ls, err := b.Claim(ctx, "job")
-			claimed <- result{ls, err}
-		}()
-		waitLockWait(t, pool, "INSERT INTO", 5*time.Second)
+		claimed := pgtest.ClaimInBackground(ctx, b, "job")
+		pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
 		select {
 		case r := <-claimed:
-			t.Fatalf("claim returned while the guarded transaction was open: %v", r.err)
+			t.Fatalf("claim returned while the guarded transaction was open: %v", r.Err)
 		default:
 		}
 		require.NoError(t, tx.Commit(ctx), "the guarded commit is safe: the row stayed locked")
 
 		r := <-claimed
-		require.NoError(t, r.err)
-		require.Greater(t, r.lease.Fence(), lease.Fence())
-		require.NoError(t, guardedWrite(ctx, pool, ledger, r.lease))
+		require.NoError(t, r.Err)
+		require.Greater(t, r.Lease.Fence(), lease.Fence())
+		require.NoError(t, guardedWrite(ctx, pool, ledger, r.Lease))
 
-		entries := readLedger(t, pool, ledger)
+		entries := pgtest.ReadLedger(t, pool, ledger)
 		require.Len(t, entries, 2)
-		assert.Equal(t, lease.Fence(), entries[0].fence)
-		assert.Equal(t, r.lease.Fence(), entries[1].fence)
+		assert.Equal(t, lease.Fence(), entries[0].Fence)
+		assert.Equal(t, r.Lease.Fence(), entries[1].Fence)
 	})
 
 	t.Run("LeaseEndedLocallyNamesWhy", func(t *testing.T) {
@@ -417,7 +305,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 	t.Run("RepeatableReadAfterAHeartbeat", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		events := pgtest.NewEvents(t)
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
 			pglease.WithHook(events.Hook))
@@ -451,7 +339,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 				return err == nil
 			}, 5*time.Second, time.Millisecond, iso)
 		}
-		assert.Len(t, readLedger(t, pool, ledger), 2)
+		assert.Len(t, pgtest.ReadLedger(t, pool, ledger), 2)
 	})
 
 	t.Run("WithoutFenceColumn", func(t *testing.T) {
@@ -460,7 +348,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		table, dsn := legacyTable(t, legacyColumns)
 		pool := pgtest.PoolAt(t, dsn, nil)
 		admin := pgtest.Pool(t, nil)
-		ledger := newLedger(t, admin)
+		ledger := pgtest.NewLedger(t, admin)
 		_, err := admin.Exec(ctx, fmt.Sprintf(`GRANT INSERT, SELECT ON %s TO PUBLIC; GRANT USAGE ON SEQUENCE %s_id_seq TO PUBLIC`, ledger, ledger))
 		require.NoError(t, err)
 		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
@@ -479,15 +367,15 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.ErrorIs(t, err, pglease.ErrLost)
 		require.NoError(t, guardedWrite(ctx, pool, ledger, second))
 
-		entries := readLedger(t, admin, ledger)
+		entries := pgtest.ReadLedger(t, admin, ledger)
 		require.Len(t, entries, 2)
-		assert.Equal(t, []string{first.Holder(), second.Holder()}, []string{entries[0].holder, entries[1].holder})
+		assert.Equal(t, []string{first.Holder(), second.Holder()}, []string{entries[0].Holder, entries[1].Holder})
 	})
 
 	t.Run("ElectorsLeadership", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
 
 		require.NoError(t, e.IsLeader(ctx))
@@ -497,7 +385,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, e.Close(ctx))
 		err := guardedWrite(ctx, pool, ledger, leader)
 		require.ErrorIs(t, err, pglease.ErrLost, "a leader that resigned guards nothing")
-		assert.Len(t, readLedger(t, pool, ledger), 1)
+		assert.Len(t, pgtest.ReadLedger(t, pool, ledger), 1)
 	})
 
 	// A guarded transaction holds the lease row, and so this holder's own
@@ -516,7 +404,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			t.Run(hold.String(), func(t *testing.T) {
 				t.Parallel()
 				ctx, pool, table := pgtest.Setup(t)
-				ledger := newLedger(t, pool)
+				ledger := pgtest.NewLedger(t, pool)
 				events := pgtest.NewEvents(t)
 				l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
 				lease, err := l.Claim(ctx, "job")
@@ -577,7 +465,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ctx, pool, table := pgtest.Setup(t)
-				ledger := newLedger(t, pool)
+				ledger := pgtest.NewLedger(t, pool)
 				l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(3*time.Second))
 				lease, err := l.Claim(ctx, "job")
 				require.NoError(t, err)
@@ -590,7 +478,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 				require.ErrorIs(t, err, pglease.ErrLost)
 				// A careless caller commits anyway.
 				commitErr := tx.Commit(ctx)
-				assert.Empty(t, readLedger(t, pool, ledger),
+				assert.Empty(t, pgtest.ReadLedger(t, pool, ledger),
 					"the guarded write of an ended lease committed (Commit returned %v)", commitErr)
 			})
 		}
@@ -708,7 +596,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 	t.Run("IgnoredFailureStillAbortsTheCommit", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		a1 := pgtest.Locker(t, pool, table, "a")
 		a2 := pgtest.Locker(t, pool, table, "a")
 
@@ -728,8 +616,8 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		cerr := tx.Commit(ctx)
 		require.Error(t, cerr, "the outer transaction of a failed Guard committed")
 
-		for _, e := range readLedger(t, pool, ledger) {
-			assert.NotEqual(t, first.Fence(), e.fence, "a write of fence %d landed after fence %d's", first.Fence(), later.Fence())
+		for _, e := range pgtest.ReadLedger(t, pool, ledger) {
+			assert.NotEqual(t, first.Fence(), e.Fence, "a write of fence %d landed after fence %d's", first.Fence(), later.Fence())
 		}
 	})
 
@@ -738,7 +626,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 	t.Run("CancelledWaitLeavesNothingToCommit", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		l := pgtest.Locker(t, pool, table, "a")
 		lease, err := l.Claim(ctx, "job")
 		require.NoError(t, err)
@@ -760,7 +648,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		t.Logf("commit: %v", cerr)
 		require.Error(t, cerr)
 		require.NoError(t, claimInFlight.Rollback(ctx))
-		assert.Empty(t, readLedger(t, pool, ledger))
+		assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
 	})
 
 	// Guarantee: "checks that this mandate is still the row's". The statement
@@ -826,7 +714,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 				pool := bouncedPool(t, b, m.mode)
 				admin := pgtest.Pool(t, nil)
 				table := pgtest.Table(t, admin)
-				ledger := newLedger(t, admin)
+				ledger := pgtest.NewLedger(t, admin)
 				a1 := pgtest.Locker(t, pool, table, "a")
 				a2 := pgtest.Locker(t, pool, table, "a")
 				first, err := a1.Claim(ctx, "job")
@@ -839,7 +727,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 				require.NoError(t, err)
 				require.ErrorIs(t, guardedWrite(ctx, pool, ledger, first), pglease.ErrLost)
 				require.NoError(t, guardedWrite(ctx, pool, ledger, later))
-				assert.Len(t, readLedger(t, admin, ledger), 2)
+				assert.Len(t, pgtest.ReadLedger(t, admin, ledger), 2)
 			})
 		}
 	})
@@ -863,7 +751,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 
 		pool := pgtest.PoolAt(t, srv.DSN(), nil)
 		table := pgtest.Table(t, pool)
-		ledger := newLedger(t, pool)
+		ledger := pgtest.NewLedger(t, pool)
 		a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 		lease, err := a.Claim(ctx, "job")
 		require.NoError(t, err)
@@ -894,9 +782,9 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, err)
 		require.Greater(t, later.Fence(), lease.Fence())
 		require.NoError(t, guardedWrite(ctx, pool2, ledger, later))
-		entries := readLedger(t, pool2, ledger)
+		entries := pgtest.ReadLedger(t, pool2, ledger)
 		require.Len(t, entries, 2)
-		assert.Equal(t, []int64{lease.Fence(), later.Fence()}, []int64{entries[0].fence, entries[1].fence})
+		assert.Equal(t, []int64{lease.Fence(), later.Fence()}, []int64{entries[0].Fence, entries[1].Fence})
 	})
 }
 

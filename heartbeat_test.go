@@ -19,69 +19,6 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// privateServer starts a PostgreSQL of the test's own, which it may stop and
-// restart without disturbing the other tests. It is durable (fsync and
-// synchronous_commit on), as production is: a claim acknowledged before a
-// crash must survive it, or fences could go backwards.
-func privateServer(t *testing.T) *pgserver.Server {
-	t.Helper()
-	srv, err := pgserver.Start(context.Background(), pgserver.Options{Private: true, Durable: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	// Private never uses PGLEASE_DATABASE_URL: the server is ours to stop.
-	require.True(t, srv.CanRestart(), "a %s server cannot be restarted", srv.Kind())
-	return srv
-}
-
-// lockRow takes the row lock of key in another transaction, as a long
-// report or a stuck migration would; the returned function ends that
-// transaction (commit or rollback).
-func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit bool)) {
-	t.Helper()
-	ctx := pgtest.Ctx(t)
-	tx, err := db.Begin(ctx)
-	require.NoError(t, err)
-	var fence int64
-	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT fence FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key).Scan(&fence))
-	end = endOnce(t, tx)
-	return end
-}
-
-// lockTable takes an EXCLUSIVE lock on table in another transaction, as a
-// migration or an operator's LOCK TABLE would: reads go on, and every
-// statement that locks or writes a row waits, the heartbeat included (it
-// skips locked rows, but cannot skip a table lock). The returned function
-// ends that transaction (commit or rollback).
-func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commit bool)) {
-	t.Helper()
-	ctx := pgtest.Ctx(t)
-	tx, err := db.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
-	end := endOnce(t, tx)
-	return tx, end
-}
-
-// endOnce returns the function that ends tx, committing or rolling back,
-// the first time it is called; a transaction not ended by the test is
-// rolled back at cleanup.
-func endOnce(t *testing.T, tx pgx.Tx) func(commit bool) {
-	t.Helper()
-	var once sync.Once
-	end := func(commit bool) {
-		once.Do(func() {
-			if commit {
-				require.NoError(t, tx.Commit(context.Background()))
-			} else {
-				require.NoError(t, tx.Rollback(context.Background()))
-			}
-		})
-	}
-	t.Cleanup(func() { end(false) })
-	return end
-}
-
 // TestHeartbeat pins the heartbeat: it extends every lease in one
 // statement per round, skips locked rows without losing them, and loses a
 // lease at its trust deadline, naming why.
@@ -270,10 +207,7 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("SurvivesAShortServerRestart", func(t *testing.T) {
 		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		srv := privateServer(t)
-		pool := pgtest.PoolAt(t, srv.DSN(), nil)
-		table := pgtest.Table(t, pool)
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
 		events := pgtest.NewEvents(t)
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(8*time.Second), pglease.WithHeartbeatInterval(500*time.Millisecond), pglease.WithHook(events.Hook))
 		lease, err := l.Claim(ctx, "k")
@@ -295,10 +229,7 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("LosesWhenTheServerStaysDown", func(t *testing.T) {
 		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		srv := privateServer(t)
-		pool := pgtest.PoolAt(t, srv.DSN(), nil)
-		table := pgtest.Table(t, pool)
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
 		const ttl = 1500 * time.Millisecond
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300*time.Millisecond))
 		lease, err := l.Claim(ctx, "k")
@@ -412,7 +343,7 @@ func TestHeartbeat(t *testing.T) {
 			ends := make([]func(bool), 0, len(locked))
 			frozen := map[string]time.Time{}
 			for _, k := range locked {
-				ends = append(ends, lockRow(t, direct, table, k))
+				ends = append(ends, pgtest.LockRow(t, direct, table, k))
 				frozen[k] = expiry(k)
 			}
 			// Ten rounds with these rows locked: the others keep being extended.
@@ -513,7 +444,7 @@ func TestHeartbeat(t *testing.T) {
 			require.NoError(t, err)
 			leases = append(leases, lease)
 		}
-		_, end := lockTable(t, pool, table)
+		_, end := pgtest.LockTable(t, pool, table)
 		defer end(false)
 		for _, lease := range leases {
 			pgtest.WaitDone(t, lease, 3*ttl)
@@ -587,7 +518,7 @@ func TestHeartbeat(t *testing.T) {
 
 		// A lock shorter than the trust window: the row is skipped, retried,
 		// and extended again once free; nothing is lost.
-		end := lockRow(t, pool, table, "locked")
+		end := pgtest.LockRow(t, pool, table, "locked")
 		lockedUntil := locked.ExpiresAt()
 		for range 3 {
 			extendedPast(others[0], ttl)
@@ -598,7 +529,7 @@ func TestHeartbeat(t *testing.T) {
 		extendedPast(locked, ttl)
 
 		// A lock past the trust window: that lease alone is lost.
-		end = lockRow(t, pool, table, "locked")
+		end = pgtest.LockRow(t, pool, table, "locked")
 		pgtest.WaitDone(t, locked, 2*ttl)
 		require.ErrorIs(t, locked.Err(), pglease.ErrLost)
 		for _, lease := range others {

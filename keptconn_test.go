@@ -24,7 +24,7 @@ func TestKeptConnection(t *testing.T) {
 	t.Run("JobsHoldingThePoolDoNotStarveIt", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		pool := sharedPool(t, appName("starve"))
+		pool := sharedPool(t, pgtest.AppName("starve"))
 		const ttl = time.Second
 		events := pgtest.NewEvents(t)
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook), pglease.WithKeptConnection())
@@ -59,7 +59,7 @@ func TestKeptConnection(t *testing.T) {
 	t.Run("LossWaitingForANewOneNamesTheWait", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		app := appName("starvedloss")
+		app := pgtest.AppName("starvedloss")
 		pool := sharedPool(t, app)
 		const ttl = time.Second
 		events := pgtest.NewEvents(t)
@@ -150,7 +150,7 @@ func TestKeptConnection(t *testing.T) {
 	t.Run("WithoutItTheLossNamesThePoolWait", func(t *testing.T) {
 		t.Parallel()
 		ctx, _, table := pgtest.Setup(t)
-		pool := sharedPool(t, appName("starvednamed")) // the README's setup, no option
+		pool := sharedPool(t, pgtest.AppName("starvednamed")) // the README's setup, no option
 		const ttl = time.Second
 		events := pgtest.NewEvents(t)
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook))

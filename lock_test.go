@@ -80,7 +80,7 @@ func TestUnlock(t *testing.T) {
 		require.NoError(t, err)
 		other, err := l.Claim(ctx, "other")
 		require.NoError(t, err)
-		end := lockRow(t, pool, table, "locked")
+		end := pgtest.LockRow(t, pool, table, "locked")
 		defer end(false)
 
 		start := time.Now()
@@ -667,9 +667,9 @@ func testUnlockUnderSerializable(t *testing.T) { // the subtests share one datab
 // released (sent again without the notification).
 func testUnlockBehindABusyNotificationQueue(t *testing.T) { // the cases load one server with notifiers in turn
 	t.Parallel()
-	srv := crashableServer(t) // fsync on: commit_delay only delays a real flush
+	srv := pgtest.CrashableServer(t) // fsync on: commit_delay only delays a real flush
 	ctx := pgtest.Ctx(t)
-	table := crashableTable(t, srv)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
 	_, err := pool.Exec(ctx, "CREATE TABLE busy (n int)")
 	require.NoError(t, err)
@@ -770,9 +770,9 @@ func notifyLoad(t *testing.T, dsn string, notifiers int, flush time.Duration) {
 // back for long. The Locker's other leases keep their heartbeat period.
 func testHeartbeatBehindUnlocksOnABusyNotificationQueue(t *testing.T) {
 	t.Parallel()
-	srv := crashableServer(t)
+	srv := pgtest.CrashableServer(t)
 	ctx := pgtest.Ctx(t)
-	table := crashableTable(t, srv)
+	table := pgtest.DurableTable(t, srv)
 	pool := pgtest.PoolAt(t, srv.DSN(), nil)
 	_, err := pool.Exec(ctx, "CREATE TABLE busy (n int)")
 	require.NoError(t, err)

@@ -257,10 +257,7 @@ func TestNemesis(t *testing.T) {
 			cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 		})
 		r.table = pgtest.Table(t, r.admin)
-		r.ledger = pgtest.Name("ledger")
-		_, err = r.admin.Exec(context.Background(), fmt.Sprintf(commitOrderedLedgerDDL, r.ledger))
-		require.NoError(t, err)
-		r.insert = fmt.Sprintf(`INSERT INTO %s (key, holder, fence, token) VALUES ($1, $2, $3, $4)`, r.ledger)
+		r.ledger, r.insert = pgtest.NewCommitOrderedLedger(t, r.admin)
 		// The server commits asynchronously by default: a crash right away
 		// would lose the tables.
 		_, err = r.admin.Exec(context.Background(), `CHECKPOINT`)
@@ -274,9 +271,9 @@ func TestNemesis(t *testing.T) {
 			if s.elector {
 				s.name = fmt.Sprintf("elector%d", i-nemesisLockers)
 			}
-			s.proxy = newProxy(t, srv.DSN())
-			s.app = appName("nemesis_" + s.name)
-			s.pool = appPool(t, srv.DSN(), s.proxy, s.app)
+			s.proxy = pgtest.Proxy(t, srv.DSN())
+			s.app = pgtest.AppName("nemesis_" + s.name)
+			s.pool = pgtest.AppPool(t, srv.DSN(), s.proxy, s.app)
 			if i == 0 || i == 1 || i == nemesisLockers {
 				s.nem = pgtest.NewNemesisDB(t, s.pool, seed+int64(i))
 			}
@@ -1160,9 +1157,9 @@ func (r *nemesisRun) check(ran time.Duration) {
 	// The outcome of every guarded write, from the ledger.
 	committed := map[string]bool{}
 	var ledger []lin.LedgerRow
-	for _, e := range readLedgerTokens(t, r.admin, r.ledger) {
-		committed[e.token] = true
-		ledger = append(ledger, lin.LedgerRow{Seq: e.id, Key: e.key, Fence: e.fence, Token: e.token})
+	for _, e := range pgtest.ReadLedgerTokens(t, r.admin, r.ledger) {
+		committed[e.Token] = true
+		ledger = append(ledger, lin.LedgerRow{Seq: e.ID, Key: e.Key, Fence: e.Fence, Token: e.Token})
 	}
 	var careless []string
 	for _, w := range r.writes {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // protocol is the SQL a Locker speaks to its lease rows; every SQL text of
@@ -125,6 +126,42 @@ func readReport[M comparable, V any](rows pgx.Rows, leases []*Lease, mandate fun
 		}
 	}
 	return got, rows.Err()
+}
+
+// releaseReported sends sql, a release statement of leases, and reads its
+// report (readReport). A statement whose rows came back and whose commit
+// then failed with 55P03 (its lock wait passed while the commit waited for
+// the notification queue's lock: nothing was released) is sent again at
+// once as quiet, the same statement without its notification. A 55P03
+// before any row (a lock on the table past the wait) reports every lease
+// skipped, to be sent again later.
+func releaseReported[M comparable](ctx context.Context, db DB, sql, quiet string, leases []*Lease, mandate func(*Lease) M, args ...any) (map[*Lease]bool, error) {
+	send := func(sql string) (map[*Lease]bool, error) {
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		return readReport(rows, leases, mandate, releaseFields)
+	}
+	got, err := send(sql)
+	if lockNotAvailable(err) && len(got) > 0 {
+		got, err = send(quiet)
+	}
+	if lockNotAvailable(err) {
+		got = make(map[*Lease]bool, len(leases))
+		for _, ls := range leases {
+			got[ls] = false
+		}
+		return got, nil
+	}
+	return got, err
+}
+
+// lockNotAvailable reports whether err is the server's 55P03: a lock wait
+// passed lock_timeout.
+func lockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // heartbeatRow is what a heartbeat statement reports on one lease: its new

@@ -29,14 +29,16 @@ type unfenced struct {
 	claimSQL string // chosen once the table is checked
 	hbSQL    string
 	relSQL   string
+	relQuiet string
 }
 
 func newUnfenced(t table, cfg config) *unfenced {
 	return &unfenced{
-		t:       t,
-		replica: cfg.holder,
-		hbSQL:   t.render(sqlstmt.UnfencedHeartbeat),
-		relSQL:  t.render(sqlstmt.UnfencedRelease),
+		t:        t,
+		replica:  cfg.holder,
+		hbSQL:    t.render(sqlstmt.UnfencedHeartbeat),
+		relSQL:   t.render(sqlstmt.UnfencedRelease),
+		relQuiet: t.render(sqlstmt.UnfencedReleaseQuiet),
 	}
 }
 
@@ -81,11 +83,8 @@ func (p *unfenced) release(ctx context.Context, db DB, leases []*Lease) (map[*Le
 	for i, ls := range leases {
 		acquired[i] = ls.acquiredAt
 	}
-	rows, err := db.Query(ctx, p.relSQL, seconds(leases, minHoldOf), keys, holders, acquired)
-	if err != nil {
-		return nil, err
-	}
-	return readReport(rows, leases, holderOf, releaseFields)
+	return releaseReported(ctx, db, p.relSQL, p.relQuiet, leases, holderOf,
+		seconds(leases, minHoldOf), keys, holders, acquired, releaseLockWait)
 }
 
 // check reads the table's columns once and returns the claim statement that

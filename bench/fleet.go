@@ -264,7 +264,7 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 				relErrs[i] = w.lease.Unlock(ctx)
 				return
 			}
-			_, relErrs[i] = w.r.pool.Exec(ctx, release, w.r.holder, []float64{0}, []string{w.key}, []int64{w.fence})
+			_, relErrs[i] = w.r.pool.Exec(ctx, release, w.r.holder, []float64{0}, []string{w.key}, []int64{w.fence}, "20ms")
 		})
 	}
 	rel.Wait()

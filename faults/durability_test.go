@@ -88,36 +88,6 @@ func (h *history) byKey() map[string][]*mandate {
 	return out
 }
 
-// crashServer starts a durable PostgreSQL of the test's own whose WAL
-// writer wakes only every 10 s (the maximum): a release, which commits
-// without waiting for the WAL flush, then stays in the server's memory until
-// the next synchronous commit, so a crash right after a burst of releases
-// loses some of them, acknowledged as they were.
-func crashServer(t *testing.T) *pgserver.Server {
-	t.Helper()
-	ctx := pgtest.Ctx(t)
-	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: true, Private: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.True(t, srv.CanRestart(), "a private %s server must be restartable", srv.Kind())
-
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `ALTER SYSTEM SET wal_writer_delay = '10s'`)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	require.NoError(t, srv.Restart(ctx, pgserver.Fast))
-
-	conn, err = pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var fsync, syncCommit, delay string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('wal_writer_delay')`).
-		Scan(&fsync, &syncCommit, &delay))
-	require.Equal(t, []string{"on", "on", "10s"}, []string{fsync, syncCommit, delay}, "fsync, synchronous_commit, wal_writer_delay")
-	return srv
-}
-
 // durableRow is a lease row after the restart, with how long it still has
 // to live by the server's clock.
 type durableRow struct {
@@ -170,12 +140,12 @@ func TestDurability(t *testing.T) {
 	t.Run("ClaimsSurviveACrash", func(t *testing.T) {
 		// The subtests crash one shared server in turn.
 		t.Parallel()
-		srv := crashServer(t)
+		srv := pgtest.CrashableServer(t)
 		const keys = 200
 		for _, scope := range syncOffScopes {
 			t.Run(scope.name, func(t *testing.T) {
 				ctx := pgtest.Ctx(t)
-				table := durableTable(t, srv)
+				table := pgtest.DurableTable(t, srv)
 				exec(t, srv.DSN(), scope.set...)
 				t.Cleanup(func() { exec(t, srv.DSN(), scope.reset...) })
 				pool := syncOffPool(t, srv.DSN(), scope)
@@ -190,7 +160,7 @@ func TestDurability(t *testing.T) {
 					fences[key] = lease.Fence()
 					maxFence = max(maxFence, lease.Fence())
 				}
-				crashAndRestart(t, srv)
+				pgtest.CrashAndRestart(t, srv)
 				pool.Close()
 				// Its leases' releases fail on the dead pool; the rows stay.
 				_ = before.Close(ctx)
@@ -223,10 +193,10 @@ func TestDurability(t *testing.T) {
 	// still believes in its lease.
 	t.Run("HeartbeatsSurviveACrash", func(t *testing.T) {
 		t.Parallel()
-		srv := crashServer(t)
+		srv := pgtest.CrashableServer(t)
 		ctx := pgtest.Ctx(t)
 		scope := syncOffScopes[2] // database
-		table := durableTable(t, srv)
+		table := pgtest.DurableTable(t, srv)
 		exec(t, srv.DSN(), scope.set...)
 		pool := syncOffPool(t, srv.DSN(), scope)
 
@@ -261,7 +231,7 @@ func TestDurability(t *testing.T) {
 	t.Run("CrashAfterReleases", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
-		srv := crashServer(t)
+		srv := pgtest.CrashableServer(t)
 		pool := pgtest.PoolAt(t, srv.DSN(), nil)
 		table := pgtest.Table(t, pool)
 
@@ -463,26 +433,4 @@ func syncOffPool(t *testing.T, dsn string, scope syncOffScope) *pgxpool.Pool {
 		return got == "off"
 	}, 10*time.Second, 20*time.Millisecond, "sessions never saw synchronous_commit = off set at the %s level", scope.name)
 	return pool
-}
-
-// durableTable creates a migrated lease table and checkpoints, so that the
-// table itself survives the crash whatever the sessions' settings.
-func durableTable(t *testing.T, srv *pgserver.Server) string {
-	t.Helper()
-	table := pgtest.TableName()
-	ctx := pgtest.Ctx(t)
-	conn, err := pgx.Connect(ctx, srv.DSN())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	require.NoError(t, pglease.Migrate(ctx, conn, pglease.WithTable(table)))
-	_, err = conn.Exec(ctx, `CHECKPOINT`)
-	require.NoError(t, err)
-	return table
-}
-
-// crashAndRestart kills the server without a checkpoint and starts it again.
-func crashAndRestart(t *testing.T, srv *pgserver.Server) {
-	t.Helper()
-	require.NoError(t, srv.Stop(pgserver.Immediate))
-	require.NoError(t, srv.Start(pgtest.Ctx(t)))
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,112 +22,6 @@ import (
 // PostgreSQL (internal/faultproxy), backends terminated server-side, row
 // locks held by other transactions, and server restarts. Each test logs its
 // measured figures on lines starting with "figures:".
-
-// newProxy puts a fault proxy in front of the server at dsn (the shared
-// server when empty), closed at cleanup.
-func newProxy(t *testing.T, dsn string) *faultproxy.Proxy {
-	t.Helper()
-	if dsn == "" {
-		dsn = pgtest.Server.DSN()
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	require.NoError(t, err)
-	p, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
-	return p
-}
-
-// appPool connects to dsn (the shared server when empty), through p when it
-// is not nil, with application_name set to app so that the test can find
-// the pool's backends in pg_stat_activity. Closed at cleanup.
-func appPool(t *testing.T, dsn string, p *faultproxy.Proxy, app string) *pgxpool.Pool {
-	t.Helper()
-	if dsn == "" {
-		dsn = pgtest.Server.DSN()
-	}
-	return pgtest.PoolWith(t, dsn, func(cfg *pgxpool.Config) {
-		if p != nil {
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
-		}
-		cfg.ConnConfig.RuntimeParams["application_name"] = app
-		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-		cfg.MaxConns = 4
-	})
-}
-
-var appSeq = 0
-var appMu sync.Mutex
-
-// appName returns an application_name unique to this test binary.
-func appName(prefix string) string {
-	appMu.Lock()
-	defer appMu.Unlock()
-	appSeq++
-	return fmt.Sprintf("%s_%d", prefix, appSeq)
-}
-
-// lockRow takes the row lock of key in another transaction, as a long
-// report or a stuck migration would; the returned function ends that
-// transaction (commit or rollback).
-func lockRow(t *testing.T, db *pgxpool.Pool, table, key string) (end func(commit bool)) {
-	t.Helper()
-	ctx := pgtest.Ctx(t)
-	tx, err := db.Begin(ctx)
-	require.NoError(t, err)
-	var fence int64
-	require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`SELECT fence FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key).Scan(&fence))
-	end = endOnce(t, tx)
-	return end
-}
-
-// endOnce returns the function that ends tx, committing or rolling back,
-// the first time it is called; a transaction not ended by the test is
-// rolled back at cleanup.
-func endOnce(t *testing.T, tx pgx.Tx) func(commit bool) {
-	t.Helper()
-	var once sync.Once
-	end := func(commit bool) {
-		once.Do(func() {
-			if commit {
-				require.NoError(t, tx.Commit(context.Background()))
-			} else {
-				require.NoError(t, tx.Rollback(context.Background()))
-			}
-		})
-	}
-	t.Cleanup(func() { end(false) })
-	return end
-}
-
-// lockTable takes an EXCLUSIVE lock on table in another transaction, as a
-// migration or an operator's LOCK TABLE would: reads go on, and every
-// statement that locks or writes a row waits, the heartbeat included (it
-// skips locked rows, but cannot skip a table lock). The returned function
-// ends that transaction (commit or rollback).
-func lockTable(t *testing.T, db *pgxpool.Pool, table string) (pgx.Tx, func(commit bool)) {
-	t.Helper()
-	ctx := pgtest.Ctx(t)
-	tx, err := db.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
-	end := endOnce(t, tx)
-	return tx, end
-}
-
-// blockedBackend waits until a backend of application app is waiting on a
-// lock while running a statement that contains fragment, and returns its pid.
-func blockedBackend(t *testing.T, db pglease.DB, app, fragment string) int32 {
-	t.Helper()
-	var pid int32
-	require.Eventually(t, func() bool {
-		err := db.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
-			WHERE application_name = $1 AND wait_event_type = 'Lock' AND strpos(query, $2) > 0 LIMIT 1`, app, fragment).Scan(&pid)
-		return err == nil
-	}, 10*time.Second, 5*time.Millisecond, "a statement of %s containing %q blocked on a lock", app, fragment)
-	return pid
-}
 
 // backendWaiting reports whether backend pid is still waiting on a lock.
 func backendWaiting(t *testing.T, db pglease.DB, pid int32) bool {
@@ -178,27 +69,12 @@ func lastTrusted(t *testing.T, lease *pglease.Lease, limit time.Duration) (trust
 	}
 }
 
-// takeOverFrom claims key with l again and again until the server lets it, as
-// a replica waiting for a lapsed lease, within limit: the new mandate's
-// fence is above the one of prev.
-func takeOverFrom(ctx context.Context, t *testing.T, l *pglease.Locker, key string, prev *pglease.Lease, limit time.Duration) *pglease.Lease {
-	t.Helper()
-	var next *pglease.Lease
-	require.Eventually(t, func() bool {
-		var err error
-		next, err = l.Claim(ctx, key)
-		return err == nil
-	}, limit, 5*time.Millisecond, "%s never took %q", l.Holder(), key)
-	require.Greater(t, next.Fence(), prev.Fence())
-	return next
-}
-
 // cutSetup gives a mid-statement cut test its context, a direct pool, a
 // table, a fault proxy and the application name its Locker's pool uses.
 func cutSetup(t *testing.T, name string) (context.Context, *pgxpool.Pool, string, *faultproxy.Proxy, string) {
 	t.Helper()
 	direct := pgtest.Pool(t, nil)
-	return pgtest.Ctx(t), direct, pgtest.Table(t, direct), newProxy(t, ""), appName(name)
+	return pgtest.Ctx(t), direct, pgtest.Table(t, direct), pgtest.Proxy(t, ""), pgtest.AppName(name)
 }
 
 // TestFault injects faults between a Locker and its server (latency,
@@ -210,12 +86,12 @@ func TestFault(t *testing.T) {
 	t.Run("JitterCausesNoFalseLoss", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		proxy := newProxy(t, "")
+		proxy := pgtest.Proxy(t, "")
 		// 25-100 ms each way: every statement takes 50-200 ms.
 		proxy.SetLatency(62*time.Millisecond, 38*time.Millisecond, 1)
 		const ttl, interval = 2 * time.Second, 300 * time.Millisecond
 		events := pgtest.NewEvents(t)
-		a := pgtest.Locker(t, appPool(t, "", proxy, appName("latency")), table, "slow-replica",
+		a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, pgtest.AppName("latency")), table, "slow-replica",
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook))
 		b := pgtest.Locker(t, direct, table, "fast-replica", pglease.WithTTL(ttl))
 
@@ -258,10 +134,10 @@ func TestFault(t *testing.T) {
 	t.Run("BlackholeLosesTheLeaseFirst", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		proxy := newProxy(t, "")
+		proxy := pgtest.Proxy(t, "")
 		const ttl, interval = time.Second, 200 * time.Millisecond
 		events := pgtest.NewEvents(t)
-		a := pgtest.Locker(t, appPool(t, "", proxy, appName("blackhole")), table, "partitioned",
+		a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, pgtest.AppName("blackhole")), table, "partitioned",
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(events.Hook), pglease.WithTimeout(time.Second))
 		// b's own heartbeat is far away, so its row only changes if someone else
 		// changes it.
@@ -281,7 +157,7 @@ func TestFault(t *testing.T) {
 			"trusted locally until %v, after the server expiry %v", trusted, row.ExpiresAt)
 
 		// Another replica takes over once the server lets it, not before.
-		next := takeOverFrom(ctx, t, b, "k", lease, 3*ttl)
+		next := pgtest.TakeOver(ctx, t, b, "k", lease, 3*ttl)
 		require.False(t, next.AcquiredAt().Before(row.ExpiresAt), "claimed at %v, old lease expired at %v", next.AcquiredAt(), row.ExpiresAt)
 		taken, _ := pgtest.ReadRow(t, direct, table, "k")
 
@@ -320,27 +196,19 @@ func TestFault(t *testing.T) {
 				t.Run("claim", func(t *testing.T) {
 					t.Parallel()
 					ctx, direct, table, proxy, app := cutSetup(t, "midclaim")
-					a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(2*time.Second))
+					a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, app), table, "a", pglease.WithTTL(2*time.Second))
 					seed, err := a.Claim(ctx, "k")
 					require.NoError(t, err)
 					require.NoError(t, seed.Unlock(ctx))
 
-					end := lockRow(t, direct, table, "k")
-					type result struct {
-						lease *pglease.Lease
-						err   error
-					}
-					got := make(chan result, 1)
-					go func() {
-						lease, err := a.Claim(ctx, "k")
-						got <- result{lease, err}
-					}()
-					pid := blockedBackend(t, direct, app, "INSERT INTO")
+					end := pgtest.LockRow(t, direct, table, "k")
+					got := pgtest.ClaimInBackground(ctx, a, "k")
+					pid := pgtest.LockWaiter(t, direct, app, "INSERT INTO", 10*time.Second)
 					cut(t, direct, proxy, pid)
 					r := <-got
-					require.Error(t, r.err)
-					require.NotErrorIs(t, r.err, pglease.ErrHeld, "a cut connection is a failure, not contention")
-					require.Nil(t, r.lease)
+					require.Error(t, r.Err)
+					require.NotErrorIs(t, r.Err, pglease.ErrHeld, "a cut connection is a failure, not contention")
+					require.Nil(t, r.Lease)
 					_, held := a.Held("k")
 					require.False(t, held)
 					end(true)
@@ -355,18 +223,18 @@ func TestFault(t *testing.T) {
 					require.NoError(t, err, "the next claim works")
 					require.Greater(t, next.Fence(), max(seed.Fence(), row.Fence))
 					t.Logf("figures: %s mid-claim: claim error %q; orphan statement ran after the client left: %v (row fence %d, seed %d)",
-						how, r.err, orphan, row.Fence, seed.Fence())
+						how, r.Err, orphan, row.Fence, seed.Fence())
 				})
 				t.Run("heartbeat", func(t *testing.T) {
 					t.Parallel()
 					ctx, direct, table, proxy, app := cutSetup(t, "midheartbeat")
 					events := pgtest.NewEvents(t)
-					a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(3*time.Second),
+					a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, app), table, "a", pglease.WithTTL(3*time.Second),
 						pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
 					lease, err := a.Claim(ctx, "k")
 					require.NoError(t, err)
-					_, end := lockTable(t, direct, table)
-					pid := blockedBackend(t, direct, app, "unnest(")
+					_, end := pgtest.LockTable(t, direct, table)
+					pid := pgtest.LockWaiter(t, direct, app, "unnest(", 10*time.Second)
 					cut(t, direct, proxy, pid)
 					events.WaitFor(t, pglease.EventHeartbeatFailed, 2*time.Second)
 					end(false)
@@ -381,16 +249,16 @@ func TestFault(t *testing.T) {
 					t.Parallel()
 					ctx, direct, table, proxy, app := cutSetup(t, "midrelease")
 					const ttl = 2 * time.Second
-					a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl))
+					a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl))
 					b := pgtest.Locker(t, direct, table, "b", pglease.WithTTL(ttl))
 					lease, err := a.Claim(ctx, "k")
 					require.NoError(t, err)
 					// A table lock: a release skips a locked row, but waits
 					// behind a lock on the whole table.
-					_, end := lockTable(t, direct, table)
+					_, end := pgtest.LockTable(t, direct, table)
 					unlocked := make(chan error, 1)
 					go func() { unlocked <- lease.Unlock(ctx) }()
-					pid := blockedBackend(t, direct, app, "GREATEST(")
+					pid := pgtest.LockWaiter(t, direct, app, "GREATEST(", 10*time.Second)
 					cut(t, direct, proxy, pid)
 					uerr := <-unlocked
 					require.Error(t, uerr, "a release whose outcome is unknown is never reported as done")
@@ -402,7 +270,7 @@ func TestFault(t *testing.T) {
 					orphan := !row.Live
 					// Whatever happened to the release, the key is free again by
 					// the old lease's expiry at the latest.
-					takeOverFrom(ctx, t, b, "k", lease, 3*ttl)
+					pgtest.TakeOver(ctx, t, b, "k", lease, 3*ttl)
 					t.Logf("figures: %s mid-release: Unlock error %q; release applied anyway (orphan): %v, row live after: %v",
 						how, uerr, orphan, row.Live)
 				})
@@ -412,10 +280,7 @@ func TestFault(t *testing.T) {
 
 	t.Run("ServerRestartNeverLowersTheFence", func(t *testing.T) {
 		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		srv := privateServer(t)
-		pool := pgtest.PoolAt(t, srv.DSN(), nil)
-		table := pgtest.Table(t, pool)
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
 		const ttl, interval = 3 * time.Second, 300 * time.Millisecond
 		events := pgtest.NewEvents(t)
 		var lockers []*pglease.Locker
@@ -488,17 +353,17 @@ func TestFault(t *testing.T) {
 	t.Run("BlockedHeartbeatCannotReArmALaterRow", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		app := appName("rowlock")
-		proxy := newProxy(t, "")
+		app := pgtest.AppName("rowlock")
+		proxy := pgtest.Proxy(t, "")
 		const ttl = time.Second
-		a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
+		a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, app), table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
 			pglease.WithTimeout(time.Second))
 		lease, err := a.Claim(ctx, "k")
 		require.NoError(t, err)
 
-		tx, commit := lockTable(t, direct, table)
+		tx, commit := pgtest.LockTable(t, direct, table)
 		tbl := pgx.Identifier{table}.Sanitize()
-		pid := blockedBackend(t, direct, app, "unnest(")
+		pid := pgtest.LockWaiter(t, direct, app, "unnest(", 10*time.Second)
 		// At the trust deadline pgx gives up on the statement and sends a
 		// cancel request on a new connection. Drop it, as a partition would:
 		// the heartbeat then stays queued on the server, the worst case.
@@ -550,11 +415,11 @@ func TestFault(t *testing.T) {
 	t.Run("PausedHolderTouchesNothingLater", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
-		proxy := newProxy(t, "")
-		app := appName("paused")
+		proxy := pgtest.Proxy(t, "")
+		app := pgtest.AppName("paused")
 		const ttl = time.Second
 		events := pgtest.NewEvents(t)
-		a := pgtest.Locker(t, appPool(t, "", proxy, app), table, "paused", pglease.WithTTL(ttl),
+		a := pgtest.Locker(t, pgtest.AppPool(t, "", proxy, app), table, "paused", pglease.WithTTL(ttl),
 			pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook), pglease.WithTimeout(time.Second))
 		b := pgtest.Locker(t, direct, table, "next", pglease.WithTTL(30*time.Second))
 		lease, err := a.Claim(ctx, "k")
@@ -566,7 +431,7 @@ func TestFault(t *testing.T) {
 		proxy.SetMode(faultproxy.Stall)
 		pgtest.WaitDone(t, lease, 3*ttl)
 		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-		next := takeOverFrom(ctx, t, b, "k", lease, 3*ttl)
+		next := pgtest.TakeOver(ctx, t, b, "k", lease, 3*ttl)
 		taken, _ := pgtest.ReadRow(t, direct, table, "k")
 
 		// Resume: the held heartbeat reaches the server after the takeover.
@@ -606,7 +471,7 @@ func TestFault(t *testing.T) {
 		require.Equal(t, "release", <-db.Entered)
 
 		// Another replica takes the working job's key once the server lets it.
-		next := takeOverFrom(ctx, t, b, "working", working, 3*ttl)
+		next := pgtest.TakeOver(ctx, t, b, "working", working, 3*ttl)
 		takenAt := time.Now()
 		// Done and the job's context, not Err (which checks the deadline when
 		// called), are what a job running under the lease watches.

@@ -26,26 +26,6 @@ var (
 	guardChaosSeed = flag.Int64("guardchaos.seed", 0, "seed of TestGuardChaos's faults (0: from the clock)")
 )
 
-// commitOrderedLedgerDDL creates a ledger whose rows are numbered in commit
-// order: a deferred constraint trigger gives each row its number from a
-// sequence at COMMIT, after every statement of the transaction. A
-// transaction that waits on a row lock before its commit thus gets its
-// number late, which an id drawn at INSERT would not show. The trigger runs
-// before the commit is durable, so two transactions committing at once may
-// be numbered in either order; a guarded one still holds the lease row then,
-// so no later mandate's claim, hence no later mandate's write, can come
-// between.
-const commitOrderedLedgerDDL = `CREATE TABLE %[1]s (id bigserial PRIMARY KEY,
-	key text NOT NULL, holder text NOT NULL, fence bigint NOT NULL, token text NOT NULL UNIQUE, seq bigint);
-CREATE SEQUENCE %[1]s_commit;
-CREATE FUNCTION %[1]s_number() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	UPDATE %[1]s SET seq = nextval('%[1]s_commit') WHERE id = NEW.id;
-	RETURN NULL;
-END $$;
-CREATE CONSTRAINT TRIGGER number_at_commit AFTER INSERT ON %[1]s
-	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION %[1]s_number()`
-
 // guardTx is one guarded transaction attempted by a job run, as the job saw
 // it end.
 type guardTx struct {
@@ -92,10 +72,7 @@ func TestGuardChaos(t *testing.T) {
 
 	admin := pgtest.Pool(t, nil)
 	table := pgtest.Table(t, admin)
-	ledger := pgtest.Name("ledger")
-	_, err := admin.Exec(context.Background(), fmt.Sprintf(commitOrderedLedgerDDL, ledger))
-	require.NoError(t, err)
-	insert := fmt.Sprintf(`INSERT INTO %s (key, holder, fence, token) VALUES ($1, $2, $3, $4)`, ledger)
+	ledger, insert := pgtest.NewCommitOrderedLedger(t, admin)
 
 	var (
 		mu      sync.Mutex
@@ -167,7 +144,7 @@ func TestGuardChaos(t *testing.T) {
 	gens := make([]int, replicas)
 	start := func(r int) {
 		gens[r]++
-		pool := appPool(t, "", proxies[r], appName("guardchaos"))
+		pool := pgtest.AppPool(t, "", proxies[r], pgtest.AppName("guardchaos"))
 		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(fmt.Sprintf("r%d-g%d", r, gens[r])),
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithLogger(pgtest.Quiet))
 		ctx, cancel := context.WithCancel(context.Background())
@@ -196,7 +173,7 @@ func TestGuardChaos(t *testing.T) {
 		inc.pool.Close()
 	}
 	for r := range replicas {
-		proxies[r] = newProxy(t, "")
+		proxies[r] = pgtest.Proxy(t, "")
 		start(r)
 	}
 
@@ -227,14 +204,14 @@ func TestGuardChaos(t *testing.T) {
 	}
 
 	// Offline checks.
-	rows := readLedgerTokens(t, admin, ledger)
+	rows := pgtest.ReadLedgerTokens(t, admin, ledger)
 	written := map[string]bool{}
 	last := map[string]int64{}
 	for _, e := range rows {
-		written[e.token] = true
-		require.GreaterOrEqual(t, e.fence, last[e.key],
-			"key %s: a write of fence %d (committed %d-th) after a write of fence %d", e.key, e.fence, e.id, last[e.key])
-		last[e.key] = e.fence
+		written[e.Token] = true
+		require.GreaterOrEqual(t, e.Fence, last[e.Key],
+			"key %s: a write of fence %d (committed %d-th) after a write of fence %d", e.Key, e.Fence, e.ID, last[e.Key])
+		last[e.Key] = e.Fence
 	}
 	count := map[string]int{}
 	remote := 0
@@ -254,11 +231,4 @@ func TestGuardChaos(t *testing.T) {
 		seed, *guardChaosFor, faults, len(rows), len(txs), count["committed"], count["refused"], remote, count["refused"]-remote, count["failed"])
 	require.Positive(t, count["committed"])
 	require.Positive(t, remote, "no Guard arrived late at the server: the run proved nothing about the server-side check")
-}
-
-// readLedgerTokens reads every row of a ledger of commitOrderedLedgerDDL in
-// commit order, its number at commit (seq) as its id.
-func readLedgerTokens(t *testing.T, db pglease.DB, ledger string) []ledgerEntry {
-	t.Helper()
-	return queryLedger(t, db, fmt.Sprintf(`SELECT seq, key, holder, fence, token FROM %s ORDER BY seq`, ledger))
 }

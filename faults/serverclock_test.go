@@ -203,15 +203,7 @@ CREATE TRIGGER stall BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION stall_
 		stalled := pgtest.Locker(t, pool, table, "stalled", pglease.WithTTL(time.Minute))
 		b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(time.Minute))
 
-		type result struct {
-			lease *pglease.Lease
-			err   error
-		}
-		got := make(chan result, 1)
-		go func() {
-			ls, err := stalled.Claim(ctx, "k")
-			got <- result{ls, err}
-		}()
+		got := pgtest.ClaimInBackground(ctx, stalled, "k")
 		waitAdvisoryWaiter(t, pool)
 
 		lb, err := b.Claim(ctx, "k")
@@ -227,8 +219,8 @@ CREATE TRIGGER stall BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION stall_
 		_, err = gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
 		require.NoError(t, err)
 		r := <-got
-		require.NoError(t, r.err)
-		t.Logf("b was handed fence %d; the stalled claim, after the purge, fence %d", lb.Fence(), r.lease.Fence())
-		require.Greater(t, r.lease.Fence(), lb.Fence(), "the fence of key k went backwards: %d after %d", r.lease.Fence(), lb.Fence())
+		require.NoError(t, r.Err)
+		t.Logf("b was handed fence %d; the stalled claim, after the purge, fence %d", lb.Fence(), r.Lease.Fence())
+		require.Greater(t, r.Lease.Fence(), lb.Fence(), "the fence of key k went backwards: %d after %d", r.Lease.Fence(), lb.Fence())
 	})
 }

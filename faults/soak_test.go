@@ -88,7 +88,7 @@ func TestSoak(t *testing.T) {
 	start := func(slot *soakSlot, index int) {
 		slot.gen++
 		r := &soakReplica{name: fmt.Sprintf("replica-%d.%d", index, slot.gen)}
-		r.pool = appPool(t, "", slot.proxy, r.name)
+		r.pool = pgtest.AppPool(t, "", slot.proxy, r.name)
 		r.db = pgtest.NewFaultyDB(r.pool)
 		r.locker = pglease.NewLocker(r.db, pglease.WithTable(table), pglease.WithHolder(r.name), pglease.WithLogger(pgtest.Quiet),
 			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithTimeout(time.Second), pglease.WithHook(hook))
@@ -122,7 +122,7 @@ func TestSoak(t *testing.T) {
 
 	slots := make([]*soakSlot, replicas)
 	for i := range slots {
-		slots[i] = &soakSlot{proxy: newProxy(t, "")}
+		slots[i] = &soakSlot{proxy: pgtest.Proxy(t, "")}
 		start(slots[i], i)
 	}
 

@@ -1,7 +1,10 @@
 // Package pgtest is what the tests of every package of pglease share: the
-// PostgreSQL server of the test binary, pools and tables on it, quiet
-// Lockers, a reader of lease rows, a recorder of a Locker's events, a
-// statement counter and a DB that fails or holds statements on demand.
+// PostgreSQL server of the test binary (and private ones a test may stop
+// or crash), pools and tables on it, quiet Lockers, a reader of lease
+// rows, row and table locks held by other transactions, fault proxies and
+// pools through them, ledgers of guarded writes, a recorder of a Locker's
+// events, a statement counter and a DB that fails or holds statements on
+// demand.
 //
 // A package's tests start with
 //
@@ -123,6 +126,21 @@ func startPooler() (b *pgbouncer.Bouncer, ok bool) {
 	return b, true
 }
 
+// PrivateServer starts a PostgreSQL of the test's own, which it may stop
+// and restart without disturbing the other tests, closed at cleanup. It is
+// durable (fsync and synchronous_commit on), as production is: a claim
+// acknowledged before a crash must survive it, or fences could go
+// backwards.
+func PrivateServer(tb testing.TB) *pgserver.Server {
+	tb.Helper()
+	srv, err := pgserver.Start(context.Background(), pgserver.Options{Private: true, Durable: true})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, srv.Close()) })
+	// Private never uses PGLEASE_DATABASE_URL: the server is ours to stop.
+	require.True(tb, srv.CanRestart(), "a %s server cannot be restarted", srv.Kind())
+	return srv
+}
+
 // ThroughPooler reports whether the tests run through PgBouncer (-pooler).
 func ThroughPooler() bool { return poolerDSN != "" }
 
@@ -214,6 +232,17 @@ func Setup(tb testing.TB) (context.Context, *pgxpool.Pool, string) {
 	return ctx, p, Table(tb, p)
 }
 
+// PrivateSetup is Setup on a PrivateServer, which the test may stop and
+// restart: a context that ends with the test, the server, a pool on it and
+// a fresh lease table.
+func PrivateSetup(tb testing.TB) (context.Context, *pgserver.Server, *pgxpool.Pool, string) {
+	tb.Helper()
+	ctx := Ctx(tb)
+	srv := PrivateServer(tb)
+	p := PoolAt(tb, srv.DSN(), nil)
+	return ctx, srv, p, Table(tb, p)
+}
+
 // SetupCounted is Setup with the pool's statements counted from the start,
 // the table's creation included.
 func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *Statements) {
@@ -231,6 +260,42 @@ func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.
 	l := Each(pglease.NewLocker(db, all...))
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
+}
+
+// TakeOver claims key with l again and again until the server lets it, as
+// a replica waiting for a lapsed lease, within limit: the test fails unless
+// the new mandate's fence is above the one of prev.
+func TakeOver(ctx context.Context, tb testing.TB, l *pglease.Locker, key string, prev *pglease.Lease, limit time.Duration) *pglease.Lease {
+	tb.Helper()
+	var next *pglease.Lease
+	require.Eventually(tb, func() bool {
+		var err error
+		next, err = l.Claim(ctx, key)
+		return err == nil
+	}, limit, 5*time.Millisecond, "%s never took %q", l.Holder(), key)
+	require.Greater(tb, next.Fence(), prev.Fence())
+	return next
+}
+
+// Claimed is the outcome of a claim that ran in the background
+// (ClaimInBackground).
+type Claimed struct {
+	Lease *pglease.Lease
+	Err   error
+}
+
+// ClaimInBackground starts l.Claim(ctx, key) in a goroutine of its own and
+// returns the channel that receives its outcome, once: for a claim the test
+// expects to wait (on a row lock, a stalled link) while it does something
+// else. The goroutine ends when the claim returns, at the latest when ctx
+// ends.
+func ClaimInBackground(ctx context.Context, l *pglease.Locker, key string) <-chan Claimed {
+	out := make(chan Claimed, 1)
+	go func() {
+		lease, err := l.Claim(ctx, key)
+		out <- Claimed{lease, err}
+	}()
+	return out
 }
 
 // Row is a row of a lease table as the server sees it now.
@@ -266,20 +331,4 @@ func WaitDone(tb testing.TB, lease *pglease.Lease, limit time.Duration) {
 	case <-time.After(limit):
 		tb.Fatalf("lease %q fence %d still held after %v", lease.Key(), lease.Fence(), limit)
 	}
-}
-
-// LockRows holds the row locks of the rows of table that where selects (a
-// condition on its columns, args binding $1...), as an operator's or a
-// guarded job's open transaction would: it returns that transaction, rolled
-// back at cleanup if it has not ended by then.
-func LockRows(tb testing.TB, db pglease.DB, table, where string, args ...any) pgx.Tx {
-	tb.Helper()
-	ctx := context.Background()
-	tx, err := db.Begin(ctx)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE %s FOR UPDATE`,
-		pgx.Identifier(strings.Split(table, ".")).Sanitize(), where), args...)
-	require.NoError(tb, err)
-	return tx
 }

@@ -42,7 +42,19 @@ package sqlstmt
 //     the released keys (ClaimWait, an Elector's followers) in the same
 //     statement, at its commit: no added statement or round trip. RETURNING
 //     runs only for rows actually released, never for a skipped or lost one.
-const Release = `WITH r AS (
+const Release = releaseRows + `, pg_notify({chanlit}, l.key)` + releaseReport
+
+// ReleaseQuiet is Release without the notification, for a release whose
+// commit could not get the notification queue's lock within its wait (see
+// ReleaseOne): the claims waiting for the keys wake at their expiry or
+// next poll instead.
+const ReleaseQuiet = releaseRows + releaseReport
+
+// releaseRows is Release up to its notification: the rows it expires.
+// lock_timeout ($5, for this transaction only) bounds its commit's wait
+// for the notification queue's lock, as in ReleaseOne; the rows themselves
+// are skipped when locked, never waited for.
+const releaseRows = `WITH r AS (
   SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[]) AS r(key, fence, min_hold)
 ), mine AS (
   SELECT l.key, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
@@ -56,7 +68,12 @@ const Release = `WITH r AS (
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-  RETURNING l.key, l.fence, pg_notify({chanlit}, l.key)
+     AND set_config('lock_timeout', $5, true) IS NOT NULL
+  RETURNING l.key, l.fence`
+
+// releaseReport is what Release reports: the released rows, then the
+// rows skipped because locked.
+const releaseReport = `
 )
 SELECT key, fence, true FROM released
 UNION ALL
@@ -120,7 +137,15 @@ const releaseOneRow = `UPDATE {table} AS l
 // time each claim returned (a server time), since the table may have no
 // acquired_at column. It wakes the waiting claims of the released keys as
 // Release does.
-const UnfencedRelease = `WITH r AS (
+const UnfencedRelease = unfencedReleaseRows + `, pg_notify({chanlit}, l.key)` + unfencedReleaseReport
+
+// UnfencedReleaseQuiet is UnfencedRelease without the notification, as
+// ReleaseQuiet is Release without it.
+const UnfencedReleaseQuiet = unfencedReleaseRows + unfencedReleaseReport
+
+// unfencedReleaseRows is UnfencedRelease up to its notification, with the
+// commit's lock wait ($5) of releaseRows.
+const unfencedReleaseRows = `WITH r AS (
   SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $1::float8[]) AS r(key, holder, acquired_at, min_hold)
 ), mine AS (
   SELECT l.key, r.acquired_at, r.min_hold FROM {table} AS l JOIN r ON l.key = r.key AND l.holder = r.holder COLLATE "C"
@@ -134,7 +159,11 @@ const UnfencedRelease = `WITH r AS (
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-  RETURNING l.key, l.holder, pg_notify({chanlit}, l.key)
+     AND set_config('lock_timeout', $5, true) IS NOT NULL
+  RETURNING l.key, l.holder`
+
+// unfencedReleaseReport is what UnfencedRelease reports.
+const unfencedReleaseReport = `
 )
 SELECT key, holder, true FROM released
 UNION ALL

@@ -1,0 +1,423 @@
+package pglease_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgbouncer"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// TestRelease pins the release statements' commit: a commit that cannot
+// get the notification queue's lock within the release's lock wait is
+// sent again at once without its notification, so that a busy queue
+// neither keeps a release from getting through nor holds the heartbeat
+// back, whatever the path (an Unlock alone, a burst of Unlocks, a table
+// without a fence column, a pooler).
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	t.Run("QuietResend", testReleaseQuietResend)
+	t.Run("QuietResendThroughPgBouncer", testReleaseQuietResendThroughPgBouncer)
+	t.Run("CancelledAtItsCommit", testReleaseCancelledAtItsCommit)
+	t.Run("BurstsOnABusyNotificationQueue", testReleaseBurstsOnABusyNotificationQueue)
+	t.Run("OnAHeavyNotificationQueue", testReleaseOnAHeavyNotificationQueue)
+}
+
+// quietSpy is a pgx tracer that watches one-row releases: before the quiet
+// resend (the release without its notification) is sent, before runs.
+type quietSpy struct {
+	quiet  atomic.Int64
+	mu     sync.Mutex
+	before func()
+}
+
+func isQuietRelease(sql string) bool {
+	return strings.Contains(sql, "RETURNING l.key") && !strings.Contains(sql, "pg_notify")
+}
+
+func (q *quietSpy) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if isQuietRelease(data.SQL) {
+		q.quiet.Add(1)
+		q.mu.Lock()
+		before := q.before
+		q.mu.Unlock()
+		if before != nil {
+			before()
+		}
+	}
+	return ctx
+}
+
+func (q *quietSpy) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (q *quietSpy) set(f func()) {
+	q.mu.Lock()
+	q.before = f
+	q.mu.Unlock()
+}
+
+// busyQueue is a durable private server whose notification queue's lock is
+// held nearly all the time by notifying commits with a slow flush.
+func busyQueue(t *testing.T, notifiers int, flush time.Duration) (string, string, *pgxpool.Pool) {
+	t.Helper()
+	srv := pgtest.CrashableServer(t)
+	table := pgtest.DurableTable(t, srv)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	_, err := pool.Exec(pgtest.Ctx(t), "CREATE TABLE busy (n int)")
+	require.NoError(t, err)
+	notifyLoad(t, srv.DSN(), notifiers, flush)
+	return srv.DSN(), table, pool
+}
+
+func testReleaseQuietResend(t *testing.T) {
+	t.Parallel()
+	dsn, table, pool := busyQueue(t, 3, 100*time.Millisecond)
+	ctx := pgtest.Ctx(t)
+
+	// The quiet resend must keep the lease's min hold.
+	t.Run("KeepsTheMinHold", func(t *testing.T) {
+		spy := &quietSpy{}
+		spyPool := pgtest.PoolAt(t, dsn, spy)
+		l := pgtest.Locker(t, spyPool, table, "minhold", pglease.WithTTL(30*time.Second), pglease.WithMinHold(3*time.Second))
+		pglease.SetCoalesceAll(l, false)
+		for i := range 8 {
+			key := fmt.Sprintf("minhold-%d", i)
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(ctx), key)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			hold := row.ExpiresAt.Sub(row.AcquiredAt)
+			require.GreaterOrEqual(t, hold, 3*time.Second-time.Millisecond, "%s: released with a hold of %v, min hold 3s", key, hold)
+			require.Less(t, hold, 4*time.Second, "%s: not released (hold %v)", key, hold)
+		}
+		t.Logf("quiet resends: %d of 8", spy.quiet.Load())
+		require.Positive(t, spy.quiet.Load(), "the load never made a release's commit fail: the quiet path was not tried")
+	})
+
+	// Between the failed notifying commit and the quiet resend, a re-entrant
+	// claim of the same holder takes the row with a new fence: the quiet
+	// resend must touch nothing and the Unlock must report ErrLost.
+	t.Run("MeetsANewerMandate", func(t *testing.T) {
+		spy := &quietSpy{}
+		spyPool := pgtest.PoolAt(t, dsn, spy)
+		oldL := pgtest.Locker(t, spyPool, table, "same", pglease.WithTTL(30*time.Second))
+		pglease.SetCoalesceAll(oldL, false)
+		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(30*time.Second))
+		hits := 0
+		for i := range 8 {
+			key := fmt.Sprintf("newer-%d", i)
+			old, err := oldL.Claim(ctx, key)
+			require.NoError(t, err)
+			var fresh *pglease.Lease
+			var claimErr error
+			spy.set(func() {
+				if fresh == nil {
+					fresh, claimErr = newL.Claim(ctx, key)
+				}
+			})
+			unlockErr := old.Unlock(ctx)
+			spy.set(nil)
+			if fresh == nil {
+				require.NoError(t, unlockErr, key)
+				continue
+			}
+			hits++
+			require.NoError(t, claimErr)
+			require.ErrorIs(t, unlockErr, pglease.ErrLost, "%s: the old mandate's quiet release after a newer mandate", key)
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.Equal(t, fresh.Fence(), row.Fence)
+			require.True(t, row.ExpiresAt.After(time.Now().Add(20*time.Second)), "%s: the newer mandate's row was cut to %v", key, row.ExpiresAt)
+			require.NoError(t, fresh.Err())
+			require.NoError(t, fresh.Unlock(ctx))
+		}
+		t.Logf("quiet resends met by a newer mandate: %d of 8", hits)
+		require.Positive(t, hits, "the quiet path was never taken")
+	})
+
+	// A waiter of the key (ClaimWait) while the holder's release goes out
+	// without its notification: ClaimWait says it wakes when the key is
+	// released (the release notifies), at the holder's expiry, or at its
+	// backoff, 5s at most once notifications arrive. The quiet release
+	// notifies nobody: the waiter must still get the key within that 5s.
+	t.Run("WakesAWaiter", func(t *testing.T) {
+		spy := &quietSpy{}
+		spyPool := pgtest.PoolAt(t, dsn, spy)
+		a := pgtest.Locker(t, spyPool, table, "holder-a", pglease.WithTTL(30*time.Second))
+		pglease.SetCoalesceAll(a, false)
+		b := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "waiter-b", pglease.WithTTL(30*time.Second))
+		var worst time.Duration
+		quiet := 0
+		for i := range 4 {
+			key := fmt.Sprintf("wait-%d", i)
+			lease, err := a.Claim(ctx, key)
+			require.NoError(t, err)
+			got := make(chan time.Time, 1)
+			go func() {
+				wl, err := b.ClaimWait(ctx, key)
+				if err == nil {
+					_ = wl.Unlock(context.Background())
+				}
+				got <- time.Now()
+			}()
+			time.Sleep(300 * time.Millisecond) // the waiter has tried once and sleeps
+			before := spy.quiet.Load()
+			require.NoError(t, lease.Unlock(ctx))
+			done := time.Now()
+			at := <-got
+			took := at.Sub(done)
+			wasQuiet := spy.quiet.Load() > before
+			if wasQuiet {
+				quiet++
+				worst = max(worst, took)
+			}
+			t.Logf("%s: quiet %v, waiter got the key %v after the Unlock", key, wasQuiet, took)
+		}
+		require.Positive(t, quiet, "the quiet path was never taken")
+		require.Less(t, worst, 5500*time.Millisecond, "a waiter woke %v after a quiet release", worst)
+	})
+}
+
+// Releases behind a busy notification queue must not hold the heartbeat
+// back for long: on a table without a fence column (every Unlock a burst
+// statement), and on a fenced table with the Locker's default coalescing,
+// where Unlocks beyond maxAloneInFlight in flight go out as one burst
+// Release. 8 workers.
+func testReleaseBurstsOnABusyNotificationQueue(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.CrashableServer(t)
+	ctx := pgtest.Ctx(t)
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	unfenced := pgtest.TableName()
+	_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (%s); CREATE TABLE busy (n int)", unfenced, legacyColumns))
+	require.NoError(t, err)
+	fencedTable := pgtest.DurableTable(t, srv)
+	notifyLoad(t, srv.DSN(), 8, 50*time.Millisecond)
+	for _, c := range []struct {
+		name    string
+		table   string
+		opts    []pglease.LockerOption
+		alone   bool
+		workers int
+		claims  bool // claims only, no Unlock: the control of the claims' own cost
+	}{
+		// Controls: the claims alone, and no more Unlocks in flight than
+		// are sent alone (ReleaseOne, whose lock wait bounds each).
+		{"FencedClaimsOnly", fencedTable, nil, true, 8, true},
+		{"FencedFourUnlocksInFlight", fencedTable, nil, true, 4, false},
+		// More in flight than maxAloneInFlight: the rest go out coalesced,
+		// as one Release.
+		{"FencedEightUnlocksInFlight", fencedTable, nil, true, 8, false},
+		{"UnfencedEightUnlocksInFlight", unfenced, []pglease.LockerOption{pglease.WithoutFenceColumn()}, true, 8, false},
+		{"UnfencedFourUnlocksInFlight", unfenced, []pglease.LockerOption{pglease.WithoutFenceColumn()}, true, 4, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const interval = 100 * time.Millisecond
+			rounds := &roundCounter{}
+			opts := append([]pglease.LockerOption{pglease.WithTTL(5 * time.Second),
+				pglease.WithHeartbeatInterval(interval), pglease.WithHook(rounds.hook)}, c.opts...)
+			l := pgtest.Locker(t, pool, c.table, "gate-"+c.name, opts...)
+			if c.alone {
+				pglease.SetCoalesceAll(l, false)
+			}
+			keep, err := l.Claim(ctx, "kept")
+			require.NoError(t, err)
+			base := time.Now()
+			time.Sleep(2 * time.Second)
+			baseline := rounds.longestGap(base, time.Now())
+
+			start := time.Now()
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for w := range c.workers {
+				wg.Go(func() {
+					for i := range 5 {
+						lease, err := l.Claim(ctx, fmt.Sprintf("gate-%d-%d", w, i))
+						if err != nil {
+							return
+						}
+						if c.claims {
+							continue
+						}
+						if lease.Unlock(ctx) != nil {
+							failed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			end := time.Now()
+			require.NoError(t, keep.Err())
+			gap := rounds.longestGap(start, end)
+			t.Logf("heartbeat gap without releases %v; %v of releases, %d Unlocks failed; longest gap %v",
+				baseline, end.Sub(start), failed.Load(), gap)
+			require.Less(t, gap, baseline+2*interval, "the heartbeat was held back by releases waiting for the NOTIFY lock")
+		})
+	}
+}
+
+// A release cancelled (57014) while its statement or its commit waits for
+// a lock behind the notification queue, the caller still waiting: counted
+// skipped and sent again, the Unlock must still end released.
+func testReleaseCancelledAtItsCommit(t *testing.T) {
+	t.Parallel()
+	dsn, table, pool := busyQueue(t, 3, 100*time.Millisecond)
+	ctx := pgtest.Ctx(t)
+	l := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "cancelled", pglease.WithTTL(30*time.Second))
+	pglease.SetCoalesceAll(l, false)
+
+	stop := make(chan struct{})
+	var cancels atomic.Int64
+	var armed atomic.Bool // one cancel per Unlock: a release cancelled once
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !armed.Load() {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			var n int64
+			err := pool.QueryRow(context.Background(), `SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+				WHERE query LIKE '%pg_notify(%' AND query LIKE '%lock_timeout%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
+			if err != nil {
+				return
+			}
+			if n > 0 {
+				cancels.Add(n)
+				armed.Store(false)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 10 {
+		key := fmt.Sprintf("cancelled-%d", i)
+		lease, err := l.Claim(ctx, key)
+		require.NoError(t, err)
+		start := time.Now()
+		armed.Store(true)
+		require.NoError(t, lease.Unlock(ctx), key)
+		armed.Store(false)
+		row, ok := pgtest.ReadRow(t, pool, table, key)
+		require.True(t, ok)
+		require.False(t, row.Live, "%s: Unlock said released, the row is live", key)
+		t.Logf("%s: released in %v, %d cancels so far", key, time.Since(start), cancels.Load())
+	}
+	require.Positive(t, cancels.Load(), "no release was cancelled: the case did not happen")
+}
+
+// The quiet resend through PgBouncer in transaction pooling, every query
+// mode: the failed notifying commit and the resend may land on different
+// server connections; the Unlock must end released, the row expired.
+func testReleaseQuietResendThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	dsn, table, pool := busyQueue(t, 3, 100*time.Millisecond)
+	ctx := pgtest.Ctx(t)
+	for _, m := range bouncerModes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			b := pgbouncer.New(t, dsn, m.opts)
+			spy := &quietSpy{}
+			bounced := pgtest.PoolWith(t, b.DSN(), func(cfg *pgxpool.Config) {
+				cfg.ConnConfig.DefaultQueryExecMode = m.mode
+				cfg.ConnConfig.Tracer = spy
+				cfg.MaxConns = 8
+			})
+			l := pgtest.Locker(t, bounced, table, "bounced-"+m.name, pglease.WithTTL(30*time.Second))
+			pglease.SetCoalesceAll(l, false)
+			for i := range 5 {
+				key := fmt.Sprintf("%s-%d", m.name, i)
+				lease, err := l.Claim(ctx, key)
+				require.NoError(t, err)
+				require.NoError(t, lease.Unlock(ctx), key)
+				row, ok := pgtest.ReadRow(t, pool, table, key)
+				require.True(t, ok)
+				require.False(t, row.Live, key)
+			}
+			t.Logf("quiet resends: %d of 5", spy.quiet.Load())
+			require.Positive(t, spy.quiet.Load(), "the quiet path was never taken")
+			// No lock_timeout or synchronous_commit left behind on the
+			// pooler's server connections.
+			for range 6 {
+				var lt, sc string
+				require.NoError(t, bounced.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('synchronous_commit')").Scan(&lt, &sc))
+				require.Equal(t, []string{"0", "on"}, []string{lt, sc})
+			}
+		})
+	}
+}
+
+// The same as testReleaseBurstsOnABusyNotificationQueue's coalesced
+// case behind three times the notifiers at twice the flush: the gap must
+// not grow with the queue toward the TTL (2s here) and cost the kept lease.
+// ClaimsOnly is the control: the same claims, no Unlock.
+func testReleaseOnAHeavyNotificationQueue(t *testing.T) {
+	t.Parallel()
+	dsn, fencedTable, pool := busyQueue(t, 24, 100*time.Millisecond)
+	ctx := pgtest.Ctx(t)
+	unfenced := pgtest.TableName()
+	_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (%s)", unfenced, legacyColumns))
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name    string
+		table   string
+		opts    []pglease.LockerOption
+		workers int
+		unlock  bool
+	}{
+		{"ClaimsOnly", fencedTable, nil, 8, false},
+		{"FourUnlocksInFlight", fencedTable, nil, 4, true},
+		{"EightUnlocksInFlight", fencedTable, nil, 8, true},
+		{"UnfencedFourUnlocksInFlight", unfenced, []pglease.LockerOption{pglease.WithoutFenceColumn()}, 4, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const interval = 100 * time.Millisecond
+			rounds := &roundCounter{}
+			opts := append([]pglease.LockerOption{pglease.WithTTL(2 * time.Second),
+				pglease.WithHeartbeatInterval(interval), pglease.WithHook(rounds.hook)}, c.opts...)
+			l := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), c.table, "heavy-"+c.name, opts...)
+			pglease.SetCoalesceAll(l, false)
+			keep, err := l.Claim(ctx, "kept-"+c.name)
+			require.NoError(t, err)
+			base := time.Now()
+			time.Sleep(2 * time.Second)
+			baseline := rounds.longestGap(base, time.Now())
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := range c.workers {
+				wg.Go(func() {
+					for i := range 5 {
+						lease, err := l.Claim(ctx, fmt.Sprintf("heavy-%s-%d-%d", c.name, w, i))
+						if err != nil {
+							t.Errorf("claim: %v", err)
+							return
+						}
+						if c.unlock {
+							_ = lease.Unlock(ctx)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			gap := rounds.longestGap(start, time.Now())
+			t.Logf("heartbeat gap without releases %v; %v of claims/releases; longest gap %v; kept lease: %v", baseline, time.Since(start), gap, keep.Err())
+			require.NoError(t, keep.Err(), "the kept lease was lost while releases held its heartbeat back")
+			require.Less(t, gap, baseline+2*interval, "the heartbeat was held back by coalesced releases waiting for the NOTIFY lock")
+		})
+	}
+}
