@@ -2,13 +2,16 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -257,6 +260,310 @@ func TestClaim(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	// Guarantee: a claim is one statement, and a claim of a key another holder
+	// holds live returns ErrHeld.
+	t.Run("OneStatementErrHeldWhileAnotherHolds", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, counter := pgtest.SetupCounted(t)
+		a := pgtest.Locker(t, pool, table, "replica-a")
+		b := pgtest.Locker(t, pool, table, "replica-b")
+
+		counter.Reset()
+		lease, err := a.Claim(ctx, "job")
+		require.NoError(t, err)
+		assert.Equal(t, 1, counter.Count("claim"), "one statement")
+		assert.Equal(t, 0, counter.Count("other"))
+		assert.Equal(t, "replica-a", lease.Holder())
+		assert.Equal(t, "job", lease.Key())
+		row, _ := pgtest.ReadRow(t, pool, table, "job")
+		assert.Equal(t, row.Fence, lease.Fence(), "the fence is the one the database issued")
+		assert.Equal(t, row.ExpiresAt.UnixMicro(), lease.ExpiresAt().UnixMicro())
+
+		counter.Reset()
+		_, err = b.Claim(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		assert.Contains(t, err.Error(), `claim "job"`)
+		assert.Equal(t, 1, counter.Count("claim"))
+		after, _ := pgtest.ReadRow(t, pool, table, "job")
+		assert.Equal(t, row, after, "a contended claim writes nothing")
+		_, ok := b.Held("job")
+		assert.False(t, ok)
+	})
+
+	// Guarantee: a holder claiming its own live key again takes a greater fence,
+	// and its first lease is lost.
+	t.Run("ReentrantAdvancesTheFence", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "replica-1")
+		first, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		jobCtx, cancel := first.Context(ctx)
+		defer cancel()
+
+		second, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		require.Greater(t, second.Fence(), first.Fence())
+		pgtest.WaitDone(t, first, time.Second)
+		require.ErrorIs(t, first.Err(), pglease.ErrLost)
+		<-jobCtx.Done()
+		require.ErrorIs(t, context.Cause(jobCtx), pglease.ErrLost, "the job of the first mandate is told")
+		require.NoError(t, second.Err())
+	})
+
+	// Guarantee: the fence of a key only grows, across holders, re-claims,
+	// releases and a purge.
+	t.Run("FenceOnlyGrows", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		a := pgtest.Locker(t, pool, table, "a")
+		b := pgtest.Locker(t, pool, table, "b")
+		var last int64
+		grows := func(lease *pglease.Lease, err error) *pglease.Lease {
+			t.Helper()
+			require.NoError(t, err)
+			require.Greater(t, lease.Fence(), last)
+			last = lease.Fence()
+			return lease
+		}
+		grows(a.Claim(ctx, "k"))
+		grows(a.Claim(ctx, "k")) // re-entrant
+		x := grows(a.Claim(ctx, "k"))
+		require.NoError(t, x.Unlock(ctx))
+		x = grows(b.Claim(ctx, "k")) // another holder after a release
+		require.NoError(t, x.Unlock(ctx))
+		x = grows(b.Claim(ctx, "k"))
+		require.NoError(t, x.Unlock(ctx))
+
+		// Purge the expired row, then claim the key again: the fence must not
+		// restart. The row is backdated past the shortest purge horizon.
+		_, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET acquired_at = acquired_at - interval '2 hours', expires_at = expires_at - interval '2 hours'`,
+			pgx.Identifier{table}.Sanitize()))
+		require.NoError(t, err)
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
+		_, ok := pgtest.ReadRow(t, pool, table, "k")
+		require.False(t, ok, "purged")
+		grows(a.Claim(ctx, "k"))
+	})
+
+	// Guarantee: concurrent claims of one key have one winning holder per round,
+	// each with a greater fence.
+	t.Run("OneWinnerPerRound", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		lockers := make([]*pglease.Locker, 5)
+		for i := range lockers {
+			lockers[i] = pgtest.Locker(t, pool, table, fmt.Sprintf("holder-%d", i))
+		}
+		var last int64
+		for round := range 10 {
+			type win struct {
+				holder string
+				lease  *pglease.Lease
+			}
+			var (
+				mu   sync.Mutex
+				wins []win
+				wg   sync.WaitGroup
+			)
+			start := make(chan struct{})
+			for g := range 20 {
+				l := lockers[g%5]
+				wg.Go(func() {
+					<-start
+					lease, err := l.Claim(ctx, "hot")
+					if err != nil {
+						assert.ErrorIs(t, err, pglease.ErrHeld)
+						return
+					}
+					mu.Lock()
+					wins = append(wins, win{l.Holder(), lease})
+					mu.Unlock()
+				})
+			}
+			close(start)
+			wg.Wait()
+			require.NotEmpty(t, wins, "round %d: someone wins", round)
+			newest := wins[0].lease
+			for _, w := range wins {
+				require.Equal(t, wins[0].holder, w.holder, "round %d: one holder wins", round)
+				require.Greater(t, w.lease.Fence(), last, "round %d: fences grow", round)
+				if w.lease.Fence() > newest.Fence() {
+					newest = w.lease
+				}
+			}
+			for _, w := range wins {
+				if w.lease != newest {
+					pgtest.WaitDone(t, w.lease, time.Second)
+					require.ErrorIs(t, w.lease.Err(), pglease.ErrLost, "older re-entrant mandates of the round are lost")
+				}
+			}
+			row, _ := pgtest.ReadRow(t, pool, table, "hot")
+			require.Equal(t, newest.Fence(), row.Fence)
+			last = newest.Fence()
+			require.NoError(t, newest.Unlock(ctx))
+		}
+	})
+
+	// Guarantee: a claim that waited on the row lock longer than its TTL hands
+	// out no lease.
+	t.Run("WaitPastTheTTLHandsOutNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const ttl = 500 * time.Millisecond
+		a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		first, err := a.Claim(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, first.Unlock(ctx))
+
+		// Another transaction holds the row lock for longer than the TTL.
+		tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
+
+		type result struct {
+			lease *pglease.Lease
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			lease, err := b.Claim(ctx, "k")
+			done <- result{lease, err}
+		}()
+		// Wait until the claim is queued on the row lock, then past its TTL.
+		require.Eventually(t, func() bool {
+			var waiting bool
+			_ = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%')`).Scan(&waiting)
+			return waiting
+		}, 10*time.Second, 10*time.Millisecond)
+		time.Sleep(2 * ttl) // the point of the test: a wait longer than the TTL
+		require.NoError(t, tx.Commit(ctx))
+
+		r := <-done
+		require.Error(t, r.err)
+		require.Nil(t, r.lease, "no lease is handed out")
+		var pgErr *pgconn.PgError
+		require.False(t, errors.As(r.err, &pgErr) && pgErr.Code == "23514", "no CHECK violation: %v", r.err)
+		require.ErrorIs(t, r.err, pglease.ErrLost)
+		_, ok := b.Held("k")
+		require.False(t, ok)
+
+		next, err := b.Claim(ctx, "k")
+		require.NoError(t, err, "the next claim works")
+		require.Greater(t, next.Fence(), first.Fence())
+	})
+
+	// Guarantee: a claim whose round trip outlasts its trust window hands out no
+	// lease.
+	t.Run("RoundTripPastTheTrustWindowHandsOutNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		db := pgtest.NewFaultyDB(pool)
+		const ttl = 300 * time.Millisecond
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
+		open := db.Hold("claim") // the claim is on its way longer than the TTL
+		claimed := make(chan error, 1)
+		go func() {
+			_, err := l.Claim(ctx, "k")
+			claimed <- err
+		}()
+		<-db.Entered
+		time.Sleep(ttl) // the point of the test: a round trip longer than the trust window
+		open()
+		err := <-claimed
+		require.ErrorIs(t, err, pglease.ErrLost)
+		require.ErrorContains(t, err, "longer than the trust window")
+		_, ok := l.Held("k")
+		require.False(t, ok, "no lease is handed out")
+		assert.Zero(t, events.Count(pglease.EventAcquired))
+		again, err := l.Claim(ctx, "k")
+		require.NoError(t, err, "the holder takes its row back at once")
+		require.NoError(t, again.Err())
+	})
+
+	// Guarantee: a claim that may have written the row ends the Locker's
+	// previous lease of the key, whatever its exit: here a job's re-entrant
+	// claim with a TTL far shorter than the lease it supersedes commits, and
+	// its reply is lost, and the network stays down for the heartbeat. The
+	// previous lease must not stay trusted while its row could lapse at the
+	// short TTL and go to another holder.
+	t.Run("LostReentrantReplyEndsThePreviousLease", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		faulty := pgtest.NewFaultyDB(pool)
+		wire := pgtest.NewWire(t, faulty)
+		a := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(60*time.Second), pglease.WithHeartbeatInterval(time.Second))
+		b := pgtest.Locker(t, pool, table, "b")
+		pglease.SetCoalescing(a, false)
+		short, err := a.Job(pglease.WithTTL(3 * time.Second))
+		require.NoError(t, err)
+
+		long, err := a.Claim(ctx, "job")
+		require.NoError(t, err)
+		claim := wire.Arm(pgtest.Kind("claim"), pgtest.LoseReply)
+		_, err = short.Claim(ctx, "job")
+		require.Error(t, err, "the reply was lost")
+		<-claim.Ran
+		faulty.SetFail("heartbeat", errors.New("read tcp: connection reset by peer"))
+
+		deadline := time.Now().Add(8 * time.Second)
+		for time.Now().Before(deadline) {
+			trusted := long.Err() == nil
+			other, err := b.Claim(ctx, "job")
+			if err == nil {
+				require.False(t, trusted, "b claimed the key (fence %d) while a still trusted its lease (fence %d)", other.Fence(), long.Fence())
+				require.NoError(t, other.Unlock(ctx))
+				break
+			}
+			require.ErrorIs(t, err, pglease.ErrHeld)
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.Error(t, long.Err(), "the previous lease ended: its row carries another fence")
+	})
+
+	// Guarantee: a claim that finds another holder's live lease costs a read:
+	// no row lock, no transaction id, no WAL, so no flush at its commit, alone
+	// or in a burst; a winning claim writes as before.
+	t.Run("LosingWritesNoWAL", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		holder := pgtest.Locker(t, pool, table, "holder")
+		_, err := holder.Claim(ctx, "job")
+		require.NoError(t, err)
+		tbl := pgx.Identifier{table}
+
+		// cost runs stmt in a transaction of its own and reads whether it got
+		// a transaction id and how much WAL it wrote (EXPLAIN ANALYZE's WAL
+		// counters count the statement alone, whatever other sessions do).
+		cost := func(stmt string, args ...any) (xid bool, walBytes int64, rows int) {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+			var plan []map[string]any
+			require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, WAL, FORMAT JSON) "+stmt, args...).Scan(&plan))
+			top := plan[0]["Plan"].(map[string]any)
+			require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&xid))
+			return xid, int64(top["WAL Bytes"].(float64)), int(top["Actual Rows"].(float64))
+		}
+		claim := sqlstmt.Render(sqlstmt.Claim, tbl)
+		claimAll := sqlstmt.Render(sqlstmt.ClaimAll, tbl)
+
+		xid, wal, _ := cost(claim, "job", "loser", 60.0)
+		assert.False(t, xid, "a losing claim got a transaction id")
+		assert.Zero(t, wal, "a losing claim wrote WAL")
+		xid, wal, _ = cost(claimAll, "loser", []float64{60, 60}, []string{"job", "job2"}, "500ms")
+		assert.True(t, xid, "a burst that wins one key writes it")
+		assert.Positive(t, wal)
+		_, err = holder.Claim(ctx, "job2")
+		require.NoError(t, err)
+		xid, wal, _ = cost(claimAll, "loser", []float64{60, 60}, []string{"job", "job2"}, "500ms")
+		assert.False(t, xid, "a burst that loses every key got a transaction id")
+		assert.Zero(t, wal, "a burst that loses every key wrote WAL")
+		xid, wal, _ = cost(claim, "free", "loser", 60.0)
+		assert.True(t, xid, "a winning claim writes its row")
+		assert.Positive(t, wal)
 	})
 }
 

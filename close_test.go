@@ -351,4 +351,76 @@ func TestClose(t *testing.T) {
 		require.False(t, row.Live, "the lease was released")
 		require.Error(t, lease.Err())
 	})
+
+	// Guarantee: Close releases every lease, stops the heartbeat, and may be
+	// called again.
+	t.Run("ReleasesEveryLeaseAndIsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Each(pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
+			pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond)))
+		var leases []*pglease.Lease
+		for i := range 3 {
+			lease, err := l.Claim(ctx, fmt.Sprintf("k%d", i))
+			require.NoError(t, err)
+			leases = append(leases, lease)
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, l.Close(cancelled), "Close releases even with a cancelled context")
+		for _, lease := range leases {
+			pgtest.WaitDone(t, lease, time.Second)
+			require.ErrorIs(t, lease.Err(), pglease.ErrClosed)
+			row, _ := pgtest.ReadRow(t, pool, table, lease.Key())
+			assert.False(t, row.Live, "%s released", lease.Key())
+			require.NoError(t, lease.Unlock(ctx), "Unlock after Close is a no-op")
+		}
+		require.NoError(t, l.Close(ctx), "idempotent")
+		_, err := l.Claim(ctx, "k0")
+		require.ErrorIs(t, err, pglease.ErrClosed)
+		// goleak in TestMain proves the heartbeat goroutine is gone.
+	})
+
+	// Guarantee: Close ends or waits for every claim in flight, and holds
+	// nothing when it returns: a claim whose statement has committed but whose
+	// reply is still on its way when Close runs must not outlive Close, or its
+	// release would run on a pool the caller has closed by then, and the row
+	// would stay live a whole TTL with nobody holding it.
+	t.Run("WaitsForTheClaimInFlight", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		wire := pgtest.NewWire(t, pool)
+		l := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(5*time.Second))
+		pglease.SetCoalescing(l, false)
+
+		claim := wire.Arm(pgtest.Kind("claim"), pgtest.DelayReply)
+		claimed := make(chan error, 1)
+		go func() {
+			_, err := l.Claim(ctx, "job")
+			claimed <- err
+		}()
+		<-claim.Hit
+		<-claim.Ran // committed; the reply is held
+
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close(ctx) }()
+		select {
+		case err := <-closed:
+			// The claim has returned (its goroutine reports it just after);
+			// its reply is still held, so it can only have returned because
+			// Close ended it.
+			select {
+			case claimErr := <-claimed:
+				t.Logf("Close: %v; the claim in flight: %v", err, claimErr)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close returned while a claim was in flight")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close did not return within 10s")
+		}
+		claim.Deliver()
+		row, ok := pgtest.ReadRow(t, pool, table, "job")
+		require.True(t, ok)
+		require.False(t, row.Live, "Close returned and left a live row nobody holds: %+v", row)
+	})
 }

@@ -58,256 +58,295 @@ func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.JobOption) *pgleas
 	return j
 }
 
-// Assumption: gocron calls the JobLocker given to WithDistributedJobLocker
-// with the job's name, and replicas' timers fire within the min hold of
-// each other (300 ms here). The Locker's own min hold is 0: exactly once
-// comes from each job's own min hold alone.
-func TestTwoJobsWithTheirOwnTTLAndMinHoldRunEachTickExactlyOnceAcrossSkewedSchedulers(t *testing.T) {
+// TestJobs pins the leases of gocron jobs with their own terms: each job's
+// TTL and min hold hold for its lease alone, in claims, heartbeats,
+// releases and trust, with or without the fence column.
+func TestJobs(t *testing.T) {
 	t.Parallel()
-	table := pgtest.Table(t, pgtest.Pool(t, nil))
-	type job struct {
-		name   string
-		period time.Duration
-		ticks  int
-		opts   []pglease.JobOption
-	}
-	jobs := []job{
-		{"every-second", time.Second, 6, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
-		{"every-two-seconds", 2 * time.Second, 3, []pglease.JobOption{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
-	}
-	type started struct {
-		job string
-		run run
-	}
-	var (
-		mu   sync.Mutex
-		runs = map[string][]run{}
-	)
-	starts := make(chan started, 1000)
-	base := time.Now().Add(500 * time.Millisecond)
-	for i, skew := range []time.Duration{0, 150 * time.Millisecond, 300 * time.Millisecond} {
-		name := fmt.Sprintf("replica-%d", i+1)
-		l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name, pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-		sched, err := gocron.NewScheduler()
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
-		for _, j := range jobs {
-			_, err := sched.NewJob(gocron.DurationJob(j.period), gocron.NewTask(func() {
-				x := run{replica: name, start: time.Now()}
-				if lease, ok := l.Held(j.name); ok {
-					x.fence = lease.Fence()
+	// Assumption: gocron calls the JobLocker given to WithDistributedJobLocker
+	// with the job's name, and replicas' timers fire within the min hold of
+	// each other (300 ms here). The Locker's own min hold is 0: exactly once
+	// comes from each job's own min hold alone.
+	t.Run("EachTickOnceOnItsOwnTerms", func(t *testing.T) {
+		t.Parallel()
+		table := pgtest.Table(t, pgtest.Pool(t, nil))
+		type job struct {
+			name   string
+			period time.Duration
+			ticks  int
+			opts   []pglease.JobOption
+		}
+		jobs := []job{
+			{"every-second", time.Second, 6, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
+			{"every-two-seconds", 2 * time.Second, 3, []pglease.JobOption{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
+		}
+		type started struct {
+			job string
+			run run
+		}
+		var (
+			mu   sync.Mutex
+			runs = map[string][]run{}
+		)
+		starts := make(chan started, 1000)
+		base := time.Now().Add(500 * time.Millisecond)
+		for i, skew := range []time.Duration{0, 150 * time.Millisecond, 300 * time.Millisecond} {
+			name := fmt.Sprintf("replica-%d", i+1)
+			l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name, pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+			sched, err := gocron.NewScheduler()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
+			for _, j := range jobs {
+				_, err := sched.NewJob(gocron.DurationJob(j.period), gocron.NewTask(func() {
+					x := run{replica: name, start: time.Now()}
+					if lease, ok := l.Held(j.name); ok {
+						x.fence = lease.Fence()
+					}
+					mu.Lock()
+					runs[j.name] = append(runs[j.name], x)
+					mu.Unlock()
+					starts <- started{j.name, x}
+					time.Sleep(5 * time.Millisecond) // a short job: it releases long before the other replicas' timers fire
+				}), gocron.WithName(j.name), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))),
+					gocron.WithDistributedJobLocker(mustJob(t, l, j.opts...)))
+				require.NoError(t, err)
+			}
+			sched.Start()
+		}
+		// Tick k of a job holds the timers fired at base + k*period + skew.
+		tickOf := func(j job, at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / j.period) }
+		past := map[string]bool{}
+		limit := time.After(10 * time.Second)
+		for len(past) < len(jobs) {
+			select {
+			case s := <-starts:
+				for _, j := range jobs {
+					if j.name == s.job && tickOf(j, s.run.start) > j.ticks {
+						past[j.name] = true
+					}
 				}
-				mu.Lock()
-				runs[j.name] = append(runs[j.name], x)
-				mu.Unlock()
-				starts <- started{j.name, x}
-				time.Sleep(5 * time.Millisecond) // a short job: it releases long before the other replicas' timers fire
-			}), gocron.WithName(j.name), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))),
-				gocron.WithDistributedJobLocker(mustJob(t, l, j.opts...)))
+			case <-limit:
+				t.Fatalf("the jobs did not get past their last tick: %v", past)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, j := range jobs {
+			perTick := map[int]int{}
+			for _, x := range runs[j.name] {
+				assert.Positive(t, x.fence, "%s ran with its lease", j.name)
+				perTick[tickOf(j, x.start)]++
+			}
+			for k := range j.ticks {
+				assert.Equal(t, 1, perTick[k], "%s tick %d runs exactly once", j.name, k)
+			}
+			t.Logf("%s: runs per tick %v", j.name, perTick)
+		}
+	})
+
+	// Guarantee: one heartbeat statement per round extends each lease by its own
+	// TTL.
+	t.Run("OneHeartbeatStatementExtendsEachByItsTTL", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, counter := pgtest.SetupCounted(t)
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
+		short := mustJob(t, l, pglease.WithTTL(time.Second))
+		long := mustJob(t, l, pglease.WithTTL(time.Minute))
+
+		_, err := l.Claim(ctx, "locker")
+		require.NoError(t, err)
+		_, err = short.Claim(ctx, "short")
+		require.NoError(t, err)
+		longLease, err := long.Claim(ctx, "long")
+		require.NoError(t, err)
+		claimedExpiry := longLease.ExpiresAt()
+		counter.Reset()
+
+		waitRounds(t, events, 3, 3)
+		// Each row has at most its own TTL left, and at least its TTL less two
+		// heartbeat intervals and a generous allowance for a loaded machine.
+		for _, c := range []struct {
+			key string
+			ttl time.Duration
+		}{{"locker", 3 * time.Second}, {"short", time.Second}, {"long", time.Minute}} {
+			left := readTimes(t, pool, table, c.key).left
+			assert.LessOrEqual(t, left, c.ttl, "%s is extended by its own TTL, no further", c.key)
+			assert.Greater(t, left, c.ttl-700*time.Millisecond, "%s is extended by its own TTL", c.key)
+		}
+		assert.True(t, readTimes(t, pool, table, "long").expiresAt.After(claimedExpiry), "the long lease moved by its own TTL")
+
+		require.NoError(t, l.Close(ctx)) // no round after it
+		rounds := events.Count(pglease.EventExtended) + events.Count(pglease.EventHeartbeatFailed)
+		beats := counter.Count("heartbeat")
+		assert.GreaterOrEqual(t, beats, 3)
+		// One statement per round, whatever the TTLs; Close may cut off the
+		// report of the last round in flight.
+		assert.LessOrEqual(t, beats, rounds+1, "heartbeat statements %d for %d rounds", beats, rounds)
+	})
+
+	// Guarantee: a release keeps each job's lease for its own min hold, in one
+	// statement.
+	t.Run("ReleaseKeepsEachMinHoldInOneStatement", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, counter := pgtest.SetupCounted(t)
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second)) // min hold 0
+		holds := map[string]time.Duration{"locker": 0, "two": 2 * time.Second, "five": 5 * time.Second}
+		var leases []*pglease.Lease
+		for _, key := range []string{"locker", "two", "five"} {
+			claim := l.Claim
+			if holds[key] > 0 {
+				claim = mustJob(t, l, pglease.WithMinHold(holds[key]), pglease.WithTTL(20*time.Second)).Claim
+			}
+			lease, err := claim(ctx, key)
+			require.NoError(t, err)
+			leases = append(leases, lease)
+		}
+		counter.Reset()
+		for _, err := range pglease.UnlockBurst(ctx, l, leases) {
 			require.NoError(t, err)
 		}
-		sched.Start()
-	}
-	// Tick k of a job holds the timers fired at base + k*period + skew.
-	tickOf := func(j job, at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / j.period) }
-	past := map[string]bool{}
-	limit := time.After(10 * time.Second)
-	for len(past) < len(jobs) {
-		select {
-		case s := <-starts:
-			for _, j := range jobs {
-				if j.name == s.job && tickOf(j, s.run.start) > j.ticks {
-					past[j.name] = true
-				}
+		assert.Equal(t, 1, counter.Count("release"), "one release statement for leases of three min holds")
+		for _, key := range []string{"two", "five"} {
+			row := readTimes(t, pool, table, key)
+			assert.Equal(t, holds[key], row.expiresAt.Sub(row.acquiredAt), "%s is kept for its own min hold after its claim", key)
+		}
+		row, _ := pgtest.ReadRow(t, pool, table, "locker")
+		assert.False(t, row.Live, "the Locker's lease, without min hold, is free at once")
+
+		// Alone, as gocron's Unlock sends it, the job's min hold holds too.
+		j := mustJob(t, l, pglease.WithMinHold(3*time.Second))
+		lease, err := j.Claim(ctx, "alone")
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+		alone := readTimes(t, pool, table, "alone")
+		assert.Equal(t, 3*time.Second, alone.expiresAt.Sub(alone.acquiredAt))
+		other := pgtest.Locker(t, pool, table, "replica-2")
+		_, err = other.Claim(ctx, "alone")
+		require.ErrorIs(t, err, pglease.ErrHeld, "no other replica runs the same tick within the min hold")
+	})
+
+	// Guarantee: a job's terms that cannot work are refused, naming them, and
+	// nothing is written.
+	t.Run("RefusesTermsThatCannotWork", func(t *testing.T) {
+		t.Parallel()
+		counter := &pgtest.Statements{}
+		pool := pgtest.Pool(t, counter)
+		table := pgtest.Table(t, pool)
+		counter.Reset()
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+		held := pgtest.Locker(t, pool, table, "replica-2", pglease.WithTTL(5*time.Second), pglease.WithMinHold(2*time.Second))
+		for _, c := range []struct {
+			locker *pglease.Locker
+			opts   []pglease.JobOption
+			want   []string
+		}{
+			{l, []pglease.JobOption{nil}, []string{"nil Option"}},
+			{l, []pglease.JobOption{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
+			{l, []pglease.JobOption{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
+			{l, []pglease.JobOption{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
+			{l, []pglease.JobOption{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},
+			{l, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, []string{"WithMinHold(2s)", "job's TTL (1s)"}},
+			{held, []pglease.JobOption{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
+		} {
+			j, err := c.locker.Job(c.opts...)
+			require.ErrorIs(t, err, pglease.ErrInvalidOption)
+			assert.Nil(t, j)
+			for _, want := range c.want {
+				assert.Contains(t, err.Error(), want)
 			}
-		case <-limit:
-			t.Fatalf("the jobs did not get past their last tick: %v", past)
 		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, j := range jobs {
-		perTick := map[int]int{}
-		for _, x := range runs[j.name] {
-			assert.Positive(t, x.fence, "%s ran with its lease", j.name)
-			perTick[tickOf(j, x.start)]++
-		}
-		for k := range j.ticks {
-			assert.Equal(t, 1, perTick[k], "%s tick %d runs exactly once", j.name, k)
-		}
-		t.Logf("%s: runs per tick %v", j.name, perTick)
-	}
-}
-
-func TestOneHeartbeatStatementPerRoundExtendsEachLeaseByItsOwnTTL(t *testing.T) {
-	t.Parallel()
-	ctx, pool, table, counter := pgtest.SetupCounted(t)
-	events := pgtest.NewEvents(t)
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
-	short := mustJob(t, l, pglease.WithTTL(time.Second))
-	long := mustJob(t, l, pglease.WithTTL(time.Minute))
-
-	_, err := l.Claim(ctx, "locker")
-	require.NoError(t, err)
-	_, err = short.Claim(ctx, "short")
-	require.NoError(t, err)
-	longLease, err := long.Claim(ctx, "long")
-	require.NoError(t, err)
-	claimedExpiry := longLease.ExpiresAt()
-	counter.Reset()
-
-	waitRounds(t, events, 3, 3)
-	// Each row has at most its own TTL left, and at least its TTL less two
-	// heartbeat intervals and a generous allowance for a loaded machine.
-	for _, c := range []struct {
-		key string
-		ttl time.Duration
-	}{{"locker", 3 * time.Second}, {"short", time.Second}, {"long", time.Minute}} {
-		left := readTimes(t, pool, table, c.key).left
-		assert.LessOrEqual(t, left, c.ttl, "%s is extended by its own TTL, no further", c.key)
-		assert.Greater(t, left, c.ttl-700*time.Millisecond, "%s is extended by its own TTL", c.key)
-	}
-	assert.True(t, readTimes(t, pool, table, "long").expiresAt.After(claimedExpiry), "the long lease moved by its own TTL")
-
-	require.NoError(t, l.Close(ctx)) // no round after it
-	rounds := events.Count(pglease.EventExtended) + events.Count(pglease.EventHeartbeatFailed)
-	beats := counter.Count("heartbeat")
-	assert.GreaterOrEqual(t, beats, 3)
-	// One statement per round, whatever the TTLs; Close may cut off the
-	// report of the last round in flight.
-	assert.LessOrEqual(t, beats, rounds+1, "heartbeat statements %d for %d rounds", beats, rounds)
-}
-
-func TestReleaseKeepsEachJobsLeaseForItsOwnMinHoldInOneStatement(t *testing.T) {
-	t.Parallel()
-	ctx, pool, table, counter := pgtest.SetupCounted(t)
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second)) // min hold 0
-	holds := map[string]time.Duration{"locker": 0, "two": 2 * time.Second, "five": 5 * time.Second}
-	var leases []*pglease.Lease
-	for _, key := range []string{"locker", "two", "five"} {
-		claim := l.Claim
-		if holds[key] > 0 {
-			claim = mustJob(t, l, pglease.WithMinHold(holds[key]), pglease.WithTTL(20*time.Second)).Claim
-		}
-		lease, err := claim(ctx, key)
+		// The rule is the same as NewLocker's: just over twice the interval is fine.
+		j, err := l.Job(pglease.WithTTL(401*time.Millisecond), pglease.WithMinHold(401*time.Millisecond), pglease.WithTimeout(time.Second))
 		require.NoError(t, err)
-		leases = append(leases, lease)
-	}
-	counter.Reset()
-	for _, err := range pglease.UnlockBurst(ctx, l, leases) {
+		assert.Equal(t, 401*time.Millisecond, j.TTL())
+		assert.Equal(t, 401*time.Millisecond, j.MinHold())
+		assert.Zero(t, counter.Count("claim")+counter.Count("heartbeat")+counter.Count("release")+counter.Count("other"), "Job sends nothing")
+	})
+
+	// Guarantee: without the fence column, job leases are extended and held by
+	// their own terms.
+	t.Run("WithoutFenceColumnKeepTheirOwnTerms", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table, dsn := legacyTable(t, legacyColumns)
+		pool := pgtest.PoolAt(t, dsn, nil)
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(3*time.Second),
+			pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
+		short := mustJob(t, l, pglease.WithTTL(time.Second), pglease.WithMinHold(500*time.Millisecond))
+		long := mustJob(t, l, pglease.WithTTL(time.Minute), pglease.WithMinHold(2*time.Second))
+		shortLease, err := short.Claim(ctx, "short")
 		require.NoError(t, err)
-	}
-	assert.Equal(t, 1, counter.Count("release"), "one release statement for leases of three min holds")
-	for _, key := range []string{"two", "five"} {
-		row := readTimes(t, pool, table, key)
-		assert.Equal(t, holds[key], row.expiresAt.Sub(row.acquiredAt), "%s is kept for its own min hold after its claim", key)
-	}
-	row, _ := pgtest.ReadRow(t, pool, table, "locker")
-	assert.False(t, row.Live, "the Locker's lease, without min hold, is free at once")
+		longLease, err := long.Claim(ctx, "long")
+		require.NoError(t, err)
+		claimedExpiry := longLease.ExpiresAt()
 
-	// Alone, as gocron's Unlock sends it, the job's min hold holds too.
-	j := mustJob(t, l, pglease.WithMinHold(3*time.Second))
-	lease, err := j.Claim(ctx, "alone")
-	require.NoError(t, err)
-	require.NoError(t, lease.Unlock(ctx))
-	alone := readTimes(t, pool, table, "alone")
-	assert.Equal(t, 3*time.Second, alone.expiresAt.Sub(alone.acquiredAt))
-	other := pgtest.Locker(t, pool, table, "replica-2")
-	_, err = other.Claim(ctx, "alone")
-	require.ErrorIs(t, err, pglease.ErrHeld, "no other replica runs the same tick within the min hold")
-}
+		waitRounds(t, events, 3, 2)
+		left := readTimes(t, pool, table, "short").left
+		assert.LessOrEqual(t, left, time.Second)
+		assert.Greater(t, left, 300*time.Millisecond)
+		assert.True(t, readTimes(t, pool, table, "long").expiresAt.After(claimedExpiry), "the long lease moved by its own TTL")
+		assert.Greater(t, readTimes(t, pool, table, "long").left, 59*time.Second)
 
-func TestJobRefusesTermsThatCannotWorkNamingThemAndWritesNothing(t *testing.T) {
-	t.Parallel()
-	counter := &pgtest.Statements{}
-	pool := pgtest.Pool(t, counter)
-	table := pgtest.Table(t, pool)
-	counter.Reset()
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-	held := pgtest.Locker(t, pool, table, "replica-2", pglease.WithTTL(5*time.Second), pglease.WithMinHold(2*time.Second))
-	for _, c := range []struct {
-		locker *pglease.Locker
-		opts   []pglease.JobOption
-		want   []string
-	}{
-		{l, []pglease.JobOption{nil}, []string{"nil Option"}},
-		{l, []pglease.JobOption{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
-		{l, []pglease.JobOption{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
-		{l, []pglease.JobOption{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
-		{l, []pglease.JobOption{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},
-		{l, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, []string{"WithMinHold(2s)", "job's TTL (1s)"}},
-		{held, []pglease.JobOption{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
-	} {
-		j, err := c.locker.Job(c.opts...)
-		require.ErrorIs(t, err, pglease.ErrInvalidOption)
-		assert.Nil(t, j)
-		for _, want := range c.want {
-			assert.Contains(t, err.Error(), want)
+		require.NoError(t, pglease.UnlockBurst(ctx, l, []*pglease.Lease{shortLease, longLease})[0])
+		for key, hold := range map[string]time.Duration{"short": 500 * time.Millisecond, "long": 2 * time.Second} {
+			row := readTimes(t, pool, table, key)
+			assert.Equal(t, hold, row.expiresAt.Sub(row.acquiredAt), "%s is kept for its own min hold", key)
 		}
-	}
-	// The rule is the same as NewLocker's: just over twice the interval is fine.
-	j, err := l.Job(pglease.WithTTL(401*time.Millisecond), pglease.WithMinHold(401*time.Millisecond), pglease.WithTimeout(time.Second))
-	require.NoError(t, err)
-	assert.Equal(t, 401*time.Millisecond, j.TTL())
-	assert.Equal(t, 401*time.Millisecond, j.MinHold())
-	assert.Zero(t, counter.Count("claim")+counter.Count("heartbeat")+counter.Count("release")+counter.Count("other"), "Job sends nothing")
+	})
+
+	// Guarantee: a coalesced burst of claims with mixed TTLs gives each row its
+	// own TTL.
+	t.Run("BurstGivesEachRowItsOwnTTL", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, counter := pgtest.SetupCounted(t)
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+		ttls := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 1500 * time.Millisecond}
+		keys := make([]string, len(ttls))
+		jobs := make([]*pglease.JobLocker, len(ttls))
+		for i, ttl := range ttls {
+			keys[i], jobs[i] = fmt.Sprintf("job-%d", i), mustJob(t, l, pglease.WithTTL(ttl))
+		}
+		counter.Reset()
+		leases, errs := pglease.ClaimBurstOfJobs(ctx, l, jobs, keys)
+		assert.Equal(t, 1, counter.Count("claim"), "the claims of five TTLs go in one statement")
+		for i, key := range keys {
+			require.NoError(t, errs[i], key)
+			row := readTimes(t, pool, table, key)
+			assert.Equal(t, ttls[i], row.expiresAt.Sub(row.acquiredAt), "%s has its own TTL", key)
+			assert.Equal(t, row.expiresAt, leases[i].ExpiresAt())
+		}
+	})
+
+	// Assumption: the trust window of a lease counts its own TTL. A job's
+	// 1-second lease on a Locker of 1-minute leases must stop being trusted
+	// within about a second of its last heartbeat, not a minute: the server
+	// lets another replica in after one second.
+	t.Run("TrustedOnlyForTheirOwnTTL", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		db := pgtest.NewFaultyDB(pool)
+		l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		own, err := l.Claim(ctx, "locker")
+		require.NoError(t, err)
+		lease, err := mustJob(t, l, pglease.WithTTL(time.Second)).Claim(ctx, "short")
+		require.NoError(t, err)
+
+		db.SetFail("heartbeat", errors.New("network down"))
+		pgtest.WaitDone(t, lease, 5*time.Second) // trusted for the Locker's TTL, it would last ~54s
+		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+		require.NoError(t, own.Err(), "the Locker's own lease keeps its own, longer, trust window")
+	})
 }
 
-func TestWithoutFenceColumnJobLeasesAreExtendedAndHeldByTheirOwnTerms(t *testing.T) {
-	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	table, dsn := legacyTable(t, legacyColumns)
-	pool := pgtest.PoolAt(t, dsn, nil)
-	events := pgtest.NewEvents(t)
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(3*time.Second),
-		pglease.WithHeartbeatInterval(100*time.Millisecond), pglease.WithHook(events.Hook))
-	short := mustJob(t, l, pglease.WithTTL(time.Second), pglease.WithMinHold(500*time.Millisecond))
-	long := mustJob(t, l, pglease.WithTTL(time.Minute), pglease.WithMinHold(2*time.Second))
-	shortLease, err := short.Claim(ctx, "short")
-	require.NoError(t, err)
-	longLease, err := long.Claim(ctx, "long")
-	require.NoError(t, err)
-	claimedExpiry := longLease.ExpiresAt()
-
-	waitRounds(t, events, 3, 2)
-	left := readTimes(t, pool, table, "short").left
-	assert.LessOrEqual(t, left, time.Second)
-	assert.Greater(t, left, 300*time.Millisecond)
-	assert.True(t, readTimes(t, pool, table, "long").expiresAt.After(claimedExpiry), "the long lease moved by its own TTL")
-	assert.Greater(t, readTimes(t, pool, table, "long").left, 59*time.Second)
-
-	require.NoError(t, pglease.UnlockBurst(ctx, l, []*pglease.Lease{shortLease, longLease})[0])
-	for key, hold := range map[string]time.Duration{"short": 500 * time.Millisecond, "long": 2 * time.Second} {
-		row := readTimes(t, pool, table, key)
-		assert.Equal(t, hold, row.expiresAt.Sub(row.acquiredAt), "%s is kept for its own min hold", key)
-	}
-}
-
-func TestCoalescedBurstOfClaimsWithMixedTTLsGivesEachRowItsOwnTTL(t *testing.T) {
-	t.Parallel()
-	ctx, pool, table, counter := pgtest.SetupCounted(t)
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-	ttls := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 1500 * time.Millisecond}
-	keys := make([]string, len(ttls))
-	jobs := make([]*pglease.JobLocker, len(ttls))
-	for i, ttl := range ttls {
-		keys[i], jobs[i] = fmt.Sprintf("job-%d", i), mustJob(t, l, pglease.WithTTL(ttl))
-	}
-	counter.Reset()
-	leases, errs := pglease.ClaimBurstOfJobs(ctx, l, jobs, keys)
-	assert.Equal(t, 1, counter.Count("claim"), "the claims of five TTLs go in one statement")
-	for i, key := range keys {
-		require.NoError(t, errs[i], key)
-		row := readTimes(t, pool, table, key)
-		assert.Equal(t, ttls[i], row.expiresAt.Sub(row.acquiredAt), "%s has its own TTL", key)
-		assert.Equal(t, row.expiresAt, leases[i].ExpiresAt())
-	}
-}
-
-// Not parallel: the goroutines of the other tests, paused until the
-// sequential ones end, are there before and after and are ignored; only
-// what this test started is looked for.
-func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.T) {
+// TestJobsLeaveNoGoroutineAfterClose: the Locker's Close releases the
+// leases of its jobs, reports them, and leaves no goroutine behind.
+//
+// Not parallel, and so no subtest of TestJobs: the goroutines of the other
+// tests, paused until the sequential ones end, are there before and after
+// and are ignored; only what this test started is looked for.
+func TestJobsLeaveNoGoroutineAfterClose(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx := pgtest.Ctx(t)
 	pool, err := pgxpool.New(ctx, pgtest.Server.DSN())
@@ -346,24 +385,4 @@ func TestLockerCloseReleasesJobLeasesReportsThemAndLeavesNoGoroutine(t *testing.
 	assert.Equal(t, 2, events.Count(pglease.EventReleased), "the Locker's hooks report the job leases' release")
 	_, err = quick.Claim(ctx, "quick")
 	require.ErrorIs(t, err, pglease.ErrClosed)
-}
-
-// Assumption: the trust window of a lease counts its own TTL. A job's
-// 1-second lease on a Locker of 1-minute leases must stop being trusted
-// within about a second of its last heartbeat, not a minute: the server
-// lets another replica in after one second.
-func TestAJobsLeaseIsTrustedOnlyForItsOwnTTLWhileHeartbeatsFail(t *testing.T) {
-	t.Parallel()
-	ctx, pool, table := pgtest.Setup(t)
-	db := pgtest.NewFaultyDB(pool)
-	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	own, err := l.Claim(ctx, "locker")
-	require.NoError(t, err)
-	lease, err := mustJob(t, l, pglease.WithTTL(time.Second)).Claim(ctx, "short")
-	require.NoError(t, err)
-
-	db.SetFail("heartbeat", errors.New("network down"))
-	pgtest.WaitDone(t, lease, 5*time.Second) // trusted for the Locker's TTL, it would last ~54s
-	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-	require.NoError(t, own.Err(), "the Locker's own lease keeps its own, longer, trust window")
 }

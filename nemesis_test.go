@@ -205,9 +205,8 @@ type nemesisExemption struct {
 	before time.Time
 }
 
-// TestNemesisHistoriesUnderInjectedFaultsAreLinearizableAndNoTwoMandatesOverlap
-// runs a randomized workload on one table of a private server: three
-// Lockers with three workers each (plain claims, waiting claims whose
+// TestNemesis runs a randomized workload on one table of a private
+// server: three Lockers with three workers each (plain claims, waiting claims whose
 // contexts end at random, re-entrant claims by jobs with their own terms,
 // guarded ledger writes, some by careless workers that commit whatever
 // Guard says, and releases), two Electors, an observer reading rows, and
@@ -219,80 +218,85 @@ type nemesisExemption struct {
 // porcupine checks the history per key against a model of the mandate,
 // and the trust windows, fences, ledger and rows left behind at Close are
 // checked directly.
-func TestNemesisHistoriesUnderInjectedFaultsAreLinearizableAndNoTwoMandatesOverlap(t *testing.T) {
+func TestNemesis(t *testing.T) {
 	t.Parallel()
-	seed := *nemesisSeed
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("nemesis seed %d (replay with -nemesis.seed=%d), duration %v", seed, seed, *nemesisFor)
-	defer func() {
-		if t.Failed() {
-			t.Logf("nemesis seed %d failed (replay with -args -nemesis.seed=%d)", seed, seed)
+	// Guarantee: under every fault injected, each key's history is
+	// linearizable and no two holders' leases of a key overlap.
+	t.Run("HistoriesAreLinearizable", func(t *testing.T) {
+		t.Parallel()
+		seed := *nemesisSeed
+		if seed == 0 {
+			seed = time.Now().UnixNano()
 		}
-	}()
-	rnd := rand.New(rand.NewSource(seed))
+		t.Logf("nemesis seed %d (replay with -nemesis.seed=%d), duration %v", seed, seed, *nemesisFor)
+		defer func() {
+			if t.Failed() {
+				t.Logf("nemesis seed %d failed (replay with -args -nemesis.seed=%d)", seed, seed)
+			}
+		}()
+		rnd := rand.New(rand.NewSource(seed))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := pgserver.Start(ctx, pgserver.Options{Private: true})
-	cancel()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		srv, err := pgserver.Start(ctx, pgserver.Options{Private: true})
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = srv.Close() })
 
-	r := &nemesisRun{t: t, seed: seed, server: srv, faults: map[string]int{}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			t.Logf("the faults of the run, in order:\n%s", strings.Join(r.timeline, "\n"))
+		r := &nemesisRun{t: t, seed: seed, server: srv, faults: map[string]int{}}
+		t.Cleanup(func() {
+			if t.Failed() {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				t.Logf("the faults of the run, in order:\n%s", strings.Join(r.timeline, "\n"))
+			}
+		})
+		// The operator's changes commit durably: the server's default does
+		// not, and a crash must not undo a revoke that was reported done.
+		r.admin = pgtest.PoolWith(t, srv.DSN(), func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+			cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+		})
+		r.table = pgtest.Table(t, r.admin)
+		r.ledger, r.insert = pgtest.NewCommitOrderedLedger(t, r.admin)
+		// The server commits asynchronously by default: a crash right away
+		// would lose the tables.
+		_, err = r.admin.Exec(context.Background(), `CHECKPOINT`)
+		require.NoError(t, err)
+		began := time.Now()
+		r.rec = lin.NewRecorder(began)
+
+		for i := range nemesisLockers + nemesisElectors {
+			s := &nemesisSlot{index: i, elector: i >= nemesisLockers}
+			s.name = fmt.Sprintf("locker%d", i)
+			if s.elector {
+				s.name = fmt.Sprintf("elector%d", i-nemesisLockers)
+			}
+			s.proxy = pgtest.Proxy(t, srv.DSN())
+			s.app = pgtest.AppName("nemesis_" + s.name)
+			s.pool = pgtest.AppPool(t, srv.DSN(), s.proxy, s.app)
+			if i == 0 || i == 1 || i == nemesisLockers {
+				s.nem = pgtest.NewNemesisDB(t, s.pool, seed+int64(i))
+			}
+			r.slots = append(r.slots, s)
+			r.start(s)
 		}
+		stopObserver := make(chan struct{})
+		var observer sync.WaitGroup
+		observer.Go(func() { r.observe(rand.New(rand.NewSource(seed-1)), stopObserver) })
+
+		deadline := began.Add(*nemesisFor)
+		for time.Now().Before(deadline) {
+			r.injectFault(rnd)
+			time.Sleep(time.Duration(50+rnd.Intn(250)) * time.Millisecond) // spacing between faults
+		}
+		close(stopObserver)
+		observer.Wait()
+		for _, s := range r.slots {
+			r.closeRace(s, rnd, false) // every Locker and Elector closes last with claims in flight
+		}
+		ran := time.Since(began)
+		r.check(ran)
 	})
-	// The operator's changes commit durably: the server's default does
-	// not, and a crash must not undo a revoke that was reported done.
-	r.admin = pgtest.PoolWith(t, srv.DSN(), func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	})
-	r.table = pgtest.Table(t, r.admin)
-	r.ledger, r.insert = pgtest.NewCommitOrderedLedger(t, r.admin)
-	// The server commits asynchronously by default: a crash right away
-	// would lose the tables.
-	_, err = r.admin.Exec(context.Background(), `CHECKPOINT`)
-	require.NoError(t, err)
-	began := time.Now()
-	r.rec = lin.NewRecorder(began)
-
-	for i := range nemesisLockers + nemesisElectors {
-		s := &nemesisSlot{index: i, elector: i >= nemesisLockers}
-		s.name = fmt.Sprintf("locker%d", i)
-		if s.elector {
-			s.name = fmt.Sprintf("elector%d", i-nemesisLockers)
-		}
-		s.proxy = pgtest.Proxy(t, srv.DSN())
-		s.app = pgtest.AppName("nemesis_" + s.name)
-		s.pool = pgtest.AppPool(t, srv.DSN(), s.proxy, s.app)
-		if i == 0 || i == 1 || i == nemesisLockers {
-			s.nem = pgtest.NewNemesisDB(t, s.pool, seed+int64(i))
-		}
-		r.slots = append(r.slots, s)
-		r.start(s)
-	}
-	stopObserver := make(chan struct{})
-	var observer sync.WaitGroup
-	observer.Go(func() { r.observe(rand.New(rand.NewSource(seed-1)), stopObserver) })
-
-	deadline := began.Add(*nemesisFor)
-	for time.Now().Before(deadline) {
-		r.injectFault(rnd)
-		time.Sleep(time.Duration(50+rnd.Intn(250)) * time.Millisecond) // spacing between faults
-	}
-	close(stopObserver)
-	observer.Wait()
-	for _, s := range r.slots {
-		r.closeRace(s, rnd, false) // every Locker and Elector closes last with claims in flight
-	}
-	ran := time.Since(began)
-	r.check(ran)
 }
 
 // start starts a new incarnation of s: a Locker (and its jobs) or an

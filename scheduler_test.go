@@ -145,138 +145,428 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 	return perTick
 }
 
-func TestEveryTickRunsExactlyOnceAcrossThreeSkewedSchedulersWithMinHold(t *testing.T) {
+// TestScheduler pins the Locker under gocron: each tick runs once across
+// skewed schedulers with a min hold, a job's context ends with its lease,
+// shutdown releases, and every outcome is logged and hooked.
+func TestScheduler(t *testing.T) {
 	t.Parallel()
-	const ticks = 10
-	perTick := runSkewedSchedulers(t, 500*time.Millisecond, ticks)
-	for k := 0; k < ticks; k++ {
-		assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
-	}
-	t.Logf("min hold 500ms: runs per tick %v", perTick)
-}
+	// Guarantee: with a min hold, every tick runs exactly once across three
+	// skewed schedulers.
+	t.Run("EveryTickOnceAcrossSkewedSchedulers", func(t *testing.T) {
+		t.Parallel()
+		const ticks = 10
+		perTick := runSkewedSchedulers(t, 500*time.Millisecond, ticks)
+		for k := 0; k < ticks; k++ {
+			assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
+		}
+		t.Logf("min hold 500ms: runs per tick %v", perTick)
+	})
 
-func TestWithoutMinHoldSkewedSchedulersRunTheSameTickMoreThanOnce(t *testing.T) {
-	t.Parallel()
-	const ticks = 10
-	perTick := runSkewedSchedulers(t, 0, ticks)
-	extra := 0
-	for k := 0; k < ticks; k++ {
-		require.GreaterOrEqual(t, perTick[k], 1, "tick %d runs", k)
-		extra += perTick[k] - 1
-	}
-	// The holder releases a few ms after its timer; the replicas whose
-	// timers fire 150 and 300 ms later find the key free (gocron issue 841).
-	assert.Positive(t, extra, "double runs happen without min hold")
-	t.Logf("min hold 0: %d extra runs in %d ticks: %v", extra, ticks, perTick)
-}
+	// Measured: without a min hold, skewed schedulers run the same tick more
+	// than once, the reason for the min hold.
+	t.Run("WithoutMinHoldATickRunsTwice", func(t *testing.T) {
+		t.Parallel()
+		const ticks = 10
+		perTick := runSkewedSchedulers(t, 0, ticks)
+		extra := 0
+		for k := 0; k < ticks; k++ {
+			require.GreaterOrEqual(t, perTick[k], 1, "tick %d runs", k)
+			extra += perTick[k] - 1
+		}
+		// The holder releases a few ms after its timer; the replicas whose
+		// timers fire 150 and 300 ms later find the key free (gocron issue 841).
+		assert.Positive(t, extra, "double runs happen without min hold")
+		t.Logf("min hold 0: %d extra runs in %d ticks: %v", extra, ticks, perTick)
+	})
 
-func TestJobSeesItsFenceAndItsContextEndsTheMomentTheLeaseIsLost(t *testing.T) {
-	t.Parallel()
-	for _, how := range []string{"row stolen", "heartbeat blocked"} {
-		t.Run(how, func(t *testing.T) {
-			t.Parallel()
-			pool := pgtest.Pool(t, nil)
-			table := pgtest.Table(t, pool)
-			const interval = 100 * time.Millisecond
-			var (
-				mu        sync.Mutex
-				jobCtx    context.Context
-				cancelled bool
-			)
-			lost := make(chan pglease.Event, 1)
-			hook := func(e pglease.Event) {
-				if e.Kind != pglease.EventLost {
-					return
+	// Guarantee: a job sees its fence, and its context ends the moment its lease
+	// is lost.
+	t.Run("JobContextEndsWithTheLease", func(t *testing.T) {
+		t.Parallel()
+		for _, how := range []string{"row stolen", "heartbeat blocked"} {
+			t.Run(how, func(t *testing.T) {
+				t.Parallel()
+				pool := pgtest.Pool(t, nil)
+				table := pgtest.Table(t, pool)
+				const interval = 100 * time.Millisecond
+				var (
+					mu        sync.Mutex
+					jobCtx    context.Context
+					cancelled bool
+				)
+				lost := make(chan pglease.Event, 1)
+				hook := func(e pglease.Event) {
+					if e.Kind != pglease.EventLost {
+						return
+					}
+					mu.Lock()
+					// The job's context is cancelled before the loss is reported.
+					cancelled = jobCtx != nil && jobCtx.Err() != nil
+					mu.Unlock()
+					lost <- e
 				}
+				r := newReplica(t, table, "replica-1", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(interval), pglease.WithHook(hook))
+				fence := make(chan int64, 1)
+				ended := make(chan error, 1)
+				_, err := r.sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) {
+					lease, ok := r.locker.Held("long-job")
+					if !ok {
+						ended <- errors.New("no lease inside the job")
+						return
+					}
+					ctx, cancel := lease.Context(ctx)
+					defer cancel()
+					mu.Lock()
+					jobCtx = ctx
+					mu.Unlock()
+					fence <- lease.Fence()
+					select {
+					case <-ctx.Done():
+						ended <- context.Cause(ctx)
+					case <-time.After(10 * time.Second):
+						ended <- errors.New("the job outlived its lease")
+					}
+				}), gocron.WithName("long-job"))
+				require.NoError(t, err)
+				r.sched.Start()
+
+				f := <-fence
+				row, _ := pgtest.ReadRow(t, pool, table, "long-job")
+				require.Equal(t, row.Fence, f, "the job sees the fence the database issued")
+				switch how {
+				case "row stolen":
+					_, err = pool.Exec(pgtest.Ctx(t), fmt.Sprintf(`UPDATE %s SET holder = 'thief', fence = fence + 1000 WHERE key = 'long-job'`, pgx.Identifier{table}.Sanitize()))
+					require.NoError(t, err)
+				case "heartbeat blocked":
+					open := r.db.Hold("heartbeat")
+					defer open()
+				}
+				e := <-lost
+				assert.Equal(t, f, e.Fence)
+				require.ErrorIs(t, <-ended, pglease.ErrLost, "the job's context ends with the loss as its cause")
 				mu.Lock()
-				// The job's context is cancelled before the loss is reported.
-				cancelled = jobCtx != nil && jobCtx.Err() != nil
+				assert.True(t, cancelled, "cancelled by the time the loss is reported")
 				mu.Unlock()
-				lost <- e
-			}
-			r := newReplica(t, table, "replica-1", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(interval), pglease.WithHook(hook))
-			fence := make(chan int64, 1)
-			ended := make(chan error, 1)
-			_, err := r.sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) {
-				lease, ok := r.locker.Held("long-job")
-				if !ok {
-					ended <- errors.New("no lease inside the job")
-					return
+			})
+		}
+	})
+
+	// Guarantee: Lock bounds its claim with the Locker's own timeout.
+	t.Run("LockBoundsItsClaim", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		db := pgtest.NewFaultyDB(pool)
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTimeout(200*time.Millisecond), pglease.WithHook(events.Hook))
+		open := db.Hold("claim")
+		defer open()
+		lock, err := l.Lock(context.Background(), "job") // gocron's context has no deadline
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Nil(t, lock)
+		ev := events.WaitFor(t, pglease.EventClaimFailed, time.Second)
+		assert.Equal(t, "job", ev.Key)
+		assert.Equal(t, "replica-1", ev.Holder)
+	})
+
+	// Guarantee: a scheduler's shutdown releases the running job's lease through
+	// a cancelled context.
+	t.Run("ShutdownReleasesTheRunningLease", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		r := newReplica(t, table, "replica-1", pglease.WithTTL(time.Minute))
+		started := make(chan struct{})
+		_, err := r.sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) {
+			close(started)
+			<-ctx.Done() // runs until Shutdown cancels it
+		}), gocron.WithName("until-shutdown"))
+		require.NoError(t, err)
+		r.sched.Start()
+		<-started
+		row, _ := pgtest.ReadRow(t, pool, table, "until-shutdown")
+		require.True(t, row.Live)
+
+		require.NoError(t, r.sched.Shutdown()) // gocron then calls Unlock with the cancelled job context
+		after, _ := pgtest.ReadRow(t, pool, table, "until-shutdown")
+		assert.False(t, after.Live, "released, not left to its one-minute TTL")
+		assert.Equal(t, row.Fence, after.Fence)
+	})
+
+	// Guarantee: every outcome an operator must know is logged and hooked with
+	// key, holder, fence and cause.
+	t.Run("OutcomesAreLoggedAndHooked", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		db := pgtest.NewFaultyDB(pool)
+		logs := &recordingHandler{}
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, db, table, "replica-1", pglease.WithLogger(slog.New(logs)), pglease.WithHook(events.Hook),
+			pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		other := pgtest.Locker(t, pool, table, "replica-2")
+
+		// Contention is normal: debug only.
+		_, err := other.Claim(ctx, "held")
+		require.NoError(t, err)
+		_, err = l.Lock(ctx, "held")
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		contended := logs.find("contended")
+		require.Len(t, contended, 1)
+		assert.Equal(t, slog.LevelDebug, contended[0]["level"])
+
+		// A claim that fails for another reason is an error.
+		db.SetFail("claim", errors.New("connection refused"))
+		_, err = l.Lock(ctx, "down")
+		require.Error(t, err)
+		db.SetFail("claim", nil)
+		failed := logs.find("claim_failed")
+		require.Len(t, failed, 1)
+		assert.Equal(t, slog.LevelError, failed[0]["level"])
+		assert.Equal(t, "down", failed[0]["key"])
+		assert.Equal(t, "replica-1", failed[0]["holder"])
+		assert.Contains(t, fmt.Sprint(failed[0]["error"]), "connection refused")
+
+		// A lease lost while its job runs is an error, and Unlock then reports
+		// ErrLost as an error too (gocron ignores what Unlock returns).
+		lock, err := l.Lock(ctx, "job")
+		require.NoError(t, err)
+		lease := lock.(*pglease.Lease)
+		_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'thief' WHERE key = 'job'`, pgx.Identifier{table}.Sanitize()))
+		require.NoError(t, err)
+		ev := events.WaitFor(t, pglease.EventLost, 2*time.Second)
+		assert.Equal(t, lease.Fence(), ev.Fence)
+		require.ErrorIs(t, ev.Err, pglease.ErrLost)
+		lostLogs := logs.find("lost")
+		require.Len(t, lostLogs, 1)
+		assert.Equal(t, slog.LevelError, lostLogs[0]["level"])
+		assert.Equal(t, lease.Fence(), lostLogs[0]["fence"])
+		require.ErrorIs(t, lock.Unlock(ctx), pglease.ErrLost)
+		rel := logs.find("release_failed")
+		require.Len(t, rel, 1)
+		assert.Equal(t, slog.LevelError, rel[0]["level"])
+		assert.Equal(t, "job", rel[0]["key"])
+
+		// An Unlock that fails on the database is an error with its cause.
+		lock, err = l.Lock(ctx, "job2")
+		require.NoError(t, err)
+		db.SetFail("release", errors.New("server closed the connection"))
+		require.Error(t, lock.Unlock(ctx))
+		rel = logs.find("release_failed")
+		require.Len(t, rel, 2)
+		assert.Contains(t, fmt.Sprint(rel[1]["error"]), "server closed the connection")
+		assert.Equal(t, lock.(*pglease.Lease).Fence(), rel[1]["fence"])
+	})
+
+	// Guarantee: after a failover another replica takes the next tick after the
+	// TTL, with a greater fence.
+	t.Run("FailoverTakesTheNextTickWithAGreaterFence", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		const period, ttl = 500 * time.Millisecond, 2 * time.Second
+		log := newRunLog()
+		base := time.Now().Add(300 * time.Millisecond)
+		type crash struct {
+			r  *replica
+			at time.Time
+		}
+		var crashOnce sync.Once
+		victim := make(chan crash, 1)
+		for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond} {
+			r := newReplica(t, table, fmt.Sprintf("replica-%d", i+1), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(500*time.Millisecond),
+				pglease.WithMinHold(250*time.Millisecond))
+			_, err := r.sched.NewJob(gocron.DurationJob(period), gocron.NewTask(func(ctx context.Context) {
+				x := run{replica: r.name, start: time.Now()}
+				if lease, ok := r.locker.Held("tick"); ok {
+					x.fence = lease.Fence()
 				}
-				ctx, cancel := lease.Context(ctx)
-				defer cancel()
-				mu.Lock()
-				jobCtx = ctx
-				mu.Unlock()
-				fence <- lease.Fence()
-				select {
-				case <-ctx.Done():
-					ended <- context.Cause(ctx)
-				case <-time.After(10 * time.Second):
-					ended <- errors.New("the job outlived its lease")
+				log.started <- x
+				if time.Since(base) > 3*period {
+					// Crash mid-run: the database becomes unreachable for this
+					// replica, so neither its heartbeat nor its release gets
+					// through; its scheduler stops.
+					crashOnce.Do(func() {
+						r.db.Cut(errors.New("replica crashed"))
+						victim <- crash{r, time.Now()}
+					})
 				}
-			}), gocron.WithName("long-job"))
+				time.Sleep(5 * time.Millisecond) // the job's work
+				x.end = time.Now()
+				log.add(x)
+			}), gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
 			require.NoError(t, err)
 			r.sched.Start()
+		}
 
-			f := <-fence
-			row, _ := pgtest.ReadRow(t, pool, table, "long-job")
-			require.Equal(t, row.Fence, f, "the job sees the fence the database issued")
-			switch how {
-			case "row stolen":
-				_, err = pool.Exec(pgtest.Ctx(t), fmt.Sprintf(`UPDATE %s SET holder = 'thief', fence = fence + 1000 WHERE key = 'long-job'`, pgx.Identifier{table}.Sanitize()))
-				require.NoError(t, err)
-			case "heartbeat blocked":
-				open := r.db.Hold("heartbeat")
-				defer open()
+		var c crash
+		select {
+		case c = <-victim:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no replica crashed")
+		}
+		dead := c.r
+		crashRow, _ := pgtest.ReadRow(t, pool, table, "tick")
+		require.Equal(t, dead.name, crashRow.Holder)
+		go func() { _ = dead.sched.Shutdown() }()
+
+		// The next run by another replica: after the dead holder's lease expired
+		// on the server, and with a greater fence.
+		deadline := time.After(ttl + 5*period)
+		for {
+			select {
+			case x := <-log.started:
+				if x.start.Before(c.at) {
+					continue // runs from before the crash
+				}
+				require.NotEqual(t, dead.name, x.replica, "the crashed replica runs nothing")
+				assert.Greater(t, x.fence, crashRow.Fence)
+				now, _ := pgtest.ReadRow(t, pool, table, "tick")
+				assert.Equal(t, x.replica, now.Holder)
+				assert.False(t, x.start.Before(crashRow.ExpiresAt), "took over at %v, the dead lease expired at %v", x.start, crashRow.ExpiresAt)
+				t.Logf("%s took over %v after the crash row's expiry, fence %d -> %d", x.replica, x.start.Sub(crashRow.ExpiresAt), crashRow.Fence, x.fence)
+				return
+			case <-deadline:
+				t.Fatal("no replica took over")
 			}
-			e := <-lost
-			assert.Equal(t, f, e.Fence)
-			require.ErrorIs(t, <-ended, pglease.ErrLost, "the job's context ends with the loss as its cause")
-			mu.Lock()
-			assert.True(t, cancelled, "cancelled by the time the loss is reported")
-			mu.Unlock()
-		})
-	}
-}
+		}
+	})
 
-func TestLockBoundsItsClaimWithItsOwnTimeout(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
-	db := pgtest.NewFaultyDB(pool)
-	events := pgtest.NewEvents(t)
-	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithTimeout(200*time.Millisecond), pglease.WithHook(events.Hook))
-	open := db.Hold("claim")
-	defer open()
-	lock, err := l.Lock(context.Background(), "job") // gocron's context has no deadline
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Nil(t, lock)
-	ev := events.WaitFor(t, pglease.EventClaimFailed, time.Second)
-	assert.Equal(t, "job", ev.Key)
-	assert.Equal(t, "replica-1", ev.Holder)
-}
+	// The quick start, README's runScheduler, run as three replicas would run
+	// it: each with its own pool, started at a random moment (not on the
+	// period's grid, and not in phase with the others), while the others run.
+	// Every tick from the first replica's start to the end runs exactly once,
+	// counted by the tick it was scheduled for: the multiple of the period the
+	// run started after.
+	t.Run("QuickStartRunsEachTickOnce", func(t *testing.T) {
+		t.Parallel()
+		const period, replicas = 500 * time.Millisecond, 3
+		seed := *quickStartSeed
+		if seed == 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+		t.Logf("seed %d (replay: go test -run %s . -args -quickstart-seed %d)", seed, t.Name(), seed)
+		rng := rand.New(rand.NewPCG(seed, 0))
 
-func TestSchedulerShutdownReleasesTheRunningJobsLeaseThroughACancelledContext(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
-	r := newReplica(t, table, "replica-1", pglease.WithTTL(time.Minute))
-	started := make(chan struct{})
-	_, err := r.sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) {
-		close(started)
-		<-ctx.Done() // runs until Shutdown cancels it
-	}), gocron.WithName("until-shutdown"))
-	require.NoError(t, err)
-	r.sched.Start()
-	<-started
-	row, _ := pgtest.ReadRow(t, pool, table, "until-shutdown")
-	require.True(t, row.Live)
+		admin := pgtest.Pool(t, nil)
+		schema := pgtest.Name("quickstart")
+		_, err := admin.Exec(pgtest.Ctx(t), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+		require.NoError(t, err)
+		pools := make([]*pgxpool.Pool, replicas)
+		for i := range pools {
+			pools[i] = quickStartPool(t, schema)
+			require.NoError(t, pools[i].Ping(pgtest.Ctx(t))) // connected, as a service is before it schedules
+		}
+		require.NoError(t, pglease.Migrate(pgtest.Ctx(t), pools[0]))
 
-	require.NoError(t, r.sched.Shutdown()) // gocron then calls Unlock with the cancelled job context
-	after, _ := pgtest.ReadRow(t, pool, table, "until-shutdown")
-	assert.False(t, after.Live, "released, not left to its one-minute TTL")
-	assert.Equal(t, row.Fence, after.Fence)
+		// A tick is numbered by its multiple of the period since the Unix
+		// epoch: the one StartOnGrid schedules it at.
+		tickOf := func(at time.Time) int64 { return at.UnixNano() / int64(period) }
+		type tickRun struct {
+			replica int
+			late    time.Duration // after its tick: the claim's round trip and the timer's latency
+			fence   int64
+		}
+		var (
+			mu      sync.Mutex
+			perTick = map[int64][]tickRun{}
+			runs    int
+		)
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		origin := time.Now()
+		starts := make([]time.Duration, replicas)
+		errs := make(chan error, replicas)
+		// Each replica starts after 0 to 2 periods, at a random moment of its
+		// own third of the period: their timers' phases are spread as those of
+		// replicas started independently are, rather than bunched by luck.
+		for i, third := range rng.Perm(replicas) {
+			phase := (float64(third) + rng.Float64()) / replicas
+			starts[i] = time.Duration((float64(rng.IntN(3)) + phase) * float64(period))
+			go func() {
+				time.Sleep(time.Until(origin.Add(starts[i]))) // this replica's start: the scenario, not a wait
+				errs <- runScheduler(ctx, pools[i], period, func(_ context.Context, fence int64) {
+					now := time.Now()
+					mu.Lock()
+					defer mu.Unlock()
+					perTick[tickOf(now)] = append(perTick[tickOf(now)], tickRun{i, time.Duration(now.UnixNano() % int64(period)), fence})
+					runs++
+				})
+			}()
+		}
+		t.Logf("replicas start %v after %v", starts, origin.Format("15:04:05.000"))
+
+		// Counted: from the first tick well after the first start (a replica
+		// takes a few ms to schedule its job) to three ticks after the one that
+		// followed the last start; the run of the last one has ended at the stop.
+		first := tickOf(origin.Add(slices.Min(starts)+100*time.Millisecond)) + 1
+		last := tickOf(origin.Add(slices.Max(starts)+100*time.Millisecond)) + 4
+		time.Sleep(time.Until(time.Unix(0, last*int64(period)).Add(period / 2)))
+		stop()
+		for range replicas {
+			require.NoError(t, <-errs)
+		}
+
+		mu.Lock()
+		defer mu.Unlock()
+		var fence int64
+		for k := first; k <= last; k++ {
+			got := perTick[k]
+			if !assert.Len(t, got, 1, "tick %d runs exactly once: %+v", k, got) {
+				continue
+			}
+			// A run starts a claim's round trip after its tick (a few ms):
+			// one a fifth of the period late was not scheduled on the tick.
+			assert.Less(t, got[0].late, period/5, "tick %d ran %v late", k, got[0].late)
+			assert.Greater(t, got[0].fence, fence, "tick %d: fences grow from tick to tick", k)
+			fence = got[0].fence
+		}
+		t.Logf("%d ticks of %v from %v each ran exactly once (%d runs in all, before and after included)",
+			last-first+1, period, time.Unix(0, first*int64(period)).Format("15:04:05.000"), runs)
+	})
+
+	// The quick start's former shape: a DurationJob started immediately, on
+	// replicas started a third of the period apart, with a min hold of half the
+	// period. Each replica's timer fires at its own start plus whole periods;
+	// the min hold merges only the claims within it of the holder's, so the
+	// replica two thirds of a period behind the holder finds the key free and
+	// runs "its" tick: a run every two thirds of a period, 1.5 times as often
+	// as scheduled. StartOnGrid (the quick start now) or a CronJob aligns the
+	// timers instead.
+	t.Run("DurationJobsRunMoreThanOncePerPeriod", func(t *testing.T) {
+		t.Parallel()
+		const period, periods = time.Second, 6
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		log := newRunLog()
+		base := time.Now().Add(200 * time.Millisecond)
+		for i := range 3 {
+			r := newReplica(t, table, fmt.Sprintf("replica-%d", i+1), pglease.WithTTL(5*time.Second), pglease.WithMinHold(period/2))
+			time.Sleep(time.Until(base.Add(time.Duration(i) * period / 3))) // this replica's start: the scenario, not a wait
+			_, err := r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
+				gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartImmediately()))
+			require.NoError(t, err)
+			r.sched.Start()
+		}
+		// Runs are due at base + k*2/3 period: count those of six periods,
+		// the window centred away from them.
+		from, to := base.Add(-period/6), base.Add(periods*period-period/6)
+		runs := 0
+		for done := false; !done; {
+			select {
+			case x := <-log.started:
+				switch {
+				case !x.start.Before(to):
+					done = true
+				case !x.start.Before(from):
+					runs++
+				}
+			case <-time.After(3 * period):
+				t.Fatal("the replicas stopped running")
+			}
+		}
+		assert.Greater(t, runs, periods, "more than one run per period")
+		t.Logf("%d runs in %d periods: %.2f per period", runs, periods, float64(runs)/periods)
+	})
 }
 
 // recordingHandler keeps slog records for assertions.
@@ -313,142 +603,8 @@ func (h *recordingHandler) find(event string) []map[string]any {
 	return out
 }
 
-func TestEveryOutcomeAnOperatorMustKnowIsLoggedAndHookedWithKeyHolderFenceAndCause(t *testing.T) {
-	t.Parallel()
-	ctx, pool, table := pgtest.Setup(t)
-	db := pgtest.NewFaultyDB(pool)
-	logs := &recordingHandler{}
-	events := pgtest.NewEvents(t)
-	l := pgtest.Locker(t, db, table, "replica-1", pglease.WithLogger(slog.New(logs)), pglease.WithHook(events.Hook),
-		pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
-	other := pgtest.Locker(t, pool, table, "replica-2")
-
-	// Contention is normal: debug only.
-	_, err := other.Claim(ctx, "held")
-	require.NoError(t, err)
-	_, err = l.Lock(ctx, "held")
-	require.ErrorIs(t, err, pglease.ErrHeld)
-	contended := logs.find("contended")
-	require.Len(t, contended, 1)
-	assert.Equal(t, slog.LevelDebug, contended[0]["level"])
-
-	// A claim that fails for another reason is an error.
-	db.SetFail("claim", errors.New("connection refused"))
-	_, err = l.Lock(ctx, "down")
-	require.Error(t, err)
-	db.SetFail("claim", nil)
-	failed := logs.find("claim_failed")
-	require.Len(t, failed, 1)
-	assert.Equal(t, slog.LevelError, failed[0]["level"])
-	assert.Equal(t, "down", failed[0]["key"])
-	assert.Equal(t, "replica-1", failed[0]["holder"])
-	assert.Contains(t, fmt.Sprint(failed[0]["error"]), "connection refused")
-
-	// A lease lost while its job runs is an error, and Unlock then reports
-	// ErrLost as an error too (gocron ignores what Unlock returns).
-	lock, err := l.Lock(ctx, "job")
-	require.NoError(t, err)
-	lease := lock.(*pglease.Lease)
-	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'thief' WHERE key = 'job'`, pgx.Identifier{table}.Sanitize()))
-	require.NoError(t, err)
-	ev := events.WaitFor(t, pglease.EventLost, 2*time.Second)
-	assert.Equal(t, lease.Fence(), ev.Fence)
-	require.ErrorIs(t, ev.Err, pglease.ErrLost)
-	lostLogs := logs.find("lost")
-	require.Len(t, lostLogs, 1)
-	assert.Equal(t, slog.LevelError, lostLogs[0]["level"])
-	assert.Equal(t, lease.Fence(), lostLogs[0]["fence"])
-	require.ErrorIs(t, lock.Unlock(ctx), pglease.ErrLost)
-	rel := logs.find("release_failed")
-	require.Len(t, rel, 1)
-	assert.Equal(t, slog.LevelError, rel[0]["level"])
-	assert.Equal(t, "job", rel[0]["key"])
-
-	// An Unlock that fails on the database is an error with its cause.
-	lock, err = l.Lock(ctx, "job2")
-	require.NoError(t, err)
-	db.SetFail("release", errors.New("server closed the connection"))
-	require.Error(t, lock.Unlock(ctx))
-	rel = logs.find("release_failed")
-	require.Len(t, rel, 2)
-	assert.Contains(t, fmt.Sprint(rel[1]["error"]), "server closed the connection")
-	assert.Equal(t, lock.(*pglease.Lease).Fence(), rel[1]["fence"])
-}
-
-func TestFailoverAnotherReplicaTakesTheNextTickAfterTheTTLWithAGreaterFence(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
-	const period, ttl = 500 * time.Millisecond, 2 * time.Second
-	log := newRunLog()
-	base := time.Now().Add(300 * time.Millisecond)
-	type crash struct {
-		r  *replica
-		at time.Time
-	}
-	var crashOnce sync.Once
-	victim := make(chan crash, 1)
-	for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond} {
-		r := newReplica(t, table, fmt.Sprintf("replica-%d", i+1), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(500*time.Millisecond),
-			pglease.WithMinHold(250*time.Millisecond))
-		_, err := r.sched.NewJob(gocron.DurationJob(period), gocron.NewTask(func(ctx context.Context) {
-			x := run{replica: r.name, start: time.Now()}
-			if lease, ok := r.locker.Held("tick"); ok {
-				x.fence = lease.Fence()
-			}
-			log.started <- x
-			if time.Since(base) > 3*period {
-				// Crash mid-run: the database becomes unreachable for this
-				// replica, so neither its heartbeat nor its release gets
-				// through; its scheduler stops.
-				crashOnce.Do(func() {
-					r.db.Cut(errors.New("replica crashed"))
-					victim <- crash{r, time.Now()}
-				})
-			}
-			time.Sleep(5 * time.Millisecond) // the job's work
-			x.end = time.Now()
-			log.add(x)
-		}), gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
-		require.NoError(t, err)
-		r.sched.Start()
-	}
-
-	var c crash
-	select {
-	case c = <-victim:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no replica crashed")
-	}
-	dead := c.r
-	crashRow, _ := pgtest.ReadRow(t, pool, table, "tick")
-	require.Equal(t, dead.name, crashRow.Holder)
-	go func() { _ = dead.sched.Shutdown() }()
-
-	// The next run by another replica: after the dead holder's lease expired
-	// on the server, and with a greater fence.
-	deadline := time.After(ttl + 5*period)
-	for {
-		select {
-		case x := <-log.started:
-			if x.start.Before(c.at) {
-				continue // runs from before the crash
-			}
-			require.NotEqual(t, dead.name, x.replica, "the crashed replica runs nothing")
-			assert.Greater(t, x.fence, crashRow.Fence)
-			now, _ := pgtest.ReadRow(t, pool, table, "tick")
-			assert.Equal(t, x.replica, now.Holder)
-			assert.False(t, x.start.Before(crashRow.ExpiresAt), "took over at %v, the dead lease expired at %v", x.start, crashRow.ExpiresAt)
-			t.Logf("%s took over %v after the crash row's expiry, fence %d -> %d", x.replica, x.start.Sub(crashRow.ExpiresAt), crashRow.Fence, x.fence)
-			return
-		case <-deadline:
-			t.Fatal("no replica took over")
-		}
-	}
-}
-
 // quickStartSeed replays the start moments of a run of
-// TestQuickStartRunsEachTickExactlyOnceAcrossSchedulersStartedAtRandomMoments.
+// TestScheduler/QuickStartRunsEachTickOnce.
 var quickStartSeed = flag.Uint64("quickstart-seed", 0, "seed of the quick-start test's start moments (0: from the clock)")
 
 // quickStartPool is a replica's pool on a schema of the test's own, first
@@ -458,141 +614,4 @@ func quickStartPool(t *testing.T, schema string) *pgxpool.Pool {
 	return pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	})
-}
-
-// The quick start, README's runScheduler, run as three replicas would run
-// it: each with its own pool, started at a random moment (not on the
-// period's grid, and not in phase with the others), while the others run.
-// Every tick from the first replica's start to the end runs exactly once,
-// counted by the tick it was scheduled for: the multiple of the period the
-// run started after.
-func TestQuickStartRunsEachTickExactlyOnceAcrossSchedulersStartedAtRandomMoments(t *testing.T) {
-	t.Parallel()
-	const period, replicas = 500 * time.Millisecond, 3
-	seed := *quickStartSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay: go test -run %s . -args -quickstart-seed %d)", seed, t.Name(), seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-
-	admin := pgtest.Pool(t, nil)
-	schema := pgtest.Name("quickstart")
-	_, err := admin.Exec(pgtest.Ctx(t), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	require.NoError(t, err)
-	pools := make([]*pgxpool.Pool, replicas)
-	for i := range pools {
-		pools[i] = quickStartPool(t, schema)
-		require.NoError(t, pools[i].Ping(pgtest.Ctx(t))) // connected, as a service is before it schedules
-	}
-	require.NoError(t, pglease.Migrate(pgtest.Ctx(t), pools[0]))
-
-	// A tick is numbered by its multiple of the period since the Unix
-	// epoch: the one StartOnGrid schedules it at.
-	tickOf := func(at time.Time) int64 { return at.UnixNano() / int64(period) }
-	type tickRun struct {
-		replica int
-		late    time.Duration // after its tick: the claim's round trip and the timer's latency
-		fence   int64
-	}
-	var (
-		mu      sync.Mutex
-		perTick = map[int64][]tickRun{}
-		runs    int
-	)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	origin := time.Now()
-	starts := make([]time.Duration, replicas)
-	errs := make(chan error, replicas)
-	// Each replica starts after 0 to 2 periods, at a random moment of its
-	// own third of the period: their timers' phases are spread as those of
-	// replicas started independently are, rather than bunched by luck.
-	for i, third := range rng.Perm(replicas) {
-		phase := (float64(third) + rng.Float64()) / replicas
-		starts[i] = time.Duration((float64(rng.IntN(3)) + phase) * float64(period))
-		go func() {
-			time.Sleep(time.Until(origin.Add(starts[i]))) // this replica's start: the scenario, not a wait
-			errs <- runScheduler(ctx, pools[i], period, func(_ context.Context, fence int64) {
-				now := time.Now()
-				mu.Lock()
-				defer mu.Unlock()
-				perTick[tickOf(now)] = append(perTick[tickOf(now)], tickRun{i, time.Duration(now.UnixNano() % int64(period)), fence})
-				runs++
-			})
-		}()
-	}
-	t.Logf("replicas start %v after %v", starts, origin.Format("15:04:05.000"))
-
-	// Counted: from the first tick well after the first start (a replica
-	// takes a few ms to schedule its job) to three ticks after the one that
-	// followed the last start; the run of the last one has ended at the stop.
-	first := tickOf(origin.Add(slices.Min(starts)+100*time.Millisecond)) + 1
-	last := tickOf(origin.Add(slices.Max(starts)+100*time.Millisecond)) + 4
-	time.Sleep(time.Until(time.Unix(0, last*int64(period)).Add(period / 2)))
-	stop()
-	for range replicas {
-		require.NoError(t, <-errs)
-	}
-
-	mu.Lock()
-	defer mu.Unlock()
-	var fence int64
-	for k := first; k <= last; k++ {
-		got := perTick[k]
-		if !assert.Len(t, got, 1, "tick %d runs exactly once: %+v", k, got) {
-			continue
-		}
-		// A run starts a claim's round trip after its tick (a few ms):
-		// one a fifth of the period late was not scheduled on the tick.
-		assert.Less(t, got[0].late, period/5, "tick %d ran %v late", k, got[0].late)
-		assert.Greater(t, got[0].fence, fence, "tick %d: fences grow from tick to tick", k)
-		fence = got[0].fence
-	}
-	t.Logf("%d ticks of %v from %v each ran exactly once (%d runs in all, before and after included)",
-		last-first+1, period, time.Unix(0, first*int64(period)).Format("15:04:05.000"), runs)
-}
-
-// The quick start's former shape: a DurationJob started immediately, on
-// replicas started a third of the period apart, with a min hold of half the
-// period. Each replica's timer fires at its own start plus whole periods;
-// the min hold merges only the claims within it of the holder's, so the
-// replica two thirds of a period behind the holder finds the key free and
-// runs "its" tick: a run every two thirds of a period, 1.5 times as often
-// as scheduled. StartOnGrid (the quick start now) or a CronJob aligns the
-// timers instead.
-func TestDurationJobsStartedImmediatelyOnReplicasStartedApartRunMoreThanOncePerPeriod(t *testing.T) {
-	t.Parallel()
-	const period, periods = time.Second, 6
-	pool := pgtest.Pool(t, nil)
-	table := pgtest.Table(t, pool)
-	log := newRunLog()
-	base := time.Now().Add(200 * time.Millisecond)
-	for i := range 3 {
-		r := newReplica(t, table, fmt.Sprintf("replica-%d", i+1), pglease.WithTTL(5*time.Second), pglease.WithMinHold(period/2))
-		time.Sleep(time.Until(base.Add(time.Duration(i) * period / 3))) // this replica's start: the scenario, not a wait
-		_, err := r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
-			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartImmediately()))
-		require.NoError(t, err)
-		r.sched.Start()
-	}
-	// Runs are due at base + k*2/3 period: count those of six periods,
-	// the window centred away from them.
-	from, to := base.Add(-period/6), base.Add(periods*period-period/6)
-	runs := 0
-	for done := false; !done; {
-		select {
-		case x := <-log.started:
-			switch {
-			case !x.start.Before(to):
-				done = true
-			case !x.start.Before(from):
-				runs++
-			}
-		case <-time.After(3 * period):
-			t.Fatal("the replicas stopped running")
-		}
-	}
-	assert.Greater(t, runs, periods, "more than one run per period")
-	t.Logf("%d runs in %d periods: %.2f per period", runs, periods, float64(runs)/periods)
 }

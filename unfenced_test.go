@@ -63,76 +63,320 @@ func leaseTable(t *testing.T, fenced bool) (*pgxpool.Pool, string, []pglease.Opt
 	return pgtest.PoolAt(t, dsn, nil), table, []pglease.Option{pglease.WithoutFenceColumn()}
 }
 
-func TestWithoutFenceColumnLateReleaseOfPreviousMandateLeavesTheReclaimedLeaseUntouched(t *testing.T) {
+// TestWithoutFenceColumn pins WithoutFenceColumn, for tables of a plain
+// (key, holder, expires_at) lock: the same guarantees of one holder at a
+// time, with the holder standing in for the fence.
+func TestWithoutFenceColumn(t *testing.T) {
 	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	table, dsn := legacyTable(t, legacyColumns)
-	pool := pgtest.PoolAt(t, dsn, nil)
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+	// Guarantee: without the fence column, a late release of a previous mandate
+	// leaves the reclaimed lease untouched.
+	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table, dsn := legacyTable(t, legacyColumns)
+		pool := pgtest.PoolAt(t, dsn, nil)
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
 
-	first, err := l.Claim(ctx, "job")
-	require.NoError(t, err)
-	second, err := l.Claim(ctx, "job")
-	require.NoError(t, err, "a replica re-claims its own live lease")
-	assert.Zero(t, second.Fence(), "no fence column, no fence")
-	assert.True(t, strings.HasPrefix(second.Holder(), "replica-1#"))
-	assert.NotEqual(t, first.Holder(), second.Holder(), "one holder identifier per mandate")
+		first, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		second, err := l.Claim(ctx, "job")
+		require.NoError(t, err, "a replica re-claims its own live lease")
+		assert.Zero(t, second.Fence(), "no fence column, no fence")
+		assert.True(t, strings.HasPrefix(second.Holder(), "replica-1#"))
+		assert.NotEqual(t, first.Holder(), second.Holder(), "one holder identifier per mandate")
 
-	require.ErrorIs(t, first.Unlock(ctx), pglease.ErrLost, "the first mandate's release is late")
-	row, ok := readLegacyRow(t, pool, table, "job")
-	require.True(t, ok)
-	assert.Equal(t, second.Holder(), row.Holder)
-	assert.True(t, row.Live)
+		require.ErrorIs(t, first.Unlock(ctx), pglease.ErrLost, "the first mandate's release is late")
+		row, ok := readLegacyRow(t, pool, table, "job")
+		require.True(t, ok)
+		assert.Equal(t, second.Holder(), row.Holder)
+		assert.True(t, row.Live)
 
-	// The heartbeat keeps the second mandate alive across TTLs.
-	start := second.ExpiresAt()
-	require.Eventually(t, func() bool { return second.ExpiresAt().Sub(start) > 2*time.Second }, 5*time.Second, 20*time.Millisecond)
-	require.NoError(t, second.Err())
-	other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
-	_, err = other.Claim(ctx, "job")
-	require.ErrorIs(t, err, pglease.ErrHeld)
-	require.NoError(t, second.Unlock(ctx))
-	_, err = other.Claim(ctx, "job")
-	require.NoError(t, err, "released")
-}
+		// The heartbeat keeps the second mandate alive across TTLs.
+		start := second.ExpiresAt()
+		require.Eventually(t, func() bool { return second.ExpiresAt().Sub(start) > 2*time.Second }, 5*time.Second, 20*time.Millisecond)
+		require.NoError(t, second.Err())
+		other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
+		_, err = other.Claim(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		require.NoError(t, second.Unlock(ctx))
+		_, err = other.Claim(ctx, "job")
+		require.NoError(t, err, "released")
+	})
 
-func TestWithoutFenceColumnStolenRowIsDetectedAsLost(t *testing.T) {
-	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	table, dsn := legacyTable(t, `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL`)
-	pool := pgtest.PoolAt(t, dsn, nil)
-	const ttl = time.Second
-	l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
-		pglease.WithMinHold(500*time.Millisecond))
-	lease, err := l.Claim(ctx, "job")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'replica-9#feed' WHERE key = 'job'`, table))
-	require.NoError(t, err)
-	pgtest.WaitDone(t, lease, ttl)
-	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
-	require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
-	row, _ := readLegacyRow(t, pool, table, "job")
-	assert.Equal(t, "replica-9#feed", row.Holder, "the new mandate's row is untouched")
-	assert.True(t, row.Live)
+	// Guarantee: without the fence column, a stolen row is detected as lost.
+	t.Run("StolenRowIsLost", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table, dsn := legacyTable(t, `key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL`)
+		pool := pgtest.PoolAt(t, dsn, nil)
+		const ttl = time.Second
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond),
+			pglease.WithMinHold(500*time.Millisecond))
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = 'replica-9#feed' WHERE key = 'job'`, table))
+		require.NoError(t, err)
+		pgtest.WaitDone(t, lease, ttl)
+		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+		require.ErrorIs(t, lease.Unlock(ctx), pglease.ErrLost)
+		row, _ := readLegacyRow(t, pool, table, "job")
+		assert.Equal(t, "replica-9#feed", row.Holder, "the new mandate's row is untouched")
+		assert.True(t, row.Live)
 
-	// Min hold works without an acquired_at column: counted from the claim.
-	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = clock_timestamp() WHERE key = 'job'`, table))
-	require.NoError(t, err)
-	again, err := l.Claim(ctx, "job")
-	require.NoError(t, err)
-	require.NoError(t, again.Unlock(ctx))
-	row, _ = readLegacyRow(t, pool, table, "job")
-	assert.Equal(t, again.AcquiredAt().Add(500*time.Millisecond).UnixMicro(), row.ExpiresAt.UnixMicro())
-}
+		// Min hold works without an acquired_at column: counted from the claim.
+		_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = clock_timestamp() WHERE key = 'job'`, table))
+		require.NoError(t, err)
+		again, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		require.NoError(t, again.Unlock(ctx))
+		row, _ = readLegacyRow(t, pool, table, "job")
+		assert.Equal(t, again.AcquiredAt().Add(500*time.Millisecond).UnixMicro(), row.ExpiresAt.UnixMicro())
+	})
 
-func TestWithoutFenceColumnRunsEveryTickExactlyOnceAcrossThreeSkewedSchedulers(t *testing.T) {
-	t.Parallel()
-	table, dsn := legacyTable(t, legacyColumns)
-	const ticks = 10
-	perTick := runSkewedSchedulersOn(t, dsn, table, ticks, pglease.WithoutFenceColumn(), pglease.WithMinHold(500*time.Millisecond))
-	for k := 0; k < ticks; k++ {
-		assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
-	}
+	// Guarantee: without the fence column, every tick runs exactly once across
+	// three skewed schedulers.
+	t.Run("EveryTickOnceAcrossSkewedSchedulers", func(t *testing.T) {
+		t.Parallel()
+		table, dsn := legacyTable(t, legacyColumns)
+		const ticks = 10
+		perTick := runSkewedSchedulersOn(t, dsn, table, ticks, pglease.WithoutFenceColumn(), pglease.WithMinHold(500*time.Millisecond))
+		for k := 0; k < ticks; k++ {
+			assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
+		}
+	})
+
+	// Guarantee: a rolling deploy alongside old replicas that hold plainly never
+	// runs a tick twice.
+	t.Run("RollingDeployNeverRunsATickTwice", func(t *testing.T) {
+		t.Parallel()
+		table, dsn := legacyTable(t, legacyColumns)
+		const period, ticks = time.Second, 8
+		log := newRunLog()
+		base := time.Now().Add(500 * time.Millisecond)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		scheds := map[string]gocron.Scheduler{}
+		for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
+			name := fmt.Sprintf("new-%d", i)
+			var locker gocron.Locker
+			if i%2 == 0 {
+				name = fmt.Sprintf("old-%d", i)
+				locker = &oldLocker{pool: pgtest.PoolAt(t, dsn, nil), table: table, holder: name}
+			} else {
+				locker = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, name, pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
+			}
+			s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Shutdown() })
+			scheds[name] = s
+			_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() {
+				x := run{replica: name, start: time.Now()}
+				log.started <- x
+				time.Sleep(400 * time.Millisecond) // longer than the skew: replicas contend while it runs
+				x.end = time.Now()
+				log.add(x)
+			}), gocron.WithName("report"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
+			require.NoError(t, err)
+			s.Start()
+		}
+		tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / period) }
+		limit := time.After((ticks + 5) * period)
+		for done := false; !done; {
+			select {
+			case x := <-log.started:
+				done = tickOf(x.start) > ticks
+				if tickOf(x.start) == ticks/2 && x.replica == "old-0" {
+					// The deploy goes on: the old replica that fires first is
+					// replaced, so new ones take the ticks from now on.
+					wg.Go(func() { _ = scheds["old-0"].Shutdown() })
+				}
+			case <-limit:
+				t.Fatal("the schedulers stopped ticking")
+			}
+		}
+		// Shutdown returns once the runs in progress have ended: every run
+		// that started is then in the log, and no other starts.
+		for _, s := range scheds {
+			wg.Go(func() { _ = s.Shutdown() })
+		}
+		wg.Wait()
+		runs := log.all()
+		perTick := map[int]int{}
+		kinds := map[string]int{}
+		for i, x := range runs {
+			perTick[tickOf(x.start)]++
+			kinds[x.replica[:3]]++
+			if i > 0 {
+				require.False(t, x.start.Before(runs[i-1].end), "%s and %s ran at once", runs[i-1].replica, x.replica)
+			}
+		}
+		for k := 0; k < ticks; k++ {
+			assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
+		}
+		assert.Positive(t, kinds["old"], "old replicas ran ticks")
+		assert.Positive(t, kinds["new"], "new replicas ran ticks")
+		t.Logf("runs by old replicas: %d, by new ones: %d", kinds["old"], kinds["new"])
+	})
+
+	// Guarantee: without the fence column, a table that lacks what it needs is
+	// reported and nothing is written.
+	t.Run("ReportsWhatTheTableLacks", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		cases := map[string]struct{ columns, want string }{
+			"no holder":       {`key text PRIMARY KEY, expires_at timestamptz NOT NULL`, "no column holder"},
+			"short holder":    {`key text PRIMARY KEY, holder varchar(12) NOT NULL, expires_at timestamptz NOT NULL`, "too short"},
+			"naive timestamp": {`key text PRIMARY KEY, holder text NOT NULL, expires_at timestamp NOT NULL`, "expires_at is timestamp without time zone, not timestamptz"},
+			"no unique key":   {`key text, holder text NOT NULL, expires_at timestamptz NOT NULL`, "no unique index"},
+			"extra not null":  {`key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL, owner_team text NOT NULL`, "owner_team is NOT NULL without a default"},
+		}
+		for name, tc := range cases {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				table, dsn := legacyTable(t, tc.columns)
+				pool := pgtest.PoolAt(t, dsn, nil)
+				l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
+				ctx := pgtest.Ctx(t)
+				_, err := l.Claim(ctx, "job")
+				require.ErrorContains(t, err, tc.want)
+				require.ErrorContains(t, err, "cannot be used WithoutFenceColumn")
+				var rows int
+				require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&rows))
+				require.Zero(t, rows)
+			})
+		}
+		pool := pgtest.Pool(t, nil)
+		l := pgtest.Locker(t, pool, "no_such_legacy_table", "replica-1", pglease.WithoutFenceColumn())
+		_, err := l.Claim(ctx, "job")
+		require.ErrorContains(t, err, "table no_such_legacy_table does not exist")
+
+		require.Contains(t, panicMessage(func() {
+			pglease.NewLocker(pool, pglease.WithoutFenceColumn(), pglease.WithHolder("a#b"))
+		}), "must not contain \"#\"")
+	})
+
+	// Guarantee: without the fence column, a live lease whose holder only looks
+	// like its own is never taken.
+	t.Run("NeverTakesALookalikeHoldersLease", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table, dsn := legacyTable(t, legacyColumns)
+		pool := pgtest.PoolAt(t, dsn, nil)
+		insert := func(key, holder string) {
+			t.Helper()
+			_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ($1, $2, clock_timestamp() + interval '1 hour')`, table), key, holder)
+			require.NoError(t, err)
+		}
+		// Plain holders of replicas of an older library, live, that share the
+		// new replica's holder and '#' but were not forged by this mode.
+		foreign := map[string]string{
+			"plain":        "host-1#worker",
+			"not hex":      "host-1#0123456789abcdeg",
+			"too short":    "host-1#0123456789abcde",
+			"too long":     "host-1#0123456789abcdef0",
+			"uppercase":    "host-1#0123456789ABCDEF",
+			"two suffixes": "host-1#0123456789abcdef#0123456789abcdef",
+			"newline":      "host-1#0123456789abcde\n",
+			"metachars":    "hXst_1%#0123456789abcdef", // what "h.st_1%" would match as a LIKE or regex pattern
+		}
+		for key, holder := range foreign {
+			insert(key, holder)
+		}
+		l := pgtest.Locker(t, pool, table, "host-1", pglease.WithoutFenceColumn())
+		meta := pgtest.Locker(t, pool, table, "h.st_1%", pglease.WithoutFenceColumn())
+		for key, holder := range foreign {
+			before, ok := readLegacyRow(t, pool, table, key)
+			require.True(t, ok)
+			for _, claimer := range []*pglease.Locker{l, meta} {
+				_, err := claimer.Claim(ctx, key)
+				require.ErrorIs(t, err, pglease.ErrHeld, "%s: %q is another replica's live lease", key, holder)
+			}
+			after, _ := readLegacyRow(t, pool, table, key)
+			assert.Equal(t, before, after, "%s: the row is untouched", key)
+		}
+
+		// What this mode forged is still its own: re-entrant within the Locker,
+		// and after a restart (a row forged by the previous process).
+		insert("restarted", "host-1#0123456789abcdef")
+		for _, claimer := range []*pglease.Locker{l, meta} {
+			first, err := claimer.Claim(ctx, "own")
+			if claimer == meta {
+				require.ErrorIs(t, err, pglease.ErrHeld, "another replica's forged lease")
+				first, err = claimer.Claim(ctx, "own-meta")
+			}
+			require.NoError(t, err)
+			second, err := claimer.Claim(ctx, first.Key())
+			require.NoError(t, err, "a replica re-claims its own live lease")
+			require.ErrorIs(t, first.Err(), pglease.ErrLost)
+			row, _ := readLegacyRow(t, pool, table, first.Key())
+			assert.Equal(t, second.Holder(), row.Holder)
+		}
+		again, err := l.Claim(ctx, "restarted")
+		require.NoError(t, err, "the previous process of the same replica forged it")
+		row, _ := readLegacyRow(t, pool, table, "restarted")
+		assert.Equal(t, again.Holder(), row.Holder)
+	})
+
+	// Guarantee: without the fence column, concurrent re-entrant claims keep the
+	// row's own mandate.
+	t.Run("ConcurrentReentrantClaimsKeepTheMandate", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table, dsn := legacyTable(t, legacyColumns)
+		pool := pgtest.PoolAt(t, dsn, nil)
+		other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
+		opts := []pglease.Option{pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
+
+		// requireRowsMandate checks that the lease l holds is the row's, and
+		// that its Unlock frees the key for another holder at once.
+		requireRowsMandate := func(l *pglease.Locker, key string) {
+			t.Helper()
+			held, ok := l.Held(key)
+			require.True(t, ok, "one of the claims is held")
+			row, _ := readLegacyRow(t, pool, table, key)
+			require.Equal(t, row.Holder, held.Holder(), "the lease held is the row's mandate")
+			require.NoError(t, held.Unlock(ctx))
+			taken, err := other.Claim(ctx, key)
+			require.NoError(t, err, "released: claimable at once")
+			require.NoError(t, taken.Unlock(ctx))
+		}
+
+		// Forced: the first claim commits, then returns only after a second
+		// claim of the same key has had every chance to commit and register.
+		gate := &scanGateDB{DB: pool, scanned: make(chan struct{}), release: make(chan struct{})}
+		l := pgtest.Locker(t, gate, table, "replica-1", opts...)
+		first := make(chan error, 1)
+		go func() { _, err := l.Claim(ctx, "forced"); first <- err }()
+		<-gate.scanned
+		second := make(chan error, 1)
+		go func() { _, err := l.Claim(ctx, "forced"); second <- err }()
+		var secondErr error
+		select {
+		case secondErr = <-second: // it ran while the first was in flight
+			close(gate.release)
+		case <-time.After(time.Second): // it waits for the first to return
+			close(gate.release)
+			secondErr = <-second
+		}
+		require.NoError(t, <-first)
+		require.NoError(t, secondErr)
+		requireRowsMandate(l, "forced")
+
+		// Free: many claims of one key at once, round after round.
+		l = pgtest.Locker(t, pool, table, "replica-3", opts...)
+		for round := range 20 {
+			key := fmt.Sprintf("free-%d", round)
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					_, err := l.Claim(ctx, key)
+					assert.NoError(t, err)
+				})
+			}
+			wg.Wait()
+			requireRowsMandate(l, key)
+		}
+	})
 }
 
 // oldLocker is the older internal library a rolling deploy replaces: a plain
@@ -166,112 +410,6 @@ func (o oldLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-func TestWithoutFenceColumnRollingDeployWithOldPlainHolderReplicasNeverRunsATickTwice(t *testing.T) {
-	t.Parallel()
-	table, dsn := legacyTable(t, legacyColumns)
-	const period, ticks = time.Second, 8
-	log := newRunLog()
-	base := time.Now().Add(500 * time.Millisecond)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	scheds := map[string]gocron.Scheduler{}
-	for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
-		name := fmt.Sprintf("new-%d", i)
-		var locker gocron.Locker
-		if i%2 == 0 {
-			name = fmt.Sprintf("old-%d", i)
-			locker = &oldLocker{pool: pgtest.PoolAt(t, dsn, nil), table: table, holder: name}
-		} else {
-			locker = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, name, pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
-		}
-		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Shutdown() })
-		scheds[name] = s
-		_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() {
-			x := run{replica: name, start: time.Now()}
-			log.started <- x
-			time.Sleep(400 * time.Millisecond) // longer than the skew: replicas contend while it runs
-			x.end = time.Now()
-			log.add(x)
-		}), gocron.WithName("report"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
-		require.NoError(t, err)
-		s.Start()
-	}
-	tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / period) }
-	limit := time.After((ticks + 5) * period)
-	for done := false; !done; {
-		select {
-		case x := <-log.started:
-			done = tickOf(x.start) > ticks
-			if tickOf(x.start) == ticks/2 && x.replica == "old-0" {
-				// The deploy goes on: the old replica that fires first is
-				// replaced, so new ones take the ticks from now on.
-				wg.Go(func() { _ = scheds["old-0"].Shutdown() })
-			}
-		case <-limit:
-			t.Fatal("the schedulers stopped ticking")
-		}
-	}
-	// Shutdown returns once the runs in progress have ended: every run
-	// that started is then in the log, and no other starts.
-	for _, s := range scheds {
-		wg.Go(func() { _ = s.Shutdown() })
-	}
-	wg.Wait()
-	runs := log.all()
-	perTick := map[int]int{}
-	kinds := map[string]int{}
-	for i, x := range runs {
-		perTick[tickOf(x.start)]++
-		kinds[x.replica[:3]]++
-		if i > 0 {
-			require.False(t, x.start.Before(runs[i-1].end), "%s and %s ran at once", runs[i-1].replica, x.replica)
-		}
-	}
-	for k := 0; k < ticks; k++ {
-		assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
-	}
-	assert.Positive(t, kinds["old"], "old replicas ran ticks")
-	assert.Positive(t, kinds["new"], "new replicas ran ticks")
-	t.Logf("runs by old replicas: %d, by new ones: %d", kinds["old"], kinds["new"])
-}
-
-func TestWithoutFenceColumnReportsWhatTheTableLacksAndWritesNothing(t *testing.T) {
-	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	cases := map[string]struct{ columns, want string }{
-		"no holder":       {`key text PRIMARY KEY, expires_at timestamptz NOT NULL`, "no column holder"},
-		"short holder":    {`key text PRIMARY KEY, holder varchar(12) NOT NULL, expires_at timestamptz NOT NULL`, "too short"},
-		"naive timestamp": {`key text PRIMARY KEY, holder text NOT NULL, expires_at timestamp NOT NULL`, "expires_at is timestamp without time zone, not timestamptz"},
-		"no unique key":   {`key text, holder text NOT NULL, expires_at timestamptz NOT NULL`, "no unique index"},
-		"extra not null":  {`key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL, owner_team text NOT NULL`, "owner_team is NOT NULL without a default"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			table, dsn := legacyTable(t, tc.columns)
-			pool := pgtest.PoolAt(t, dsn, nil)
-			l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
-			ctx := pgtest.Ctx(t)
-			_, err := l.Claim(ctx, "job")
-			require.ErrorContains(t, err, tc.want)
-			require.ErrorContains(t, err, "cannot be used WithoutFenceColumn")
-			var rows int
-			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&rows))
-			require.Zero(t, rows)
-		})
-	}
-	pool := pgtest.Pool(t, nil)
-	l := pgtest.Locker(t, pool, "no_such_legacy_table", "replica-1", pglease.WithoutFenceColumn())
-	_, err := l.Claim(ctx, "job")
-	require.ErrorContains(t, err, "table no_such_legacy_table does not exist")
-
-	require.Contains(t, panicMessage(func() {
-		pglease.NewLocker(pool, pglease.WithoutFenceColumn(), pglease.WithHolder("a#b"))
-	}), "must not contain \"#\"")
-}
-
 func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (pgtest.Row, bool) {
 	t.Helper()
 	var r pgtest.Row
@@ -282,66 +420,6 @@ func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (pgtest.Row, 
 	}
 	require.NoError(t, err)
 	return r, true
-}
-
-func TestWithoutFenceColumnNeverTakesALiveLeaseWhoseHolderOnlyLooksLikeItsOwn(t *testing.T) {
-	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	table, dsn := legacyTable(t, legacyColumns)
-	pool := pgtest.PoolAt(t, dsn, nil)
-	insert := func(key, holder string) {
-		t.Helper()
-		_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ($1, $2, clock_timestamp() + interval '1 hour')`, table), key, holder)
-		require.NoError(t, err)
-	}
-	// Plain holders of replicas of an older library, live, that share the
-	// new replica's holder and '#' but were not forged by this mode.
-	foreign := map[string]string{
-		"plain":        "host-1#worker",
-		"not hex":      "host-1#0123456789abcdeg",
-		"too short":    "host-1#0123456789abcde",
-		"too long":     "host-1#0123456789abcdef0",
-		"uppercase":    "host-1#0123456789ABCDEF",
-		"two suffixes": "host-1#0123456789abcdef#0123456789abcdef",
-		"newline":      "host-1#0123456789abcde\n",
-		"metachars":    "hXst_1%#0123456789abcdef", // what "h.st_1%" would match as a LIKE or regex pattern
-	}
-	for key, holder := range foreign {
-		insert(key, holder)
-	}
-	l := pgtest.Locker(t, pool, table, "host-1", pglease.WithoutFenceColumn())
-	meta := pgtest.Locker(t, pool, table, "h.st_1%", pglease.WithoutFenceColumn())
-	for key, holder := range foreign {
-		before, ok := readLegacyRow(t, pool, table, key)
-		require.True(t, ok)
-		for _, claimer := range []*pglease.Locker{l, meta} {
-			_, err := claimer.Claim(ctx, key)
-			require.ErrorIs(t, err, pglease.ErrHeld, "%s: %q is another replica's live lease", key, holder)
-		}
-		after, _ := readLegacyRow(t, pool, table, key)
-		assert.Equal(t, before, after, "%s: the row is untouched", key)
-	}
-
-	// What this mode forged is still its own: re-entrant within the Locker,
-	// and after a restart (a row forged by the previous process).
-	insert("restarted", "host-1#0123456789abcdef")
-	for _, claimer := range []*pglease.Locker{l, meta} {
-		first, err := claimer.Claim(ctx, "own")
-		if claimer == meta {
-			require.ErrorIs(t, err, pglease.ErrHeld, "another replica's forged lease")
-			first, err = claimer.Claim(ctx, "own-meta")
-		}
-		require.NoError(t, err)
-		second, err := claimer.Claim(ctx, first.Key())
-		require.NoError(t, err, "a replica re-claims its own live lease")
-		require.ErrorIs(t, first.Err(), pglease.ErrLost)
-		row, _ := readLegacyRow(t, pool, table, first.Key())
-		assert.Equal(t, second.Holder(), row.Holder)
-	}
-	again, err := l.Claim(ctx, "restarted")
-	require.NoError(t, err, "the previous process of the same replica forged it")
-	row, _ := readLegacyRow(t, pool, table, "restarted")
-	assert.Equal(t, again.Holder(), row.Holder)
 }
 
 // scanGateDB holds the first claim after its row has been read, that is
@@ -375,63 +453,4 @@ func (r scanGateRow) Scan(dest ...any) error {
 		<-r.db.release
 	}
 	return err
-}
-
-func TestWithoutFenceColumnConcurrentReentrantClaimsKeepTheRowsOwnMandate(t *testing.T) {
-	t.Parallel()
-	ctx := pgtest.Ctx(t)
-	table, dsn := legacyTable(t, legacyColumns)
-	pool := pgtest.PoolAt(t, dsn, nil)
-	other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
-	opts := []pglease.Option{pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
-
-	// requireRowsMandate checks that the lease l holds is the row's, and
-	// that its Unlock frees the key for another holder at once.
-	requireRowsMandate := func(l *pglease.Locker, key string) {
-		t.Helper()
-		held, ok := l.Held(key)
-		require.True(t, ok, "one of the claims is held")
-		row, _ := readLegacyRow(t, pool, table, key)
-		require.Equal(t, row.Holder, held.Holder(), "the lease held is the row's mandate")
-		require.NoError(t, held.Unlock(ctx))
-		taken, err := other.Claim(ctx, key)
-		require.NoError(t, err, "released: claimable at once")
-		require.NoError(t, taken.Unlock(ctx))
-	}
-
-	// Forced: the first claim commits, then returns only after a second
-	// claim of the same key has had every chance to commit and register.
-	gate := &scanGateDB{DB: pool, scanned: make(chan struct{}), release: make(chan struct{})}
-	l := pgtest.Locker(t, gate, table, "replica-1", opts...)
-	first := make(chan error, 1)
-	go func() { _, err := l.Claim(ctx, "forced"); first <- err }()
-	<-gate.scanned
-	second := make(chan error, 1)
-	go func() { _, err := l.Claim(ctx, "forced"); second <- err }()
-	var secondErr error
-	select {
-	case secondErr = <-second: // it ran while the first was in flight
-		close(gate.release)
-	case <-time.After(time.Second): // it waits for the first to return
-		close(gate.release)
-		secondErr = <-second
-	}
-	require.NoError(t, <-first)
-	require.NoError(t, secondErr)
-	requireRowsMandate(l, "forced")
-
-	// Free: many claims of one key at once, round after round.
-	l = pgtest.Locker(t, pool, table, "replica-3", opts...)
-	for round := range 20 {
-		key := fmt.Sprintf("free-%d", round)
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				_, err := l.Claim(ctx, key)
-				assert.NoError(t, err)
-			})
-		}
-		wg.Wait()
-		requireRowsMandate(l, key)
-	}
 }

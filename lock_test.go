@@ -164,6 +164,108 @@ func TestUnlock(t *testing.T) {
 		require.True(t, ok)
 		assert.False(t, row.Live, "the row is still live after its Unlock")
 	})
+
+	// Guarantee: a late release of a previous mandate leaves the lease that
+	// reclaimed the key untouched.
+	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithTTL(10*time.Second))
+
+		first, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		second, err := l.Claim(ctx, "job")
+		require.NoError(t, err, "a re-entrant claim by the same holder succeeds")
+		require.Greater(t, second.Fence(), first.Fence())
+
+		err = first.Unlock(ctx)
+		require.ErrorIs(t, err, pglease.ErrLost, "the first mandate's release is late")
+		require.ErrorIs(t, first.Err(), pglease.ErrLost)
+
+		row, ok := pgtest.ReadRow(t, pool, table, "job")
+		require.True(t, ok)
+		assert.Equal(t, second.Fence(), row.Fence, "the row carries the second mandate's fence")
+		assert.True(t, row.Live, "the second mandate's lease is still live")
+		assert.Equal(t, second.ExpiresAt().UnixMicro(), row.ExpiresAt.UnixMicro(), "its expiry was not touched")
+		held, ok := l.Held("job")
+		require.True(t, ok)
+		assert.Same(t, second, held)
+		require.NoError(t, second.Err())
+	})
+
+	// Guarantee: Unlock expires the row in place and never deletes it.
+	t.Run("ExpiresTheRowInPlace", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, counter := pgtest.SetupCounted(t)
+		a := pgtest.Locker(t, pool, table, "a")
+		b := pgtest.Locker(t, pool, table, "b")
+		lease, err := a.Claim(ctx, "k")
+		require.NoError(t, err)
+		counter.Reset()
+		require.NoError(t, lease.Unlock(ctx))
+		assert.Equal(t, 1, counter.Count("release"), "one statement")
+		assert.Equal(t, 0, counter.Count("other"), "no DELETE")
+		row, ok := pgtest.ReadRow(t, pool, table, "k")
+		require.True(t, ok, "the row is still there")
+		assert.False(t, row.Live)
+		assert.Equal(t, "a", row.Holder)
+		assert.Equal(t, lease.Fence(), row.Fence)
+		require.ErrorIs(t, lease.Err(), pglease.ErrReleased)
+		select {
+		case <-lease.Done():
+		default:
+			t.Fatal("Done is not closed after Unlock")
+		}
+		require.NoError(t, lease.Unlock(ctx), "Unlock again returns the first outcome")
+
+		next, err := b.Claim(ctx, "k")
+		require.NoError(t, err, "another holder claims at once")
+		require.Greater(t, next.Fence(), lease.Fence())
+	})
+
+	// Guarantee: with a min hold, Unlock keeps the lease until its acquisition
+	// plus the min hold.
+	t.Run("KeepsTheMinHold", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const minHold = 2 * time.Second
+		a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(minHold))
+		b := pgtest.Locker(t, pool, table, "b")
+		lease, err := a.Claim(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+		row, _ := pgtest.ReadRow(t, pool, table, "k")
+		assert.Equal(t, lease.AcquiredAt().Add(minHold).UnixMicro(), row.ExpiresAt.UnixMicro(), "expires at acquired_at + min hold")
+		assert.True(t, row.Live)
+
+		_, err = b.Claim(ctx, "k")
+		require.ErrorIs(t, err, pglease.ErrHeld, "another replica cannot run the same tick")
+		again, err := a.Claim(ctx, "k")
+		require.NoError(t, err, "the holder itself re-claims")
+		require.NoError(t, again.Unlock(ctx))
+
+		// Once the min hold has passed, the release has expired it.
+		var wait time.Duration
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT GREATEST(expires_at - clock_timestamp(), '0'::interval) FROM %s WHERE key = 'k'`, pgx.Identifier{table}.Sanitize())).Scan(&wait))
+		time.Sleep(wait + 10*time.Millisecond) // server-measured remaining hold, not a guess
+		_, err = b.Claim(ctx, "k")
+		require.NoError(t, err)
+	})
+
+	// Guarantee: Unlock releases even when its context is already cancelled.
+	t.Run("ReleasesUnderACancelledContext", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		l := pgtest.Locker(t, pool, table, "a")
+		lease, err := l.Claim(pgtest.Ctx(t), "k")
+		require.NoError(t, err)
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.NoError(t, lease.Unlock(cancelled), "released as gocron does during Shutdown")
+		row, _ := pgtest.ReadRow(t, pool, table, "k")
+		assert.False(t, row.Live)
+	})
 }
 
 // commitAfter commits tx after d, on a goroutine of its own that the test
