@@ -236,21 +236,8 @@ func TestClaim(t *testing.T) {
 						n++
 						key, want = fmt.Sprintf("free-%d", n), c.taken
 					}
-					tx, err := pool.Begin(ctx)
-					require.NoError(t, err)
-					_, err = tx.Exec(ctx, "SELECT set_config('synchronous_commit', $1, true)", c.session)
-					require.NoError(t, err)
 					sql, args := form(key)
-					rows, err := tx.Query(ctx, sql, args...)
-					require.NoError(t, err)
-					got := 0
-					for rows.Next() {
-						got++
-					}
-					require.NoError(t, rows.Err())
-					var setting string
-					require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting))
-					require.NoError(t, tx.Rollback(ctx))
+					got, setting := claimInTx(t, pool, []string{"synchronous_commit", c.session}, sql, args...)
 					if take {
 						require.Equal(t, 1, got, "%s of a free key took no row", name)
 					} else {
@@ -580,7 +567,7 @@ func raisedSync(session string) string {
 // with the session's synchronous_commit and any other settings (name,
 // value pairs) set first, and reports how many rows the claim returned and
 // the synchronous_commit its commit would have used.
-func claimInTx(t *testing.T, pool *pgxpool.Pool, settings []string, sql string, args ...any) (int, string) {
+func claimInTx(t *testing.T, pool pglease.DB, settings []string, sql string, args ...any) (int, string) {
 	t.Helper()
 	ctx := pgtest.Ctx(t)
 	tx, err := pool.Begin(ctx)
@@ -720,20 +707,7 @@ func testClaimCommitSetting(t *testing.T) { // the subtests share one key counte
 						forms[claimAll] = []any{"claimer", []float64{60}, []string{held("g1")}, "500ms"}
 					}
 					for sql, args := range forms {
-						tx, err := conn.Begin(ctx)
-						require.NoError(t, err)
-						_, err = tx.Exec(ctx, "SELECT set_config('synchronous_commit', $1, true)", session)
-						require.NoError(t, err)
-						rows, err := tx.Query(ctx, sql, args...)
-						require.NoError(t, err)
-						got := 0
-						for rows.Next() {
-							got++
-						}
-						require.NoError(t, rows.Err())
-						var setting string
-						require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&setting))
-						require.NoError(t, tx.Rollback(ctx))
+						got, setting := claimInTx(t, conn, []string{"synchronous_commit", session}, sql, args...)
 						if take {
 							require.Positive(t, got)
 							require.Equal(t, raisedSync(session), setting, "run %d, session %s, %.40s", i, session, sql)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,41 +455,7 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 	// is on its way: the late release of the old mandate never touches the
 	// new mandate's row, and its outcome is released (it came first) or
 	// ErrLost.
-	t.Run("ReentrantRace", func(t *testing.T) {
-		oldL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
-		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
-		released, lost := 0, 0
-		for i := range 60 {
-			key := fmt.Sprintf("reentrant-%d", i)
-			old, err := oldL.Claim(ctx, key)
-			require.NoError(t, err)
-			var wg sync.WaitGroup
-			var unlockErr error
-			var fresh *pglease.Lease
-			var claimErr error
-			wg.Add(2)
-			go func() { defer wg.Done(); unlockErr = old.Unlock(ctx) }()
-			go func() { defer wg.Done(); fresh, claimErr = newL.Claim(ctx, key) }()
-			wg.Wait()
-			require.NoError(t, claimErr)
-			switch {
-			case unlockErr == nil:
-				released++
-			case errors.Is(unlockErr, pglease.ErrLost):
-				lost++
-			default:
-				t.Fatalf("Unlock of the old mandate: %v", unlockErr)
-			}
-			row, ok := pgtest.ReadRow(t, pool, table, key)
-			require.True(t, ok)
-			require.Equal(t, fresh.Fence(), row.Fence)
-			require.True(t, row.Live, "%s: the old mandate's release (outcome %v) expired the new mandate's row", key, unlockErr)
-			require.NoError(t, fresh.Err())
-			require.True(t, row.ExpiresAt.After(time.Now().Add(3*time.Second)), "%s: the new mandate's row was cut short to %v", key, row.ExpiresAt)
-			require.NoError(t, fresh.Unlock(ctx))
-		}
-		t.Logf("released %d, lost %d", released, lost)
-	})
+	t.Run("ReentrantRace", func(t *testing.T) { raceReentrantClaimWithUnlock(ctx, t, pool, table) })
 
 	// A role or session statement_timeout shorter than the release's lock
 	// wait: a row locked for a moment (a claim in flight, a short
@@ -623,38 +588,7 @@ func testUnlockUnderSerializable(t *testing.T) { // the subtests share one datab
 
 	// A re-entrant claim of the same holder (another Locker of that name)
 	// racing the old mandate's Unlock, serializable.
-	t.Run("ReentrantRace", func(t *testing.T) {
-		oldL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
-		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
-		released, lost := 0, 0
-		for i := range 60 {
-			key := fmt.Sprintf("reentrant-%d", i)
-			old, err := oldL.Claim(ctx, key)
-			require.NoError(t, err)
-			var wg sync.WaitGroup
-			var unlockErr, claimErr error
-			var fresh *pglease.Lease
-			wg.Add(2)
-			go func() { defer wg.Done(); unlockErr = old.Unlock(ctx) }()
-			go func() { defer wg.Done(); fresh, claimErr = newL.Claim(ctx, key) }()
-			wg.Wait()
-			require.NoError(t, claimErr)
-			switch {
-			case unlockErr == nil:
-				released++
-			case errors.Is(unlockErr, pglease.ErrLost):
-				lost++
-			default:
-				t.Fatalf("Unlock of the old mandate: %v", unlockErr)
-			}
-			row, ok := pgtest.ReadRow(t, pool, table, key)
-			require.True(t, ok)
-			require.Equal(t, fresh.Fence(), row.Fence)
-			require.True(t, row.Live, "%s: the old mandate's release (outcome %v) expired the new mandate's row", key, unlockErr)
-			require.NoError(t, fresh.Unlock(ctx))
-		}
-		t.Logf("released %d, lost %d", released, lost)
-	})
+	t.Run("ReentrantRace", func(t *testing.T) { raceReentrantClaimWithUnlock(ctx, t, pool, table) })
 }
 
 // testUnlockBehindABusyNotificationQueue: a release's commit takes the
@@ -790,34 +724,8 @@ func testHeartbeatBehindUnlocksOnABusyNotificationQueue(t *testing.T) {
 	require.NoError(t, err)
 
 	// The heartbeat's own gaps under this load (its commits wait for the
-	// WAL flush the notifiers' commit_delay slows down): the baseline.
-	base := time.Now()
-	time.Sleep(2 * time.Second)
-	baseline := rounds.longestGap(base, time.Now())
-
-	start := time.Now()
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for w := range 4 {
-		wg.Go(func() {
-			for i := range 5 {
-				lease, err := l.Claim(ctx, fmt.Sprintf("gate-%d-%d", w, i))
-				if err != nil {
-					return
-				}
-				if lease.Unlock(ctx) != nil {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	end := time.Now()
-	require.NoError(t, keep.Err())
-	gap := rounds.longestGap(start, end)
-	t.Logf("heartbeat gap without releases %v; %v of releases, %d of 20 Unlocks failed; longest gap between heartbeat rounds %v",
-		baseline, end.Sub(start), failed.Load(), gap)
-	require.Less(t, gap, baseline+2*interval, "the heartbeat was held back by releases waiting for the NOTIFY lock")
+	// WAL flush the notifiers' commit_delay slows down) are the baseline.
+	heldBackHeartbeat(ctx, t, l, rounds, keep, interval, 4, "gate", true)
 }
 
 // longestGap is the longest time in [from, to] without a round.
@@ -834,4 +742,46 @@ func (r *roundCounter) longestGap(from, to time.Time) time.Duration {
 		prev = at
 	}
 	return max(gap, to.Sub(prev))
+}
+
+// raceReentrantClaimWithUnlock races, 60 times, an Unlock of a lease against
+// a re-entrant claim of its key by another Locker of the same holder (as
+// after a restart): the old lease's late release never touches the new
+// lease's row (its fence, its liveness, its expiry), and its outcome is
+// released (it came first) or ErrLost.
+func raceReentrantClaimWithUnlock(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	oldL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+	newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+	released, lost := 0, 0
+	for i := range 60 {
+		key := fmt.Sprintf("reentrant-%d", i)
+		old, err := oldL.Claim(ctx, key)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var unlockErr error
+		var fresh *pglease.Lease
+		var claimErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); unlockErr = old.Unlock(ctx) }()
+		go func() { defer wg.Done(); fresh, claimErr = newL.Claim(ctx, key) }()
+		wg.Wait()
+		require.NoError(t, claimErr)
+		switch {
+		case unlockErr == nil:
+			released++
+		case errors.Is(unlockErr, pglease.ErrLost):
+			lost++
+		default:
+			t.Fatalf("Unlock of the old mandate: %v", unlockErr)
+		}
+		row, ok := pgtest.ReadRow(t, pool, table, key)
+		require.True(t, ok)
+		require.Equal(t, fresh.Fence(), row.Fence)
+		require.True(t, row.Live, "%s: the old mandate's release (outcome %v) expired the new mandate's row", key, unlockErr)
+		require.NoError(t, fresh.Err())
+		require.True(t, row.ExpiresAt.After(time.Now().Add(3*time.Second)), "%s: the new mandate's row was cut short to %v", key, row.ExpiresAt)
+		require.NoError(t, fresh.Unlock(ctx))
+	}
+	t.Logf("released %d, lost %d", released, lost)
 }
