@@ -96,15 +96,15 @@ const releaseLockWait = "20ms"
 // skipped, as release reports it.
 func (p *fenced) releaseOne(ctx context.Context, db DB, ls *Lease) (map[*Lease]bool, error) {
 	released, err := p.releaseOneWith(ctx, db, p.releaseOneSQL, ls)
-	var pgErr *pgconn.PgError
-	if released && errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+	if released && lockNotAvailable(err) {
 		// The row came back, then the commit could not get the
 		// notification queue's lock within the wait: nothing was
 		// released. Once more, at once, without the notification.
 		released, err = p.releaseOneWith(ctx, db, p.releaseOneQuietSQL, ls)
 	}
+	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014" && ctx.Err() == nil):
+	case lockNotAvailable(err) || errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil:
 		// The row's lock outlasted the wait (lock_not_available), or a
 		// statement_timeout of the session shorter than the wait
 		// (query_canceled while the caller still waits): not released,

@@ -83,7 +83,7 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 		pending = locked
 		select {
 		case <-ctx.Done():
-			err := fmt.Errorf("row locked by another transaction until the release gave up (it lapses at its expiry): %w", context.Cause(ctx))
+			err := fmt.Errorf("row locked by another transaction, or its statement cancelled, until the release gave up (it lapses at its expiry): %w", context.Cause(ctx))
 			for _, ls := range pending {
 				out[ls] = err
 			}
