@@ -234,7 +234,7 @@ func testReleaseBurstsOnABusyNotificationQueue(t *testing.T) {
 			}
 			keep, err := l.Claim(ctx, "kept")
 			require.NoError(t, err)
-			heldBackHeartbeat(ctx, t, l, rounds, keep, interval, c.workers, "gate", !c.claims)
+			heldBackHeartbeat(ctx, t, l, rounds, keep, 2*interval, c.workers, "gate", !c.claims)
 		})
 	}
 }
@@ -367,7 +367,9 @@ func testReleaseOnAHeavyNotificationQueue(t *testing.T) {
 			pglease.SetCoalesceAll(l, false)
 			keep, err := l.Claim(ctx, "kept-"+c.name)
 			require.NoError(t, err)
-			heldBackHeartbeat(ctx, t, l, rounds, keep, interval, c.workers, "heavy-"+c.name, c.unlock)
+			// Behind this queue every WAL flush is slow, the heartbeat's own
+			// included: the bound is half the TTL, the lease must be kept.
+			heldBackHeartbeat(ctx, t, l, rounds, keep, time.Second, c.workers, "heavy-"+c.name, c.unlock)
 		})
 	}
 }
@@ -376,10 +378,11 @@ func testReleaseOnAHeavyNotificationQueue(t *testing.T) {
 // longest gap between its rounds over 2s of nothing (the baseline under the
 // same load), then while workers goroutines each claim 5 keys (prefix-w-i)
 // and, when unlock, Unlock each. It fails unless keep, a lease of l, is
-// still held afterwards and the gap stayed within baseline + 2 intervals,
-// and returns how many Unlocks failed.
+// still held afterwards and the gap stayed within baseline + slack, and
+// returns how many Unlocks failed (an Unlock may fail truthfully: a lease
+// that lapsed while the server could not flush its heartbeat is lost).
 func heldBackHeartbeat(ctx context.Context, t *testing.T, l *pglease.Locker, rounds *roundCounter, keep *pglease.Lease,
-	interval time.Duration, workers int, prefix string, unlock bool) int64 {
+	slack time.Duration, workers int, prefix string, unlock bool) int64 {
 	t.Helper()
 	base := time.Now()
 	time.Sleep(2 * time.Second)
@@ -395,8 +398,10 @@ func heldBackHeartbeat(ctx context.Context, t *testing.T, l *pglease.Locker, rou
 					t.Errorf("claim: %v", err)
 					return
 				}
-				if unlock && lease.Unlock(ctx) != nil {
-					failed.Add(1)
+				if unlock {
+					if err := lease.Unlock(ctx); err != nil && failed.Add(1) == 1 {
+						t.Logf("first Unlock that failed: %v", err)
+					}
 				}
 			}
 		})
@@ -407,6 +412,6 @@ func heldBackHeartbeat(ctx context.Context, t *testing.T, l *pglease.Locker, rou
 	t.Logf("heartbeat gap without releases %v; %v of job runs, %d Unlocks failed; longest gap %v",
 		baseline, end.Sub(start), failed.Load(), gap)
 	require.NoError(t, keep.Err(), "the kept lease was lost while releases held its heartbeat back")
-	require.Less(t, gap, baseline+2*interval, "the heartbeat was held back by releases waiting for the NOTIFY lock")
+	require.Less(t, gap, baseline+slack, "the heartbeat was held back by releases waiting for the NOTIFY lock")
 	return failed.Load()
 }
