@@ -73,6 +73,47 @@ func TestClaim(t *testing.T) {
 		requireNoLiveRowOf(t, pool, table, "a", 0, "job")
 	})
 
+	// Guarantee: a claim whose caller gives up while its statement waits on
+	// a row lock, the lock ending at that moment, either returns its lease
+	// or leaves no live row: its statement is cancelled on the server and
+	// its answer read, not left to commit after its caller returned (read
+	// too early, such a row could not be given back).
+	for _, burst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("GivenUpAsARowLockEnds/burst=%v", burst), func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			other := pgtest.Locker(t, pool, table, "other")
+			l := pgtest.Locker(t, pool, table, "claimer")
+			pglease.SetCoalesceAll(l, burst)
+			for i := range 10 {
+				key := fmt.Sprintf("job-%d", i)
+				held, err := other.Claim(ctx, key)
+				require.NoError(t, err)
+				require.NoError(t, held.Unlock(ctx)) // a free row, expired in place
+
+				end := pgtest.LockRow(t, pool, table, key)
+				cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				stop := context.AfterFunc(cctx, func() { end(true) })
+				lease, err := l.Claim(cctx, key)
+				cancel()
+				stop()
+				end(true)
+				if err == nil {
+					require.NoError(t, lease.Unlock(ctx))
+					continue
+				}
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.Eventually(t, func() bool {
+					var n int
+					require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+						WHERE pid <> pg_backend_pid() AND state = 'active' AND strpos(query, 'pglease.synchronous_commit') > 0`).Scan(&n))
+					return n == 0
+				}, 5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+				requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+			}
+		})
+	}
+
 	// Guarantee: a claim whose context ends while its statement is in flight
 	// gives back what that statement committed, also when the claim was queued
 	// in a burst and every caller of the burst gave up.

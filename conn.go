@@ -387,8 +387,10 @@ func (c *conns) cause() string {
 
 // connDB is the DB of one kind of statement: each call takes a connection
 // for that statement and gives it back once done (for Query, once the rows
-// are closed; for QueryRow, once scanned). Begin, which no statement of the
-// protocol uses, goes to the DB as given.
+// are closed; for QueryRow, once scanned). A claim's statement on a pool
+// connection is sent under answering (answer): its outcome stays known when its caller
+// gives up. Begin, which no statement of the protocol uses, goes to the DB
+// as given.
 type connDB struct {
 	c *conns
 	u use
@@ -409,6 +411,16 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err != nil {
 		return nil, err
 	}
+	if conn, ok := db.(*pgxpool.Conn); ok && d.u == useClaim {
+		a := answer(ctx, conn)
+		rows, err := conn.Query(a.ctx, sql, args...)
+		if err != nil {
+			err = a.end(err)
+			done()
+			return nil, explainPooler(err)
+		}
+		return &doneRows{Rows: answeredRows{rows, a}, done: done}, nil
+	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		done()
@@ -421,6 +433,10 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	db, done, err := d.c.take(ctx, d.u)
 	if err != nil {
 		return errRow{err}
+	}
+	if conn, ok := db.(*pgxpool.Conn); ok && d.u == useClaim {
+		a := answer(ctx, conn)
+		return doneRow{row: answeredRow{conn.QueryRow(a.ctx, sql, args...), a}, done: done}
 	}
 	return doneRow{row: db.QueryRow(ctx, sql, args...), done: done}
 }
