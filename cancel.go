@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // answerGrace is how long a claim statement whose caller gave up waits for
@@ -28,9 +27,13 @@ const answerGrace = time.Second
 // answerGrace leaves the outcome unknown, as before. A connection that got
 // a cancel request is closed once its statement returns, so that a late
 // cancel can never reach another statement.
+//
+// A connection without a canceler (lib/pq's, through database/sql) runs the
+// statement on the caller's context: its driver sends the cancel request
+// itself as that context ends, and closes the connection after.
 type answering struct {
 	caller context.Context
-	conn   *pgxpool.Conn
+	conn   canceler        // nil: the driver cancels
 	ctx    context.Context // the statement's
 	cancel context.CancelFunc
 	stop   func() bool
@@ -40,8 +43,22 @@ type answering struct {
 	once   sync.Once
 }
 
-func answer(caller context.Context, conn *pgxpool.Conn) *answering {
+// canceler is a connection that can ask the server to cancel the statement
+// in flight on it.
+type canceler interface {
+	cancelRequest(ctx context.Context) error
+	// discard closes the connection once its statement has returned, so
+	// that its pool destroys it rather than reuse it.
+	discard()
+}
+
+func answer(caller context.Context, conn canceler) *answering {
 	a := &answering{caller: caller, conn: conn, sent: make(chan struct{})}
+	if conn == nil {
+		a.ctx, a.cancel = caller, func() {}
+		a.stop = func() bool { return true }
+		return a
+	}
 	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(caller))
 	a.stop = context.AfterFunc(caller, func() {
 		defer close(a.sent)
@@ -52,7 +69,7 @@ func answer(caller context.Context, conn *pgxpool.Conn) *answering {
 		a.mu.Unlock()
 		rctx, cancel := context.WithTimeout(a.ctx, answerGrace)
 		defer cancel()
-		_ = conn.Conn().PgConn().CancelRequest(rctx)
+		_ = conn.cancelRequest(rctx)
 	})
 	return a
 }
@@ -63,9 +80,7 @@ func (a *answering) end(err error) error {
 	a.once.Do(func() {
 		if !a.stop() { // a cancel request was sent
 			<-a.sent
-			cctx, cancel := context.WithTimeout(context.Background(), answerGrace)
-			_ = a.conn.Conn().Close(cctx) // the pool destroys it on release
-			cancel()
+			a.conn.discard()
 			a.mu.Lock()
 			a.grace.Stop()
 			a.mu.Unlock()

@@ -1,0 +1,267 @@
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+)
+
+// SQLMode is the driver of -sqldb ("pgx" or "pq"), or empty.
+func SQLMode() string { return *sqlFlag }
+
+// checkSQLMode says what is wrong with -sqldb, if anything.
+func checkSQLMode() error {
+	switch *sqlFlag {
+	case "", "pgx", "pq":
+		return nil
+	}
+	return fmt.Errorf("pgtest: -sqldb=%q: use -sqldb=pgx (pgx's stdlib driver) or -sqldb=pq (lib/pq)", *sqlFlag)
+}
+
+// owners are the tests of the pools PoolWith made, for Under to close its
+// database/sql pool with the test.
+var owners = struct {
+	sync.Mutex
+	of  map[*pgxpool.Pool]testing.TB
+	sql map[*pgxpool.Pool]*sql.DB
+}{of: map[*pgxpool.Pool]testing.TB{}, sql: map[*pgxpool.Pool]*sql.DB{}}
+
+func own(tb testing.TB, p *pgxpool.Pool) {
+	owners.Lock()
+	owners.of[p] = tb
+	owners.Unlock()
+	tb.Cleanup(func() {
+		owners.Lock()
+		delete(owners.of, p)
+		owners.Unlock()
+	})
+}
+
+// Under is db as the Lockers under test take it: under -sqldb, a pool of
+// the tests' (Pool, PoolAt, PoolWith, AppPool) becomes pglease.SQL on the
+// database/sql pool of SQLPool; any other db, and every db without
+// -sqldb, is returned as it is.
+func Under(db pglease.DB) pglease.DB {
+	p, ok := db.(*pgxpool.Pool)
+	if !ok || *sqlFlag == "" {
+		return db
+	}
+	if sdb := sqlPoolOf(p); sdb != nil {
+		return pglease.SQL(sdb)
+	}
+	return db // not a pool of the tests': nothing would close its database/sql pool
+}
+
+// sqlPoolOf is SQLPool for the test that made p, or nil if p is not a
+// pool of the tests'.
+func sqlPoolOf(p *pgxpool.Pool) *sql.DB {
+	owners.Lock()
+	tb := owners.of[p]
+	owners.Unlock()
+	if tb == nil {
+		return nil
+	}
+	return SQLPool(tb, p)
+}
+
+// SQLPool is the database/sql pool of -sqldb's driver on the server, user,
+// settings (application_name, exec mode) and size of p, closed with the
+// test that made p; one per p.
+func SQLPool(tb testing.TB, p *pgxpool.Pool) *sql.DB {
+	tb.Helper()
+	owners.Lock()
+	defer owners.Unlock()
+	if db := owners.sql[p]; db != nil {
+		return db
+	}
+	cfg := p.Config()
+	var db *sql.DB
+	switch *sqlFlag {
+	case "pq":
+		c, err := pq.NewConnector(pqDSN(cfg.ConnConfig))
+		require.NoError(tb, err)
+		if tr := cfg.ConnConfig.Tracer; tr != nil {
+			db = sql.OpenDB(tracedConnector{c, tr})
+		} else {
+			db = sql.OpenDB(c)
+		}
+	default:
+		db = stdlib.OpenDB(*cfg.ConnConfig.Copy())
+	}
+	db.SetMaxOpenConns(int(cfg.MaxConns))
+	owners.sql[p] = db
+	owner := owners.of[p]
+	if owner == nil {
+		owner = tb
+	}
+	owner.Cleanup(func() {
+		owners.Lock()
+		delete(owners.sql, p)
+		owners.Unlock()
+		_ = db.Close()
+	})
+	return db
+}
+
+// pqDSN is the lib/pq connection string of c.
+func pqDSN(c *pgx.ConnConfig) string {
+	quote := func(s string) string {
+		return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+	}
+	parts := []string{
+		"host=" + quote(c.Host), fmt.Sprintf("port=%d", c.Port), "user=" + quote(c.User),
+		"dbname=" + quote(c.Database), "sslmode=disable",
+	}
+	if c.Password != "" {
+		parts = append(parts, "password="+quote(c.Password))
+	}
+	if c.ConnectTimeout > 0 {
+		parts = append(parts, fmt.Sprintf("connect_timeout=%d", max(1, int(c.ConnectTimeout.Seconds()))))
+	}
+	for k, v := range c.RuntimeParams {
+		parts = append(parts, k+"="+quote(v))
+	}
+	return strings.Join(parts, " ")
+}
+
+// BeginTx begins a transaction on db of the mode's kind, rolled back at
+// cleanup unless it ended before: under -sqldb, a *sql.Tx on db's
+// database/sql pool (SQLPool) when db is a pool of the tests', seen as a
+// pgx.Tx (SQLTx), which Guard guards through GuardSQL; otherwise
+// db.Begin.
+func BeginTx(tb testing.TB, db pglease.DB) pgx.Tx {
+	tb.Helper()
+	tx, err := beginTx(context.Background(), db)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+func beginTx(ctx context.Context, db pglease.DB) (pgx.Tx, error) {
+	if p, ok := db.(*pgxpool.Pool); ok && *sqlFlag != "" {
+		if sdb := sqlPoolOf(p); sdb != nil {
+			tx, err := sdb.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, err
+			}
+			return &SQLTx{SQL: tx}, nil
+		}
+	}
+	return db.Begin(ctx)
+}
+
+// Guard guards tx with lease as the mode asks: GuardSQL for a *sql.Tx of
+// BeginTx, Guard for any other.
+func Guard(ctx context.Context, lease *pglease.Lease, tx pgx.Tx) error {
+	if s, ok := tx.(*SQLTx); ok {
+		return lease.GuardSQL(ctx, s.SQL)
+	}
+	return lease.Guard(ctx, tx)
+}
+
+// GuardedFunc runs f in a transaction on db of the mode's kind (BeginTx),
+// then guards it with lease (Guard) and commits; it rolls back when f or
+// the guard fails.
+func GuardedFunc(ctx context.Context, db pglease.DB, lease *pglease.Lease, f func(pgx.Tx) error) error {
+	tx, err := beginTx(ctx, db)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := Guard(ctx, lease, tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// SQLTx is a *sql.Tx seen as the pgx.Tx the tests write with: Exec,
+// QueryRow, Commit and Rollback; its other methods are not to be called.
+type SQLTx struct {
+	pgx.Tx // nil
+	SQL    *sql.Tx
+}
+
+func (t *SQLTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	res, err := t.SQL.ExecContext(ctx, query, args...)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	n, _ := res.RowsAffected()
+	return pgconn.NewCommandTag(fmt.Sprintf("EXEC %d", n)), nil
+}
+
+func (t *SQLTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return t.SQL.QueryRowContext(ctx, query, args...)
+}
+
+func (t *SQLTx) Commit(context.Context) error   { return t.SQL.Commit() }
+func (t *SQLTx) Rollback(context.Context) error { return t.SQL.Rollback() }
+
+// tracedConnector reports each statement of lib/pq's connections to a pgx
+// query tracer (a Statements counter of a pool, say), as pgx reports the
+// statements of the pool it replaces.
+type tracedConnector struct {
+	driver.Connector
+	tr pgx.QueryTracer
+}
+
+// pqConn is what a lib/pq connection serves database/sql.
+type pqConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.QueryerContext
+	driver.ExecerContext
+	driver.Pinger
+	driver.NamedValueChecker
+	driver.SessionResetter
+	driver.Validator
+}
+
+func (c tracedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc, ok := dc.(pqConn)
+	if !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("pgtest: a %T is not a lib/pq connection", dc)
+	}
+	return tracedConn{pc, c.tr}, nil
+}
+
+type tracedConn struct {
+	pqConn
+	tr pgx.QueryTracer
+}
+
+func (c tracedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	ctx = c.tr.TraceQueryStart(ctx, nil, pgx.TraceQueryStartData{SQL: query})
+	rows, err := c.pqConn.QueryContext(ctx, query, args)
+	c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
+	return rows, err
+}
+
+func (c tracedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	ctx = c.tr.TraceQueryStart(ctx, nil, pgx.TraceQueryStartData{SQL: query})
+	res, err := c.pqConn.ExecContext(ctx, query, args)
+	c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
+	return res, err
+}
