@@ -87,21 +87,7 @@ func SQLPool(tb testing.TB, p *pgxpool.Pool) *sql.DB {
 	if db := owners.sql[p]; db != nil {
 		return db
 	}
-	cfg := p.Config()
-	var db *sql.DB
-	switch *sqlFlag {
-	case "pq":
-		c, err := pq.NewConnector(pqDSN(cfg.ConnConfig))
-		require.NoError(tb, err)
-		if tr := cfg.ConnConfig.Tracer; tr != nil {
-			db = sql.OpenDB(tracedConnector{c, tr})
-		} else {
-			db = sql.OpenDB(c)
-		}
-	default:
-		db = stdlib.OpenDB(*cfg.ConnConfig.Copy())
-	}
-	db.SetMaxOpenConns(int(cfg.MaxConns))
+	db := openSQL(tb, p, *sqlFlag)
 	owners.sql[p] = db
 	owner := owners.of[p]
 	if owner == nil {
@@ -113,6 +99,34 @@ func SQLPool(tb testing.TB, p *pgxpool.Pool) *sql.DB {
 		owners.Unlock()
 		_ = db.Close()
 	})
+	return db
+}
+
+// OpenSQL opens a database/sql pool with driver ("pgx" for pgx's stdlib,
+// "pq" for lib/pq) on the server, user, settings and size of p, closed at
+// cleanup. A tracer of p's sees its statements (lib/pq's too).
+func OpenSQL(tb testing.TB, p *pgxpool.Pool, driver string) *sql.DB {
+	tb.Helper()
+	db := openSQL(tb, p, driver)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func openSQL(tb testing.TB, p *pgxpool.Pool, driver string) *sql.DB {
+	tb.Helper()
+	cfg := p.Config()
+	var db *sql.DB
+	switch driver {
+	case "pq":
+		c, err := pq.NewConnector(pqDSN(cfg.ConnConfig))
+		require.NoError(tb, err)
+		db = sql.OpenDB(TracedConnector(c, cfg.ConnConfig.Tracer))
+	case "pgx":
+		db = stdlib.OpenDB(*cfg.ConnConfig.Copy())
+	default:
+		tb.Fatalf("pgtest: no database/sql driver %q: use pgx or pq", driver)
+	}
+	db.SetMaxOpenConns(int(cfg.MaxConns))
 	return db
 }
 
@@ -214,9 +228,26 @@ func (t *SQLTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row
 func (t *SQLTx) Commit(context.Context) error   { return t.SQL.Commit() }
 func (t *SQLTx) Rollback(context.Context) error { return t.SQL.Rollback() }
 
-// tracedConnector reports each statement of lib/pq's connections to a pgx
-// query tracer (a Statements counter of a pool, say), as pgx reports the
-// statements of the pool it replaces.
+// TracedConnector is c, a lib/pq connector, whose connections report each
+// statement to tr, a pgx query tracer (a Statements counter of a pool, a
+// fault), as pgx reports the statements of the pool it replaces; c itself
+// when tr is nil. A tracer whose TraceQueryStart returns a context of
+// FailStatement fails that statement with its error, unsent.
+func TracedConnector(c driver.Connector, tr pgx.QueryTracer) driver.Connector {
+	if tr == nil {
+		return c
+	}
+	return tracedConnector{c, tr}
+}
+
+type failKey struct{}
+
+// FailStatement is ctx made to fail the statement being traced with err,
+// before it is sent (TracedConnector).
+func FailStatement(ctx context.Context, err error) context.Context {
+	return context.WithValue(ctx, failKey{}, err)
+}
+
 type tracedConnector struct {
 	driver.Connector
 	tr pgx.QueryTracer
@@ -254,6 +285,10 @@ type tracedConn struct {
 
 func (c tracedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	ctx = c.tr.TraceQueryStart(ctx, nil, pgx.TraceQueryStartData{SQL: query})
+	if err, ok := ctx.Value(failKey{}).(error); ok {
+		c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
+		return nil, err
+	}
 	rows, err := c.pqConn.QueryContext(ctx, query, args)
 	c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
 	return rows, err
@@ -261,6 +296,10 @@ func (c tracedConn) QueryContext(ctx context.Context, query string, args []drive
 
 func (c tracedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	ctx = c.tr.TraceQueryStart(ctx, nil, pgx.TraceQueryStartData{SQL: query})
+	if err, ok := ctx.Value(failKey{}).(error); ok {
+		c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
+		return nil, err
+	}
 	res, err := c.pqConn.ExecContext(ctx, query, args)
 	c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
 	return res, err
