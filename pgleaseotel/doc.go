@@ -18,7 +18,8 @@
 // One Telemetry may serve several Lockers (of one process, or on several
 // tables): their counts add up. Guard, ClaimWait and Campaign report no
 // event of their own: call them through the Telemetry's methods of the same
-// names to see them.
+// names to see them. JobMonitor, passed to gocron.WithMonitor, counts the
+// scheduler's runs beside the runs its distributed locker skipped.
 //
 // # Metrics
 //
@@ -39,6 +40,8 @@
 //	pglease.elector.handover.duration  histogram       s           from the end of an Elector's leadership to the next leader of its key this Telemetry saw
 //	pglease.clock.skew                 gauge           s           database clock minus this replica's wall clock, by the latest claim or heartbeat round
 //	pglease.clock.skew.uncertainty     gauge           s           the bound on its error (half the round trip of its sample)
+//	pglease.job.runs                   counter         {run}       gocron job runs (JobMonitor), by pglease.job.status: success | fail | skip (Lock failed: the key was held) | ...
+//	pglease.job.duration               histogram       s           time each gocron job run took (JobMonitor)
 //
 // The claim and release outcomes and leases held exist at zero from the
 // start, so that a rate or an alert sees the first failure. A rising
@@ -54,7 +57,7 @@
 // By default no metric carries the lease key: keys are job names, and an
 // attribute per key multiplies every series by the number of jobs.
 // Opts.PerKey adds pglease.key to the claim, leases held, loss, release,
-// waiting claim and handover metrics (not to heartbeat rounds, which cover
+// waiting claim, handover and job metrics (a gocron job's name is its key) (not to heartbeat rounds, which cover
 // all the leases of a Locker at once).
 //
 // # Spans

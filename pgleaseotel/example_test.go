@@ -35,10 +35,10 @@ func ExampleNew() {
 
 	reader := sdkmetric.NewManualReader()
 	meterProvider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer meterProvider.Shutdown(ctx)
+	defer func() { _ = meterProvider.Shutdown(ctx) }()
 	spans := tracetest.NewSpanRecorder()
 	tracerProvider := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	defer tracerProvider.Shutdown(ctx)
+	defer func() { _ = tracerProvider.Shutdown(ctx) }()
 
 	tel, err := pgleaseotel.New(pgleaseotel.Opts{
 		MeterProvider:  meterProvider,
@@ -76,7 +76,7 @@ func ExampleNew() {
 		fmt.Println(s.Name())
 		for _, kv := range s.Attributes() {
 			if kv.Key != "pglease.fence" && kv.Key != "pglease.holder" { // they vary from run to run
-				fmt.Printf("  %s=%s\n", kv.Key, kv.Value.Emit())
+				fmt.Printf("  %s=%s\n", kv.Key, kv.Value.String())
 			}
 		}
 	}

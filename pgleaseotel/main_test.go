@@ -65,14 +65,14 @@ func (tt *telemetry) metric(t *testing.T, name string) (metricdata.Metrics, bool
 // attributes are exactly attrs; the test fails if there is no such series.
 func (tt *telemetry) sum(t *testing.T, name string, attrs ...attribute.KeyValue) int64 {
 	t.Helper()
-	v, ok := tt.lookup(t, name, attrs...)
+	v, ok := tt.lookup(name, attrs...)
 	require.True(t, ok, "a series %s%v is collected", name, attrs)
 	return v
 }
 
 // lookup is sum without failing: ok is false when there is no such
 // series (yet). Safe in a condition of require.Eventually.
-func (tt *telemetry) lookup(t *testing.T, name string, attrs ...attribute.KeyValue) (int64, bool) {
+func (tt *telemetry) lookup(name string, attrs ...attribute.KeyValue) (int64, bool) {
 	var rm metricdata.ResourceMetrics
 	if err := tt.reader.Collect(context.Background(), &rm); err != nil {
 		return 0, false

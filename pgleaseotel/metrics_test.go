@@ -144,7 +144,7 @@ func TestMetrics(t *testing.T) {
 		lease, err := l.Claim(ctx, "job")
 		require.NoError(t, err)
 		rounds := func(attrs ...attribute.KeyValue) int64 {
-			n, _ := tel.lookup(t, "pglease.heartbeat.rounds", attrs...)
+			n, _ := tel.lookup("pglease.heartbeat.rounds", attrs...)
 			return n
 		}
 		require.Eventually(t, func() bool { return rounds(outcome("extended")) >= 3 },
@@ -203,7 +203,7 @@ func TestMetrics(t *testing.T) {
 			got <- err
 		}()
 		require.Eventually(t, func() bool {
-			n, ok := tel.lookup(t, "pglease.claim_wait.active")
+			n, ok := tel.lookup("pglease.claim_wait.active")
 			return ok && n == 1
 		}, 10*time.Second, 5*time.Millisecond, "the waiting claim is counted while it waits")
 		time.Sleep(50 * time.Millisecond) // a wait of at least this long

@@ -58,7 +58,7 @@ func wantAttrs(t *testing.T, span sdktrace.ReadOnlySpan, want ...attribute.KeyVa
 	for _, kv := range want {
 		v, ok := got[kv.Key]
 		if assert.True(t, ok, "%s has %s", span.Name(), kv.Key) {
-			assert.Equal(t, kv.Value.Emit(), v.Emit(), "%s's %s", span.Name(), kv.Key)
+			assert.Equal(t, kv.Value.String(), v.String(), "%s's %s", span.Name(), kv.Key)
 		}
 	}
 }

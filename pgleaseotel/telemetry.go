@@ -79,6 +79,8 @@ type Telemetry struct {
 	handovers       metric.Float64Histogram
 	skew            metric.Float64Gauge
 	skewUncertainty metric.Float64Gauge
+	jobRuns         metric.Int64Counter
+	jobTime         metric.Float64Histogram
 
 	leases leaseSet
 	vacant vacancies
@@ -161,6 +163,12 @@ func New(opts Opts) (*Telemetry, error) {
 		"The database's clock minus this replica's wall clock, as read by the latest claim or heartbeat round (positive: the database is ahead).")
 	t.skewUncertainty = gauge("pglease.clock.skew.uncertainty",
 		"The bound on the error of pglease.clock.skew (half the round trip of its sample): the skew is certain beyond it.")
+	t.jobRuns = counter("pglease.job.runs", "{run}",
+		"Runs of gocron jobs, by pglease.job.status: success, fail, or skip (the distributed locker's Lock failed: another replica held the key), as JobMonitor reports them.")
+	jt, err := m.Float64Histogram("pglease.job.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time each gocron job run took, as JobMonitor reports it."))
+	t.jobTime = jt
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("pgleaseotel: new: %w", err)
 	}
