@@ -11,7 +11,7 @@
 //	tel, err := pgleaseotel.New(pgleaseotel.Opts{
 //		MeterProvider:  meterProvider,
 //		TracerProvider: tracerProvider,
-//		Table:          "pglease_leases",
+//		Table:          pglease.DefaultTable, // the table of every Locker it serves
 //	})
 //	locker := pglease.NewLocker(pool, pglease.WithHook(tel.Hook))
 //

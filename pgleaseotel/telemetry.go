@@ -40,9 +40,9 @@ type Opts struct {
 	// otel.GetTracerProvider(), the global one.
 	TracerProvider trace.TracerProvider
 	// Table is the lease table, set as db.collection.name on every span.
-	// Set it when every Locker fed by this Telemetry uses one table (the
-	// name given to pglease.WithTable); the default is none, as an Event
-	// does not say its table.
+	// Set it when every Locker fed by this Telemetry uses one table
+	// (pglease.DefaultTable, or the name given to pglease.WithTable); the
+	// default is none, as an Event does not say its table.
 	Table string
 	// PerKey adds the pglease.key attribute (the job name) to the claim,
 	// leases held, loss, release and handover metrics. Off by default:
