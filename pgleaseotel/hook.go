@@ -74,19 +74,17 @@ func (t *Telemetry) Hook(e pglease.Event) {
 		t.span(e, now, "pglease.release", opRelease, outcome)
 	case pglease.EventElected:
 		t.elections.Add(ctx, 1)
-		t.handedOver(ctx, e, now)
+		if gap, ok := t.vacant.elected(e.Key, e.Fence); ok {
+			t.handovers.Record(ctx, gap.Seconds(), t.keyed(e))
+		}
 	case pglease.EventNewLeader:
-		t.handedOver(ctx, e, now)
+		if gap, ok := t.vacant.newLeader(e.Key, e.Holder); ok {
+			t.handovers.Record(ctx, gap.Seconds(), t.keyed(e))
+		}
 	case pglease.EventStoppedLeading:
-		t.vacant.stop(e.Key, now)
-	}
-}
-
-// handedOver records the handover that a leader of e.Key ends, if this
-// Telemetry saw the previous leadership stop.
-func (t *Telemetry) handedOver(ctx context.Context, e pglease.Event, now time.Time) {
-	if gap, ok := t.vacant.filled(e.Key, now); ok {
-		t.handovers.Record(ctx, gap.Seconds(), t.keyed(e))
+		if gap, ok := t.vacant.stop(e.Key, e.Holder, e.Fence); ok {
+			t.handovers.Record(ctx, gap.Seconds(), t.keyed(e))
+		}
 	}
 }
 

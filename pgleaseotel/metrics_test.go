@@ -252,9 +252,36 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, int64(2), tel.sum(t, "pglease.elector.elections"))
 		h := tel.histogram(t, "pglease.elector.handover.duration")
 		assert.Equal(t, uint64(1), h.Count)
-		assert.Positive(t, h.Sum, "the key had no leader from the resignation to the follower's election")
 		assert.Less(t, h.Sum, pglease.DefaultTTL.Seconds(), "a resignation hands over at once, not at the expiry")
 		assert.Equal(t, uint64(1), tel.histogram(t, "pglease.claim_wait.duration", outcome("acquired")).Count)
+	})
+
+	t.Run("HandoverOrder", func(t *testing.T) {
+		t.Parallel()
+		tel := newTelemetry(t, pgleaseotel.Opts{})
+		ev := func(kind pglease.EventKind, holder string, fence int64) pglease.Event {
+			return pglease.Event{Kind: kind, Key: "leader", Holder: holder, Fence: fence}
+		}
+		tel.Hook(ev(pglease.EventElected, "a", 1))
+		// b's election is reported before the end of a's leadership: the
+		// key had its next leader at once.
+		tel.Hook(ev(pglease.EventElected, "b", 2))
+		tel.Hook(ev(pglease.EventStoppedLeading, "a", 1))
+		h := tel.histogram(t, "pglease.elector.handover.duration")
+		assert.Equal(t, uint64(1), h.Count)
+		assert.Zero(t, h.Sum)
+
+		// b's end, then a wait, then a's election: a real vacancy.
+		tel.Hook(ev(pglease.EventStoppedLeading, "b", 2))
+		time.Sleep(20 * time.Millisecond)            // a vacancy of at least this long
+		tel.Hook(ev(pglease.EventNewLeader, "b", 0)) // another Elector's first sight of the old leader closes nothing
+		tel.Hook(ev(pglease.EventElected, "a", 3))
+		h = tel.histogram(t, "pglease.elector.handover.duration")
+		assert.Equal(t, uint64(2), h.Count)
+		assert.GreaterOrEqual(t, h.Sum, 0.02)
+		tel.Hook(ev(pglease.EventNewLeader, "a", 0))
+		assert.Equal(t, uint64(2), tel.histogram(t, "pglease.elector.handover.duration").Count, "one handover, however many events report its new leader")
+		assert.Equal(t, int64(3), tel.sum(t, "pglease.elector.elections"))
 	})
 
 	t.Run("ClockSkew", func(t *testing.T) {

@@ -111,6 +111,7 @@ func New(opts Opts) (*Telemetry, error) {
 		dbAttrs: []attribute.KeyValue{dbSystemPostgreSQL},
 		now:     time.Now,
 	}
+	t.vacant.now = t.now
 	if opts.Table != "" {
 		t.dbAttrs = append(t.dbAttrs, dbCollectionName.String(opts.Table))
 	}
