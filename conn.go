@@ -41,6 +41,12 @@ type poolConn interface {
 	canceler() canceler
 }
 
+var (
+	_ connPool = pgxPool{}
+	_ poolConn = pgxConn{}
+	_ canceler = pgxConn{}
+)
+
 // pgxPool is a *pgxpool.Pool as a connPool.
 type pgxPool struct{ p pooler }
 

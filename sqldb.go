@@ -26,8 +26,11 @@ import (
 // connection of its own from db, claims hold all but one of
 // db.SetMaxOpenConns (the heartbeat is never queued behind a claim waiting
 // on a row lock; a pool without a limit opens one for it), and a claim whose
-// caller gives up is cancelled on the server and its answer read.
-// WithKeptConnection does not apply to it. The Locker polls for released
+// caller gives up is cancelled on the server and its answer read. (lib/pq
+// sends that cancel request itself; when database/sql drops the answer
+// because the context ended, the claim's outcome is unknown and the Locker
+// gives the row back, as after a lost reply.) WithKeptConnection does not
+// apply to it. The Locker polls for released
 // keys rather than LISTEN (ClaimWait). Guard a *sql.Tx with Lease.GuardSQL.
 //
 // The server's errors read as *pgconn.PgError whatever the driver (lib/pq's
@@ -41,6 +44,16 @@ func SQL(db *sql.DB) DB {
 	}
 	return &sqlDB{db: db, arrays: !takesSlices(db.Driver())}
 }
+
+var (
+	_ DB       = (*sqlDB)(nil)
+	_ connPool = sqlPool{}
+	_ poolConn = (*sqlConn)(nil)
+	_ canceler = sqlCanceler{}
+	_ pgx.Tx   = (*sqlTx)(nil)
+	_ pgx.Rows = (*sqlRows)(nil)
+	_ pgx.Row  = sqlRow{}
+)
 
 // sqlDB is the DB of SQL.
 type sqlDB struct {
