@@ -116,7 +116,7 @@ type answeredRows struct {
 
 func (r answeredRows) Close() {
 	r.Rows.Close()
-	r.a.end(nil)
+	_ = r.a.end(nil) // Err reports the rows' error
 }
 
 func (r answeredRows) Err() error { return r.a.explain(r.Rows.Err()) }

@@ -43,7 +43,7 @@ func ExampleLease_GuardSQL() {
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback() // a no-op once committed
+		defer func() { _ = tx.Rollback() }() // a no-op once committed
 		if _, err := tx.ExecContext(ctx, `INSERT INTO example_sql_report VALUES ('2024-01-31', 42)
 			ON CONFLICT (day) DO UPDATE SET total = EXCLUDED.total`); err != nil {
 			return err

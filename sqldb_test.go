@@ -279,15 +279,15 @@ func TestSQL(t *testing.T) {
 		tx, err := db.Begin(ctx)
 		require.NoError(t, err)
 		_, err = tx.Begin(ctx)
-		assert.ErrorContains(t, err, "not available on a database/sql transaction")
+		require.ErrorContains(t, err, "not available on a database/sql transaction")
 		_, err = tx.CopyFrom(ctx, pgx.Identifier{table}, []string{"key"}, pgx.CopyFromRows(nil))
-		assert.ErrorContains(t, err, "CopyFrom is not available")
-		assert.ErrorContains(t, tx.SendBatch(ctx, &pgx.Batch{}).Close(), "SendBatch is not available")
+		require.ErrorContains(t, err, "CopyFrom is not available")
+		require.ErrorContains(t, tx.SendBatch(ctx, &pgx.Batch{}).Close(), "SendBatch is not available")
 		_, err = tx.Prepare(ctx, "s", "SELECT 1")
-		assert.ErrorContains(t, err, "Prepare is not available")
+		require.ErrorContains(t, err, "Prepare is not available")
 		require.NoError(t, tx.Commit(ctx))
-		assert.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
-		assert.ErrorIs(t, tx.Rollback(ctx), sql.ErrTxDone)
+		require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+		require.ErrorIs(t, tx.Rollback(ctx), sql.ErrTxDone)
 	})
 
 	// Guarantee: WithKeptConnection is refused on a DB of SQL, naming why,
@@ -297,9 +297,9 @@ func TestSQL(t *testing.T) {
 		_, _, table, _, db := sqlSetup(t, "pgx")
 		_, err := pglease.New(db, pglease.WithTable(table), pglease.WithKeptConnection())
 		require.ErrorIs(t, err, pglease.ErrInvalidOption)
-		assert.ErrorContains(t, err, "*pgxpool.Pool")
+		require.ErrorContains(t, err, "*pgxpool.Pool")
 		_, err = pglease.New(pglease.SQL(nil))
-		assert.ErrorContains(t, err, "db is nil")
+		require.ErrorContains(t, err, "db is nil")
 	})
 
 	// Guarantee: under -sqldb the Lockers under test are on SQL, so that

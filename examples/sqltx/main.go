@@ -117,7 +117,7 @@ func demo(ctx context.Context, driver, dsn string, out io.Writer) error {
 		return err
 	}
 	if stale == nil || n != 2 {
-		return fmt.Errorf("a stale write landed: %d ledger rows, a's late write returned %v", n, stale)
+		return fmt.Errorf("a stale write landed: %d ledger rows, a's late write returned %w", n, stale)
 	}
 	return nil
 }
@@ -129,7 +129,7 @@ func write(ctx context.Context, db *sql.DB, lease *pglease.Lease) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() // a no-op once committed
+	defer func() { _ = tx.Rollback() }() // a no-op once committed
 	if _, err := tx.ExecContext(ctx, `INSERT INTO sqltx_ledger VALUES ($1, $2)`, lease.Holder(), lease.Fence()); err != nil {
 		return err
 	}

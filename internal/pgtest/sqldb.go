@@ -40,6 +40,7 @@ var owners = struct {
 }{of: map[*pgxpool.Pool]testing.TB{}, sql: map[*pgxpool.Pool]*sql.DB{}}
 
 func own(tb testing.TB, p *pgxpool.Pool) {
+	tb.Helper()
 	owners.Lock()
 	owners.of[p] = tb
 	owners.Unlock()
@@ -212,6 +213,7 @@ type SQLTx struct {
 	SQL    *sql.Tx
 }
 
+// Exec runs query in the transaction.
 func (t *SQLTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
 	res, err := t.SQL.ExecContext(ctx, query, args...)
 	if err != nil {
@@ -221,11 +223,15 @@ func (t *SQLTx) Exec(ctx context.Context, query string, args ...any) (pgconn.Com
 	return pgconn.NewCommandTag(fmt.Sprintf("EXEC %d", n)), nil
 }
 
+// QueryRow runs query in the transaction.
 func (t *SQLTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	return t.SQL.QueryRowContext(ctx, query, args...)
 }
 
-func (t *SQLTx) Commit(context.Context) error   { return t.SQL.Commit() }
+// Commit commits the transaction.
+func (t *SQLTx) Commit(context.Context) error { return t.SQL.Commit() }
+
+// Rollback rolls the transaction back.
 func (t *SQLTx) Rollback(context.Context) error { return t.SQL.Rollback() }
 
 // TracedConnector is c, a lib/pq connector, whose connections report each
