@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -119,9 +118,7 @@ func openSQL(tb testing.TB, p *pgxpool.Pool, driver string) *sql.DB {
 	var db *sql.DB
 	switch driver {
 	case "pq":
-		c, err := pq.NewConnector(pqDSN(cfg.ConnConfig))
-		require.NoError(tb, err)
-		db = sql.OpenDB(TracedConnector(c, cfg.ConnConfig.Tracer))
+		db = sql.OpenDB(TracedConnector(pqConnector(tb, pqDSN(cfg.ConnConfig)), cfg.ConnConfig.Tracer))
 	case "pgx":
 		db = stdlib.OpenDB(*cfg.ConnConfig.Copy())
 	default:
@@ -130,6 +127,33 @@ func openSQL(tb testing.TB, p *pgxpool.Pool, driver string) *sql.DB {
 	db.SetMaxOpenConns(int(cfg.MaxConns))
 	return db
 }
+
+// pqConnector is lib/pq's connector to dsn. pgtest does not import lib/pq,
+// which would add it to the module graph of every module whose tests use
+// pgtest: the test binary registers its "postgres" driver (a blank import).
+func pqConnector(tb testing.TB, dsn string) driver.Connector {
+	tb.Helper()
+	probe, err := sql.Open("postgres", "")
+	require.NoError(tb, err, `-sqldb=pq needs lib/pq's driver: import _ "github.com/lib/pq" in the package's tests`)
+	d := probe.Driver()
+	require.NoError(tb, probe.Close())
+	if dc, ok := d.(driver.DriverContext); ok {
+		c, err := dc.OpenConnector(dsn)
+		require.NoError(tb, err)
+		return c
+	}
+	return dsnConnector{d, dsn}
+}
+
+// dsnConnector opens connections to dsn with a driver that has no
+// connector of its own, as sql.Open does.
+type dsnConnector struct {
+	d   driver.Driver
+	dsn string
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open(c.dsn) }
+func (c dsnConnector) Driver() driver.Driver                        { return c.d }
 
 // pqDSN is the lib/pq connection string of c.
 func pqDSN(c *pgx.ConnConfig) string {
