@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgbouncer"
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -76,9 +77,7 @@ func TestClaimCancel(t *testing.T) {
 
 		end := pgtest.LockRow(t, pool, table, "job")
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		start := time.Now()
 		lease, err := l.Claim(cctx, "job")
-		t.Logf("DEBUG took %v err %v", time.Since(start), err)
 		cancel()
 		end(true)
 		if err == nil {
@@ -89,6 +88,55 @@ func TestClaimCancel(t *testing.T) {
 		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
 			5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
 		requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
+		var pgErr *pgconn.PgError
+		require.False(t, errors.As(err, &pgErr), "the server did not answer the claim: %v", err)
+		assert.NotContains(t, err.Error(), "cancelled on the server", "a claim whose outcome was unknown")
+	})
+
+	// Guarantee: Claim returns within answerGrace of its context's end
+	// even when the cancel request gets no answer, and a claim that
+	// returned an error leaves no live row nobody holds. The link to the
+	// server stalls (bytes held, connections open) while the claim waits
+	// on a row lock; its caller gives up; the row lock ends while the link
+	// is stalled, and the link then heals.
+	t.Run("CancelUnanswered", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("cancelstall")
+		l := pgtest.Locker(t, pgtest.AppPool(t, "", p, app), table, "claimer")
+
+		end := pgtest.LockRow(t, pool, table, "job")
+		cctx, cancel := context.WithCancel(ctx)
+		type claimed struct {
+			lease *pglease.Lease
+			err   error
+		}
+		res := make(chan claimed, 1)
+		go func() {
+			lease, err := l.Claim(cctx, "job")
+			res <- claimed{lease, err}
+		}()
+		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+		p.SetMode(faultproxy.Stall)
+		start := time.Now()
+		cancel()
+		var r claimed
+		select {
+		case r = <-res:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Claim did not return 30s after its context ended")
+		}
+		took := time.Since(start)
+		require.Error(t, r.err)
+		require.ErrorIs(t, r.err, context.Canceled)
+		end(true)
+		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+			5*time.Second, 10*time.Millisecond, "the claim statement ends once the row lock does")
+		p.SetMode(faultproxy.Forward)
+		assert.Less(t, took, answerGrace+answerGrace/4, "Claim's return after its context ended")
+		requireNoLiveRowOf(t, pool, table, "claimer", 2*time.Second, "job")
 	})
 
 	// Guarantee: a claim whose caller gives up while it waits on a row lock
