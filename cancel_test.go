@@ -299,90 +299,12 @@ func TestClaimCancel(t *testing.T) {
 	// request reaches the heartbeat or the application's statements, every
 	// claim that failed left no live row, every one that succeeded holds its
 	// row, and the error says why.
-	t.Run("ManyAtOnce", func(t *testing.T) {
-		t.Parallel()
-		ctx, pool, table := pgtest.Setup(t)
-		app := pgtest.AppName("cancelmany")
-		lp := pgtest.AppPool(t, "", nil, app)
-		events := pgtest.NewEvents(t)
-		l := pgtest.Locker(t, lp, table, "claimer", pglease.WithKeptConnection(), pglease.WithTTL(2*time.Second),
-			pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
-		other := pgtest.Locker(t, pool, table, "other")
-		kept, err := l.Claim(ctx, "kept")
-		require.NoError(t, err)
-		for i := range 3 {
-			_, err := other.Claim(ctx, fmt.Sprintf("held-%d", i))
-			require.NoError(t, err)
-		}
-
-		bctx, stopBystander := context.WithCancel(ctx)
-		var cancelled, ran atomic.Int64
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for bctx.Err() == nil {
-				_, err := lp.Exec(bctx, "SELECT pg_sleep(0.002)")
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && pgErr.Code == "57014" {
-					cancelled.Add(1)
-				}
-				ran.Add(1)
-			}
-		}()
-
-		var mu sync.Mutex
-		var failed []string
-		var leases []*pglease.Lease
-		var claims sync.WaitGroup
-		for g := range 8 {
-			claims.Add(1)
-			go func() {
-				defer claims.Done()
-				for i := range 30 {
-					key := fmt.Sprintf("free-%d-%d", g, i)
-					if i%4 == 3 {
-						key = fmt.Sprintf("held-%d", i%3)
-					}
-					cctx, cancel := context.WithTimeout(ctx, time.Duration((g*30+i)%12)*time.Millisecond)
-					lease, err := l.Claim(cctx, key)
-					cancel()
-					mu.Lock()
-					if err == nil {
-						leases = append(leases, lease)
-					} else {
-						if !errors.Is(err, pglease.ErrHeld) && !errors.Is(err, context.DeadlineExceeded) {
-							t.Errorf("claim of %q: neither held nor given up: %v", key, err)
-						}
-						if errors.Is(err, pglease.ErrHeld) && errors.Is(err, context.DeadlineExceeded) {
-							t.Errorf("claim of %q: both held and given up: %v", key, err)
-						}
-						failed = append(failed, key)
-					}
-					mu.Unlock()
-				}
-			}()
-		}
-		claims.Wait()
-		stopBystander()
-		wg.Wait()
-		t.Logf("%d claims succeeded, %d failed; %d bystander statements", len(leases), len(failed), ran.Load())
-		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
-			5*time.Second, 10*time.Millisecond, "claim statements still run on the server")
-		assert.Zero(t, cancelled.Load(), "the application's statements cancelled by cancel requests of claims")
-		require.NoError(t, kept.Err(), "the lease extended while claims were cancelled")
-		for _, lease := range leases {
-			row, ok := pgtest.ReadRow(t, pool, table, lease.Key())
-			require.True(t, ok)
-			require.True(t, row.Live && row.Holder == "claimer" && row.Fence == lease.Fence(), "the row of a lease handed out: %+v", row)
-			require.NoError(t, lease.Unlock(ctx))
-		}
-		for _, key := range failed {
-			if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == "claimer" {
-				t.Errorf("row of %q live after its claim failed, held by nobody: %+v", key, row)
-			}
-		}
-	})
+	for _, bounced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ManyAtOnce/pgbouncer=%v", bounced), func(t *testing.T) {
+			t.Parallel()
+			manyAtOnce(t, bounced)
+		})
+	}
 
 	// Guarantee: with WithKeptConnection, a claim cancelled on the server
 	// as the Locker's first claim does not leave its closed connection as
@@ -456,4 +378,102 @@ func TestClaimCancel(t *testing.T) {
 		require.Equal(t, 0, claimsRunning(ctx, t, pool, app))
 		requireNoLiveRowOf(t, pool, table, "claimer", 0, keys...)
 	})
+}
+
+// manyAtOnce is TestClaimCancel/ManyAtOnce, on a pool to the server or
+// through PgBouncer in transaction pooling (two server connections).
+func manyAtOnce(t *testing.T, bounced bool) {
+	ctx, pool, table := pgtest.Setup(t)
+	app := pgtest.AppName("cancelmany")
+	var lp *pgxpool.Pool
+	if bounced {
+		b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 2})
+		lp = pgtest.PoolWith(t, b.DSN(), func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+			cfg.MaxConns = 4
+		})
+	} else {
+		lp = pgtest.AppPool(t, "", nil, app)
+	}
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, lp, table, "claimer", pglease.WithKeptConnection(), pglease.WithTTL(2*time.Second),
+		pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
+	other := pgtest.Locker(t, pool, table, "other")
+	kept, err := l.Claim(ctx, "kept")
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := other.Claim(ctx, fmt.Sprintf("held-%d", i))
+		require.NoError(t, err)
+	}
+
+	bctx, stopBystander := context.WithCancel(ctx)
+	var cancelled, ran atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for bctx.Err() == nil {
+			_, err := lp.Exec(bctx, "SELECT pg_sleep(0.002)")
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "57014" {
+				cancelled.Add(1)
+			}
+			ran.Add(1)
+		}
+	}()
+
+	var mu sync.Mutex
+	var failed []string
+	var leases []*pglease.Lease
+	var claims sync.WaitGroup
+	for g := range 8 {
+		claims.Add(1)
+		go func() {
+			defer claims.Done()
+			for i := range 30 {
+				key := fmt.Sprintf("free-%d-%d", g, i)
+				if i%4 == 3 {
+					key = fmt.Sprintf("held-%d", i%3)
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Duration((g*30+i)%12)*time.Millisecond)
+				lease, err := l.Claim(cctx, key)
+				cancel()
+				mu.Lock()
+				if err == nil {
+					leases = append(leases, lease)
+				} else {
+					if !errors.Is(err, pglease.ErrHeld) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("claim of %q: neither held nor given up: %v", key, err)
+					}
+					if errors.Is(err, pglease.ErrHeld) && errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("claim of %q: both held and given up: %v", key, err)
+					}
+					failed = append(failed, key)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	claims.Wait()
+	stopBystander()
+	wg.Wait()
+	t.Logf("%d claims succeeded, %d failed; %d bystander statements", len(leases), len(failed), ran.Load())
+	require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+		5*time.Second, 10*time.Millisecond, "claim statements still run on the server")
+	if bounced {
+		time.Sleep(time.Second) // the claims' backends are PgBouncer's, not named app
+	}
+	assert.Zero(t, cancelled.Load(), "the application's statements cancelled by cancel requests of claims")
+	require.NoError(t, kept.Err(), "the lease extended while claims were cancelled")
+	for _, lease := range leases {
+		row, ok := pgtest.ReadRow(t, pool, table, lease.Key())
+		require.True(t, ok)
+		require.True(t, row.Live && row.Holder == "claimer" && row.Fence == lease.Fence(), "the row of a lease handed out: %+v", row)
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	for _, key := range failed {
+		if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == "claimer" {
+			t.Errorf("row of %q live after its claim failed, held by nobody: %+v", key, row)
+		}
+	}
 }
