@@ -306,6 +306,53 @@ func TestClaimCancel(t *testing.T) {
 		})
 	}
 
+	// Guarantee: ClaimWait whose context ends while its claim waits on a
+	// row lock, the lock ending at that moment, returns promptly with the
+	// context's error (or the lease, never left behind), and leaves no
+	// live row; so does one waiting behind a live lease of another holder,
+	// whose error also wraps ErrHeld.
+	t.Run("ClaimWaitGivenUpAsARowLockEnds", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		app := pgtest.AppName("cancelwait")
+		l := pgtest.Locker(t, pgtest.AppPool(t, "", nil, app), table, "claimer")
+		for i := range 10 {
+			key := fmt.Sprintf("job-%d", i)
+			freeRow(ctx, t, pool, table, key)
+			end := pgtest.LockRow(t, pool, table, key)
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			stop := context.AfterFunc(cctx, func() { end(true) })
+			start := time.Now()
+			lease, err := l.ClaimWait(cctx, key)
+			took := time.Since(start)
+			cancel()
+			stop()
+			end(true)
+			assert.Less(t, took, 100*time.Millisecond+answerGrace, "ClaimWait's return after its context ended")
+			if err == nil {
+				require.NoError(t, lease.Unlock(ctx))
+				continue
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+				5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+			requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+		}
+
+		other := pgtest.Locker(t, pool, table, "other")
+		held, err := other.Claim(ctx, "held")
+		require.NoError(t, err)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		_, err = l.ClaimWait(cctx, "held")
+		took := time.Since(start)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		assert.Less(t, took, 300*time.Millisecond+answerGrace/2)
+		require.NoError(t, held.Unlock(ctx))
+	})
+
 	// Guarantee: with WithKeptConnection, a claim cancelled on the server
 	// as the Locker's first claim does not leave its closed connection as
 	// the kept reserve: the next lease's heartbeat runs and keeps it across
