@@ -389,42 +389,12 @@ func TestClaimCancel(t *testing.T) {
 	// (their statements cancelled on the server and answered), each with
 	// ErrClosed, and leaves no live row once the locks end; goleak in
 	// TestMain checks that no goroutine outlives it.
-	t.Run("CloseWhileClaimsWait", func(t *testing.T) {
-		t.Parallel()
-		ctx, pool, table := pgtest.Setup(t)
-		app := pgtest.AppName("cancelclose")
-		l := pglease.NewLocker(pgtest.AppPool(t, "", nil, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
-			pglease.WithLogger(pgtest.Quiet))
-		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		keys := []string{"k0", "k1", "k2"} // a pool of 4: claims hold at most 3
-		var ends []func(bool)
-		for _, key := range keys {
-			freeRow(ctx, t, pool, table, key)
-			ends = append(ends, pgtest.LockRow(t, pool, table, key))
-		}
-		errs := make(chan error, len(keys))
-		for _, key := range keys {
-			go func() {
-				_, err := l.Claim(ctx, key)
-				errs <- err
-			}()
-		}
-		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == len(keys) },
-			5*time.Second, 10*time.Millisecond, "every claim waiting on its row lock")
-		start := time.Now()
-		require.NoError(t, l.Close(ctx))
-		took := time.Since(start)
-		for range keys {
-			err := <-errs
-			require.ErrorIs(t, err, pglease.ErrClosed)
-		}
-		for _, end := range ends {
-			end(true)
-		}
-		assert.Less(t, took, answerGrace, "Close with claims being cancelled")
-		require.Equal(t, 0, claimsRunning(ctx, t, pool, app))
-		requireNoLiveRowOf(t, pool, table, "claimer", 0, keys...)
-	})
+	for _, burst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CloseWhileClaimsWait/burst=%v", burst), func(t *testing.T) {
+			t.Parallel()
+			closeWhileClaimsWait(t, burst)
+		})
+	}
 }
 
 // manyAtOnce is TestClaimCancel/ManyAtOnce, on a pool to the server or
@@ -523,4 +493,43 @@ func manyAtOnce(t *testing.T, bounced bool) {
 			t.Errorf("row of %q live after its claim failed, held by nobody: %+v", key, row)
 		}
 	}
+}
+
+// closeWhileClaimsWait is TestClaimCancel/CloseWhileClaimsWait, each claim
+// sent alone or through the burst statement.
+func closeWhileClaimsWait(t *testing.T, burst bool) {
+	ctx, pool, table := pgtest.Setup(t)
+	app := pgtest.AppName("cancelclose")
+	l := pglease.NewLocker(pgtest.AppPool(t, "", nil, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
+		pglease.WithLogger(pgtest.Quiet))
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	pglease.SetCoalesceAll(l, burst)
+	keys := []string{"k0", "k1", "k2"} // a pool of 4: claims hold at most 3
+	var ends []func(bool)
+	for _, key := range keys {
+		freeRow(ctx, t, pool, table, key)
+		ends = append(ends, pgtest.LockRow(t, pool, table, key))
+	}
+	errs := make(chan error, len(keys))
+	for _, key := range keys {
+		go func() {
+			_, err := l.Claim(ctx, key)
+			errs <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == len(keys) },
+		5*time.Second, 10*time.Millisecond, "every claim waiting on its row lock")
+	start := time.Now()
+	require.NoError(t, l.Close(ctx))
+	took := time.Since(start)
+	for range keys {
+		err := <-errs
+		require.ErrorIs(t, err, pglease.ErrClosed)
+	}
+	for _, end := range ends {
+		end(true)
+	}
+	assert.Less(t, took, answerGrace, "Close with claims being cancelled")
+	require.Equal(t, 0, claimsRunning(ctx, t, pool, app))
+	requireNoLiveRowOf(t, pool, table, "claimer", 0, keys...)
 }
