@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
@@ -289,6 +291,41 @@ func TestClaimCancel(t *testing.T) {
 			require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
 				5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
 			requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+		}
+	})
+
+	// Guarantee: no goroutine outlives Locker.Close, also after a claim
+	// whose cancel request got no answer: the link to the server stalls
+	// while the claim waits on a row lock, its caller gives up, and the
+	// Locker is closed once Claim returned. The claim's connection, closed
+	// by pgx as answerGrace ends its statement's context, still sends a
+	// cancel request of its own (for up to 15 s) from a goroutine of its
+	// own after Close returned.
+	t.Run("NothingOutlivesCloseAfterAnUnansweredCancel", func(t *testing.T) {
+		before := goleak.IgnoreCurrent()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("cancelleak")
+		l := pglease.NewLocker(pgtest.AppPool(t, "", p, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
+			pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(500*time.Millisecond))
+		end := pgtest.LockRow(t, pool, table, "job")
+		t.Cleanup(func() { end(false); p.SetMode(faultproxy.Forward) })
+
+		cctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		go func() {
+			_, err := l.Claim(cctx, "job")
+			res <- err
+		}()
+		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+		p.SetMode(faultproxy.Stall)
+		cancel()
+		require.ErrorIs(t, <-res, context.Canceled)
+		require.NoError(t, l.Close(ctx))
+		err := goleak.Find(before)
+		if err != nil && strings.Contains(err.Error(), "asyncClose") {
+			t.Fatalf("a goroutine of the claim's connection outlives Close: %v", err)
 		}
 	})
 
