@@ -390,6 +390,36 @@ func TestClaimCancel(t *testing.T) {
 		require.NoError(t, held.Unlock(ctx))
 	})
 
+	// Guarantee: a re-entrant claim (same holder, its own lease live)
+	// cancelled on the server while it waits on the row lock wrote nothing,
+	// so the lease it would have replaced goes on: not lost, its row
+	// unchanged, still extended.
+	t.Run("ReentrantClaimCancelledKeepsTheLease", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const ttl = 2 * time.Second
+		l := pgtest.Locker(t, pool, table, "claimer", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		end := pgtest.LockRow(t, pool, table, "job")
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = l.Claim(cctx, "job")
+		cancel()
+		end(true)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr) && pgErr.Code == "57014", "cancelled on the server: %v", err)
+		select {
+		case <-lease.Done():
+			t.Fatalf("the lease ended though the claim that would replace it wrote nothing: %v", lease.Err())
+		case <-time.After(ttl):
+		}
+		row, ok := pgtest.ReadRow(t, pool, table, "job")
+		require.True(t, ok)
+		require.Equal(t, lease.Fence(), row.Fence)
+		require.NoError(t, lease.Unlock(ctx))
+	})
+
 	// Guarantee: with WithKeptConnection, a claim cancelled on the server
 	// as the Locker's first claim does not leave its closed connection as
 	// the kept reserve: the next lease's heartbeat runs and keeps it across
