@@ -514,12 +514,12 @@ func manyAtOnce(t *testing.T, bounced bool) {
 		claims.Add(1)
 		go func() {
 			defer claims.Done()
-			for i := range 30 {
+			for i := range 60 {
 				key := fmt.Sprintf("free-%d-%d", g, i)
 				if i%4 == 3 {
 					key = fmt.Sprintf("held-%d", i%3)
 				}
-				cctx, cancel := context.WithTimeout(ctx, time.Duration((g*30+i)%12)*time.Millisecond)
+				cctx, cancel := context.WithTimeout(ctx, time.Duration((g*60+i)%12)*time.Millisecond)
 				lease, err := l.Claim(cctx, key)
 				cancel()
 				mu.Lock()
