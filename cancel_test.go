@@ -55,16 +55,19 @@ func claimsRunning(ctx context.Context, t *testing.T, pool pglease.DB, app strin
 func TestClaimCancel(t *testing.T) {
 	t.Parallel()
 
-	// Guarantee: a claim whose caller gives up before its statement reaches
-	// the server leaves no live row once it returned an error. Through a
-	// link with 200 ms of latency, on a connection the claim statement was
-	// never prepared on, pgx first prepares it (one round trip) and only
-	// then sends it. The caller gives up during the prepare: the cancel
-	// request reaches the backend while it idles between the two, and the
-	// server ignores a cancel of an idle backend. The claim statement then
-	// waits on the row lock; after answerGrace its socket is closed but the
-	// statement runs on, and commits once the lock ends, after Claim
-	// returned and after its give-back read the row.
+	// Guarantee: a claim whose cancel request reaches the server before its
+	// statement does leaves no live row once it returned an error, and its
+	// error does not say the server cancelled it. Through a link with
+	// 200 ms of latency, on a connection the claim statement was never
+	// prepared on, pgx first prepares it (one round trip) and only then
+	// sends it. The caller gives up during the prepare: the cancel request
+	// reaches the backend while it idles between the two, and the server
+	// ignores a cancel of an idle backend. The claim statement then waits on
+	// the row lock until answerGrace ends its context; pgx closes the
+	// connection, sending a cancel request of its own, which this time
+	// lands on the statement. The server never answered the claim: its
+	// outcome was unknown to the Locker, and the error must not say "the
+	// claim was cancelled on the server".
 	t.Run("SentBeforeTheStatement", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
