@@ -94,7 +94,7 @@ func TestClaimCancel(t *testing.T) {
 			5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
 		requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
 		var pgErr *pgconn.PgError
-		require.False(t, errors.As(err, &pgErr), "the server did not answer the claim: %v", err)
+		require.NotErrorAs(t, err, &pgErr, "the server did not answer the claim")
 		assert.NotContains(t, err.Error(), "cancelled on the server", "a claim whose outcome was unknown")
 	})
 
@@ -470,6 +470,7 @@ func TestClaimCancel(t *testing.T) {
 // manyAtOnce is TestClaimCancel/ManyAtOnce, on a pool to the server or
 // through PgBouncer in transaction pooling (two server connections).
 func manyAtOnce(t *testing.T, bounced bool) {
+	t.Helper()
 	ctx, pool, table := pgtest.Setup(t)
 	app := pgtest.AppName("cancelmany")
 	var lp *pgxpool.Pool
@@ -568,6 +569,7 @@ func manyAtOnce(t *testing.T, bounced bool) {
 // closeWhileClaimsWait is TestClaimCancel/CloseWhileClaimsWait, each claim
 // sent alone or through the burst statement.
 func closeWhileClaimsWait(t *testing.T, burst bool) {
+	t.Helper()
 	ctx, pool, table := pgtest.Setup(t)
 	app := pgtest.AppName("cancelclose")
 	l := pglease.NewLocker(pgtest.AppPool(t, "", nil, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
