@@ -140,8 +140,8 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 // releasing is one lease on its way out.
 type releasing struct {
 	ls        *Lease
-	prior     error // the loss that had ended it before, if any
-	endedHere bool  // this release ended it
+	prior     error     // the loss that had ended it before, if any
+	endedHere bool      // this release ended it
 	err       error     // when not first: the outcome of the release already made
 	at        time.Time // when it started: its event's Took counts from it
 }

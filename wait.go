@@ -218,9 +218,12 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 // A claim that succeeded as ctx ended is returned, never left behind; one
 // whose outcome is unknown (cancelled in flight, its reply lost) is given
 // back before ClaimWait returns, on exactly the fence it drew. What no
-// client can undo is a claim that reaches the server only after its
-// sender gave up on it (held up on the network past the connection's end):
-// it commits a row that nobody holds, which lapses at its expiry. The key
+// client can undo is a claim the server goes on with after its sender gave
+// up on it: one that reaches the server only then (held up on the network
+// past the connection's end), or one whose connection stopped answering
+// (no answer to its cancel requests within a second) and that commits once
+// the network heals: it commits a row that nobody holds, which lapses at
+// its expiry. The key
 // is then held by nobody for at most that claim's TTL; it cuts no lease
 // short (a claim never moves a row's expiry back) and its fence is never
 // handed out.
