@@ -2,7 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +27,7 @@ func TestWithListenDSN(t *testing.T) {
 			_, err := pglease.New(pool, pglease.WithListenDSN(dsn))
 			require.ErrorIs(t, err, pglease.ErrInvalidOption, "%q", dsn)
 			var oe *pglease.OptionError
-			require.True(t, errors.As(err, &oe))
+			require.ErrorAs(t, err, &oe)
 			require.Equal(t, "WithListenDSN", oe.Option)
 			require.Contains(t, err.Error(), "WithListenDSN")
 			require.NotContains(t, err.Error(), "secret", "the password is not repeated")

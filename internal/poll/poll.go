@@ -32,11 +32,11 @@ type Schedule struct {
 type Holder int
 
 const (
-	// Unknown: the holder's remaining time could not be read.
+	// Unknown means the holder's remaining time could not be read.
 	Unknown Holder = iota
-	// Live: the holder's lease has Left to run.
+	// Live means the holder's lease has left (Pause's argument) to run.
 	Live
-	// Missing: the key has no row any more: try at once.
+	// Missing means the key has no row any more: try at once.
 	Missing
 )
 
