@@ -47,7 +47,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	ctx, leave, err := l.inFlight.Enter(ctx)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 	defer leave()
@@ -55,7 +55,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	done, err := l.turns.Take(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
@@ -114,7 +114,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 			err = fmt.Errorf("%w: %w", err, cause) // Close ended the claim
 		}
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took})
+		l.emit(Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took, Context: ctx})
 		return nil, err
 	}
 	switch {
@@ -160,7 +160,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
 	skew := l.recordSkew(s.c.acquiredAt, s.at, took)
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.holder, Fence: s.c.fence, Took: took, Skew: skew})
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.holder, Fence: s.c.fence, Took: took, Skew: skew, Context: ctx})
 	prev, err := l.register(lease)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the

@@ -296,8 +296,11 @@ func (e *Elector) failed(holder string, err error) {
 	}
 }
 
-// elected makes lease the leadership.
+// elected makes lease the leadership. It is reported before Campaign or
+// IsLeader can return it, as a claim is, so that a hook never sees a
+// leadership that has not begun.
 func (e *Elector) elected(lease *Lease) {
+	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	e.mu.Lock()
 	e.lease, e.lastErr, e.ended = lease, nil, e.begun
 	close(e.attempted)
@@ -311,7 +314,6 @@ func (e *Elector) elected(lease *Lease) {
 		e.queueLocked(func() { f(lease) })
 	}
 	e.mu.Unlock()
-	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	if newLeader {
 		e.locker.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: lease.Holder()})
 	}

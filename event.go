@@ -132,6 +132,15 @@ type Event struct {
 	Took   time.Duration // the round trip of the claim, heartbeat or release
 	Leases int           // heartbeat rounds: leases in the round
 	Skew   Skew          // EventAcquired, EventExtended: the Locker's clock-skew reading after this claim or round (see ClockSkew); zero otherwise
+
+	// Context is the context of the call the event reports, where there
+	// is one: the claim's (Claim, ClaimWait, a job's lock, an Elector's
+	// campaign) for EventAcquired, EventContended and EventClaimFailed;
+	// the release's (Unlock, a job's unlock, Close) for EventReleased and
+	// EventReleaseFailed. It is nil for the Locker's own rounds and
+	// losses. A hook may read its values (the caller's trace span, a
+	// request id) but must not wait on it: it may have ended.
+	Context context.Context
 }
 
 func (k EventKind) level() slog.Level {
