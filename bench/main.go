@@ -75,8 +75,8 @@ func main() {
 	flag.BoolVar(&s.fleetOnly, "fleet", false, "run the fleet study alone, and write only its results (fleet.md, fleet.csv and its plots)")
 	flag.BoolVar(&s.commonOnly, "common", false, "run the common-path study alone, and write only its results (common.md, common.csv)")
 	flag.BoolVar(&s.followersOnly, "followers", false, "run the followers study alone (needs pgbouncer), and write only its results (followers.md)")
-	flag.IntVar(&s.followers, "n", 5, "follower Electors per path of the followers study")
-	flag.DurationVar(&s.followerWindow, "window", time.Minute, "how long the followers study counts each path's statements (10s with -quick)")
+	flag.IntVar(&s.followers, "follower-count", 5, "follower Electors per path of the followers study")
+	flag.DurationVar(&s.followerWindow, "follower-window", time.Minute, "how long the followers study counts each path's statements (10s with -quick)")
 	flag.Parse()
 	if s.quick && s.followerWindow == time.Minute {
 		s.followerWindow = 10 * time.Second
