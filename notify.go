@@ -47,10 +47,10 @@ const (
 // announces. A pause is lengthened by up to a quarter to spread out
 // waiters.
 //
-// Polling every 250ms would make each follower of an Elector behind
-// PgBouncer send 300 statements a minute while it waits; a second keeps
-// a release's handover within what a scheduler's one-second granularity
-// notices, at 120.
+// Polling at most every 250ms would make each follower of an Elector
+// behind PgBouncer send about 600 statements a minute while it waits
+// (docs/BENCHMARKS.md); a second keeps a handover within the one-second
+// granularity of most schedules, at 120 at most.
 const MaxPollInterval = time.Second
 
 func (m WaitMode) String() string {
@@ -74,9 +74,10 @@ func (l *Locker) WaitMode() (WaitMode, string) {
 
 // listen runs the Locker's listener until ctx ends (internal/listen): one
 // connection, owned by the Locker from then on (taken from the pool, or
-// dialed with WithListenDSN), LISTENing on the table's channel. If notifications do not arrive, waiters poll; after
-// every (re)LISTEN each waiter tries once, since a release may have been
-// notified while nobody listened.
+// dialed with WithListenDSN), LISTENing on the table's channel. If
+// notifications do not arrive, waiters poll; after every (re)LISTEN each
+// waiter tries once, since a release may have been notified while nobody
+// listened.
 func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	ln := &listen.Listener{
