@@ -206,10 +206,15 @@ func (e *Elector) next(ctx context.Context, kick bool) (*Lease, error) {
 		case e.lease != nil && e.lease.Err() == nil:
 			return e.lease, nil
 		case e.ended >= target:
-			if e.lastErr == nil {
-				return nil, fmt.Errorf("leadership ended at once: %w", ErrLost)
+			switch {
+			case e.lastErr != nil:
+				return nil, e.lastErr
+			case e.lease != nil && e.lease.Err() != nil:
+				// Won, and ended before this call could return it (a
+				// callback closed the Locker, the row was taken): say how.
+				return nil, fmt.Errorf("leadership ended at once: %w", e.lease.Err())
 			}
-			return nil, e.lastErr
+			return nil, fmt.Errorf("leadership ended at once: %w", ErrLost)
 		}
 		attempted := e.attempted
 		e.mu.Unlock()
