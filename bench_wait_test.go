@@ -64,7 +64,8 @@ func BenchmarkReleaseNotifyCost(b *testing.B) {
 // BenchmarkWakeLatency measures how long a waiting claim takes to hold the
 // key after the holder's Unlock is called: woken by notification, and by
 // polling (a DB that is not a pool), in the same run. Each handover waits
-// 1.5s after the waiter parked (its backoff doubles from 10ms to MaxPollInterval in 1.27s), so that polling is at its steady backoff.
+// 1.5s after the waiter parked, so that polling is at its steady backoff
+// (it doubles from 10ms up to MaxPollInterval in about 1.3s).
 func BenchmarkWakeLatency(b *testing.B) {
 	for _, mode := range []string{"notification", "polling"} {
 		b.Run(mode, func(b *testing.B) {
