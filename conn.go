@@ -35,16 +35,11 @@ type poolConn interface {
 	release() // back to the pool, which destroys a broken one
 	broken() bool
 	ping(ctx context.Context) error
-	// canceler sends a cancel request for the statement in flight on the
-	// connection (answering); nil when the driver sends it itself as the
-	// statement's context ends, and reads the server's answer.
-	canceler() canceler
 }
 
 var (
 	_ connPool = pgxPool{}
 	_ poolConn = pgxConn{}
-	_ canceler = pgxConn{}
 )
 
 // pgxPool is a *pgxpool.Pool as a connPool.
@@ -68,21 +63,10 @@ type pgxConn struct{ *pgxpool.Conn }
 
 func (c pgxConn) release()                       { c.Release() }
 func (c pgxConn) ping(ctx context.Context) error { return c.Ping(ctx) }
-func (c pgxConn) canceler() canceler             { return c }
 
 func (c pgxConn) broken() bool {
 	pc := c.Conn.Conn().PgConn()
 	return pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I'
-}
-
-func (c pgxConn) cancelRequest(ctx context.Context) error {
-	return c.Conn.Conn().PgConn().CancelRequest(ctx)
-}
-
-func (c pgxConn) discard() {
-	ctx, cancel := context.WithTimeout(context.Background(), answerGrace)
-	defer cancel()
-	_ = c.Conn.Conn().Close(ctx) // the pool destroys it on release
 }
 
 // conns hands out the connections a Locker's statements run on.
@@ -133,6 +117,8 @@ type conns struct {
 	closed    bool
 	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
 	starved   error     // the heartbeat's last wait for a pool connection, if it failed
+	closing   closings  // connections closed after a cancel request, still cleaning up
+
 	// unreachable is the last failure to open a new pool connection, nil
 	// once a connection was had again: a statement that times out waiting
 	// behind others names it, since they too are waiting on the database.
@@ -486,9 +472,8 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err != nil {
 		return nil, err
 	}
-	if conn, ok := db.(poolConn); ok && d.u == useClaim {
-		a := answer(ctx, conn.canceler())
-		rows, err := conn.Query(a.ctx, sql, args...)
+	if a := d.answering(ctx, db); a != nil {
+		rows, err := db.Query(a.ctx, sql, args...)
 		if err != nil {
 			err = a.end(err)
 			done()
@@ -509,9 +494,8 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err != nil {
 		return errRow{err}
 	}
-	if conn, ok := db.(poolConn); ok && d.u == useClaim {
-		a := answer(ctx, conn.canceler())
-		return doneRow{row: answeredRow{conn.QueryRow(a.ctx, sql, args...), a}, done: done}
+	if a := d.answering(ctx, db); a != nil {
+		return doneRow{row: answeredRow{db.QueryRow(a.ctx, sql, args...), a}, done: done}
 	}
 	return doneRow{row: db.QueryRow(ctx, sql, args...), done: done}
 }
@@ -548,6 +532,26 @@ func explainPooler(err error) error {
 }
 
 func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin(ctx) }
+
+// answering is how a claim's statement on db is sent so that its outcome
+// stays known when its caller gives up (see answering), or nil for any
+// other statement, and for a DB whose connection pglease cannot reach.
+func (d connDB) answering(ctx context.Context, db DB) *answering {
+	if d.u != useClaim {
+		return nil
+	}
+	switch conn := db.(type) {
+	case pgxConn:
+		return answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.closing)
+	case *sqlConn:
+		// pgx's stdlib: its pgx connection, destroyed by database/sql
+		// once closed; lib/pq: none, its driver cancels (answer).
+		return answer(ctx, conn.pgConn(), true, &d.c.closing)
+	case *pgx.Conn:
+		return answer(ctx, conn.PgConn(), false, &d.c.closing)
+	}
+	return nil
+}
 
 // doneRows gives the connection back when the rows are closed.
 type doneRows struct {

@@ -49,7 +49,6 @@ var (
 	_ DB       = (*sqlDB)(nil)
 	_ connPool = sqlPool{}
 	_ poolConn = (*sqlConn)(nil)
-	_ canceler = sqlCanceler{}
 	_ pgx.Tx   = (*sqlTx)(nil)
 	_ pgx.Rows = (*sqlRows)(nil)
 	_ pgx.Row  = sqlRow{}
@@ -145,10 +144,12 @@ func (c *sqlConn) release()                       { _ = c.conn.Close() }
 func (c *sqlConn) broken() bool                   { return false } // database/sql drops a connection its driver reports bad
 func (c *sqlConn) ping(ctx context.Context) error { return c.conn.PingContext(ctx) }
 
-// canceler is the pgx connection under the stdlib driver's; lib/pq has none
-// to offer, and sends its own cancel request as the statement's context
-// ends (then waits for the server to take it, and closes the connection).
-func (c *sqlConn) canceler() canceler {
+// pgConn is the pgx connection under the stdlib driver's, which answering
+// sends its cancel requests on; nil for lib/pq, which sends its own as the
+// statement's context ends (then waits for the server to take it, and
+// closes the connection). A pgx connection answering closes is destroyed
+// by database/sql (the stdlib driver reports it bad).
+func (c *sqlConn) pgConn() *pgconn.PgConn {
 	var pc *pgconn.PgConn
 	_ = c.conn.Raw(func(dc any) error {
 		if x, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
@@ -156,23 +157,8 @@ func (c *sqlConn) canceler() canceler {
 		}
 		return nil
 	})
-	if pc == nil {
-		return nil
-	}
-	return sqlCanceler{c.conn, pc}
+	return pc
 }
-
-// sqlCanceler sends a cancel request on the pgx connection of a *sql.Conn.
-type sqlCanceler struct {
-	conn *sql.Conn
-	pc   *pgconn.PgConn
-}
-
-func (s sqlCanceler) cancelRequest(ctx context.Context) error { return s.pc.CancelRequest(ctx) }
-
-// discard has database/sql close the driver's connection (Raw returning
-// driver.ErrBadConn).
-func (s sqlCanceler) discard() { _ = s.conn.Raw(func(any) error { return driver.ErrBadConn }) }
 
 func sqlExec(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) (pgconn.CommandTag, error) {
 	res, err := r.ExecContext(ctx, query, sqlArgs(arrays, args)...)

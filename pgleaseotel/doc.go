@@ -90,11 +90,12 @@
 //
 // The hook's spans are recorded after the fact: an event carries the round
 // trip of its statement (Event.Took), so a span begins that long before the
-// event and ends with it. A release and a loss carry none and last no
-// time. An event carries no context either, so these spans are roots, each
-// in a trace of its own: a claim's span is not a child of the job run or
-// request that made it. The spans of Guard, ClaimWait and Campaign take the
-// context they are given, and are children of its span.
+// event and ends with it; a loss carries none and lasts no time. A claim's
+// and a release's span is a child of the span in the caller's context
+// (Event.Context: the job run or request that claimed or unlocked); a
+// heartbeat round and a loss belong to the Locker, not to a caller, and
+// their spans are roots. The spans of Guard, ClaimWait and Campaign take
+// the context they are given, and are children of its span.
 //
 // # Module
 //
@@ -103,8 +104,9 @@
 //
 //	go get github.com/pglease/pglease/pgleaseotel
 //
-// Each release tags it with the root module's version (pgleaseotel/v0.4.0
-// beside v0.4.0), and its go.mod requires the root module at that version.
+// Each release tags it with the root module's version (pgleaseotel/v0.5.0
+// beside v0.5.0), and its go.mod requires the root module at that version
+// (it reads Event.Context, new in v0.5.0).
 // The replace directive in its go.mod points the root module at this
 // repository's code for the checks and tests that build each module alone
 // (GOWORK=off): the go command applies a replace only in the module it is

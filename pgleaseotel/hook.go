@@ -17,8 +17,8 @@ import (
 // releases and losses, a span. Pass it to pglease.WithHook; it is safe for
 // concurrent use by several Lockers and returns quickly.
 //
-// Its spans are roots: an Event carries no context, so nothing links them
-// to the caller's trace (see the package doc).
+// A claim's or release's span is a child of the caller's span (the event's
+// Context); a heartbeat round's and a loss's are roots (see the package doc).
 func (t *Telemetry) Hook(e pglease.Event) {
 	ctx := context.Background()
 	now := t.now()
@@ -98,9 +98,10 @@ func (t *Telemetry) keyed(e pglease.Event, attrs ...attribute.KeyValue) metric.M
 }
 
 // span records the span of e after the fact: it began Took before now (the
-// statement's round trip; zero for releases and losses, whose events carry
-// none) and ends at now. op is its db.operation.name, none for a loss,
-// which no statement of its own reports.
+// round trip of its claim, round or release; zero for a loss) and ends at
+// now, as a child of the span in e.Context, the caller's, when there is
+// one. op is its db.operation.name, none for a loss, which no statement of
+// its own reports.
 func (t *Telemetry) span(e pglease.Event, now time.Time, name, op, outcome string) {
 	kind := trace.SpanKindClient
 	if op == "" {
@@ -111,7 +112,11 @@ func (t *Telemetry) span(e pglease.Event, now time.Time, name, op, outcome strin
 		attrs = append(attrs, dbOperationName.String(op))
 	}
 	attrs = append(attrs, outcomeKey.String(outcome))
-	_, span := t.tracer.Start(context.Background(), name,
+	parent := e.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	_, span := t.tracer.Start(parent, name,
 		trace.WithSpanKind(kind),
 		trace.WithTimestamp(now.Add(-e.Took)),
 		trace.WithAttributes(attrs...))

@@ -79,12 +79,15 @@ func TestSpans(t *testing.T) {
 		tel := newTelemetry(t, pgleaseotel.Opts{Table: table})
 		var ev events
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(tel.Hook), pglease.WithHook(ev.hook))
-		lease, err := l.Claim(ctx, "job")
+		jctx, job := tel.tp.Tracer("job").Start(ctx, "job run")
+		lease, err := l.Claim(jctx, "job")
 		require.NoError(t, err)
 
 		span := tel.only(t, "pglease.claim")
 		assert.Equal(t, trace.SpanKindClient, span.SpanKind())
-		assert.False(t, span.Parent().IsValid(), "an event carries no context: the span is a root")
+		assert.Equal(t, job.SpanContext().SpanID(), span.Parent().SpanID(), "the claim's span is a child of its caller's")
+		assert.Equal(t, job.SpanContext().TraceID(), span.SpanContext().TraceID())
+		job.End()
 		assert.Equal(t, codes.Unset, span.Status().Code)
 		wantAttrs(t, span, db(table, "claim")...)
 		wantAttrs(t, span, attribute.String("pglease.key", "job"), attribute.Int64("pglease.fence", lease.Fence()),
@@ -145,8 +148,16 @@ func TestSpans(t *testing.T) {
 		assert.NotContains(t, attrs(round), attribute.Key("pglease.key"), "a round covers all the Locker's leases")
 		assert.Equal(t, ev.of(pglease.EventExtended)[0].Took, round.EndTime().Sub(round.StartTime()))
 
-		require.NoError(t, lease.Unlock(ctx))
+		uctx, job := tel.tp.Tracer("job").Start(ctx, "job run")
+		require.NoError(t, lease.Unlock(uctx))
+		job.End()
 		span := tel.only(t, "pglease.release")
+		assert.Equal(t, job.SpanContext().SpanID(), span.Parent().SpanID(), "the release's span is a child of its caller's")
+		assert.False(t, round.Parent().IsValid(), "a heartbeat round belongs to no caller: its span is a root")
+		released := ev.of(pglease.EventReleased)
+		require.Len(t, released, 1)
+		assert.Positive(t, released[0].Took)
+		assert.Equal(t, released[0].Took, span.EndTime().Sub(span.StartTime()))
 		wantAttrs(t, span, db(table, "release")...)
 		wantAttrs(t, span, attribute.String("pglease.key", "job"), attribute.Int64("pglease.fence", lease.Fence()),
 			attribute.String("pglease.outcome", "released"))
