@@ -174,7 +174,8 @@ func (c *closings) add(done <-chan struct{}) {
 			kept = append(kept, d)
 		}
 	}
-	c.done = append(kept, done)
+	kept = append(kept, done)
+	c.done = kept
 }
 
 // wait waits for every clean-up, until ctx ends.
