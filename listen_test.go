@@ -2,6 +2,7 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -491,6 +492,79 @@ func TestListen(t *testing.T) {
 		require.NoError(t, r.err)
 		require.NoError(t, r.lease.Unlock(ctx))
 	})
+
+	// ReleaseDuringTheProbeIsSeen: a release notified after LISTEN but
+	// before the probe came back reaches the waiter at once.
+	t.Run("ReleaseDuringTheProbeIsSeen", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		db := &probeGate{DB: pool, entered: make(chan struct{}), gate: make(chan struct{})}
+		holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
+		waiter := pgtest.Locker(t, db, table, "waiter", pglease.WithListenDSN(pgtest.Server.DSN()))
+		held, got := holdAndWait(ctx, t, holder, waiter)
+		select {
+		case <-db.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no probe sent")
+		}
+		time.Sleep(1500 * time.Millisecond) // the waiter's backoff has grown
+		require.NoError(t, held.Unlock(ctx))
+		time.Sleep(50 * time.Millisecond)
+		released := time.Now()
+		close(db.gate)
+		r := receive(t, got, notifyBound)
+		require.NoError(t, r.err)
+		require.Less(t, time.Since(released), 500*time.Millisecond, "woken by the notification received while probing")
+	})
+
+	// ResetConnectionMissesNoRelease: a listening connection reset by the
+	// network (RST) just before a release: the release is seen at once
+	// all the same, on a new connection.
+	t.Run("ResetConnectionMissesNoRelease", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		p := pgtest.Proxy(t, "")
+		holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
+		waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithListenDSN(proxyDSN(t, p)))
+		held, got := holdAndWait(ctx, t, holder, waiter)
+		waitForMode(t, waiter, pglease.WaitByNotification)
+		require.Equal(t, 1, p.ResetAll())
+		require.NoError(t, held.Unlock(ctx))
+		r := receive(t, got, notifyBound)
+		require.NoError(t, r.err)
+		require.Eventually(t, func() bool { m, _ := waiter.WaitMode(); return m == pglease.WaitByNotification },
+			10*time.Second, 2*time.Millisecond)
+	})
+
+	// ExpiryIsSeenOnTime: a holder that vanishes (its network cut) releases
+	// nothing; its lease lapses at its expiry, which waiters in both modes
+	// try at, within a round trip.
+	for _, mode := range []string{"notification", "polling"} {
+		t.Run("ExpiryIsSeenOnTime/"+mode, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			const ttl = 1500 * time.Millisecond
+			cut := pgtest.NewFaultyDB(pool)
+			holder := pgtest.Locker(t, cut, table, "holder", pglease.WithTTL(ttl))
+			var waiter *pglease.Locker
+			if mode == "notification" {
+				waiter = pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "waiter", pglease.WithListenDSN(pgtest.Server.DSN()))
+			} else {
+				waiter = pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "waiter")
+			}
+			held, got := holdAndWait(ctx, t, holder, waiter)
+			claimed := time.Now()
+			cut.Cut(errors.New("network cut"))
+			r := receive(t, got, 10*time.Second)
+			require.NoError(t, r.err)
+			took := time.Since(claimed)
+			require.Greater(t, r.lease.Fence(), held.Fence())
+			require.GreaterOrEqual(t, took, ttl-100*time.Millisecond, "not before the expiry")
+			require.LessOrEqual(t, took, ttl+500*time.Millisecond, "at the expiry")
+			m, _ := waiter.WaitMode()
+			require.Equal(t, mode, m.String())
+		})
+	}
 }
 
 // probeGate is a DB that holds the first probe notification until gate is
