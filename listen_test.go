@@ -565,6 +565,37 @@ func TestListen(t *testing.T) {
 			require.Equal(t, mode, m.String())
 		})
 	}
+
+	// LostConnectionMakesWaitersPoll: once the listening connection is lost
+	// and cannot be dialed again (the direct route down, the pooler up),
+	// WaitMode says polling; a waiter then asleep on the notified safety
+	// net (2.5-5s) must poll too, seeing a release within the polling
+	// bound.
+	t.Run("LostConnectionMakesWaitersPoll", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		p := pgtest.Proxy(t, "")
+		stmts := &pgtest.Statements{}
+		wpool := pgtest.Pool(t, stmts)
+		holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
+		waiter := pgtest.Locker(t, wpool, table, "waiter", pglease.WithListenDSN(proxyDSN(t, p)))
+		held, got := holdAndWait(ctx, t, holder, waiter)
+		waitForMode(t, waiter, pglease.WaitByNotification)
+		// Just after an attempt, so that the waiter sleeps a whole notified
+		// pause from now.
+		n := stmts.Count("claim")
+		require.Eventually(t, func() bool { return stmts.Count("claim") > n }, 10*time.Second, time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+		p.Stop()
+		waitForMode(t, waiter, pglease.WaitByPolling)
+		released := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		r := receive(t, got, 10*time.Second)
+		require.NoError(t, r.err)
+		took := time.Since(released)
+		mode, reason := waiter.WaitMode()
+		require.LessOrEqual(t, took, pollBound, "released key taken %v after the release; WaitMode: %v %q", took, mode, reason)
+	})
 }
 
 // probeGate is a DB that holds the first probe notification until gate is
