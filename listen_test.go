@@ -215,8 +215,8 @@ func TestListen(t *testing.T) {
 	// CloseWhileTheDialHangs: a listening connection whose dial never
 	// answers (a stalled or blackholed proxy, no connect_timeout) does not
 	// hold up Close, and the waiting claims end with ErrClosed.
-	for _, mode := range []faultproxy.Mode{faultproxy.Stall, faultproxy.Blackhole} {
-		t.Run(fmt.Sprintf("CloseWhileTheDialHangs/%d", mode), func(t *testing.T) {
+	for name, mode := range map[string]faultproxy.Mode{"Stall": faultproxy.Stall, "Blackhole": faultproxy.Blackhole} {
+		t.Run("CloseWhileTheDialHangs/"+name, func(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table := pgtest.Setup(t)
 			p := pgtest.Proxy(t, "")
@@ -595,6 +595,38 @@ func TestListen(t *testing.T) {
 		took := time.Since(released)
 		mode, reason := waiter.WaitMode()
 		require.LessOrEqual(t, took, pollBound, "released key taken %v after the release; WaitMode: %v %q", took, mode, reason)
+	})
+
+	// ManyTablesOnOneServer: Lockers on eight tables of one server, each
+	// with a listening connection of its own, wake by notification on
+	// their own table's releases.
+	t.Run("ManyTablesOnOneServer", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		type pair struct {
+			held *pglease.Lease
+			got  <-chan claimResult
+		}
+		var pairs []pair
+		pids := map[uint32]bool{}
+		for range 8 {
+			table := pgtest.Table(t, pool)
+			holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
+			waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithListenDSN(pgtest.Server.DSN()))
+			held, got := holdAndWait(ctx, t, holder, waiter)
+			waitForMode(t, waiter, pglease.WaitByNotification)
+			pids[pglease.ListenerPID(waiter)] = true
+			pairs = append(pairs, pair{held, got})
+		}
+		require.Len(t, pids, 8, "a listening backend per Locker")
+		time.Sleep(time.Second)
+		for _, p := range pairs {
+			require.NoError(t, p.held.Unlock(ctx))
+		}
+		for _, p := range pairs {
+			require.NoError(t, receive(t, p.got, notifyBound).err)
+		}
 	})
 }
 
