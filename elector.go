@@ -23,6 +23,9 @@ var _ gocron.Elector = (*Elector)(nil)
 // waits for the leader key as ClaimWait does: woken by the release that
 // notifies the key, it takes over within a round trip of the leader's
 // Close, instead of at the next IsLeader after the TTL or the next job.
+// Behind a transaction pooler, which drops notifications, it polls at most
+// about once per MaxPollInterval, unless its Locker has a connection of
+// its own to LISTEN on (WithListenDSN).
 type Elector struct {
 	locker *Locker
 	key    string

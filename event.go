@@ -81,7 +81,9 @@ const (
 	EventWaitByNotification
 	// EventWaitByPolling: the Locker's waiting claims poll; Err says why
 	// (the DB is not a pool, a pooler drops notifications, the listening
-	// connection failed). Logged at warn level.
+	// connection failed) and what fixes it (WithListenDSN); each waiting
+	// key is then tried at most about once per MaxPollInterval. Logged at
+	// warn level.
 	EventWaitByPolling
 	// EventStoppedLeading: an Elector's leadership lease ended (resigned by
 	// Close, or lost), with Fence the fence of that lease. Logged at info
