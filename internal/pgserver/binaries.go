@@ -28,9 +28,10 @@ func BinDir() (string, error) { return findBinDir() }
 // ChildEnv returns env, the environment of a program of bin, with the
 // libraries that come with those binaries first in LD_LIBRARY_PATH: a
 // server unpacked from a package (.ci/pgmajors) carries its own in
-// bin/../lib, some of which (ICU's) only the dynamic linker's search path
-// finds. env is returned as is for binaries without libraries of their own
-// beside them, such as a distribution's. env is not modified.
+// bin/../lib. That package's programs also find them through their RUNPATH;
+// a build without one finds them only so. env is returned as is
+// for binaries without libraries of their own beside them, such as a
+// distribution's. env is not modified.
 func ChildEnv(bin string, env []string) []string {
 	lib := filepath.Join(filepath.Dir(bin), "lib")
 	if own, _ := filepath.Glob(filepath.Join(lib, "lib*.so.*")); len(own) == 0 {
