@@ -64,7 +64,8 @@ func BenchmarkReleaseNotifyCost(b *testing.B) {
 // BenchmarkWakeLatency measures how long a waiting claim takes to hold the
 // key after the holder's Unlock is called: woken by notification, and by
 // polling (a DB that is not a pool), in the same run. Each handover waits
-// 300ms after the waiter parked, so that polling is at its steady backoff.
+// 1.5s after the waiter parked, so that polling is at its steady backoff
+// (it doubles from 10ms up to MaxPollInterval in about 1.3s).
 func BenchmarkWakeLatency(b *testing.B) {
 	for _, mode := range []string{"notification", "polling"} {
 		b.Run(mode, func(b *testing.B) {
@@ -87,7 +88,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 				for pglease.Waiters(waiter, "job") == 0 {
 					time.Sleep(time.Millisecond)
 				}
-				time.Sleep(300 * time.Millisecond) // the scenario: polling reaches its steady backoff
+				time.Sleep(1500 * time.Millisecond) // the scenario: polling reaches its steady backoff
 				if m, _ := waiter.WaitMode(); mode == "notification" && m != pglease.WaitByNotification {
 					b.Fatalf("waiting by %v", m)
 				}

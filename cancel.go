@@ -5,84 +5,124 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// answerGrace is how long a claim statement whose caller gave up waits for
-// the server's answer to the cancel request sent for it, before its
-// connection is closed and its outcome is unknown.
-const answerGrace = time.Second
+const (
+	// answerGrace is how long a claim statement whose caller gave up waits
+	// for the server's answer to the cancel requests sent for it, before
+	// its connection is closed and its outcome is unknown.
+	answerGrace = time.Second
+	// cancelResend is how often the cancel request is sent again while the
+	// statement has not answered: the server ignores a cancel request that
+	// reaches a connection between two messages of one statement (pgx
+	// prepares a statement in one round trip and runs it in the next).
+	cancelResend = 50 * time.Millisecond
+)
 
-// answering runs a claim's statement on conn so that its outcome is known
-// even when the caller gives up while it runs. pgx's default, closing the
-// socket as the context ends, leaves the statement running on the server:
-// a claim waiting on a row lock then commits after its caller returned,
-// and the Locker, reading the row too early to see it, could not give it
-// back. Instead the statement runs on a context of its own; when the
-// caller's ends, the server is asked to cancel it (a cancel request), and
-// the statement's own reply says what it did: cancelled (57014, nothing
-// written) or done (its rows). Only a server that does not answer within
-// answerGrace leaves the outcome unknown, as before. A connection that got
-// a cancel request is closed once its statement returns, so that a late
-// cancel can never reach another statement.
+// answering runs a claim's statement so that its outcome is known even
+// when the caller gives up while it runs. pgx's default, closing the socket
+// as the context ends, leaves the statement running on the server: a claim
+// waiting on a row lock then commits after its caller returned, and the
+// Locker, reading the row too early to see it, could not give it back.
+// Instead the statement runs on a context of its own; when the caller's
+// ends, the server is asked to cancel it (a cancel request, sent again
+// every cancelResend), and the statement's own reply says what it did:
+// cancelled (57014, nothing written) or done (its rows). Only a server that
+// does not answer within answerGrace leaves the outcome unknown; pgx then
+// closes the connection.
+//
+// A pool connection that got a cancel request is closed once its statement
+// returns (discard), so that a late cancel can never reach a statement of
+// its next user. A connection the Locker was given is kept: every cancel
+// request sent has been answered by then (the server has signalled the
+// backend), and a signal that reaches an idle backend is ignored.
 type answering struct {
-	caller context.Context
-	conn   *pgxpool.Conn
-	ctx    context.Context // the statement's
-	cancel context.CancelFunc
-	stop   func() bool
-	sent   chan struct{} // closed once the cancel request has been sent, if it was
-	mu     sync.Mutex
-	grace  *time.Timer // ends ctx answerGrace after the cancel request
-	once   sync.Once
+	caller   context.Context
+	pg       *pgconn.PgConn
+	discard  bool
+	closing  *closings
+	ctx      context.Context // the statement's
+	cancel   context.CancelFunc
+	stop     func() bool
+	returned chan struct{} // closed once the statement has returned
+	sent     chan struct{} // closed once the cancel requests are over, if any was sent
+	gaveUp   atomic.Bool   // the server did not answer within answerGrace
+	once     sync.Once
 }
 
-func answer(caller context.Context, conn *pgxpool.Conn) *answering {
-	a := &answering{caller: caller, conn: conn, sent: make(chan struct{})}
+func answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *closings) *answering {
+	a := &answering{caller: caller, pg: pg, discard: discard, closing: closing,
+		returned: make(chan struct{}), sent: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(caller))
-	a.stop = context.AfterFunc(caller, func() {
-		defer close(a.sent)
-		// The statement's context ends answerGrace after the request, so
-		// that a server that does not answer cannot hold the caller.
-		a.mu.Lock()
-		a.grace = time.AfterFunc(answerGrace, a.cancel)
-		a.mu.Unlock()
-		rctx, cancel := context.WithTimeout(a.ctx, answerGrace)
-		defer cancel()
-		_ = conn.Conn().PgConn().CancelRequest(rctx)
-	})
+	a.stop = context.AfterFunc(caller, a.requestCancel)
 	return a
+}
+
+// requestCancel sends cancel requests until the statement returns, for at
+// most answerGrace, after which the statement's context ends.
+func (a *answering) requestCancel() {
+	defer close(a.sent)
+	deadline := time.Now().Add(answerGrace)
+	for {
+		rctx, cancel := context.WithDeadline(a.ctx, deadline)
+		_ = a.pg.CancelRequest(rctx)
+		cancel()
+		next := time.NewTimer(min(cancelResend, max(0, time.Until(deadline))))
+		select {
+		case <-a.returned:
+			next.Stop()
+			return
+		case <-next.C:
+		}
+		if !time.Now().Before(deadline) {
+			a.gaveUp.Store(true)
+			a.cancel() // pgx closes the connection: the outcome is unknown
+			return
+		}
+	}
 }
 
 // end is called once the statement has returned (its row scanned, its rows
 // closed); it returns err as the caller sees it.
 func (a *answering) end(err error) error {
 	a.once.Do(func() {
-		if !a.stop() { // a cancel request was sent
+		close(a.returned)
+		if !a.stop() { // cancel requests were sent
 			<-a.sent
-			cctx, cancel := context.WithTimeout(context.Background(), answerGrace)
-			_ = a.conn.Conn().Close(cctx) // the pool destroys it on release
-			cancel()
-			a.mu.Lock()
-			a.grace.Stop()
-			a.mu.Unlock()
+			if a.discard && !a.pg.IsClosed() {
+				cctx, cancel := context.WithTimeout(context.Background(), answerGrace)
+				_ = a.pg.Close(cctx) // the pool destroys it on release
+				cancel()
+			}
+		}
+		if a.pg.IsClosed() {
+			a.closing.add(a.pg.CleanupDone())
 		}
 		a.cancel()
 	})
 	return a.explain(err)
 }
 
-// explain names the caller's context in the error of a statement the caller
-// gave up on, keeping the statement's own error: a 57014 still says the
-// server rolled the claim back.
+// explain names the caller's context in the error of a statement the
+// caller gave up on, and says what the server did with it.
 func (a *answering) explain(err error) error {
-	if err == nil || a.caller.Err() == nil || errors.Is(err, a.caller.Err()) {
+	cause := context.Cause(a.caller)
+	if err == nil || cause == nil || errors.Is(err, cause) {
 		return err
 	}
-	return fmt.Errorf("%w (the claim was cancelled on the server: %w)", context.Cause(a.caller), err)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "57014":
+		return fmt.Errorf("%w (the claim was cancelled on the server: %w)", cause, err)
+	case a.gaveUp.Load():
+		return fmt.Errorf("%w (the server did not answer the cancel request within %v: %w)", cause, answerGrace, err)
+	}
+	return fmt.Errorf("%w: %w", cause, err)
 }
 
 // answeredRow is a claim's row, sent under answering.
@@ -101,7 +141,45 @@ type answeredRows struct {
 
 func (r answeredRows) Close() {
 	r.Rows.Close()
-	r.a.end(nil)
+	_ = r.a.end(nil)
 }
 
 func (r answeredRows) Err() error { return r.a.explain(r.Rows.Err()) }
+
+// closings are the connections closed after a cancel whose clean-up (pgx
+// sends one more cancel request as it closes a connection in the middle
+// of a statement, for up to 15 s) may still run: Close waits for them.
+type closings struct {
+	mu   sync.Mutex
+	done []<-chan struct{}
+}
+
+func (c *closings) add(done <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.done[:0]
+	for _, d := range c.done {
+		select {
+		case <-d:
+		default:
+			kept = append(kept, d)
+		}
+	}
+	c.done = append(kept, done)
+}
+
+// wait waits for every clean-up, until ctx ends.
+func (c *closings) wait(ctx context.Context) error {
+	c.mu.Lock()
+	done := c.done
+	c.done = nil
+	c.mu.Unlock()
+	for _, d := range done {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a connection closed after a cancel request to finish closing: %w", context.Cause(ctx))
+		}
+	}
+	return nil
+}

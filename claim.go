@@ -25,10 +25,16 @@ import (
 // A claim that may have written the row without handing out a lease (its
 // reply was lost, ctx ended while it was in flight, it came back too late to
 // trust) ends the Locker's previous lease of key, and gives back the row
-// it may have taken, on exactly the fence it drew. A claim that reaches the
-// server only after its sender gave up on it leaves a row nobody holds,
-// which lapses within that claim's TTL: it cuts no lease short (a claim
-// never moves a row's expiry back) and its fence is never handed out.
+// it may have taken, on exactly the fence it drew. When ctx ends while the
+// statement runs, the server is asked to cancel it and its answer is read
+// (cancelled, or the lease, which Claim then returns): Claim returns
+// within a second of ctx's end when the server answers, and within two
+// when it does not (the give-back's read). A claim the server goes on with
+// after its sender gave up on it (one that reaches the server only then,
+// or whose connection stopped answering and that commits once the network
+// heals) leaves a row nobody holds, which lapses within that claim's TTL:
+// it cuts no lease short (a claim never moves a row's expiry back) and its
+// fence is never handed out.
 //
 // Claim uses ctx as given; Lock adds the Locker's timeout. Close ends a
 // claim in flight.
@@ -47,7 +53,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	ctx, leave, err := l.inFlight.Enter(ctx)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 	defer leave()
@@ -55,7 +61,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	done, err := l.turns.Take(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err})
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
@@ -114,16 +120,16 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 			err = fmt.Errorf("%w: %w", err, cause) // Close ended the claim
 		}
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took})
+		l.emit(Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took, Context: ctx})
 		return nil, err
 	}
 	switch {
 	case s.err != nil && s.fate == unknown:
 		l.supersede(key, "re-claimed by the same holder in a claim whose outcome is unknown")
 		l.giveBackUnknown(ctx, key, t, known)
-		return fail(EventClaimFailed, 0, s.err)
+		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
 	case s.err != nil: // nothing was written, or the coalescer settles it
-		return fail(EventClaimFailed, 0, s.err)
+		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
 	case !s.ok:
 		return fail(EventContended, 0, ErrHeld)
 	case !s.c.live:
@@ -160,7 +166,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
 	skew := l.recordSkew(s.c.acquiredAt, s.at, took)
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.holder, Fence: s.c.fence, Took: took, Skew: skew})
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.holder, Fence: s.c.fence, Took: took, Skew: skew, Context: ctx})
 	prev, err := l.register(lease)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the
@@ -182,6 +188,17 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 	lease.mu.Unlock()
 	l.watch()
 	return lease, nil
+}
+
+// withCause is err, the failure of a claim statement, wrapping the cause
+// of ctx when ctx has ended and err does not say so already: a statement
+// shared by a burst fails with its own context's error once every caller
+// has given up, and each caller must see its own.
+func withCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // supersede ends the Locker's lease of key, if it has one, after a claim
@@ -219,14 +236,18 @@ func (l *Locker) knownFence(key string) int64 {
 // out. The release matches that fence alone, so a release that arrives
 // late, after the Locker has claimed the key again, touches nothing. It is
 // sent within the claim's key turn, even if ctx has ended, within the
-// claim's timeout. Without a fence column each mandate has a holder of its
+// claim's timeout (answerGrace once ctx has ended). Without a fence column each mandate has a holder of its
 // own, which the row does not tell apart from a lease handed out: such a
 // row lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
+	limit := t.timeout
+	if ctx.Err() != nil {
+		limit = min(limit, answerGrace) // the caller has given up: it waits at most this long again
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	m, err := l.proto.mandate(rctx, l.conns.claim, key)
 	if err != nil || !m.live || m.holder != l.cfg.holder || m.fence <= known {

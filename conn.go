@@ -63,6 +63,8 @@ type conns struct {
 	closed    bool
 	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
 	starved   error     // the heartbeat's last wait for a pool connection, if it failed
+	closing   closings  // connections closed after a cancel request, still cleaning up
+
 	// unreachable is the last failure to open a new pool connection, nil
 	// once a connection was had again: a statement that times out waiting
 	// behind others names it, since they too are waiting on the database.
@@ -411,9 +413,8 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err != nil {
 		return nil, err
 	}
-	if conn, ok := db.(*pgxpool.Conn); ok && d.u == useClaim {
-		a := answer(ctx, conn)
-		rows, err := conn.Query(a.ctx, sql, args...)
+	if a := d.answering(ctx, db); a != nil {
+		rows, err := db.Query(a.ctx, sql, args...)
 		if err != nil {
 			err = a.end(err)
 			done()
@@ -434,9 +435,8 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err != nil {
 		return errRow{err}
 	}
-	if conn, ok := db.(*pgxpool.Conn); ok && d.u == useClaim {
-		a := answer(ctx, conn)
-		return doneRow{row: answeredRow{conn.QueryRow(a.ctx, sql, args...), a}, done: done}
+	if a := d.answering(ctx, db); a != nil {
+		return doneRow{row: answeredRow{db.QueryRow(a.ctx, sql, args...), a}, done: done}
 	}
 	return doneRow{row: db.QueryRow(ctx, sql, args...), done: done}
 }
@@ -473,6 +473,22 @@ func explainPooler(err error) error {
 }
 
 func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin(ctx) }
+
+// answering is how a claim's statement on db is sent so that its outcome
+// stays known when its caller gives up (see answering), or nil for any
+// other statement, and for a DB whose connection pglease cannot reach.
+func (d connDB) answering(ctx context.Context, db DB) *answering {
+	if d.u != useClaim {
+		return nil
+	}
+	switch conn := db.(type) {
+	case *pgxpool.Conn:
+		return answer(ctx, conn.Conn().PgConn(), true, &d.c.closing)
+	case *pgx.Conn:
+		return answer(ctx, conn.PgConn(), false, &d.c.closing)
+	}
+	return nil
+}
 
 // doneRows gives the connection back when the rows are closed.
 type doneRows struct {

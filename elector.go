@@ -23,6 +23,9 @@ var _ gocron.Elector = (*Elector)(nil)
 // waits for the leader key as ClaimWait does: woken by the release that
 // notifies the key, it takes over within a round trip of the leader's
 // Close, instead of at the next IsLeader after the TTL or the next job.
+// Behind a transaction pooler, which drops notifications, it polls at most
+// about once per MaxPollInterval, unless its Locker has a connection of
+// its own to LISTEN on (WithListenDSN).
 type Elector struct {
 	locker *Locker
 	key    string
@@ -206,10 +209,15 @@ func (e *Elector) next(ctx context.Context, kick bool) (*Lease, error) {
 		case e.lease != nil && e.lease.Err() == nil:
 			return e.lease, nil
 		case e.ended >= target:
-			if e.lastErr == nil {
-				return nil, fmt.Errorf("leadership ended at once: %w", ErrLost)
+			switch {
+			case e.lastErr != nil:
+				return nil, e.lastErr
+			case e.lease != nil && e.lease.Err() != nil:
+				// Won, and ended before this call could return it (a
+				// callback closed the Locker, the row was taken): say how.
+				return nil, fmt.Errorf("leadership ended at once: %w", e.lease.Err())
 			}
-			return nil, e.lastErr
+			return nil, fmt.Errorf("leadership ended at once: %w", ErrLost)
 		}
 		attempted := e.attempted
 		e.mu.Unlock()
@@ -296,8 +304,11 @@ func (e *Elector) failed(holder string, err error) {
 	}
 }
 
-// elected makes lease the leadership.
+// elected makes lease the leadership. It is reported before Campaign or
+// IsLeader can return it, as a claim is, so that a hook never sees a
+// leadership that has not begun.
 func (e *Elector) elected(lease *Lease) {
+	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	e.mu.Lock()
 	e.lease, e.lastErr, e.ended = lease, nil, e.begun
 	close(e.attempted)
@@ -311,7 +322,6 @@ func (e *Elector) elected(lease *Lease) {
 		e.queueLocked(func() { f(lease) })
 	}
 	e.mu.Unlock()
-	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	if newLeader {
 		e.locker.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: lease.Holder()})
 	}

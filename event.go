@@ -81,7 +81,9 @@ const (
 	EventWaitByNotification
 	// EventWaitByPolling: the Locker's waiting claims poll; Err says why
 	// (the DB is not a pool, a pooler drops notifications, the listening
-	// connection failed). Logged at warn level.
+	// connection failed) and what fixes it (WithListenDSN); each waiting
+	// key is then tried at most about once per MaxPollInterval. Logged at
+	// warn level.
 	EventWaitByPolling
 	// EventStoppedLeading: an Elector's leadership lease ended (resigned by
 	// Close, or lost), with Fence the fence of that lease. Logged at info
@@ -132,6 +134,15 @@ type Event struct {
 	Took   time.Duration // the round trip of the claim, heartbeat or release
 	Leases int           // heartbeat rounds: leases in the round
 	Skew   Skew          // EventAcquired, EventExtended: the Locker's clock-skew reading after this claim or round (see ClockSkew); zero otherwise
+
+	// Context is the context of the call the event reports, where there
+	// is one: the claim's (Claim, ClaimWait, a job's lock, an Elector's
+	// campaign) for EventAcquired, EventContended and EventClaimFailed;
+	// the release's (Unlock, a job's unlock, Close) for EventReleased and
+	// EventReleaseFailed. It is nil for the Locker's own rounds and
+	// losses. A hook may read its values (the caller's trace span, a
+	// request id) but must not wait on it: it may have ended.
+	Context context.Context
 }
 
 func (k EventKind) level() slog.Level {

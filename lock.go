@@ -134,15 +134,16 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 	if !first {
 		return r.err
 	}
-	return l.finishRelease(r, l.sendRelease(ctx, r))
+	return l.finishRelease(ctx, r, l.sendRelease(ctx, r))
 }
 
 // releasing is one lease on its way out.
 type releasing struct {
 	ls        *Lease
-	prior     error // the loss that had ended it before, if any
-	endedHere bool  // this release ended it
-	err       error // when not first: the outcome of the release already made
+	prior     error     // the loss that had ended it before, if any
+	endedHere bool      // this release ended it
+	err       error     // when not first: the outcome of the release already made
+	at        time.Time // when it started: its event's Took counts from it
 }
 
 // startRelease marks the lease released and ends it with ended unless it
@@ -162,24 +163,24 @@ func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
 	ls.mu.Unlock()
 
 	prior := ls.lostErr()
-	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil)}, true
+	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil), at: time.Now()}, true
 }
 
 // finishRelease reports the outcome err of the release r, records it for
 // later Unlocks, and returns it wrapped.
-func (l *Locker) finishRelease(r releasing, err error) error {
-	ls := r.ls
+func (l *Locker) finishRelease(ctx context.Context, r releasing, err error) error {
+	ls, took := r.ls, time.Since(r.at)
 	if err == nil {
 		// Reported only if this release ended the lease: one that ran out
 		// of trust meanwhile was reported lost already.
 		if r.endedHere {
-			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence})
+			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Took: took, Context: ctx})
 		}
 	} else {
 		// The lease is no longer extended either way, so at worst its row
 		// lapses at its expiry.
 		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
-		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
+		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err, Took: took, Context: ctx})
 	}
 	ls.mu.Lock()
 	ls.releaseErr = err

@@ -284,6 +284,9 @@ func (l *Locker) Close(ctx context.Context) error {
 	}
 	l.unwatch()
 	l.conns.close()
+	if err := l.conns.closing.wait(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
+	}
 	close(l.closing)
 	return errors.Join(errs...)
 }

@@ -3,6 +3,8 @@ package pglease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/pglease/pglease/internal/listen"
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -27,10 +29,29 @@ const (
 	// channel and the release statement notifies it: waiters wake within a
 	// round trip of a release.
 	WaitByNotification
-	// WaitByPolling means waiters try again after a backoff (at most
-	// maxPollBackoff) or at the holder's expiry, whichever comes first.
+	// WaitByPolling means waiters try again after a backoff that grows to
+	// MaxPollInterval, or at the holder's expiry, whichever comes first:
+	// a release is seen within about MaxPollInterval, and each waiting key
+	// costs a Locker about one claim and one read per MaxPollInterval
+	// (120 statements a minute). WithListenDSN lets a Locker behind a
+	// pooler wait by notification instead.
 	WaitByPolling
 )
+
+// MaxPollInterval is the pause between two attempts of a waiting claim
+// that polls (WaitByPolling), once its backoff (10ms, doubling) has grown:
+// each attempt is one claim and, if the key is still held, one read of the
+// holder's expiry, so a waiting key costs about two statements a second,
+// and a release is seen within a second or so. A waiter tries sooner only
+// at the holder's expiry on the server's clock, which no release
+// announces. A pause is lengthened by up to a quarter to spread out
+// waiters.
+//
+// Polling at most every 250ms would make each follower of an Elector
+// behind PgBouncer send about 600 statements a minute while it waits
+// (docs/BENCHMARKS.md); a second keeps a handover within the one-second
+// granularity of most schedules, at 120 at most.
+const MaxPollInterval = time.Second
 
 func (m WaitMode) String() string {
 	switch m {
@@ -52,14 +73,15 @@ func (l *Locker) WaitMode() (WaitMode, string) {
 }
 
 // listen runs the Locker's listener until ctx ends (internal/listen): one
-// connection of the pool, owned by the Locker from then on, LISTENing on
-// the table's channel. If notifications do not arrive, waiters poll; after
-// every (re)LISTEN each waiter tries once, since a release may have been
-// notified while nobody listened.
+// connection, owned by the Locker from then on (taken from the pool, or
+// dialed with WithListenDSN), LISTENing on the table's channel. If
+// notifications do not arrive, waiters poll; after every (re)LISTEN each
+// waiter tries once, since a release may have been notified while nobody
+// listened.
 func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	ln := &listen.Listener{
-		Pool:    l.conns.pool,
+		Source:  l.listenSource(),
 		Listen:  l.waits.table.render(sqlstmt.Listen),
 		Probe:   sqlstmt.Probe,
 		Channel: l.waits.table.channel(),
@@ -71,7 +93,7 @@ func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 			l.setWaitMode(WaitByNotification, "")
 			l.waits.wakeAll()
 		},
-		Polling: func(reason error) { l.setWaitMode(WaitByPolling, reason.Error()) },
+		Polling: func(reason error) { l.setWaitMode(WaitByPolling, l.pollingReason(reason)) },
 	}
 	ln.Run(ctx)
 }
@@ -90,5 +112,17 @@ func (l *Locker) setWaitMode(m WaitMode, reason string) {
 		l.emit(Event{Kind: EventWaitByNotification})
 		return
 	}
-	l.emit(Event{Kind: EventWaitByPolling, Err: errors.New(reason)})
+	l.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v (MaxPollInterval): a claim and a read", reason, MaxPollInterval)})
+}
+
+// pollingReason is why waiters poll, as WaitMode says it: the listener's
+// reason, and what to do about it.
+func (l *Locker) pollingReason(reason error) string {
+	if cfg := l.cfg.listen; cfg != nil {
+		return fmt.Sprintf("the connection of WithListenDSN (%s:%d): %v", cfg.Host, cfg.Port, reason)
+	}
+	if errors.Is(reason, listen.ErrNoDelivery) {
+		return reason.Error() + "; WithListenDSN gives the Locker a direct connection to LISTEN on"
+	}
+	return reason.Error()
 }

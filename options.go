@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Defaults, for users who want to refer to them.
@@ -178,6 +180,7 @@ type config struct {
 	timeout    time.Duration
 	noFence    bool
 	keepConn   bool
+	listen     *pgx.ConnConfig // WithListenDSN (listenopt.go)
 	logger     *slog.Logger
 	hooks      []func(Event)
 	errs       []error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,6 +119,82 @@ func TestPgBouncer(t *testing.T) {
 		}
 	})
 
+	// FollowerWithAListenConnectionWakesByNotification: behind PgBouncer a
+	// follower with WithListenDSN LISTENs on a direct connection, so that it
+	// sends next to nothing while it waits and takes over at the release,
+	// long before the leader's lease would have lapsed.
+	t.Run("FollowerWithAListenConnectionWakesByNotification", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 3})
+		pool := bouncedPool(t, b, pgx.QueryExecModeExec)
+		counted, table := followerPool(t, b), pgtest.Table(t, pool)
+		leader, _ := bouncedElector(t, pool, table, "leader")
+		require.NoError(t, leader.IsLeader(ctx))
+		follower, fl := bouncedElector(t, counted.pool, table, "follower", pglease.WithListenDSN(pgtest.Server.DSN()))
+		require.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld)
+		require.Eventually(t, func() bool { m, _ := follower.WaitMode(); return m == pglease.WaitByNotification },
+			10*time.Second, 5*time.Millisecond, "waiting by notification through PgBouncer")
+		pid := pglease.ListenerPID(fl)
+		require.NotZero(t, pid)
+
+		// While it waits, only the safety net (2.5s to 5s) sends anything.
+		counted.stmts.Reset()
+		time.Sleep(3 * time.Second)
+		sent := counted.total()
+		require.LessOrEqual(t, sent, 6, "statements of a follower waiting by notification for 3s")
+
+		first, ok := leader.Leader()
+		require.True(t, ok)
+		released := time.Now()
+		require.NoError(t, leader.Close(ctx))
+		require.Eventually(t, func() bool { _, ok := follower.Leader(); return ok }, 2*time.Second, time.Millisecond,
+			"taken over at the release's notification, not at the lease's expiry in %v", bouncedTTL)
+		next, _ := follower.Leader()
+		require.Greater(t, next.Fence(), first.Fence())
+		t.Logf("taken over %v after the release; %d statements in 3s of waiting", time.Since(released).Round(time.Millisecond), sent)
+
+		// Close closes the listening connection.
+		require.NoError(t, fl.Close(ctx))
+		require.Eventually(t, func() bool {
+			var n int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&n)
+			return err == nil && n == 0
+		}, 5*time.Second, 10*time.Millisecond, "the listening connection closed by Close")
+	})
+
+	// PollingIsBounded: without WithListenDSN a follower behind PgBouncer
+	// polls, trying about once per MaxPollInterval: a claim and a read.
+	t.Run("PollingIsBounded", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 3})
+		pool := bouncedPool(t, b, pgx.QueryExecModeExec)
+		counted, table := followerPool(t, b), pgtest.Table(t, pool)
+		events := pgtest.NewEvents(t)
+		leader, _ := bouncedElector(t, pool, table, "leader")
+		require.NoError(t, leader.IsLeader(ctx))
+		follower, _ := bouncedElector(t, counted.pool, table, "follower", pglease.WithHook(events.Hook))
+		require.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld)
+		ev := events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+		for !strings.Contains(ev.Err.Error(), "did not arrive") {
+			ev = events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
+		}
+		require.Contains(t, ev.Err.Error(), "WithListenDSN", "the fix")
+		require.Contains(t, ev.Err.Error(), pglease.MaxPollInterval.String(), "the poll period")
+
+		// Its backoff has grown to MaxPollInterval in the probe's 2s.
+		const window = 5 * time.Second
+		counted.stmts.Reset()
+		time.Sleep(window)
+		sent, claims := counted.total(), counted.stmts.Count("claim")
+		t.Logf("%d statements (%d claims) in %v of polling", sent, claims, window)
+		attempts := int(window / pglease.MaxPollInterval)
+		require.LessOrEqual(t, claims, attempts+1, "at most one claim per MaxPollInterval")
+		require.LessOrEqual(t, sent, 2*(attempts+1), "a claim and a read per attempt")
+		require.GreaterOrEqual(t, claims, attempts/2, "it still polls")
+	})
+
 	// ContractRunGoesThroughIt keeps -pooler honest: with
 	// it, the pools of the contract tests connect to the PgBouncer, not to the
 	// server.
@@ -136,6 +213,49 @@ func TestPgBouncer(t *testing.T) {
 		var one int
 		require.NoError(t, pool.QueryRow(pgtest.Ctx(t), `SELECT 1`).Scan(&one))
 	})
+}
+
+// bouncedTTL is the TTL of the leaders of TestPgBouncer's waiting
+// subtests: far longer than any of their bounds, so that only a release
+// can hand the key over.
+const bouncedTTL = 30 * time.Second
+
+// bouncedElector is an Elector on the default leader key of table, its
+// Locker on db, both closed at cleanup.
+func bouncedElector(t *testing.T, db pglease.DB, table, holder string, opts ...pglease.LockerOption) (*pglease.Elector, *pglease.Locker) {
+	t.Helper()
+	l := pgtest.Locker(t, db, table, holder, append([]pglease.LockerOption{pglease.WithTTL(bouncedTTL)}, opts...)...)
+	e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	return e, l
+}
+
+// countedPool is a pool through a PgBouncer whose statements are counted.
+type countedPool struct {
+	pool  *pgxpool.Pool
+	stmts *pgtest.Statements
+}
+
+// followerPool is a pool through b in exec mode that counts its statements.
+func followerPool(t *testing.T, b *pgbouncer.Bouncer) countedPool {
+	t.Helper()
+	stmts := &pgtest.Statements{}
+	pool := pgtest.PoolWith(t, b.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cfg.ConnConfig.Tracer = stmts
+		cfg.MaxConns = 4
+	})
+	return countedPool{pool, stmts}
+}
+
+// total is every statement counted since the last Reset.
+func (c countedPool) total() int {
+	n := 0
+	for _, kind := range []string{"claim", "heartbeat", "release", "other"} {
+		n += c.stmts.Count(kind)
+	}
+	return n
 }
 
 // bouncerModes are the pgx exec modes tested through PgBouncer, with the

@@ -38,7 +38,7 @@ func (l *Locker) releaseAll(ctx context.Context, leases []*Lease, ended error) [
 	out := l.releaseRows(ctx, batch)
 	errs := make([]error, len(batch))
 	for i, r := range batch {
-		errs[i] = l.finishRelease(r, releaseOutcome(r.prior, out[r.ls]))
+		errs[i] = l.finishRelease(ctx, r, releaseOutcome(r.prior, out[r.ls]))
 	}
 	return errs
 }

@@ -10,16 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pglease/pglease/internal/poll"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 const (
 	// minWaitBackoff is the first pause of a waiting claim after ErrHeld.
 	minWaitBackoff = 10 * time.Millisecond
-	// maxPollBackoff caps the pause while waiters poll: the latency of a
-	// wake-up without notifications, against one claim and one read per
-	// pause and waiting Locker.
-	maxPollBackoff = 250 * time.Millisecond
 	// maxNotifyBackoff caps the pause while notifications arrive: a safety
 	// net for releases that notify nobody (a table named another way, an
 	// older release, a row deleted by hand).
@@ -28,6 +25,17 @@ const (
 	// may run a little fast against the server's clock.
 	expiryMargin = time.Millisecond
 )
+
+// newSchedule is the pauses of one waiting claim (internal/poll): while
+// polling, 10ms doubling up to MaxPollInterval, lengthened by up to a
+// quarter; while notified, maxNotifyBackoff less up to half; at most until
+// the holder's expiry.
+func newSchedule() *poll.Schedule {
+	return &poll.Schedule{
+		Min: minWaitBackoff, Max: MaxPollInterval, Notified: maxNotifyBackoff, Margin: expiryMargin,
+		Jitter: func(d time.Duration) time.Duration { return rand.N(d + 1) },
+	}
+}
 
 // waiting holds a Locker's waiting claims and its listener.
 type waiting struct {
@@ -126,7 +134,8 @@ func drain(ch <-chan struct{}) {
 
 // startListener starts the listener at the first waiting claim, on a pool
 // only: a *pgx.Conn is shared with the heartbeat, and a wrapper may not be
-// able to LISTEN, so those poll.
+// able to LISTEN, so those poll. With WithListenDSN the listener dials a
+// connection of its own, whatever the DB.
 func (l *Locker) startListener() {
 	w := &l.waits
 	w.mu.Lock()
@@ -134,9 +143,9 @@ func (l *Locker) startListener() {
 		w.mu.Unlock()
 		return
 	}
-	if l.conns.pool == nil {
+	if l.conns.pool == nil && l.cfg.listen == nil {
 		w.mu.Unlock()
-		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on", l.conns.db))
+		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.db))
 		return
 	}
 	w.mode, w.reason = WaitByPolling, "LISTEN not established yet"
@@ -206,21 +215,27 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 // one Locker take the key one after the other, like a mutex.
 //
 // It wakes when the key is released (the release statement notifies the
-// table's channel, which the Locker LISTENs on with one connection of its
-// pool from the first waiting claim until Close), when the holder's lease
-// expires on the server's clock (a lapsed lease notifies nobody), and at a
-// backoff with jitter: 10ms doubling up to 250ms when notifications do not
-// arrive (WaitMode says why), 5s when they do. The waiters of one key in one
-// Locker send one claim at a time between them.
+// table's channel, which the Locker LISTENs on from the first waiting claim
+// until Close, with one connection of its pool or the connection of
+// WithListenDSN), when the holder's lease expires on the server's clock (a
+// lapsed lease notifies nobody), and at a backoff with jitter: 10ms
+// doubling up to MaxPollInterval (1s) when notifications do not arrive
+// (WaitMode says why: a DB that is not a *pgxpool.Pool, a pooler such as
+// PgBouncer), 2.5 to 5s when they do. Each attempt is one claim and, while
+// the key is held, one read of the holder's expiry. The waiters of one key
+// in one Locker send one claim at a time between them.
 //
 // When ctx ends, the error wraps ctx.Err(), and ErrHeld if the key was held
 // at the last attempt. Another failure than contention is returned at once.
 // A claim that succeeded as ctx ended is returned, never left behind; one
 // whose outcome is unknown (cancelled in flight, its reply lost) is given
 // back before ClaimWait returns, on exactly the fence it drew. What no
-// client can undo is a claim that reaches the server only after its
-// sender gave up on it (held up on the network past the connection's end):
-// it commits a row that nobody holds, which lapses at its expiry. The key
+// client can undo is a claim the server goes on with after its sender gave
+// up on it: one that reaches the server only then (held up on the network
+// past the connection's end), or one whose connection stopped answering
+// (no answer to its cancel requests within a second) and that commits once
+// the network heals: it commits a row that nobody holds, which lapses at
+// its expiry. The key
 // is then held by nobody for at most that claim's TTL; it cuts no lease
 // short (a claim never moves a row's expiry back) and its fence is never
 // handed out.
@@ -262,7 +277,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	}
 	defer func() { <-g.turn }()
 
-	backoff := minWaitBackoff
+	schedule := newSchedule()
 	xctx := context.WithValue(ctx, exclusiveClaim{}, true)
 	for {
 		drain(g.wake)
@@ -295,30 +310,31 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		}
 		held := err
 
-		var own <-chan struct{}
-		// Jitter spreads out the waiters of several Lockers. While
-		// notifications arrive, the pause is only a safety net.
-		if l.waits.byNotification() {
-			backoff = maxNotifyBackoff
-		}
-		pause := backoff/2 + rand.N(backoff/2+1)
-		var here heldHereError
+		var (
+			own   <-chan struct{}
+			pause time.Duration
+			here  heldHereError
+		)
 		if errors.As(err, &here) {
 			own = here.ended // ends locally: no notification needed
 			pause = maxNotifyBackoff
 		} else {
+			// Jitter spreads out the waiters of several Lockers. While
+			// notifications arrive, the pause is only a safety net; while
+			// polling, it is at least MaxPollInterval once grown.
 			holder, left, rerr := l.remaining(ctx, key)
+			known := poll.Unknown
 			switch {
 			case rerr == nil:
-				pause = min(pause, max(left+expiryMargin, 0))
+				known = poll.Live
 			case errors.Is(rerr, pgx.ErrNoRows):
-				pause = 0
+				known = poll.Missing
 			}
+			pause = schedule.Pause(l.waits.byNotification(), known, left)
 			if h.held != nil {
 				h.held(holder, err)
 			}
 		}
-		backoff = min(2*backoff, maxPollBackoff)
 
 		timer := time.NewTimer(pause)
 		select {

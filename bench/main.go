@@ -6,6 +6,7 @@
 //	go run ./bench -quick -out "$(mktemp -d)"   # a short run, for CI
 //	go run ./bench -fleet      # the fleet study alone
 //	go run ./bench -common     # the common-path study alone
+//	go run ./bench -followers  # the followers study alone
 //
 // The storage study runs a fixed number of claim/release cycles over a few
 // keys, releasing either by expiring the row in place (pglease) or by
@@ -19,6 +20,9 @@
 // W = 1, 4, 16 workers) and a contended key (8 replicas, one key) through a
 // Locker, with today's statements sent raw, and with the statements before
 // the hardening sent raw, in turns, and reads what a losing claim costs.
+// The followers study counts the statements of follower Electors waiting
+// for a held leader key, on a direct connection, through PgBouncer in
+// transaction mode (polling), and through it with WithListenDSN.
 package main
 
 import (
@@ -55,6 +59,10 @@ type settings struct {
 	workers      []int         // common-path study: workers of a job run
 	slice        time.Duration // common-path study: one turn of a variant
 	commonRounds int           // common-path study: turns of each variant
+
+	followersOnly  bool
+	followers      int           // followers study: follower Electors per path
+	followerWindow time.Duration // followers study: how long they are counted
 }
 
 func main() {
@@ -66,7 +74,13 @@ func main() {
 	flag.IntVar(&s.replicas, "replicas", 10, "replicas of the fleet study, each with its own pool and Locker")
 	flag.BoolVar(&s.fleetOnly, "fleet", false, "run the fleet study alone, and write only its results (fleet.md, fleet.csv and its plots)")
 	flag.BoolVar(&s.commonOnly, "common", false, "run the common-path study alone, and write only its results (common.md, common.csv)")
+	flag.BoolVar(&s.followersOnly, "followers", false, "run the followers study alone (needs pgbouncer), and write only its results (followers.md)")
+	flag.IntVar(&s.followers, "follower-count", 5, "follower Electors per path of the followers study")
+	flag.DurationVar(&s.followerWindow, "follower-window", time.Minute, "how long the followers study counts each path's statements (10s with -quick)")
 	flag.Parse()
+	if s.quick && s.followerWindow == time.Minute {
+		s.followerWindow = 10 * time.Second
+	}
 	s.workers, s.slice, s.commonRounds = []int{1, 4, 16}, 2*time.Second, 7
 	if s.quick {
 		s.slice, s.commonRounds = 200*time.Millisecond, 1
@@ -114,6 +128,10 @@ func run(ctx context.Context, s settings) error {
 	}
 	logf("%s PostgreSQL %s, fsync=%s synchronous_commit=%s autovacuum=%s (naptime %s)",
 		db.Kind(), env.PG, env.Fsync, env.SyncCommit, env.Autovacuum, env.Naptime)
+
+	if s.followersOnly {
+		return runFollowers(ctx, s, db.DSN(), logf)
+	}
 
 	stats, err := pgx.Connect(ctx, db.DSN())
 	if err != nil {

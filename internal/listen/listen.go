@@ -16,8 +16,8 @@
 //     ErrNoDelivery, and Run returns: it would not come back next time
 //     either.
 //   - The listening connection is the Listener's own (hijacked from the
-//     pool, so that the pool's Close does not wait for it) and is closed
-//     before Run returns.
+//     pool, so that the pool's Close does not wait for it, or dialed on a
+//     configuration of its own) and is closed before Run returns.
 package listen
 
 import (
@@ -54,10 +54,67 @@ type Pool interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
-// Listener LISTENs on Channel with connections of Pool. Its fields are set
+// Source gives a Listener the connection it listens on and sends its
+// probes on another one.
+type Source interface {
+	// Conn returns a connection the Listener owns from then on, and closes.
+	Conn(ctx context.Context) (*pgx.Conn, error)
+	// Exec runs one statement on another connection than Conn's: the way
+	// the notifications to receive are sent.
+	Exec(ctx context.Context, sql string, args ...any) error
+}
+
+// PoolSource listens on a connection hijacked from Pool, and sends probes
+// on another connection of it.
+type PoolSource struct{ Pool Pool }
+
+// Conn takes a connection out of the pool for good.
+func (p PoolSource) Conn(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := p.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no connection to LISTEN on: %w", err)
+	}
+	return pc.Hijack(), nil
+}
+
+// Exec runs sql on a connection of the pool, given back after.
+func (p PoolSource) Exec(ctx context.Context, sql string, args ...any) error {
+	pc, err := p.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("no connection to send the probe notification on: %w", err)
+	}
+	defer pc.Release()
+	_, err = pc.Exec(ctx, sql, args...)
+	return err
+}
+
+// DialSource listens on a connection it dials with Config, of its own:
+// a direct connection to the server beside a pooler that drops
+// notifications. Probes go through Send, the way releases are sent (the
+// pooler), so that Ready means that those reach the listening connection.
+type DialSource struct {
+	Config *pgx.ConnConfig
+	Send   func(ctx context.Context, sql string, args ...any) error
+}
+
+// Conn dials a new connection with Config.
+func (d DialSource) Conn(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, d.Config)
+	if err != nil {
+		return nil, fmt.Errorf("no connection to LISTEN on (dialing %s:%d): %w", d.Config.Host, d.Config.Port, err)
+	}
+	return conn, nil
+}
+
+// Exec sends sql with Send.
+func (d DialSource) Exec(ctx context.Context, sql string, args ...any) error {
+	return d.Send(ctx, sql, args...)
+}
+
+// Listener LISTENs on Channel with connections of Source. Its fields are set
 // before Run and not changed after.
 type Listener struct {
-	Pool Pool
+	Source Source
 	// Listen is the statement that LISTENs on Channel.
 	Listen string
 	// Probe sends a notification on channel $1 with payload $2.
@@ -115,14 +172,13 @@ func (l *Listener) Run(ctx context.Context) {
 	}
 }
 
-// conn takes a connection out of the pool, LISTENs on it, and checks with
+// conn takes a connection from the source, LISTENs on it, and checks with
 // a probe sent on another connection that notifications arrive.
 func (l *Listener) conn(ctx context.Context) (*pgx.Conn, error) {
-	pc, err := l.Pool.Acquire(ctx)
+	conn, err := l.Source.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("no connection to LISTEN on: %w", err)
+		return nil, err
 	}
-	conn := pc.Hijack()
 	if _, err := conn.Exec(ctx, l.Listen); err != nil {
 		closeConn(conn)
 		return nil, fmt.Errorf("LISTEN %q failed: %w", l.Channel, err)
@@ -130,14 +186,7 @@ func (l *Listener) conn(ctx context.Context) (*pgx.Conn, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	probe := ProbePrefix + hex.EncodeToString(b[:])
-	sender, err := l.Pool.Acquire(ctx)
-	if err != nil {
-		closeConn(conn)
-		return nil, fmt.Errorf("no connection to send the probe notification on: %w", err)
-	}
-	_, err = sender.Exec(ctx, l.Probe, l.Channel, probe)
-	sender.Release()
-	if err != nil {
+	if err := l.Source.Exec(ctx, l.Probe, l.Channel, probe); err != nil {
 		closeConn(conn)
 		return nil, fmt.Errorf("sending the probe notification: %w", err)
 	}

@@ -29,9 +29,15 @@ type run struct {
 // sends its probe on probeChannel.
 func start(t *testing.T, pool *pgxpool.Pool, table, probeChannel string, probeTimeout time.Duration) *run {
 	t.Helper()
+	return startOn(t, listen.PoolSource{Pool: pool}, table, probeChannel, probeTimeout)
+}
+
+// startOn is start on any source.
+func startOn(t *testing.T, src listen.Source, table, probeChannel string, probeTimeout time.Duration) *run {
+	t.Helper()
 	r := &run{notified: make(chan string, 100), ready: make(chan uint32, 10), polling: make(chan error, 10), done: make(chan struct{})}
 	ln := &listen.Listener{
-		Pool:         pool,
+		Source:       src,
 		Listen:       sqlstmt.Render(sqlstmt.Listen, pgx.Identifier{table}),
 		Probe:        sqlstmt.Probe,
 		Channel:      probeChannel,
@@ -121,5 +127,53 @@ func TestListener(t *testing.T) {
 			t.Fatalf("Polling reported %v at the end of its context", err)
 		default:
 		}
+	})
+
+	t.Run("DialsAConnectionOfItsOwnAndDialsAgainAfterItFails", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool := pgtest.Ctx(t), pgtest.Pool(t, nil)
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		sent := make(chan string, 10)
+		src := listen.DialSource{Config: cfg, Send: func(ctx context.Context, sql string, args ...any) error {
+			sent <- sql
+			_, err := pool.Exec(ctx, sql, args...)
+			return err
+		}}
+		table := pgtest.TableName()
+		ch := sqlstmt.Channel(table)
+		r := startOn(t, src, table, ch, 0)
+		pid := recv(t, r.ready, "Ready")
+		require.Equal(t, sqlstmt.Probe, recv(t, sent, "the probe, sent with Send"))
+		require.Equal(t, int32(0), pool.Stat().AcquiredConns(), "the pool lends it nothing")
+		_, err = pool.Exec(ctx, sqlstmt.Probe, ch, "a")
+		require.NoError(t, err)
+		require.Equal(t, "a", recv(t, r.notified, "a notification"))
+
+		_, err = pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+		require.NoError(t, err)
+		require.Contains(t, recv(t, r.polling, "Polling after the connection failed").Error(), "the listening connection failed")
+		require.NotEqual(t, pid, recv(t, r.ready, "Ready on a new connection"))
+		_, err = pool.Exec(ctx, sqlstmt.Probe, ch, "after")
+		require.NoError(t, err)
+		require.Equal(t, "after", recv(t, r.notified, "a notification on the new connection"))
+	})
+
+	t.Run("ReportsAFailedDialAndDialsAgain", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := pgx.ParseConfig("postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+		require.NoError(t, err)
+		src := listen.DialSource{Config: cfg, Send: func(context.Context, string, ...any) error {
+			t.Error("a probe sent without a listening connection")
+			return nil
+		}}
+		table := pgtest.TableName()
+		r := startOn(t, src, table, sqlstmt.Channel(table), 0)
+		for range 2 { // the first failure and the one after its pause
+			err := recv(t, r.polling, "Polling")
+			require.Contains(t, err.Error(), "dialing 127.0.0.1:1")
+			require.NotErrorIs(t, err, listen.ErrNoDelivery)
+		}
+		require.Empty(t, r.ready)
 	})
 }

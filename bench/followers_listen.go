@@ -1,0 +1,9 @@
+package main
+
+import "github.com/pglease/pglease"
+
+// listenOptions are the follower options of the path viaBouncerListen: a
+// direct connection to dsn for LISTEN alone.
+func listenOptions(dsn string) []pglease.LockerOption {
+	return []pglease.LockerOption{pglease.WithListenDSN(dsn)}
+}

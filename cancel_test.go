@@ -1,0 +1,619 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgbouncer"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// answerGrace mirrors the Locker's bound on the wait for the server's answer
+// to a cancel request.
+const answerGrace = time.Second
+
+// freeRow leaves key's row in table free (claimed by another holder and
+// expired in place), so that a claim of key waits only on a row lock.
+func freeRow(ctx context.Context, t *testing.T, pool pglease.DB, table, key string) {
+	t.Helper()
+	other := pgtest.Locker(t, pool, table, "other")
+	held, err := other.Claim(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, held.Unlock(ctx))
+}
+
+// claimsRunning counts the claim statements of application app (of any
+// application when app is empty) still running on the server.
+func claimsRunning(ctx context.Context, t *testing.T, pool pglease.DB, app string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE pid <> pg_backend_pid() AND state = 'active' AND ($1::text = '' OR application_name = $1)
+		AND strpos(query, 'pglease.synchronous_commit') > 0`, app).Scan(&n))
+	return n
+}
+
+// TestClaimCancel pins what becomes of a claim whose caller gives up while
+// its statement runs: it is cancelled on the server and its answer read,
+// the caller returns promptly and sees why, no live row is left that
+// nobody holds, and the cancel request reaches no other statement.
+func TestClaimCancel(t *testing.T) {
+	t.Parallel()
+
+	// Guarantee: a claim whose first cancel request reaches the server
+	// before its statement does is still cancelled, promptly, and leaves no
+	// live row. Through a link with 200 ms of latency, on a connection the
+	// claim statement was never prepared on, pgx first prepares it (one
+	// round trip) and only then sends it. The caller gives up during the
+	// prepare: the first cancel request reaches the backend while it idles
+	// between the two, which the server ignores; the requests sent again
+	// every cancelResend cancel the statement once it runs. The error says
+	// the server cancelled the claim only when it did (a 57014).
+	t.Run("SentBeforeTheStatement", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("cancelearly")
+		slow := pgtest.AppPool(t, "", p, app)
+		require.NoError(t, slow.Ping(ctx)) // one idle connection, nothing prepared on it
+		p.SetLatency(200*time.Millisecond, 0, 1)
+		l := pgtest.Locker(t, slow, table, "claimer")
+
+		end := pgtest.LockRow(t, pool, table, "job")
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		lease, err := l.Claim(cctx, "job")
+		took := time.Since(deadlineOf(cctx))
+		cancel()
+		end(true)
+		if err == nil {
+			require.NoError(t, lease.Unlock(ctx))
+			t.Fatal("a claim of a row locked until after its caller gave up succeeded")
+		}
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+			5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+		requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
+		// Each cancel request costs two of the link's 200 ms delays: the
+		// one sent again lands some 800 ms after the deadline.
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "the repeated cancel request lands on the statement: %v", err)
+		require.Equal(t, "57014", pgErr.Code)
+		require.Contains(t, err.Error(), "cancelled on the server")
+		assert.Less(t, took, 2*answerGrace, "Claim's return after its context ended")
+	})
+
+	// Guarantee: Claim returns within twice answerGrace of its context's
+	// end even when the cancel request gets no answer (answerGrace for the
+	// answer, as long again for the give-back's read), and the row such a
+	// claim may commit once the network heals, which no client can undo,
+	// is one nobody holds that lapses at its expiry, after which the key is
+	// free. The link to the server stalls (bytes held, connections open)
+	// while the claim waits on a row lock; its caller gives up; the row
+	// lock ends while the link is stalled, and the link then heals.
+	t.Run("CancelUnanswered", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("cancelstall")
+		const ttl = 2 * time.Second
+		l := pgtest.Locker(t, pgtest.AppPool(t, "", p, app), table, "claimer", pglease.WithTTL(ttl))
+
+		end := pgtest.LockRow(t, pool, table, "job")
+		cctx, cancel := context.WithCancel(ctx)
+		type claimed struct {
+			lease *pglease.Lease
+			err   error
+		}
+		res := make(chan claimed, 1)
+		go func() {
+			lease, err := l.Claim(cctx, "job")
+			res <- claimed{lease, err}
+		}()
+		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+		p.SetMode(faultproxy.Stall)
+		start := time.Now()
+		cancel()
+		var r claimed
+		select {
+		case r = <-res:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Claim did not return 30s after its context ended")
+		}
+		took := time.Since(start)
+		require.Error(t, r.err)
+		require.ErrorIs(t, r.err, context.Canceled)
+		end(true)
+		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+			5*time.Second, 10*time.Millisecond, "the claim statement ends once the row lock does")
+		p.SetMode(faultproxy.Forward)
+		assert.Less(t, took, 2*answerGrace+answerGrace/2, "Claim's return after its context ended")
+		requireNoLiveRowOf(t, pool, table, "claimer", ttl+time.Second, "job")
+		_, err := pgtest.Locker(t, pool, table, "next").Claim(ctx, "job")
+		require.NoError(t, err, "the key is free once the row nobody holds has lapsed")
+	})
+
+	// Guarantee: a claim whose caller gives up while it waits on a row lock
+	// returns within answerGrace of the context's end (here well within
+	// it: the server answers the cancel at once), with an error that is the
+	// context's (its deadline, or its cause) and neither ErrHeld nor
+	// ErrLost, and leaves no live row and no statement running.
+	t.Run("ReturnsPromptlyWithTheCause", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		app := pgtest.AppName("cancelprompt")
+		l := pgtest.Locker(t, pgtest.AppPool(t, "", nil, app), table, "claimer")
+		why := errors.New("the job was called off")
+		for i, deadline := range []bool{true, false} {
+			key := fmt.Sprintf("job-%d", i)
+			freeRow(ctx, t, pool, table, key)
+			end := pgtest.LockRow(t, pool, table, key)
+			var cctx context.Context
+			var stop func()
+			if deadline {
+				c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				cctx, stop = c, cancel
+			} else {
+				c, cancel := context.WithCancelCause(ctx)
+				tm := time.AfterFunc(200*time.Millisecond, func() { cancel(why) })
+				cctx, stop = c, func() { tm.Stop(); cancel(nil) }
+			}
+			start := time.Now()
+			lease, err := l.Claim(cctx, key)
+			took := time.Since(start)
+			stop()
+			end(true)
+			require.Nil(t, lease)
+			require.Error(t, err)
+			if deadline {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			} else {
+				require.ErrorIs(t, err, why)
+			}
+			require.NotErrorIs(t, err, pglease.ErrHeld)
+			require.NotErrorIs(t, err, pglease.ErrLost)
+			require.Less(t, took, 200*time.Millisecond+answerGrace/2, "the server answered the cancel at once")
+			require.Equal(t, 0, claimsRunning(ctx, t, pool, app))
+			requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+		}
+	})
+
+	// Guarantee: a cancel request must never cancel a different statement
+	// than the claim it was sent for, also through PgBouncer. In
+	// transaction pooling with one server connection, a claim waits on a
+	// row lock that ends as its caller gives up: the claim commits, the
+	// server connection goes to a bystander's statement, and PgBouncer
+	// (which opens a new server connection to forward the cancel request
+	// it got while the claim still ran) delivers it to that backend, where
+	// the bystander's statement now runs.
+	t.Run("NoOtherStatementThroughPgBouncer", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 1})
+		bounced := func(conns int32) *pgxpool.Pool {
+			return pgtest.PoolWith(t, b.DSN(), func(cfg *pgxpool.Config) {
+				cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+				cfg.MaxConns = conns
+			})
+		}
+		l := pgtest.Locker(t, bounced(4), table, "claimer")
+		bystander := bounced(1)
+
+		bctx, stopBystander := context.WithCancel(ctx)
+		var cancelled, ran atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for bctx.Err() == nil {
+				_, err := bystander.Exec(bctx, "SELECT pg_sleep(0.02)")
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "57014" {
+					cancelled.Add(1)
+				}
+				ran.Add(1)
+			}
+		}()
+		const rounds = 40
+		var gaveUp int
+		for i := range rounds {
+			key := fmt.Sprintf("job-%d", i)
+			freeRow(ctx, t, pool, table, key)
+			end := pgtest.LockRow(t, pool, table, key)
+			cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			// The lock ends from 2 ms before to 2 ms after the caller
+			// gives up.
+			offset := time.Duration(i%9-4) * 500 * time.Microsecond
+			tm := time.AfterFunc(150*time.Millisecond+offset, func() { end(true) })
+			lease, err := l.Claim(cctx, key)
+			cancel()
+			tm.Stop()
+			end(true)
+			if err != nil {
+				gaveUp++
+			}
+			if err == nil {
+				require.NoError(t, lease.Unlock(ctx))
+			}
+		}
+		stopBystander()
+		wg.Wait()
+		require.Positive(t, ran.Load())
+		assert.Zero(t, cancelled.Load(), "statements of another client cancelled by the cancel requests of claims (of %d run)", ran.Load())
+		t.Logf("%d of %d claims gave up", gaveUp, rounds)
+		for i := range rounds {
+			requireNoLiveRowOf(t, pool, table, "claimer", 2*time.Second, fmt.Sprintf("job-%d", i))
+		}
+	})
+
+	// Guarantee: a claim that returns an error leaves no live row that
+	// nobody holds, also on a Locker over one *pgx.Conn. A claim waits on a
+	// row lock that ends as its caller gives up. On a *pgx.Conn the
+	// statement is not sent under a context of its own: pgx closes the
+	// socket and sends its cancel request asynchronously, the statement
+	// takes the row meanwhile, and the give-back's read goes to the same,
+	// now closed, connection.
+	t.Run("GivenUpOnASingleConnection", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		app := pgtest.AppName("cancelconn")
+		for i := range 10 {
+			key := fmt.Sprintf("job-%d", i)
+			freeRow(ctx, t, pool, table, key)
+			cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+			require.NoError(t, err)
+			cfg.RuntimeParams["application_name"] = app
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			l := pgtest.Locker(t, conn, table, "claimer")
+
+			end := pgtest.LockRow(t, pool, table, key)
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			stop := context.AfterFunc(cctx, func() { end(true) })
+			lease, err := l.Claim(cctx, key)
+			cancel()
+			stop()
+			end(true)
+			if err == nil {
+				require.NoError(t, lease.Unlock(ctx))
+				continue
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+				5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+			requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+		}
+	})
+
+	// Guarantee: no goroutine outlives Locker.Close, also after a claim
+	// whose cancel request got no answer: the link to the server stalls
+	// while the claim waits on a row lock, its caller gives up, and the
+	// Locker is closed once Claim returned. The claim's connection, closed
+	// by pgx as answerGrace ends its statement's context, still sends a
+	// cancel request of its own (for up to 15 s) from a goroutine of its
+	// own after Close returned.
+	t.Run("NothingOutlivesCloseAfterAnUnansweredCancel", func(t *testing.T) {
+		before := goleak.IgnoreCurrent()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("cancelleak")
+		l := pglease.NewLocker(pgtest.AppPool(t, "", p, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
+			pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(500*time.Millisecond))
+		end := pgtest.LockRow(t, pool, table, "job")
+		t.Cleanup(func() { end(false); p.SetMode(faultproxy.Forward) })
+
+		cctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		go func() {
+			_, err := l.Claim(cctx, "job")
+			res <- err
+		}()
+		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+		p.SetMode(faultproxy.Stall)
+		cancel()
+		require.ErrorIs(t, <-res, context.Canceled)
+		require.NoError(t, l.Close(ctx))
+		err := goleak.Find(before)
+		if err != nil && strings.Contains(err.Error(), "asyncClose") {
+			t.Fatalf("a goroutine of the claim's connection outlives Close: %v", err)
+		}
+	})
+
+	// Guarantee: many claims given up at every phase at once (before a
+	// connection is had, in flight, as the reply comes back), on a Locker
+	// with a kept connection whose heartbeat extends a lease meanwhile and
+	// whose pool also serves the application's statements: no cancel
+	// request reaches the heartbeat or the application's statements, every
+	// claim that failed left no live row, every one that succeeded holds its
+	// row, and the error says why.
+	for _, bounced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ManyAtOnce/pgbouncer=%v", bounced), func(t *testing.T) {
+			t.Parallel()
+			manyAtOnce(t, bounced)
+		})
+	}
+
+	// Guarantee: ClaimWait whose context ends while its claim waits on a
+	// row lock, the lock ending at that moment, returns promptly with the
+	// context's error (or the lease, never left behind), and leaves no
+	// live row; so does one waiting behind a live lease of another holder,
+	// whose error also wraps ErrHeld.
+	t.Run("ClaimWaitGivenUpAsARowLockEnds", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		app := pgtest.AppName("cancelwait")
+		l := pgtest.Locker(t, pgtest.AppPool(t, "", nil, app), table, "claimer")
+		for i := range 10 {
+			key := fmt.Sprintf("job-%d", i)
+			freeRow(ctx, t, pool, table, key)
+			end := pgtest.LockRow(t, pool, table, key)
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			stop := context.AfterFunc(cctx, func() { end(true) })
+			start := time.Now()
+			lease, err := l.ClaimWait(cctx, key)
+			took := time.Since(start)
+			cancel()
+			stop()
+			end(true)
+			assert.Less(t, took, 100*time.Millisecond+answerGrace, "ClaimWait's return after its context ended")
+			if err == nil {
+				require.NoError(t, lease.Unlock(ctx))
+				continue
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+				5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+			requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+		}
+
+		other := pgtest.Locker(t, pool, table, "other")
+		held, err := other.Claim(ctx, "held")
+		require.NoError(t, err)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		_, err = l.ClaimWait(cctx, "held")
+		took := time.Since(start)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		assert.Less(t, took, 300*time.Millisecond+answerGrace/2)
+		require.NoError(t, held.Unlock(ctx))
+	})
+
+	// Guarantee: a re-entrant claim (same holder, its own lease live)
+	// cancelled on the server while it waits on the row lock wrote nothing,
+	// so the lease it would have replaced goes on: not lost, its row
+	// unchanged, still extended.
+	t.Run("ReentrantClaimCancelledKeepsTheLease", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const ttl = 2 * time.Second
+		l := pgtest.Locker(t, pool, table, "claimer", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		end := pgtest.LockRow(t, pool, table, "job")
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = l.Claim(cctx, "job")
+		cancel()
+		end(true)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr) && pgErr.Code == "57014", "cancelled on the server: %v", err)
+		select {
+		case <-lease.Done():
+			t.Fatalf("the lease ended though the claim that would replace it wrote nothing: %v", lease.Err())
+		case <-time.After(ttl):
+		}
+		row, ok := pgtest.ReadRow(t, pool, table, "job")
+		require.True(t, ok)
+		require.Equal(t, lease.Fence(), row.Fence)
+		require.NoError(t, lease.Unlock(ctx))
+	})
+
+	// Guarantee: with WithKeptConnection, a claim cancelled on the server
+	// as the Locker's first claim does not leave its closed connection as
+	// the kept reserve: the next lease's heartbeat runs and keeps it across
+	// several TTLs.
+	t.Run("KeptConnectionAfterACancel", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const ttl = time.Second
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, pool, table, "claimer", pglease.WithKeptConnection(), pglease.WithTTL(ttl),
+			pglease.WithHeartbeatInterval(200*time.Millisecond), pglease.WithHook(events.Hook))
+		freeRow(ctx, t, pool, table, "locked")
+		end := pgtest.LockRow(t, pool, table, "locked")
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := l.Claim(cctx, "locked")
+		cancel()
+		end(true)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		lease, err := l.Claim(ctx, "free")
+		require.NoError(t, err)
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease lost after a cancelled claim: %v", lease.Err())
+		case <-time.After(3 * ttl):
+		}
+		require.NoError(t, lease.Err())
+		assert.GreaterOrEqual(t, events.Count(pglease.EventExtended), 5, "heartbeat rounds in 3 TTLs")
+		require.NoError(t, lease.Unlock(ctx))
+		requireNoLiveRowOf(t, pool, table, "claimer", 0, "locked")
+	})
+
+	// Guarantee: Close while claims wait on row locks ends them promptly
+	// (their statements cancelled on the server and answered), each with
+	// ErrClosed, and leaves no live row once the locks end; goleak in
+	// TestMain checks that no goroutine outlives it.
+	for _, burst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CloseWhileClaimsWait/burst=%v", burst), func(t *testing.T) {
+			t.Parallel()
+			closeWhileClaimsWait(t, burst)
+		})
+	}
+}
+
+// manyAtOnce is TestClaimCancel/ManyAtOnce, on a pool to the server or
+// through PgBouncer in transaction pooling (two server connections).
+func manyAtOnce(t *testing.T, bounced bool) {
+	t.Helper()
+	ctx, pool, table := pgtest.Setup(t)
+	app := pgtest.AppName("cancelmany")
+	var lp *pgxpool.Pool
+	if bounced {
+		b := pgbouncer.New(t, pgtest.Server.DSN(), pgbouncer.Options{PoolMode: "transaction", PoolSize: 2})
+		lp = pgtest.PoolWith(t, b.DSN(), func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+			cfg.MaxConns = 4
+		})
+	} else {
+		lp = pgtest.AppPool(t, "", nil, app)
+	}
+	events := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, lp, table, "claimer", pglease.WithKeptConnection(), pglease.WithTTL(2*time.Second),
+		pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
+	other := pgtest.Locker(t, pool, table, "other")
+	kept, err := l.Claim(ctx, "kept")
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := other.Claim(ctx, fmt.Sprintf("held-%d", i))
+		require.NoError(t, err)
+	}
+
+	bctx, stopBystander := context.WithCancel(ctx)
+	var cancelled, ran atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for bctx.Err() == nil {
+			_, err := lp.Exec(bctx, "SELECT pg_sleep(0.002)")
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "57014" {
+				cancelled.Add(1)
+			}
+			ran.Add(1)
+		}
+	}()
+
+	var mu sync.Mutex
+	var failed []string
+	var leases []*pglease.Lease
+	var claims sync.WaitGroup
+	for g := range 8 {
+		claims.Add(1)
+		go func() {
+			defer claims.Done()
+			for i := range 60 {
+				key := fmt.Sprintf("free-%d-%d", g, i)
+				if i%4 == 3 {
+					key = fmt.Sprintf("held-%d", i%3)
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Duration((g*60+i)%12)*time.Millisecond)
+				lease, err := l.Claim(cctx, key)
+				cancel()
+				mu.Lock()
+				if err == nil {
+					leases = append(leases, lease)
+				} else {
+					if !errors.Is(err, pglease.ErrHeld) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("claim of %q: neither held nor given up: %v", key, err)
+					}
+					if errors.Is(err, pglease.ErrHeld) && errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("claim of %q: both held and given up: %v", key, err)
+					}
+					failed = append(failed, key)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	claims.Wait()
+	stopBystander()
+	wg.Wait()
+	t.Logf("%d claims succeeded, %d failed; %d bystander statements", len(leases), len(failed), ran.Load())
+	require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+		5*time.Second, 10*time.Millisecond, "claim statements still run on the server")
+	if bounced {
+		time.Sleep(time.Second) // the claims' backends are PgBouncer's, not named app
+	}
+	assert.Zero(t, cancelled.Load(), "the application's statements cancelled by cancel requests of claims")
+	require.NoError(t, kept.Err(), "the lease extended while claims were cancelled")
+	for _, lease := range leases {
+		row, ok := pgtest.ReadRow(t, pool, table, lease.Key())
+		require.True(t, ok)
+		require.True(t, row.Live && row.Holder == "claimer" && row.Fence == lease.Fence(), "the row of a lease handed out: %+v", row)
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	for _, key := range failed {
+		if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == "claimer" {
+			t.Errorf("row of %q live after its claim failed, held by nobody: %+v", key, row)
+		}
+	}
+}
+
+// closeWhileClaimsWait is TestClaimCancel/CloseWhileClaimsWait, each claim
+// sent alone or through the burst statement.
+func closeWhileClaimsWait(t *testing.T, burst bool) {
+	t.Helper()
+	ctx, pool, table := pgtest.Setup(t)
+	app := pgtest.AppName("cancelclose")
+	l := pglease.NewLocker(pgtest.AppPool(t, "", nil, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
+		pglease.WithLogger(pgtest.Quiet))
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	pglease.SetCoalesceAll(l, burst)
+	keys := []string{"k0", "k1", "k2"} // a pool of 4: claims hold at most 3
+	var ends []func(bool)
+	for _, key := range keys {
+		freeRow(ctx, t, pool, table, key)
+		ends = append(ends, pgtest.LockRow(t, pool, table, key))
+	}
+	errs := make(chan error, len(keys))
+	for _, key := range keys {
+		go func() {
+			_, err := l.Claim(ctx, key)
+			errs <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == len(keys) },
+		5*time.Second, 10*time.Millisecond, "every claim waiting on its row lock")
+	start := time.Now()
+	require.NoError(t, l.Close(ctx))
+	took := time.Since(start)
+	for range keys {
+		err := <-errs
+		require.ErrorIs(t, err, pglease.ErrClosed)
+	}
+	for _, end := range ends {
+		end(true)
+	}
+	assert.Less(t, took, answerGrace, "Close with claims being cancelled")
+	require.Equal(t, 0, claimsRunning(ctx, t, pool, app))
+	requireNoLiveRowOf(t, pool, table, "claimer", 0, keys...)
+}
+
+// deadlineOf is ctx's deadline.
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
