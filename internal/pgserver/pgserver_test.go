@@ -303,10 +303,10 @@ func TestMajors(t *testing.T) {
 		require.NoError(t, os.MkdirAll(bin, 0o755))
 		require.NoError(t, os.MkdirAll(filepath.Join(root, "lib"), 0o755))
 		for _, name := range []string{"initdb", "postgres"} {
-			require.NoError(t, os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755)) //nolint:gosec // an executable on purpose
+			require.NoError(t, os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755))
 		}
 		for _, name := range libs {
-			require.NoError(t, os.WriteFile(filepath.Join(root, "lib", name), nil, 0o644)) //nolint:gosec // a library stand-in
+			require.NoError(t, os.WriteFile(filepath.Join(root, "lib", name), nil, 0o644))
 		}
 		return bin
 	}
