@@ -103,15 +103,22 @@ func TestListener(t *testing.T) {
 		require.Equal(t, "after", recv(t, r.notified, "a notification on the new connection"))
 	})
 
-	t.Run("StopsWhenTheProbeNeverArrives", func(t *testing.T) {
+	t.Run("TriesALostProbeAgain", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)
 		table := pgtest.TableName()
 		r := start(t, pool, table, sqlstmt.Channel(table)+"-elsewhere", 50*time.Millisecond)
-		err := recv(t, r.polling, "Polling")
-		require.ErrorIs(t, err, listen.ErrNoDelivery)
-		recv(t, r.done, "the end of Run")
+		start := time.Now()
+		require.ErrorIs(t, recv(t, r.polling, "Polling"), listen.ErrNoDelivery)
+		first := time.Since(start)
+		require.ErrorIs(t, recv(t, r.polling, "Polling again"), listen.ErrNoDelivery)
+		require.GreaterOrEqual(t, time.Since(start)-first, 5*time.Second, "after the lost probe's pause")
 		require.Empty(t, r.ready, "Ready without a probe")
+		select {
+		case <-r.done:
+			t.Fatal("Run returned while its context goes on")
+		default:
+		}
 	})
 
 	t.Run("ReturnsWhenItsContextEnds", func(t *testing.T) {
