@@ -91,7 +91,6 @@ func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 			l.waits.pid = pid
 			l.waits.mu.Unlock()
 			l.setWaitMode(WaitByNotification, "")
-			l.waits.wakeAll()
 		},
 		Polling: func(reason error) { l.setWaitMode(WaitByPolling, l.pollingReason(reason)) },
 	}
@@ -103,8 +102,12 @@ func (l *Locker) setWaitMode(m WaitMode, reason string) {
 	w := &l.waits
 	w.mu.Lock()
 	changed := w.mode != m || w.reason != reason
+	stopped := w.mode == WaitByNotification && m == WaitByPolling
 	w.mode, w.reason = m, reason
 	w.mu.Unlock()
+	if stopped {
+		w.repollAll()
+	}
 	if !changed {
 		return
 	}
