@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/listen"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -164,6 +165,33 @@ func TestListener(t *testing.T) {
 		_, err = pool.Exec(ctx, sqlstmt.Probe, ch, "after")
 		require.NoError(t, err)
 		require.Equal(t, "after", recv(t, r.notified, "a notification on the new connection"))
+	})
+
+	t.Run("NoticesASilentDeadConnection", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		p := pgtest.Proxy(t, "")
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		cfg.Host, cfg.Port = p.Host(), p.Port()
+		src := listen.DialSource{Config: cfg, Send: func(ctx context.Context, sql string, args ...any) error {
+			_, err := pool.Exec(ctx, sql, args...)
+			return err
+		}}
+		table := pgtest.TableName()
+		r := startOn(t, src, table, sqlstmt.Channel(table), 0)
+		recv(t, r.ready, "Ready")
+		time.Sleep(2 * listen.DefaultCheckInterval) // pinged and alive
+		select {
+		case err := <-r.polling:
+			t.Fatalf("Polling on a live connection: %v", err)
+		default:
+		}
+		p.SetMode(faultproxy.Blackhole)
+		lost := time.Now()
+		err = recv(t, r.polling, "Polling on a half-open connection")
+		require.Contains(t, err.Error(), "did not answer a ping")
+		require.Less(t, time.Since(lost), listen.DefaultCheckInterval+listen.DefaultCheckTimeout+500*time.Millisecond)
 	})
 
 	t.Run("ReportsAFailedDialAndDialsAgain", func(t *testing.T) {
