@@ -29,7 +29,9 @@ import (
 // takes over a second counts as a lost connection (a half-open one
 // delivers nothing and says nothing). When it is lost, waiters poll at
 // once, and it is dialed again after a pause that doubles from 100ms up to
-// 30s, which starts over only after a connection that listened for 10s.
+// 30s, which starts over only after a connection that listened for 10s; a
+// dial (with LISTEN and the probe's sending) that takes over 10s is given
+// up and tried again.
 // Before the Locker relies on a connection, a probe notification sent
 // through the DB must come back on it within 2s: if dsn points at the
 // pooler too, or at another server or database, or the link is slow, the

@@ -234,8 +234,10 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 //
 // When ctx ends, the error wraps ctx.Err(), and ErrHeld if the key was held
 // at the last attempt. Another failure than contention is returned at once,
-// but for the server's word that it is shutting down or starting up
-// (SQLSTATE 57P01 to 57P03): a waiting claim outlasts a restart.
+// but once an attempt has found the key held, a waiting claim outlasts a
+// restart of the server: the server's word that it is shutting down or
+// starting up (SQLSTATE 57P01 to 57P03), and a new connection that could
+// not be opened (the claim was not sent), are tried again as contention is.
 // A claim that succeeded as ctx ended is returned, never left behind; one
 // whose outcome is unknown (cancelled in flight, its reply lost) is given
 // back before ClaimWait returns, on exactly the fence it drew. What no
@@ -288,6 +290,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 
 	schedule := newSchedule()
 	xctx := context.WithValue(ctx, exclusiveClaim{}, true)
+	reached := false // an attempt found the key held: the server answers
 	for {
 		drain(g.wake)
 		drain(g.repoll)
@@ -312,13 +315,16 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ended(ctx)))
 			}
-			if !errors.Is(err, ErrLost) && !serverRestarting(err) {
+			if !errors.Is(err, ErrLost) && !(reached && serverRestarting(err)) {
 				return nil, err
 			}
 			// The row came back expired, or too late to trust: nothing
-			// failed but time. Or the server ended the connection as it
-			// shut down, or refused it as it started: the claim did not
-			// commit. Wait and try again, as after contention.
+			// failed but time. Or the server this wait has reached ended
+			// the connection as it shut down, refused it as it started, or
+			// could not be connected to: the claim did not commit. Wait and
+			// try again, as after contention.
+		} else {
+			reached = true
 		}
 		held := err
 
@@ -360,9 +366,9 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	}
 }
 
-// sleepOn is what ends a waiting claim's pause early: a notification, the
-// end of its own Locker's lease, a kick, the switch to polling (nil when
-// the pause is not the schedule's), Close.
+// sleepOn is what a waiting claim's pause listens to: a notification, the
+// end of its own Locker's lease, a kick and Close end it; the switch to
+// polling (nil when the pause is not the schedule's) shortens it.
 type sleepOn struct {
 	wake, own, kick, repoll, stopped <-chan struct{}
 }
@@ -394,13 +400,18 @@ func sleep(ctx context.Context, pause time.Duration, on sleepOn, schedule *poll.
 	}
 }
 
-// serverRestarting says whether err is the server's own word that it is
-// shutting down or starting up (SQLSTATE class 57P: admin_shutdown,
-// crash_shutdown, cannot_connect_now): a restart, which a waiting claim
-// outlasts, on another connection of the pool.
+// serverRestarting says whether err is what a claim meets while the server
+// restarts, having neither committed nor, but for the first, been sent: the
+// server's word that it is shutting down or starting up (SQLSTATE class
+// 57P: admin_shutdown, crash_shutdown, cannot_connect_now), or a new
+// connection that could not be opened (pgconn.ConnectError).
 func serverRestarting(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "57P0")
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "57P0") {
+		return true
+	}
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect) && !errors.As(err, &pgErr)
 }
 
 // attempt is one claim of a waiting claim: on the terms t, within their

@@ -13,6 +13,9 @@
 //     half-open connection (a partition, a dead NAT entry) is noticed
 //     within CheckInterval+CheckTimeout of its last sign of life, not
 //     never.
+//   - A connection's setup (its dial, LISTEN, the sending of its probe)
+//     that takes over SetupTimeout counts as failed: a dial that hangs is
+//     tried again.
 //   - A connection that fails is reported (Polling) before anything else
 //     is done with it, and replaced after a pause that doubles from 100ms
 //     up to 30s (Redial); the pauses start over only after a connection
@@ -50,6 +53,11 @@ const (
 	// time a polling waiter takes to see a release (MaxPollInterval).
 	DefaultCheckInterval = 500 * time.Millisecond
 	DefaultCheckTimeout  = time.Second
+	// DefaultSetupTimeout bounds the dial (or the wait for a pool's
+	// connection), the LISTEN and the sending of the probe: a dial that
+	// hangs (a stalled link, no connect_timeout) is tried again, so that
+	// the Listener listens again once the network heals.
+	DefaultSetupTimeout = 10 * time.Second
 	// ProbePrefix starts the payload of a probe notification. A payload of
 	// that shape sent by anyone else only gets a spurious Notify.
 	ProbePrefix = "pglease-probe:"
@@ -139,6 +147,9 @@ type Listener struct {
 	// CheckTimeout the time the ping may take; 0 is DefaultCheckInterval,
 	// DefaultCheckTimeout.
 	CheckInterval, CheckTimeout time.Duration
+	// SetupTimeout bounds a connection's setup, up to the sending of its
+	// probe; 0 is DefaultSetupTimeout.
+	SetupTimeout time.Duration
 
 	// Notify gets the payload of each notification.
 	Notify func(payload string)
@@ -223,20 +234,32 @@ func (l *Listener) listen(ctx context.Context, conn *pgx.Conn) error {
 // conn takes a connection from the source, LISTENs on it, and checks with
 // a probe sent on another connection that notifications arrive.
 func (l *Listener) conn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := l.Source.Conn(ctx)
-	if err != nil {
-		return nil, err
+	setup := l.SetupTimeout
+	if setup <= 0 {
+		setup = DefaultSetupTimeout
 	}
-	if _, err := conn.Exec(ctx, l.Listen); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, setup)
+	defer cancel()
+	gaveUp := func(err error) error {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w (gave up after %v)", err, setup)
+		}
+		return err
+	}
+	conn, err := l.Source.Conn(sctx)
+	if err != nil {
+		return nil, gaveUp(err)
+	}
+	if _, err := conn.Exec(sctx, l.Listen); err != nil {
 		closeConn(conn)
-		return nil, fmt.Errorf("LISTEN %q failed: %w", l.Channel, err)
+		return nil, gaveUp(fmt.Errorf("LISTEN %q failed: %w", l.Channel, err))
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	probe := ProbePrefix + hex.EncodeToString(b[:])
-	if err := l.Source.Exec(ctx, l.Probe, l.Channel, probe); err != nil {
+	if err := l.Source.Exec(sctx, l.Probe, l.Channel, probe); err != nil {
 		closeConn(conn)
-		return nil, fmt.Errorf("sending the probe notification: %w", err)
+		return nil, gaveUp(fmt.Errorf("sending the probe notification: %w", err))
 	}
 	timeout := l.ProbeTimeout
 	if timeout == 0 {

@@ -194,6 +194,37 @@ func TestListener(t *testing.T) {
 		require.Less(t, time.Since(lost), listen.DefaultCheckInterval+listen.DefaultCheckTimeout+500*time.Millisecond)
 	})
 
+	t.Run("GivesUpADialThatHangsAndDialsAgain", func(t *testing.T) {
+		t.Parallel()
+		p := pgtest.Proxy(t, "")
+		p.SetMode(faultproxy.Blackhole)
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		cfg.Host, cfg.Port, cfg.ConnectTimeout = p.Host(), p.Port(), 0
+		table := pgtest.TableName()
+		polling := make(chan error, 10)
+		ln := &listen.Listener{
+			Source: listen.DialSource{Config: cfg, Send: func(context.Context, string, ...any) error {
+				t.Error("a probe sent without a listening connection")
+				return nil
+			}},
+			Listen:       sqlstmt.Render(sqlstmt.Listen, pgx.Identifier{table}),
+			Probe:        sqlstmt.Probe,
+			Channel:      sqlstmt.Channel(table),
+			SetupTimeout: 200 * time.Millisecond,
+			Notify:       func(string) { t.Error("a notification without a connection") },
+			Ready:        func(uint32) { t.Error("Ready without a connection") },
+			Polling:      func(err error) { polling <- err },
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { ln.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		for range 2 { // the first hung dial and the one after its pause
+			require.Contains(t, recv(t, polling, "Polling").Error(), "gave up after 200ms")
+		}
+	})
+
 	t.Run("ReportsAFailedDialAndDialsAgain", func(t *testing.T) {
 		t.Parallel()
 		cfg, err := pgx.ParseConfig("postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
