@@ -36,6 +36,10 @@ const (
 // does not answer within answerGrace leaves the outcome unknown; pgx then
 // closes the connection.
 //
+// Without a pgx connection to send it on (lib/pq's, through database/sql:
+// pg is nil), the statement runs on the caller's context, and the driver
+// sends the cancel request itself as that context ends.
+//
 // A pool connection that got a cancel request is closed once its statement
 // returns (discard), so that a late cancel can never reach a statement of
 // its next user. A connection the Locker was given is kept: every cancel
@@ -58,6 +62,11 @@ type answering struct {
 func answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *closings) *answering {
 	a := &answering{caller: caller, pg: pg, discard: discard, closing: closing,
 		returned: make(chan struct{}), sent: make(chan struct{})}
+	if pg == nil {
+		a.ctx, a.cancel = caller, func() {}
+		a.stop = func() bool { return true }
+		return a
+	}
 	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(caller))
 	a.stop = context.AfterFunc(caller, a.requestCancel)
 	return a
@@ -100,7 +109,7 @@ func (a *answering) end(err error) error {
 				cancel()
 			}
 		}
-		if a.pg.IsClosed() {
+		if a.pg != nil && a.pg.IsClosed() {
 			a.closing.add(a.pg.CleanupDone())
 		}
 		a.cancel()
@@ -165,7 +174,8 @@ func (c *closings) add(done <-chan struct{}) {
 			kept = append(kept, d)
 		}
 	}
-	c.done = append(kept, done)
+	kept = append(kept, done)
+	c.done = kept
 }
 
 // wait waits for every clean-up, until ctx ends.

@@ -19,6 +19,56 @@ type pooler interface {
 	Stat() *pgxpool.Stat
 }
 
+// connPool is a pool conns takes one connection from per statement: a
+// *pgxpool.Pool (pgxPool) or a database/sql pool (sqlPool, SQL).
+type connPool interface {
+	get(ctx context.Context) (poolConn, error)
+	// stat is the pool's connections in use, those being opened, and its
+	// size; a size of 0 is a pool without a limit.
+	stat() (inUse, opening, size int)
+}
+
+// poolConn is one connection of a connPool, taken for one statement or
+// kept as the reserve.
+type poolConn interface {
+	DB
+	release() // back to the pool, which destroys a broken one
+	broken() bool
+	ping(ctx context.Context) error
+}
+
+var (
+	_ connPool = pgxPool{}
+	_ poolConn = pgxConn{}
+)
+
+// pgxPool is a *pgxpool.Pool as a connPool.
+type pgxPool struct{ p pooler }
+
+func (p pgxPool) get(ctx context.Context) (poolConn, error) {
+	conn, err := p.p.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxConn{conn}, nil
+}
+
+func (p pgxPool) stat() (int, int, int) {
+	st := p.p.Stat()
+	return int(st.AcquiredConns()), int(st.ConstructingConns()), int(st.MaxConns())
+}
+
+// pgxConn is a connection of a pgxPool.
+type pgxConn struct{ *pgxpool.Conn }
+
+func (c pgxConn) release()                       { c.Release() }
+func (c pgxConn) ping(ctx context.Context) error { return c.Ping(ctx) }
+
+func (c pgxConn) broken() bool {
+	pc := c.Conn.Conn().PgConn()
+	return pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I'
+}
+
 // conns hands out the connections a Locker's statements run on.
 //
 // On a pool shared with the application's jobs, jobs that hold every
@@ -41,11 +91,15 @@ type pooler interface {
 // waits for every connection taken from it: a pool closed before its
 // Locker would hang.
 //
-// Any other DB (a *pgx.Conn, a wrapper) is used as given.
+// A DB of SQL is a pool too, and is treated as one: each statement takes
+// a connection of its own (a *sql.Conn), and claims hold all but one of
+// them (none are kept: NewLocker refuses WithKeptConnection on it). Any
+// other DB (a *pgx.Conn, a wrapper) is used as given.
 type conns struct {
 	db      DB
-	pool    pooler // db as a pool, or nil
-	reserve bool   // keep one connection of pool
+	pool    pooler   // db as a *pgxpool.Pool, or nil
+	src     connPool // db as a pool (pool, or a DB of SQL), or nil
+	reserve bool     // keep one connection of src
 
 	claim, heartbeat, release DB // the DB each kind of statement runs on
 
@@ -58,8 +112,8 @@ type conns struct {
 	claims chan struct{}
 
 	mu        sync.Mutex
-	held      *pgxpool.Conn // the reserve; nil until the first claim, once broken, and after close
-	idleSince time.Time     // when the reserve was last put back
+	held      poolConn  // the reserve; nil until the first claim, once broken, and after close
+	idleSince time.Time // when the reserve was last put back
 	closed    bool
 	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
 	starved   error     // the heartbeat's last wait for a pool connection, if it failed
@@ -85,10 +139,17 @@ const (
 
 func newConns(db DB, keep bool) *conns {
 	c := &conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
-	if p, ok := db.(pooler); ok {
-		c.pool = p
+	switch p := db.(type) {
+	case pooler:
+		c.pool, c.src = p, pgxPool{p}
+	case *sqlDB:
+		c.src = sqlPool{p}
+	}
+	if c.src != nil {
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
-		c.claims = make(chan struct{}, claimConns(p.Stat().MaxConns()))
+		if _, _, size := c.src.stat(); size > 0 {
+			c.claims = make(chan struct{}, claimConns(size))
+		} // a pool without a limit opens a connection for the heartbeat whatever claims hold
 	}
 	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
 	return c
@@ -96,7 +157,7 @@ func newConns(db DB, keep bool) *conns {
 
 // claimConns is how many connections of a pool of size claims may hold at
 // once: all but one, and at least one.
-func claimConns(size int32) int { return max(1, int(size)-1) }
+func claimConns(size int) int { return max(1, size-1) }
 
 // claimLimit is how many claim statements a Locker sends at once before it
 // makes the next ones wait and go together: maxAloneInFlight, or fewer on a
@@ -146,7 +207,7 @@ func (c *conns) takeFor(ctx context.Context, u use) (DB, func(), error) {
 
 // takeConn is takeFor, its errors unmarked.
 func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
-	if c.pool == nil {
+	if c.src == nil {
 		// One connection (a *pgx.Conn) serves one statement at a time: the
 		// heartbeat and the callers' claims and releases take turns, or
 		// they would collide on it ("conn busy") and race in its statement
@@ -183,7 +244,7 @@ func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 	if u == useClaim && c.reserve {
 		return conn, func() { c.keep(conn) }, nil
 	}
-	return conn, conn.Release, nil
+	return conn, conn.release, nil
 }
 
 // takeReserve returns the reserve, taken from the pool if there is none; the
@@ -192,7 +253,7 @@ func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 	c.mu.Lock()
 	conn, idle := c.held, time.Since(c.idleSince)
 	c.mu.Unlock()
-	if conn != nil && idle > maxIdleUnchecked && conn.Ping(ctx) != nil {
+	if conn != nil && idle > maxIdleUnchecked && conn.ping(ctx) != nil {
 		// Closed while it idled (idle_session_timeout, a firewall, a
 		// pooler, a restart): pgxpool would not have handed it out either.
 		c.mu.Lock()
@@ -200,7 +261,7 @@ func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 			c.held = nil
 		}
 		c.mu.Unlock()
-		conn.Release() // pgxpool destroys a broken connection
+		conn.release() // the pool destroys a broken connection
 		conn = nil
 	}
 	if conn == nil {
@@ -215,7 +276,7 @@ func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 }
 
 // hold makes conn the reserve; the caller holds the slot.
-func (c *conns) hold(conn *pgxpool.Conn) {
+func (c *conns) hold(conn poolConn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -226,13 +287,13 @@ func (c *conns) hold(conn *pgxpool.Conn) {
 
 // putBack ends a statement on the reserve: a broken one is dropped, and
 // after close it goes back to the pool.
-func (c *conns) putBack(conn *pgxpool.Conn) {
+func (c *conns) putBack(conn poolConn) {
 	c.mu.Lock()
-	if broken(conn) || c.closed {
+	if conn.broken() || c.closed {
 		if c.held == conn {
 			c.held = nil
 		}
-		conn.Release() // pgxpool destroys a broken connection
+		conn.release() // the pool destroys a broken connection
 	}
 	c.idleSince = time.Now()
 	c.mu.Unlock()
@@ -241,21 +302,21 @@ func (c *conns) putBack(conn *pgxpool.Conn) {
 
 // keep ends a claim's statement: its connection becomes the reserve if
 // there is none, and goes back to the pool otherwise.
-func (c *conns) keep(conn *pgxpool.Conn) {
+func (c *conns) keep(conn poolConn) {
 	select {
 	case c.slot <- struct{}{}:
 	default:
-		conn.Release()
+		conn.release()
 		return
 	}
 	c.mu.Lock()
-	if c.held == nil && !c.closed && !broken(conn) {
+	if c.held == nil && !c.closed && !conn.broken() {
 		c.held, conn, c.idleSince = conn, nil, time.Now()
 	}
 	c.mu.Unlock()
 	<-c.slot
 	if conn != nil {
-		conn.Release()
+		conn.release()
 	}
 }
 
@@ -276,25 +337,20 @@ func (c *conns) close() {
 	c.mu.Unlock()
 	<-c.slot
 	if conn != nil {
-		conn.Release()
+		conn.release()
 	}
-}
-
-func broken(conn *pgxpool.Conn) bool {
-	pc := conn.Conn().PgConn()
-	return pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I'
 }
 
 // acquire takes a connection from the pool, timing the wait so that a
 // failure names it. A wait of the heartbeat is recorded for cause.
-func (c *conns) acquire(ctx context.Context, heartbeat bool) (*pgxpool.Conn, error) {
+func (c *conns) acquire(ctx context.Context, heartbeat bool) (poolConn, error) {
 	start := time.Now()
 	if heartbeat {
 		c.mu.Lock()
 		c.waitSince = start
 		c.mu.Unlock()
 	}
-	conn, err := c.pool.Acquire(ctx)
+	conn, err := c.src.get(ctx)
 	c.mu.Lock()
 	if err != nil {
 		err = c.acquireError(time.Since(start), err)
@@ -345,8 +401,8 @@ func (c *conns) acquireError(waited time.Duration, err error) error {
 // for one of the pool's to be handed back. (A connection being opened for
 // another waiter, after a broken one was dropped, takes its room.)
 func (c *conns) spare() bool {
-	st := c.pool.Stat()
-	return st.AcquiredConns()+st.ConstructingConns() < st.MaxConns()
+	inUse, opening, size := c.src.stat()
+	return size == 0 || inUse+opening < size
 }
 
 // unreachableNote names the last failure to connect, if no connection has
@@ -365,8 +421,11 @@ func (c *conns) unreachableNoteLocked() string {
 }
 
 func (c *conns) inUse() string {
-	st := c.pool.Stat()
-	return fmt.Sprintf("%d of %d in use", st.AcquiredConns(), st.MaxConns())
+	inUse, _, size := c.src.stat()
+	if size == 0 {
+		return fmt.Sprintf("%d in use, no limit", inUse)
+	}
+	return fmt.Sprintf("%d of %d in use", inUse, size)
 }
 
 // cause says why the heartbeat has had no connection, if it is waiting for
@@ -482,8 +541,12 @@ func (d connDB) answering(ctx context.Context, db DB) *answering {
 		return nil
 	}
 	switch conn := db.(type) {
-	case *pgxpool.Conn:
-		return answer(ctx, conn.Conn().PgConn(), true, &d.c.closing)
+	case pgxConn:
+		return answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.closing)
+	case *sqlConn:
+		// pgx's stdlib: its pgx connection, destroyed by database/sql
+		// once closed; lib/pq: none, its driver cancels (answer).
+		return answer(ctx, conn.pgConn(), true, &d.c.closing)
 	case *pgx.Conn:
 		return answer(ctx, conn.PgConn(), false, &d.c.closing)
 	}

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -68,6 +69,29 @@ func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	if isNilTx(tx) {
 		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: Guard needs the open transaction whose commit it guards", ls.key, ls.fence)
 	}
+	return ls.guardTx(ctx, tx)
+}
+
+// GuardSQL is Guard for a database/sql transaction (of GORM, sqlx, ent,
+// bun or plain database/sql: they all expose the *sql.Tx), on pgx's stdlib
+// driver or lib/pq: the same check in tx, the same row lock until tx ends,
+// the same ErrLost, and every error it returns leaves tx aborted, so that
+// its commit fails.
+//
+//	if err := lease.GuardSQL(ctx, tx); err != nil { ... } // then tx.Commit()
+//
+// Call it last, just before tx.Commit, as Guard. The lease may come from a
+// Locker on any DB: SQL, or a *pgxpool.Pool on the same database.
+func (ls *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
+	mustContext(ctx, "GuardSQL")
+	if tx == nil {
+		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: GuardSQL needs the open transaction whose commit it guards", ls.key, ls.fence)
+	}
+	return ls.guardTx(ctx, &sqlTx{tx: tx})
+}
+
+// guardTx is Guard and GuardSQL once tx is known not to be nil.
+func (ls *Lease) guardTx(ctx context.Context, tx pgx.Tx) error {
 	err := ls.guard(ctx, tx)
 	if err != nil {
 		ls.refuse(ctx, tx, err)

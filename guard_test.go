@@ -28,13 +28,11 @@ func writeLedger(ctx context.Context, tx pgx.Tx, ledger string, lease *pglease.L
 }
 
 // guardedWrite appends one ledger row for lease in a new transaction, calls
-// Guard last and commits.
+// Guard last and commits; under -sqldb the transaction is a *sql.Tx,
+// guarded by GuardSQL (pgtest.GuardedFunc).
 func guardedWrite(ctx context.Context, db pglease.DB, ledger string, lease *pglease.Lease) error {
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := writeLedger(ctx, tx, ledger, lease); err != nil {
-			return err
-		}
-		return lease.Guard(ctx, tx)
+	return pgtest.GuardedFunc(ctx, db, lease, func(tx pgx.Tx) error {
+		return writeLedger(ctx, tx, ledger, lease)
 	})
 }
 
@@ -105,12 +103,12 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 
 		lease, err := a.Claim(ctx, "job")
 		require.NoError(t, err)
-		tx := beginTx(t, paused)
+		tx := pgtest.BeginTx(t, paused)
 		require.NoError(t, writeLedger(ctx, tx, ledger, lease))
 
 		proxy.SetMode(faultproxy.Stall)
 		guarded := make(chan error, 1)
-		go func() { guarded <- lease.Guard(ctx, tx) }() // passes the local check, then waits in the proxy
+		go func() { guarded <- pgtest.Guard(ctx, lease, tx) }() // passes the local check, then waits in the proxy
 
 		taken := pgtest.TakeOver(ctx, t, b, "job", lease, 10*time.Second)
 		require.NoError(t, guardedWrite(ctx, admin, ledger, taken))
@@ -143,9 +141,9 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		lease, err := a.Claim(ctx, "job")
 		require.NoError(t, err)
 		fa.SetFail("heartbeat", errors.New("paused")) // a stops extending: its row lapses while guarded
-		tx := beginTx(t, pool)
+		tx := pgtest.BeginTx(t, pool)
 		require.NoError(t, writeLedger(ctx, tx, ledger, lease))
-		require.NoError(t, lease.Guard(ctx, tx))
+		require.NoError(t, pgtest.Guard(ctx, lease, tx))
 
 		pgtest.WaitDone(t, lease, 5*time.Second) // past its trust deadline, so past its server expiry soon after
 		require.ErrorIs(t, lease.Err(), pglease.ErrLost)

@@ -23,9 +23,10 @@ type FaultyDB struct {
 	gate map[string]chan struct{} // kind -> statement waits until closed
 }
 
-// NewFaultyDB wraps db, letting every statement through until told not to.
+// NewFaultyDB wraps db (under -sqldb, a pool of the tests' through
+// database/sql: Under), letting every statement through until told not to.
 func NewFaultyDB(db pglease.DB) *FaultyDB {
-	return &FaultyDB{DB: db, fail: map[string]error{}, gate: map[string]chan struct{}{}, Entered: make(chan string, 100)}
+	return &FaultyDB{DB: Under(db), fail: map[string]error{}, gate: map[string]chan struct{}{}, Entered: make(chan string, 100)}
 }
 
 // SetFail makes statements of kind return err without running; a nil err

@@ -45,6 +45,16 @@ var Server *pgserver.Server
 // direct ones: go test -run '...' . -args -pooler
 var throughPooler = flag.Bool("pooler", false, "send every test pool through a PgBouncer in transaction pooling mode")
 
+// sqlFlag is -sqldb: the contract tests build their Lockers and Electors
+// on pglease.SQL over database/sql with pgx's stdlib driver ("pgx") or
+// lib/pq ("pq"), to show they keep every guarantee there:
+// go test -run '...' . -args -sqldb=pq
+//
+// Under it, Locker, NewFaultyDB and BeginTx take a *pgxpool.Pool of the
+// tests as a database/sql pool of the same server, user, settings and size
+// (Under, SQLPool); the tests' reads of rows and ledgers keep the pgx pool.
+var sqlFlag = flag.String("sqldb", "", "build the Lockers under test on pglease.SQL with this database/sql driver: pgx (pgx's stdlib) or pq (lib/pq)")
+
 // poolerDSN is the PgBouncer of -pooler, or empty.
 var poolerDSN string
 
@@ -93,6 +103,10 @@ func Each[T *pglease.Locker | *pglease.Elector](v T) T {
 // behind. opts apply to every test of the binary.
 func Main(m *testing.M, opts ...MainOption) {
 	flag.Parse()
+	if err := checkSQLMode(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	for _, o := range opts {
 		o()
 	}
@@ -198,6 +212,7 @@ func PoolWith(tb testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpo
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(tb, err)
 	tb.Cleanup(p.Close)
+	own(tb, p)
 	return p
 }
 
@@ -253,11 +268,12 @@ func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *State
 }
 
 // Locker returns a quiet Locker on table, closed at cleanup, with what
-// Main's options ask of every Locker (EveryLocker) applied.
+// Main's options ask of every Locker (EveryLocker) applied; under -sqldb a
+// pool of the tests' is taken through database/sql (Under).
 func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.LockerOption) *pglease.Locker {
 	tb.Helper()
 	all := append([]pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
-	l := Each(pglease.NewLocker(db, all...))
+	l := Each(pglease.NewLocker(Under(db), all...))
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }

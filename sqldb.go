@@ -1,0 +1,498 @@
+package pglease
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// SQL returns a DB on db, a database/sql pool of PostgreSQL connections
+// opened with pgx's stdlib driver ("pgx") or lib/pq ("postgres"), for every
+// entry point that takes a DB (New, NewLocker, Migrate, NewAdmin, ...):
+//
+//	locker, err := pglease.New(pglease.SQL(db), pglease.WithTable("leases"))
+//
+// A Locker treats it as it treats a *pgxpool.Pool: each statement takes a
+// connection of its own from db, claims hold all but one of
+// db.SetMaxOpenConns (the heartbeat is never queued behind a claim waiting
+// on a row lock; a pool without a limit opens one for it), and a claim whose
+// caller gives up is cancelled on the server and its answer read. (lib/pq
+// sends that cancel request itself; when database/sql drops the answer
+// because the context ended, the claim's outcome is unknown and the Locker
+// gives the row back, as after a lost reply.) WithKeptConnection does not
+// apply to it. The Locker polls for released
+// keys rather than LISTEN (ClaimWait). Guard a *sql.Tx with Lease.GuardSQL.
+//
+// The server's errors read as *pgconn.PgError whatever the driver (lib/pq's
+// *pq.Error stays in the chain), and array arguments are sent as array
+// literals to a driver that takes no Go slices. Begin returns a pgx.Tx that
+// serves Exec, Query, QueryRow, Commit and Rollback; its other methods
+// return an error saying why. SQL(nil) is a nil DB, which New refuses.
+func SQL(db *sql.DB) DB {
+	if db == nil {
+		return nil
+	}
+	return &sqlDB{db: db, arrays: !takesSlices(db.Driver())}
+}
+
+var (
+	_ DB       = (*sqlDB)(nil)
+	_ connPool = sqlPool{}
+	_ poolConn = (*sqlConn)(nil)
+	_ pgx.Tx   = (*sqlTx)(nil)
+	_ pgx.Rows = (*sqlRows)(nil)
+	_ pgx.Row  = sqlRow{}
+)
+
+// sqlDB is the DB of SQL.
+type sqlDB struct {
+	db *sql.DB
+	// arrays encodes slice arguments as array literals (arrayLiteral): the
+	// driver takes no Go slices.
+	arrays bool
+}
+
+// takesSlices reports whether d, a database/sql driver, encodes Go slices
+// as PostgreSQL arrays itself: pgx's stdlib does, lib/pq does not.
+func takesSlices(d driver.Driver) bool {
+	t := reflect.TypeOf(d)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != nil && strings.HasPrefix(t.PkgPath(), "github.com/jackc/pgx/")
+}
+
+// sqlRunner is what *sql.DB, *sql.Conn and *sql.Tx have in common.
+type sqlRunner interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (d *sqlDB) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	return sqlExec(ctx, d.db, d.arrays, query, args)
+}
+
+func (d *sqlDB) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	return sqlQuery(ctx, d.db, d.arrays, query, args)
+}
+
+func (d *sqlDB) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return sqlQueryRow(ctx, d.db, d.arrays, query, args)
+}
+
+func (d *sqlDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, sqlError(err)
+	}
+	return &sqlTx{tx: tx, arrays: d.arrays}, nil
+}
+
+// sqlPool is a DB of SQL as the pool of a Locker's statements (conns).
+type sqlPool struct{ d *sqlDB }
+
+func (p sqlPool) get(ctx context.Context) (poolConn, error) {
+	conn, err := p.d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &sqlConn{conn: conn, arrays: p.d.arrays}, nil
+}
+
+func (p sqlPool) stat() (int, int, int) {
+	st := p.d.db.Stats()
+	return st.InUse, 0, st.MaxOpenConnections
+}
+
+// sqlConn is one connection of a sqlPool, taken for one statement.
+type sqlConn struct {
+	conn   *sql.Conn
+	arrays bool
+}
+
+func (c *sqlConn) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	return sqlExec(ctx, c.conn, c.arrays, query, args)
+}
+
+func (c *sqlConn) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	return sqlQuery(ctx, c.conn, c.arrays, query, args)
+}
+
+func (c *sqlConn) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return sqlQueryRow(ctx, c.conn, c.arrays, query, args)
+}
+
+func (c *sqlConn) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := c.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, sqlError(err)
+	}
+	return &sqlTx{tx: tx, arrays: c.arrays}, nil
+}
+
+func (c *sqlConn) release()                       { _ = c.conn.Close() }
+func (c *sqlConn) broken() bool                   { return false } // database/sql drops a connection its driver reports bad
+func (c *sqlConn) ping(ctx context.Context) error { return c.conn.PingContext(ctx) }
+
+// pgConn is the pgx connection under the stdlib driver's, which answering
+// sends its cancel requests on; nil for lib/pq, which sends its own as the
+// statement's context ends (then waits for the server to take it, and
+// closes the connection). A pgx connection answering closes is destroyed
+// by database/sql (the stdlib driver reports it bad).
+func (c *sqlConn) pgConn() *pgconn.PgConn {
+	var pc *pgconn.PgConn
+	_ = c.conn.Raw(func(dc any) error {
+		if x, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+			pc = x.Conn().PgConn()
+		}
+		return nil
+	})
+	return pc
+}
+
+func sqlExec(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) (pgconn.CommandTag, error) {
+	res, err := r.ExecContext(ctx, query, sqlArgs(arrays, args)...)
+	if err != nil {
+		return pgconn.CommandTag{}, sqlError(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		n = 0 // a statement that affects no rows (DDL, SET)
+	}
+	verb, _, _ := strings.Cut(strings.TrimSpace(query), " ")
+	return pgconn.NewCommandTag(fmt.Sprintf("%s %d", strings.ToUpper(verb), n)), nil
+}
+
+func sqlQuery(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) (pgx.Rows, error) {
+	rows, err := r.QueryContext(ctx, query, sqlArgs(arrays, args)...)
+	if err != nil {
+		return nil, sqlError(err)
+	}
+	return &sqlRows{rows: rows}, nil
+}
+
+func sqlQueryRow(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) pgx.Row {
+	rows, err := sqlQuery(ctx, r, arrays, query, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return sqlRow{rows.(*sqlRows)}
+}
+
+// sqlRows is a *sql.Rows as pgx.Rows. A nil destination of Scan skips its
+// column, as in pgx; the errors of the server read as *pgconn.PgError
+// (sqlError).
+type sqlRows struct {
+	rows     *sql.Rows
+	closeErr error
+	closed   bool
+}
+
+func (r *sqlRows) Close() {
+	if !r.closed {
+		r.closed = true
+		r.closeErr = r.rows.Close() // a statement's error may come after its rows (at its commit)
+	}
+}
+
+func (r *sqlRows) Err() error {
+	if err := r.rows.Err(); err != nil {
+		return sqlError(err)
+	}
+	return sqlError(r.closeErr)
+}
+
+func (r *sqlRows) CommandTag() pgconn.CommandTag { return pgconn.NewCommandTag("") }
+
+func (r *sqlRows) FieldDescriptions() []pgconn.FieldDescription {
+	cols, _ := r.rows.Columns()
+	fds := make([]pgconn.FieldDescription, len(cols))
+	for i, c := range cols {
+		fds[i].Name = c
+	}
+	return fds
+}
+
+func (r *sqlRows) Next() bool {
+	if r.closed {
+		return false
+	}
+	if !r.rows.Next() {
+		r.Close()
+		return false
+	}
+	return true
+}
+
+func (r *sqlRows) Scan(dest ...any) error {
+	dest = append([]any(nil), dest...)
+	for i, d := range dest {
+		if d == nil {
+			dest[i] = new(any)
+		}
+	}
+	return sqlError(r.rows.Scan(dest...))
+}
+
+func (r *sqlRows) Values() ([]any, error) {
+	cols, err := r.rows.Columns()
+	if err != nil {
+		return nil, sqlError(err)
+	}
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	return vals, r.Scan(ptrs...)
+}
+
+func (r *sqlRows) RawValues() [][]byte { return nil }
+
+// TypeMap is a map of pgx's default types: database/sql has decoded the
+// values already.
+func (r *sqlRows) TypeMap() *pgtype.Map { return pgtype.NewMap() }
+
+func (r *sqlRows) Conn() *pgx.Conn { return nil }
+
+// sqlRow is the row of QueryRow: pgx.ErrNoRows when there is none, and the
+// statement's error when it came after the row.
+type sqlRow struct{ rows *sqlRows }
+
+func (r sqlRow) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// sqlTx is a *sql.Tx as the pgx.Tx of Begin and GuardSQL: Exec, Query,
+// QueryRow, Commit and Rollback. A tx that has ended reads as
+// pgx.ErrTxClosed (and sql.ErrTxDone).
+type sqlTx struct {
+	tx     *sql.Tx
+	arrays bool
+}
+
+// errSQLTx is the error of the pgx.Tx methods a *sql.Tx cannot serve.
+func errSQLTx(method string) error {
+	return fmt.Errorf("pglease: %s is not available on a database/sql transaction (pglease.SQL): only Exec, Query, QueryRow, Commit and Rollback are", method)
+}
+
+func (t *sqlTx) Begin(context.Context) (pgx.Tx, error) {
+	return nil, errSQLTx("Begin (a savepoint)")
+}
+
+func (t *sqlTx) Commit(context.Context) error   { return sqlError(t.tx.Commit()) }
+func (t *sqlTx) Rollback(context.Context) error { return sqlError(t.tx.Rollback()) }
+
+func (t *sqlTx) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	return 0, errSQLTx("CopyFrom")
+}
+
+func (t *sqlTx) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	return errBatch{errSQLTx("SendBatch")}
+}
+
+// LargeObjects is the zero pgx.LargeObjects, whose methods fail: a
+// database/sql transaction has no pgx connection under it.
+func (t *sqlTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+func (t *sqlTx) Prepare(context.Context, string, string) (*pgconn.StatementDescription, error) {
+	return nil, errSQLTx("Prepare")
+}
+
+func (t *sqlTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	return sqlExec(ctx, t.tx, t.arrays, query, args)
+}
+
+func (t *sqlTx) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	return sqlQuery(ctx, t.tx, t.arrays, query, args)
+}
+
+func (t *sqlTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return sqlQueryRow(ctx, t.tx, t.arrays, query, args)
+}
+
+// Conn is nil: a database/sql transaction has no pgx connection to show.
+func (t *sqlTx) Conn() *pgx.Conn { return nil }
+
+// errBatch is the pgx.BatchResults of a batch that was not sent.
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) Close() error                     { return b.err }
+func (b errBatch) Tx() pgx.Tx                       { return nil }
+
+// sqlState is an error of a driver that carries the fields of the
+// server's ErrorResponse: lib/pq's *pq.Error.
+type sqlState interface {
+	SQLState() string
+	Get(field byte) string
+}
+
+// sqlError makes err, an error of database/sql or its driver, read as pgx's
+// do wherever pglease classifies errors: a server error carries a
+// *pgconn.PgError (pgx's stdlib returns one; lib/pq's is translated, the
+// original kept in the chain), a connection database/sql reports bad before
+// the statement went out (driver.ErrBadConn) is a statement not sent, and
+// an ended transaction is pgx.ErrTxClosed.
+func sqlError(err error) error {
+	var pgErr *pgconn.PgError
+	var st sqlState
+	switch {
+	case err == nil, errors.As(err, &pgErr):
+		return err
+	case errors.As(err, &st):
+		return &translatedError{pg: pgErrorOf(st), err: err}
+	case errors.Is(err, driver.ErrBadConn):
+		return notSentError{fmt.Errorf("the connection was bad before the statement was sent: %w", err)}
+	case errors.Is(err, sql.ErrTxDone):
+		return fmt.Errorf("%w: %w", pgx.ErrTxClosed, err)
+	}
+	return err
+}
+
+// pgErrorOf is the *pgconn.PgError of st's fields.
+func pgErrorOf(st sqlState) *pgconn.PgError {
+	atoi := func(f byte) int32 {
+		n, _ := strconv.ParseInt(st.Get(f), 10, 32)
+		return int32(n)
+	}
+	return &pgconn.PgError{
+		Severity:         st.Get('S'),
+		Code:             st.SQLState(),
+		Message:          st.Get('M'),
+		Detail:           st.Get('D'),
+		Hint:             st.Get('H'),
+		Position:         atoi('P'),
+		InternalPosition: atoi('p'),
+		InternalQuery:    st.Get('q'),
+		Where:            st.Get('W'),
+		SchemaName:       st.Get('s'),
+		TableName:        st.Get('t'),
+		ColumnName:       st.Get('c'),
+		DataTypeName:     st.Get('d'),
+		ConstraintName:   st.Get('n'),
+		File:             st.Get('F'),
+		Line:             atoi('L'),
+		Routine:          st.Get('R'),
+	}
+}
+
+// translatedError is a driver's server error that also reads as the
+// *pgconn.PgError of its fields.
+type translatedError struct {
+	pg  *pgconn.PgError
+	err error
+}
+
+func (e *translatedError) Error() string   { return e.err.Error() }
+func (e *translatedError) Unwrap() []error { return []error{e.pg, e.err} }
+
+// sqlArgs returns args as the driver takes them: with arrays, every slice
+// (but []byte) as an array literal.
+func sqlArgs(arrays bool, args []any) []any {
+	if !arrays {
+		return args
+	}
+	var out []any
+	for i, a := range args {
+		v := reflect.ValueOf(a)
+		if v.Kind() != reflect.Slice || v.Type().Elem().Kind() == reflect.Uint8 {
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = arrayLiteral{v}
+	}
+	if out == nil {
+		return args
+	}
+	return out
+}
+
+// arrayLiteral is a Go slice sent as the text of a PostgreSQL array
+// ('{"a","b"}', '{1.5,2}'), which the server casts to the parameter's
+// array type.
+type arrayLiteral struct{ v reflect.Value }
+
+func (a arrayLiteral) Value() (driver.Value, error) {
+	if a.v.IsNil() {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := range a.v.Len() {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := writeElement(&b, a.v.Index(i)); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+// writeElement writes e, one element of an array literal.
+func writeElement(b *strings.Builder, e reflect.Value) error {
+	for e.Kind() == reflect.Pointer || e.Kind() == reflect.Interface {
+		if e.IsNil() {
+			b.WriteString("NULL")
+			return nil
+		}
+		e = e.Elem()
+	}
+	switch e.Kind() {
+	case reflect.Bool:
+		b.WriteString(strconv.FormatBool(e.Bool()))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		b.WriteString(strconv.FormatInt(e.Int(), 10))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		b.WriteString(strconv.FormatUint(e.Uint(), 10))
+	case reflect.Float32, reflect.Float64:
+		b.WriteString(strconv.FormatFloat(e.Float(), 'g', -1, 64))
+	case reflect.String:
+		quoteElement(b, e.String())
+	default:
+		if t, ok := e.Interface().(time.Time); ok {
+			quoteElement(b, t.Format(time.RFC3339Nano))
+			return nil
+		}
+		return fmt.Errorf("pglease: an array argument of %s cannot be sent to this database/sql driver", e.Type())
+	}
+	return nil
+}
+
+func quoteElement(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		if r == '"' || r == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	b.WriteByte('"')
+}
