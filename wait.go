@@ -315,7 +315,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ended(ctx)))
 			}
-			if !errors.Is(err, ErrLost) && !(reached && serverRestarting(err)) {
+			if !errors.Is(err, ErrLost) && (!reached || !serverRestarting(err)) {
 				return nil, err
 			}
 			// The row came back expired, or too late to trust: nothing

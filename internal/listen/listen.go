@@ -48,11 +48,12 @@ const (
 	// LISTEN.
 	DefaultProbeTimeout = 2 * time.Second
 	// DefaultCheckInterval is how long a listening connection may stay
-	// silent before it is pinged, and DefaultCheckTimeout how long the
-	// ping may take: a dead connection is noticed within 1.5s, about the
-	// time a polling waiter takes to see a release (MaxPollInterval).
+	// silent before it is pinged.
 	DefaultCheckInterval = 500 * time.Millisecond
-	DefaultCheckTimeout  = time.Second
+	// DefaultCheckTimeout is how long the ping may take: with
+	// DefaultCheckInterval, a dead connection is noticed within 1.5s,
+	// about the time a polling waiter takes to see a release.
+	DefaultCheckTimeout = time.Second
 	// DefaultSetupTimeout bounds the dial (or the wait for a pool's
 	// connection), the LISTEN and the sending of the probe: a dial that
 	// hangs (a stalled link, no connect_timeout) is tried again, so that
