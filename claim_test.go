@@ -83,7 +83,8 @@ func TestClaim(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table := pgtest.Setup(t)
 			other := pgtest.Locker(t, pool, table, "other")
-			l := pgtest.Locker(t, pool, table, "claimer")
+			app := pgtest.AppName("givenup")
+			l := pgtest.Locker(t, pgtest.AppPool(t, "", nil, app), table, "claimer")
 			pglease.SetCoalesceAll(l, burst)
 			for i := range 10 {
 				key := fmt.Sprintf("job-%d", i)
@@ -103,12 +104,8 @@ func TestClaim(t *testing.T) {
 					continue
 				}
 				require.ErrorIs(t, err, context.DeadlineExceeded)
-				require.Eventually(t, func() bool {
-					var n int
-					require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-						WHERE pid <> pg_backend_pid() AND state = 'active' AND strpos(query, 'pglease.synchronous_commit') > 0`).Scan(&n))
-					return n == 0
-				}, 5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+				require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+					5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
 				requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
 			}
 		})

@@ -25,10 +25,14 @@ const (
 	portAttempts = 3                // fresh ports tried by the first start
 )
 
-// findBinDir finds the directory holding initdb and postgres: the one of
-// either program in $PATH (symlinks resolved), then `pg_config --bindir`,
-// then the newest /usr/lib/postgresql/*/bin.
+// findBinDir finds the directory holding initdb and postgres: the one
+// PGLEASE_PG_BINDIR names, else the one of either program in $PATH
+// (symlinks resolved), then `pg_config --bindir`, then the newest
+// /usr/lib/postgresql/*/bin.
 func findBinDir() (string, error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		return givenBinDir(dir, hasServerBinaries)
+	}
 	var pathDirs []string
 	for _, name := range []string{"initdb", "postgres"} {
 		p, err := exec.LookPath(name)
@@ -49,6 +53,21 @@ func findBinDir() (string, error) {
 		return dir, nil
 	}
 	return "", errors.New("initdb and postgres not found in $PATH, `pg_config --bindir` or /usr/lib/postgresql/*/bin")
+}
+
+// givenBinDir checks the directory PGLEASE_PG_BINDIR names: it is the one
+// used, or none is. Another one found instead would run another major than
+// the one asked for.
+func givenBinDir(dir string, hasBoth func(dir string) bool) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("pgserver: %s=%s: %w", EnvBinDir, dir, err)
+	}
+	if !hasBoth(abs) {
+		return "", fmt.Errorf("pgserver: %s=%s holds no initdb and postgres: set it to a server's bin directory "+
+			"(.ci/pgmajors 18 prints one) or unset it to use the local binaries", EnvBinDir, dir)
+	}
+	return abs, nil
 }
 
 // chooseBinDir returns the first directory for which hasBoth is true: the
@@ -138,11 +157,14 @@ func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, 
 	}()
 
 	began := time.Now()
-	if err := pgproc.Run(l.command(ctx, "initdb",
-		"-D", l.dataDir(), "-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "-N")); err != nil {
+	major, err := binMajor(ctx, bin)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := pgproc.Run(l.command(ctx, "initdb", initdbArgs(major, l.dataDir())...)); err != nil {
 		return nil, "", fmt.Errorf("pgserver: %w", err)
 	}
-	l.logf("pgserver: initdb done in %s", time.Since(began).Round(time.Millisecond))
+	l.logf("pgserver: initdb (PostgreSQL %d) done in %s", major, time.Since(began).Round(time.Millisecond))
 
 	if _, err := pgproc.OnFreePort(portAttempts, func(port int) error {
 		l.port = port
@@ -161,10 +183,11 @@ func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, 
 }
 
 // command returns a command running the server binary name as the server's
-// user.
+// user, with the libraries that come with the binaries in its environment.
 func (l *localServer) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(l.bin, name), args...)
 	pgproc.Prepare(cmd, l.dir, l.cred)
+	cmd.Env = ChildEnv(l.bin, cmd.Env)
 	return cmd
 }
 

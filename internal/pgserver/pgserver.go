@@ -10,9 +10,11 @@
 //     postgres:16-alpine container is started with testcontainers-go, by
 //     the program internal/pgcontainer (a module of its own, run with
 //     `go run`). If it cannot start one, the next way is tried.
-//  3. Local PostgreSQL server binaries (initdb and postgres) are found, in
-//     $PATH, then through `pg_config --bindir`, then in the newest
-//     /usr/lib/postgresql/*/bin: a fresh cluster is created in a temporary
+//  3. Local PostgreSQL server binaries (initdb and postgres) are found: in
+//     the directory PGLEASE_PG_BINDIR names when it is set (the only one
+//     tried then: it picks the major, see .ci/pgmajors), else in $PATH,
+//     then through `pg_config --bindir`, then in the newest
+//     /usr/lib/postgresql/*/bin. A fresh cluster is created in a temporary
 //     directory and postgres runs as a child process on a free port of
 //     127.0.0.1. When running as root, initdb and postgres run as the
 //     "postgres" user.
@@ -47,6 +49,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/pglease/pglease/internal/pgproc"
@@ -288,8 +291,42 @@ func ForTestMain(opts Options) *Server {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "pgserver: using %s PostgreSQL at %s\n", srv.Kind(), Redact(srv.DSN()))
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	num, version, err := srv.Version(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		_ = srv.Close()
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "pgserver: using %s PostgreSQL %s (server_version_num %d) at %s\n",
+		srv.Kind(), version, num, Redact(srv.DSN()))
 	return srv
+}
+
+// Version returns the server's version as a number, server_version_num
+// (180004 for 18.4, 140023 for 14.23), and as text, the first word of
+// server_version ("18.4"; a distribution's build adds its own words). The
+// major is num / 10000.
+func (s *Server) Version(ctx context.Context) (num int, version string, err error) {
+	cfg, err := pgx.ParseConfig(s.DSN())
+	if err != nil {
+		return 0, "", fmt.Errorf("pgserver: %w", err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, "", fmt.Errorf("pgserver: reading the server's version: %w", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if err := conn.QueryRow(ctx,
+		`SELECT current_setting('server_version_num')::int, current_setting('server_version')`).Scan(&num, &version); err != nil {
+		return 0, "", fmt.Errorf("pgserver: reading the server's version: %w", err)
+	}
+	if f := strings.Fields(version); len(f) > 0 {
+		version = f[0]
+	}
+	return num, version, nil
 }
 
 // redacted is what Redact puts in place of a password.

@@ -289,3 +289,97 @@ func TestRedact(t *testing.T) {
 		require.NotContains(t, got, "secret")
 	}
 }
+
+// TestMajors covers how a run picks the major it tests: PGLEASE_PG_BINDIR
+// names the binaries, whose own libraries their programs are given, and
+// the server started reports its major.
+func TestMajors(t *testing.T) {
+	// fakeBin makes root/bin with executable initdb and postgres, and
+	// root/lib with the given files.
+	fakeBin := func(t *testing.T, libs ...string) string {
+		t.Helper()
+		root := t.TempDir()
+		bin := filepath.Join(root, "bin")
+		require.NoError(t, os.MkdirAll(bin, 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(root, "lib"), 0o755))
+		for _, name := range []string{"initdb", "postgres"} {
+			require.NoError(t, os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755))
+		}
+		for _, name := range libs {
+			require.NoError(t, os.WriteFile(filepath.Join(root, "lib", name), nil, 0o644))
+		}
+		return bin
+	}
+
+	t.Run("BinDirVariableChoosesTheBinaries", func(t *testing.T) {
+		bin := fakeBin(t)
+		t.Setenv(EnvBinDir, bin)
+		dir, err := findBinDir()
+		require.NoError(t, err)
+		require.Equal(t, bin, dir, "the directory named, over $PATH and /usr/lib/postgresql")
+
+		t.Setenv(EnvBinDir, filepath.Dir(bin))
+		_, err = findBinDir()
+		require.ErrorContains(t, err, EnvBinDir+"=", "a directory without the binaries is refused, not replaced by another major")
+
+		t.Setenv(EnvBinDir, "")
+		dir, err = findBinDir()
+		require.NoError(t, err)
+		require.NotEqual(t, bin, dir, "unset, the local binaries are found as before")
+	})
+
+	t.Run("ChildrenGetThePackagesLibraries", func(t *testing.T) {
+		bin := fakeBin(t, "libicuuc.so.60.2")
+		lib := filepath.Join(filepath.Dir(bin), "lib")
+		env := []string{"PATH=/usr/bin", "LD_LIBRARY_PATH=/opt/x", "LD_PRELOAD=/y.so"}
+		got := ChildEnv(bin, env)
+		require.ElementsMatch(t, []string{"PATH=/usr/bin", "LD_LIBRARY_PATH=" + lib + ":/opt/x", "LD_PRELOAD=/y.so"}, got)
+		require.Equal(t, []string{"PATH=/usr/bin", "LD_LIBRARY_PATH=/opt/x", "LD_PRELOAD=/y.so"}, env, "the caller's slice is left alone")
+		require.Contains(t, ChildEnv(bin, []string{"PATH=/usr/bin"}), "LD_LIBRARY_PATH="+lib)
+		require.Contains(t, ChildEnv(bin, []string{"LD_LIBRARY_PATH="}), "LD_LIBRARY_PATH="+lib)
+
+		distro := fakeBin(t, "plpgsql.so")
+		require.Equal(t, env, ChildEnv(distro, env), "binaries without libraries of their own: the environment as is")
+		require.NotContains(t, strings.Join(os.Environ(), "\n"), lib, "nothing is set in our own environment")
+
+		l := &localServer{bin: bin, dir: t.TempDir()}
+		require.Contains(t, l.command(context.Background(), "postgres").Env, "LD_LIBRARY_PATH="+lib)
+	})
+
+	t.Run("InitdbMakesTheSameClusterOnEveryMajor", func(t *testing.T) {
+		for _, line := range []string{"initdb (PostgreSQL) 14.23\n", "initdb (PostgreSQL) 18.4", "initdb (PostgreSQL) 19beta1"} {
+			major, err := parseMajor(line)
+			require.NoError(t, err, line)
+			require.Equal(t, line[20:22], strconv.Itoa(major), line)
+		}
+		_, err := parseMajor("initdb 18")
+		require.Error(t, err)
+
+		require.NotContains(t, initdbArgs(17, "/d"), "--no-data-checksums", "17 has no such flag")
+		require.Contains(t, initdbArgs(18, "/d"), "--no-data-checksums", "18 turns checksums on by default")
+		require.Equal(t, initdbArgs(17, "/d"), initdbArgs(18, "/d")[:len(initdbArgs(17, "/d"))])
+	})
+
+	t.Run("ServerReportsItsMajor", func(t *testing.T) {
+		t.Setenv(EnvDatabaseURL, "")
+		t.Setenv(EnvNoDocker, "1")
+		bin, err := findBinDir()
+		require.NoError(t, err)
+		want, err := binMajor(context.Background(), bin)
+		require.NoError(t, err)
+
+		srv, err := Start(context.Background(), Options{Logf: t.Logf})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = srv.Close() })
+		num, version, err := srv.Version(context.Background())
+		require.NoError(t, err)
+		t.Logf("PostgreSQL %s (server_version_num %d) from %s", version, num, bin)
+		require.Equal(t, want, num/10000, "the server runs the binaries' major")
+		require.True(t, strings.HasPrefix(version, strconv.Itoa(want)+"."), version)
+
+		var checksums string
+		conn := connect(t, srv.DSN())
+		require.NoError(t, conn.QueryRow(context.Background(), "SHOW data_checksums").Scan(&checksums))
+		require.Equal(t, "off", checksums)
+	})
+}
