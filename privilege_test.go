@@ -167,7 +167,13 @@ func TestPrivilege(t *testing.T) {
 				var pgErr *pgconn.PgError
 				require.ErrorAs(t, err, &pgErr, "the driver's error is kept")
 				require.Equal(t, "42501", pgErr.Code)
-				require.Contains(t, err.Error(), tc.server)
+				server := tc.server
+				if serverVersionNum(ctx, t, admin) < 150000 {
+					// Before PostgreSQL 15 every role may create in schema
+					// public: what is missing then is DELETE.
+					server = "permission denied for table " + table
+				}
+				require.Contains(t, err.Error(), server)
 				require.Contains(t, err.Error(), "Migrate needs CREATE on the schema and DELETE on the table")
 				require.Contains(t, err.Error(), "SELECT, INSERT, UPDATE on the table and USAGE on the sequence")
 				require.Equal(t, before, fullSnapshot(t, admin, table))
