@@ -264,43 +264,24 @@ func TestClaimCancel(t *testing.T) {
 	})
 
 	// Guarantee: a claim that returns an error leaves no live row that
-	// nobody holds, also on a Locker over one *pgx.Conn. A claim waits on a
-	// row lock that ends as its caller gives up. On a *pgx.Conn the
-	// statement is not sent under a context of its own: pgx closes the
-	// socket and sends its cancel request asynchronously, the statement
-	// takes the row meanwhile, and the give-back's read goes to the same,
-	// now closed, connection.
+	// nobody holds, also on a Locker over one *pgx.Conn, whose claim is
+	// cancelled on the server and answered as on a pool connection (closing
+	// the socket would leave the statement to take the row once the lock
+	// ends, and the give-back's read would go to that closed connection).
+	// A claim waits on a row lock that ends as its caller gives up.
 	t.Run("GivenUpOnASingleConnection", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		app := pgtest.AppName("cancelconn")
-		for i := range 10 {
-			key := fmt.Sprintf("job-%d", i)
-			freeRow(ctx, t, pool, table, key)
+		givenUpAsRowLocksEnd(ctx, t, pool, table, app, func(int) *pglease.Locker {
 			cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
 			require.NoError(t, err)
 			cfg.RuntimeParams["application_name"] = app
 			conn, err := pgx.ConnectConfig(ctx, cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = conn.Close(context.Background()) })
-			l := pgtest.Locker(t, conn, table, "claimer")
-
-			end := pgtest.LockRow(t, pool, table, key)
-			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			stop := context.AfterFunc(cctx, func() { end(true) })
-			lease, err := l.Claim(cctx, key)
-			cancel()
-			stop()
-			end(true)
-			if err == nil {
-				require.NoError(t, lease.Unlock(ctx))
-				continue
-			}
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
-				5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
-			requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
-		}
+			return pgtest.Locker(t, conn, table, "claimer")
+		})
 	})
 
 	// Guarantee: no goroutine outlives Locker.Close, also after a claim

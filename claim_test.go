@@ -44,6 +44,40 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 	}
 }
 
+// givenUpAsRowLocksEnd claims 10 free keys of table, each with the
+// Locker locker(i) of holder "claimer" (its statements under application
+// name app) while another transaction holds the key's row lock, which ends
+// as the claim's context does: each claim either returns its lease or the
+// context's error, and then no statement of it runs on and its holder has
+// no live row.
+func givenUpAsRowLocksEnd(ctx context.Context, t *testing.T, pool pglease.DB, table, app string, locker func(i int) *pglease.Locker) {
+	t.Helper()
+	other := pgtest.Locker(t, pool, table, "other")
+	for i := range 10 {
+		key := fmt.Sprintf("job-%d", i)
+		held, err := other.Claim(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, held.Unlock(ctx)) // a free row, expired in place
+
+		l := locker(i)
+		end := pgtest.LockRow(t, pool, table, key)
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		stop := context.AfterFunc(cctx, func() { end(true) })
+		lease, err := l.Claim(cctx, key)
+		cancel()
+		stop()
+		end(true)
+		if err == nil {
+			require.NoError(t, lease.Unlock(ctx))
+			continue
+		}
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+			5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+		requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+	}
+}
+
 // TestClaim pins what a claim leaves on the server: a commit that waits
 // for the WAL flush only when it takes a row, and, when the claim fails,
 // times out or is abandoned in flight, nothing live that nobody holds.
@@ -82,32 +116,10 @@ func TestClaim(t *testing.T) {
 		t.Run(fmt.Sprintf("GivenUpAsARowLockEnds/burst=%v", burst), func(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table := pgtest.Setup(t)
-			other := pgtest.Locker(t, pool, table, "other")
 			app := pgtest.AppName("givenup")
 			l := pgtest.Locker(t, pgtest.AppPool(t, "", nil, app), table, "claimer")
 			pglease.SetCoalesceAll(l, burst)
-			for i := range 10 {
-				key := fmt.Sprintf("job-%d", i)
-				held, err := other.Claim(ctx, key)
-				require.NoError(t, err)
-				require.NoError(t, held.Unlock(ctx)) // a free row, expired in place
-
-				end := pgtest.LockRow(t, pool, table, key)
-				cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				stop := context.AfterFunc(cctx, func() { end(true) })
-				lease, err := l.Claim(cctx, key)
-				cancel()
-				stop()
-				end(true)
-				if err == nil {
-					require.NoError(t, lease.Unlock(ctx))
-					continue
-				}
-				require.ErrorIs(t, err, context.DeadlineExceeded)
-				require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
-					5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
-				requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
-			}
+			givenUpAsRowLocksEnd(ctx, t, pool, table, app, func(int) *pglease.Locker { return l })
 		})
 	}
 
