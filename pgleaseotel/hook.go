@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/leaseset"
 )
 
 // Hook records one event as metrics and, for claims, heartbeat rounds,
@@ -29,7 +30,7 @@ func (t *Telemetry) Hook(e pglease.Event) {
 	switch e.Kind {
 	case pglease.EventAcquired:
 		t.claims.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeAcquired)))
-		if t.leases.acquired(idOf(e)) {
+		if t.leases.Acquired(leaseset.Of(e)) {
 			t.held.Add(ctx, 1, t.keyed(e))
 		}
 		t.span(e, now, "pglease.claim", opClaim, outcomeAcquired)
@@ -50,13 +51,13 @@ func (t *Telemetry) Hook(e pglease.Event) {
 		t.span(e, now, "pglease.heartbeat", opHeartbeat, outcomeFailed)
 	case pglease.EventLost:
 		t.lost.Add(ctx, 1, t.keyed(e, errorTypeKey.String(errorType(e.Err))))
-		if t.leases.ended(idOf(e)) {
+		if t.leases.Ended(leaseset.Of(e)) {
 			t.held.Add(ctx, -1, t.keyed(e))
 		}
 		t.span(e, now, "pglease.lost", "", outcomeLost)
 	case pglease.EventReleased:
 		t.releases.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeReleased)))
-		if t.leases.ended(idOf(e)) {
+		if t.leases.Ended(leaseset.Of(e)) {
 			t.held.Add(ctx, -1, t.keyed(e))
 		}
 		t.span(e, now, "pglease.release", opRelease, outcomeReleased)
@@ -68,7 +69,7 @@ func (t *Telemetry) Hook(e pglease.Event) {
 			attrs = []attribute.KeyValue{outcomeKey.String(outcome)}
 		}
 		t.releases.Add(ctx, 1, t.keyed(e, attrs...))
-		if t.leases.ended(idOf(e)) {
+		if t.leases.Ended(leaseset.Of(e)) {
 			t.held.Add(ctx, -1, t.keyed(e))
 		}
 		t.span(e, now, "pglease.release", opRelease, outcome)

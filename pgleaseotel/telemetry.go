@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pglease/pglease/internal/leaseset"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer that New
@@ -82,7 +84,7 @@ type Telemetry struct {
 	jobRuns         metric.Int64Counter
 	jobTime         metric.Float64Histogram
 
-	leases leaseSet
+	leases leaseset.Set
 	vacant vacancies
 }
 

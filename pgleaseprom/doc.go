@@ -55,8 +55,9 @@
 //
 //	go get github.com/pglease/pglease/pgleaseprom
 //
-// Each release tags it with the root module's version (pgleaseprom/v0.4.0
-// beside v0.4.0), and its go.mod requires the root module at that version.
+// Each release tags it with the root module's version (pgleaseprom/v0.5.0
+// beside v0.5.0), and its go.mod requires the root module at that version
+// (it shares the root's internal/leaseset, new in v0.5.0).
 // The replace directive in its go.mod points the root module at this
 // repository's code for the checks and tests that build each module alone
 // (GOWORK=off): the go command applies a replace only in the module it is

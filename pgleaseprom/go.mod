@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/pglease/pglease v0.4.0
+	github.com/pglease/pglease v0.5.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.2
 	github.com/stretchr/testify v1.12.1
@@ -33,7 +33,7 @@ require (
 )
 
 // A user of pgleaseprom gets the root module at the version required above
-// (tagged v0.4.0 with pgleaseprom/v0.4.0): a replace applies only in the
+// (tagged v0.5.0 with pgleaseprom/v0.5.0): a replace applies only in the
 // module the go command runs in. This one makes that module the code of
 // this repository when pgleaseprom is checked and tested alone (GOWORK=off,
 // as CI does), before its release is tagged; go.work does the same for

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/leaseset"
 )
 
 // DefaultNamespace prefixes every metric name when Opts.Namespace is empty.
@@ -57,7 +58,7 @@ type Metrics struct {
 	elections         prometheus.Counter
 	skew              prometheus.Gauge
 	skewUncertainty   prometheus.Gauge
-	leases            leaseSet
+	leases            leaseset.Set
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -112,7 +113,6 @@ func New(opts Opts) *Metrics {
 			"The database's clock minus this replica's wall clock, as read by the latest claim (positive: the database is ahead)."),
 		skewUncertainty: gauge("clock_skew_uncertainty_seconds",
 			"The bound on the error of pglease_clock_skew_seconds (half the round trip of its sample): the skew is certain beyond it."),
-		leases: newLeaseSet(),
 	}
 	if !opts.PerKey {
 		// Every series exists from the start, at zero, so that rate() and
@@ -157,7 +157,9 @@ func (m *Metrics) Hook(e pglease.Event) {
 	switch e.Kind {
 	case pglease.EventAcquired:
 		m.claims.WithLabelValues(m.labels(e, outcomeAcquired)...).Inc()
-		m.leases.acquired(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+		if m.leases.Acquired(leaseset.Of(e)) {
+			m.held.WithLabelValues(m.labels(e)...).Inc()
+		}
 	case pglease.EventContended:
 		m.claims.WithLabelValues(m.labels(e, outcomeHeld)...).Inc()
 	case pglease.EventClaimFailed:
@@ -170,17 +172,23 @@ func (m *Metrics) Hook(e pglease.Event) {
 		m.elections.Inc()
 	case pglease.EventLost:
 		m.lost.WithLabelValues(m.labels(e)...).Inc()
-		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+		if m.leases.Ended(leaseset.Of(e)) {
+			m.held.WithLabelValues(m.labels(e)...).Dec()
+		}
 	case pglease.EventReleased:
 		m.releases.WithLabelValues(m.labels(e, outcomeReleased)...).Inc()
-		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+		if m.leases.Ended(leaseset.Of(e)) {
+			m.held.WithLabelValues(m.labels(e)...).Dec()
+		}
 	case pglease.EventReleaseFailed:
 		outcome := outcomeError
 		if errors.Is(e.Err, pglease.ErrLost) {
 			outcome = outcomeLost
 		}
 		m.releases.WithLabelValues(m.labels(e, outcome)...).Inc()
-		m.leases.ended(idOf(e), m.held.WithLabelValues(m.labels(e)...))
+		if m.leases.Ended(leaseset.Of(e)) {
+			m.held.WithLabelValues(m.labels(e)...).Dec()
+		}
 	}
 }
 
