@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -449,6 +450,108 @@ func TestSQLContract(t *testing.T) {
 				require.Error(t, r.Err)
 			}
 			assert.Less(t, time.Since(start), 5*time.Second)
+		})
+	}
+
+	for _, drv := range sqlDrivers {
+		// Shows: a permission error of the server reads as
+		// *pgconn.PgError 42501 on both drivers: a role that may read the
+		// table but not write it cannot claim, and nothing is left behind.
+		t.Run("PermissionDeniedReadsAs42501/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			role := runtimeRole(t, pool, `GRANT SELECT ON `+table+` TO %s`)
+			l := pgtest.Locker(t, pglease.SQL(pgtest.OpenSQL(t, role, drv)), table, "a")
+			_, err := l.Claim(ctx, "job")
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "%v", err)
+			assert.Equal(t, "42501", pgErr.Code)
+			_, ok := pgtest.ReadRow(t, pool, table, "job")
+			assert.False(t, ok)
+		})
+
+		// Shows: Migrate on SQL, run by several replicas at once on a new
+		// table, succeeds for every one of them (no 23505 or 42P07 from
+		// the race of CREATE ... IF NOT EXISTS), and the table serves a
+		// claim.
+		t.Run("ConcurrentMigrate/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, _ := pgtest.Setup(t)
+			db := pglease.SQL(pgtest.OpenSQL(t, pool, drv))
+			table := pgtest.TableName()
+			errs := make(chan error, 4)
+			for range 4 {
+				go func() { errs <- pglease.Migrate(ctx, db, pglease.WithTable(table)) }()
+			}
+			for range 4 {
+				assert.NoError(t, <-errs)
+			}
+			l := pgtest.Locker(t, db, table, "a")
+			_, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+		})
+
+		// Shows: across a restart of the server (fast shutdown), a Locker
+		// on SQL either keeps its lease or reports it lost, never both: a
+		// lease it still calls held guards and commits a *sql.Tx, and the
+		// Locker claims new keys on the same *sql.DB afterwards.
+		t.Run("ServerRestart/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, srv, pool, table := pgtest.PrivateSetup(t)
+			sdb := pgtest.OpenSQL(t, pool, drv)
+			ledger := pgtest.NewLedger(t, pool)
+			l := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(300*time.Millisecond))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			require.NoError(t, srv.Restart(ctx, pgserver.Fast))
+			time.Sleep(time.Second)
+			deadline := time.Now().Add(10 * time.Second)
+			var next *pglease.Lease
+			for {
+				next, err = l.Claim(ctx, "after")
+				if err == nil || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			require.NoError(t, err, "a claim after the restart")
+			_ = next
+			tx, err := sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			ledgerWrite(ctx, t, tx, ledger, lease)
+			if gerr := lease.GuardSQL(ctx, tx); gerr != nil {
+				require.ErrorIs(t, gerr, pglease.ErrLost)
+				require.Error(t, tx.Commit())
+				return
+			}
+			require.NoError(t, tx.Commit())
+			row, ok := pgtest.ReadRow(t, pool, table, "job")
+			require.True(t, ok)
+			assert.Equal(t, lease.Fence(), row.Fence)
+			assert.Equal(t, "a", row.Holder)
+		})
+
+		// Shows: a guard that waits on the row (another transaction holds
+		// it FOR UPDATE, as a claim in flight does) and whose context ends
+		// returns an error and leaves the tx unable to commit.
+		t.Run("GuardSQLWaitingWhenContextEnds/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table, sdb, db := sqlSetup(t, drv)
+			ledger := pgtest.NewLedger(t, pool)
+			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(10*time.Second))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			tx, err := sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			ledgerWrite(ctx, t, tx, ledger, lease)
+			end := pgtest.LockRow(t, pool, table, "job")
+			gctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			gerr := lease.GuardSQL(gctx, tx)
+			cancel()
+			end(false)
+			require.Error(t, gerr)
+			requireUnusable(ctx, t, tx)
+			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
 		})
 	}
 
