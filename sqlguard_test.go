@@ -555,6 +555,37 @@ func TestSQLContract(t *testing.T) {
 		})
 	}
 
+	for _, drv := range sqlDrivers {
+		// Shows: on a table without a fence column (WithoutFenceColumn),
+		// a Locker on SQL claims a key, GuardSQL
+		// passes for the current mandate, and refuses, so that the tx
+		// cannot commit, once another holder took the lapsed row.
+		t.Run("WithoutFenceColumn/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx := pgtest.Ctx(t)
+			table, dsn := legacyTable(t, legacyColumns)
+			pool := pgtest.PoolAt(t, dsn, nil)
+			sdb := pgtest.OpenSQL(t, pool, drv)
+			l := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithoutFenceColumn(), pglease.WithTTL(30*time.Second))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			tx, err := sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, lease.GuardSQL(ctx, tx))
+			require.NoError(t, tx.Commit())
+
+			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = clock_timestamp() - interval '1 second' WHERE key = 'job'`, table))
+			require.NoError(t, err)
+			b := pgtest.Locker(t, pglease.SQL(sdb), table, "b", pglease.WithoutFenceColumn())
+			_, err = b.Claim(ctx, "job")
+			require.NoError(t, err)
+			tx, err = sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
+			requireUnusable(ctx, t, tx)
+		})
+	}
+
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
 	// it reports when the connection ends with io.EOF while it reads the
 	// reply, or on a FATAL error) may have committed: it must be given
