@@ -586,6 +586,41 @@ func TestSQLContract(t *testing.T) {
 		})
 	}
 
+	for _, drv := range sqlDrivers {
+		// Shows: a claim given up (its context ends) just as the row lock it
+		// waits on ends, so that it may commit before its cancel request
+		// lands, leaves no live row that nobody holds: every failed claim's
+		// row is soon not live for its holder.
+		t.Run("GivenUpAsARowLockEnds/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table, _, db := sqlSetup(t, drv)
+			other := pgtest.Locker(t, pool, table, "other")
+			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(30*time.Second))
+			for i := range 12 {
+				key := fmt.Sprintf("k%d", i)
+				held, err := other.Claim(ctx, key)
+				require.NoError(t, err)
+				require.NoError(t, held.Unlock(ctx))
+				end := pgtest.LockRow(t, pool, table, key)
+				gap := 150*time.Millisecond + time.Duration(i%4)*time.Millisecond
+				timer := time.AfterFunc(gap, func() { end(false) })
+				cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+				lease, err := l.Claim(cctx, key)
+				cancel()
+				timer.Stop()
+				end(false)
+				if err == nil {
+					require.NoError(t, lease.Unlock(ctx))
+					continue
+				}
+				require.Eventually(t, func() bool {
+					row, ok := pgtest.ReadRow(t, pool, table, key)
+					return ok && !(row.Live && row.Holder == "a")
+				}, 3*time.Second, 20*time.Millisecond, "a given-up claim of %q left a live row for a: %v", key, err)
+			}
+		})
+	}
+
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
 	// it reports when the connection ends with io.EOF while it reads the
 	// reply, or on a FATAL error) may have committed: it must be given
