@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -101,6 +102,45 @@ func pqDSNOf(p *pgxpool.Pool) string {
 	}
 	return dsn
 }
+
+// wrappingConnector is c behind a driver of another package, as tracing
+// and metrics wrappers of database/sql (otelsql, sqlhooks) put it: every
+// method passes through.
+type wrappingConnector struct{ c driver.Connector }
+
+// wrappedDriverConn is what pgx's stdlib and lib/pq connections both serve.
+type wrappedDriverConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.QueryerContext
+	driver.ExecerContext
+	driver.Pinger
+	driver.NamedValueChecker
+	driver.SessionResetter
+}
+
+type wrappingDriver struct{ d driver.Driver }
+
+func (d wrappingDriver) Open(string) (driver.Conn, error) {
+	return nil, fmt.Errorf("open through the connector")
+}
+
+type wrappedConn struct{ wrappedDriverConn }
+
+func (w wrappingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := w.c.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wc, ok := dc.(wrappedDriverConn)
+	if !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("a %T cannot be wrapped", dc)
+	}
+	return wrappedConn{wc}, nil
+}
+
+func (w wrappingConnector) Driver() driver.Driver { return wrappingDriver{w.c.Driver()} }
 
 func TestSQLContract(t *testing.T) {
 	t.Parallel()
@@ -620,6 +660,34 @@ func TestSQLContract(t *testing.T) {
 			}
 		})
 	}
+
+	// Shows: pgx's stdlib behind a wrapping driver (a tracing wrapper of
+	// database/sql, as an OpenTelemetry setup has) claims and releases a
+	// burst whose keys stress array literals, and guards a *sql.Tx.
+	t.Run("WrappedPgxDriver", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		sdb := sql.OpenDB(wrappingConnector{stdlib.GetConnector(*pool.Config().ConnConfig.Copy())})
+		t.Cleanup(func() { _ = sdb.Close() })
+		sdb.SetMaxOpenConns(4)
+		l := pgtest.Locker(t, pglease.SQL(sdb), table, "a")
+		pglease.SetCoalesceAll(l, true)
+		keys := []string{`q"1`, `b\2`, "c,3", "{d}", "NULL", " e "}
+		leases, errs := pglease.ClaimBurst(ctx, l, keys)
+		for i, err := range errs {
+			require.NoError(t, err, "%q", keys[i])
+			row, ok := pgtest.ReadRow(t, pool, table, keys[i])
+			require.True(t, ok, "no row of %q", keys[i])
+			assert.Equal(t, "a", row.Holder)
+		}
+		tx, err := sdb.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, leases[0].GuardSQL(ctx, tx))
+		require.NoError(t, tx.Commit())
+		for _, err := range pglease.UnlockBurst(ctx, l, leases) {
+			require.NoError(t, err)
+		}
+	})
 
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
 	// it reports when the connection ends with io.EOF while it reads the
