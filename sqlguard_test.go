@@ -689,6 +689,37 @@ func TestSQLContract(t *testing.T) {
 		}
 	})
 
+	// Shows: behind a wrapping driver (as a tracing wrapper puts it), a
+	// claim on pgx's stdlib that is given up while it waits on a row lock
+	// must still be cancelled on the server: once the lock ends, long after
+	// the caller gave up, no live row is left that nobody holds.
+	t.Run("WrappedPgxDriverGivenUpClaim", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		sdb := sql.OpenDB(wrappingConnector{stdlib.GetConnector(*pool.Config().ConnConfig.Copy())})
+		t.Cleanup(func() { _ = sdb.Close() })
+		sdb.SetMaxOpenConns(4)
+		other := pgtest.Locker(t, pool, table, "other")
+		held, err := other.Claim(ctx, "job")
+		require.NoError(t, err)
+		require.NoError(t, held.Unlock(ctx))
+		end := pgtest.LockRow(t, pool, table, "job")
+		t.Cleanup(func() { end(false) })
+
+		l := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(30*time.Second))
+		cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		_, err = l.Claim(cctx, "job")
+		cancel()
+		require.Error(t, err)
+		time.Sleep(3 * time.Second) // the caller has long given up
+		end(false)
+		time.Sleep(500 * time.Millisecond)
+		row, ok := pgtest.ReadRow(t, pool, table, "job")
+		require.True(t, ok)
+		assert.False(t, row.Live && row.Holder == "a",
+			"a claim given up 3s before its row lock ended took the row: live for %q (fence %d) until %v, and nobody holds it", row.Holder, row.Fence, row.ExpiresAt)
+	})
+
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
 	// it reports when the connection ends with io.EOF while it reads the
 	// reply, or on a FATAL error) may have committed: it must be given
