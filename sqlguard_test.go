@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -718,6 +719,40 @@ func TestSQLContract(t *testing.T) {
 		require.True(t, ok)
 		assert.False(t, row.Live && row.Holder == "a",
 			"a claim given up 3s before its row lock ended took the row: live for %q (fence %d) until %v, and nobody holds it", row.Holder, row.Fence, row.ExpiresAt)
+	})
+
+	// Shows: pgx's stdlib in the simple protocol (as behind a transaction
+	// pooler) claims, heartbeats and releases a burst whose keys stress
+	// array literals, and GuardSQL fences its *sql.Tx.
+	t.Run("PgxSimpleProtocol", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		cfg := pool.Config().ConnConfig.Copy()
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		sdb := stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { _ = sdb.Close() })
+		sdb.SetMaxOpenConns(4)
+		l := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+		pglease.SetCoalesceAll(l, true)
+		keys := []string{`q"1`, `b\2`, "c,3", "{d}", "NULL", " e ", "it's"}
+		leases, errs := pglease.ClaimBurst(ctx, l, keys)
+		for i, err := range errs {
+			require.NoError(t, err, "%q", keys[i])
+		}
+		time.Sleep(1500 * time.Millisecond)
+		for i, lease := range leases {
+			require.NoError(t, lease.Err(), "%q kept across a TTL", keys[i])
+			row, ok := pgtest.ReadRow(t, pool, table, keys[i])
+			require.True(t, ok, "no row of %q", keys[i])
+			assert.True(t, row.Live)
+		}
+		tx, err := sdb.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, leases[1].GuardSQL(ctx, tx))
+		require.NoError(t, tx.Commit())
+		for _, err := range pglease.UnlockBurst(ctx, l, leases) {
+			require.NoError(t, err)
+		}
 	})
 
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
