@@ -755,6 +755,36 @@ func TestSQLContract(t *testing.T) {
 		}
 	})
 
+	for _, drv := range sqlDrivers {
+		// Shows: a READ COMMITTED guard that waits on another transaction's
+		// lock of the row (the heartbeat skips the locked row meanwhile)
+		// passes once that lock ends, its tx commits, and the heartbeat
+		// then extends the lease again.
+		t.Run("GuardSQLWaitsOutARowLock/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table, sdb, db := sqlSetup(t, drv)
+			ledger := pgtest.NewLedger(t, pool)
+			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			tx, err := sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			ledgerWrite(ctx, t, tx, ledger, lease)
+			end := pgtest.LockRow(t, pool, table, "job")
+			t.Cleanup(func() { end(false) })
+			before := lease.ExpiresAt()
+			guarded := make(chan error, 1)
+			go func() { guarded <- lease.GuardSQL(ctx, tx) }()
+			time.Sleep(300 * time.Millisecond) // the guard waits on the row
+			end(true)
+			require.NoError(t, <-guarded)
+			require.NoError(t, tx.Commit())
+			require.Len(t, pgtest.ReadLedger(t, pool, ledger), 1)
+			require.Eventually(t, func() bool { return lease.ExpiresAt().After(before) }, 3*time.Second, 20*time.Millisecond, "the heartbeat extended the lease")
+			require.NoError(t, lease.Err())
+		})
+	}
+
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
 	// it reports when the connection ends with io.EOF while it reads the
 	// reply, or on a FATAL error) may have committed: it must be given
