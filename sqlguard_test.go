@@ -785,6 +785,47 @@ func TestSQLContract(t *testing.T) {
 		})
 	}
 
+	for _, drv := range sqlDrivers {
+		// Shows: leases cross the kinds of DB: GuardSQL guards a *sql.Tx
+		// with a lease of a Locker on a *pgxpool.Pool, and Guard a pgx.Tx
+		// with a lease of a Locker on SQL; a stale one is refused either
+		// way.
+		t.Run("GuardAcrossKindsOfDB/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table, sdb, db := sqlSetup(t, drv)
+			ledger := pgtest.NewLedger(t, pool)
+			onPool := pgtest.Locker(t, pool, table, "p")
+			onSQL := pgtest.Locker(t, db, table, "s")
+			pl, err := onPool.Claim(ctx, "on-pool")
+			require.NoError(t, err)
+			sl, err := onSQL.Claim(ctx, "on-sql")
+			require.NoError(t, err)
+
+			stx, err := sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			ledgerWrite(ctx, t, stx, ledger, pl)
+			require.NoError(t, pl.GuardSQL(ctx, stx))
+			require.NoError(t, stx.Commit())
+
+			ptx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, sl.Guard(ctx, ptx))
+			require.NoError(t, ptx.Commit(ctx))
+
+			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET fence = fence + 1000`, table))
+			require.NoError(t, err)
+			stx, err = sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.ErrorIs(t, pl.GuardSQL(ctx, stx), pglease.ErrLost)
+			requireUnusable(ctx, t, stx)
+			ptx, err = pool.Begin(ctx)
+			require.NoError(t, err)
+			require.ErrorIs(t, sl.Guard(ctx, ptx), pglease.ErrLost)
+			require.Error(t, ptx.Commit(ctx))
+			require.Len(t, pgtest.ReadLedger(t, pool, ledger), 1)
+		})
+	}
+
 	// Shows: a claim whose reply lib/pq reports as driver.ErrBadConn (what
 	// it reports when the connection ends with io.EOF while it reads the
 	// reply, or on a FATAL error) may have committed: it must be given
