@@ -22,15 +22,23 @@ import (
 // notify it, and waiters wake within a round trip of a release. With it,
 // the kind of the DB does not matter.
 //
-// The connection is dialed at the first waiting claim, dialed again after a
-// pause that doubles from 100ms up to 30s when it fails (waiters poll
-// meanwhile), and closed by Close. It counts against the server's
-// max_connections, one per Locker that waits; its statements are LISTEN
-// alone. Before the Locker relies on it, a probe notification sent through
-// the DB must come back on it: if dsn points at the pooler too, or at
-// another server, the Locker polls and WaitMode says why. The default is
-// no connection of its own: on a *pgxpool.Pool the Locker LISTENs on one
-// of the pool's connections, taken from it until Close.
+// The connection is dialed at the first waiting claim and closed by Close.
+// It counts against the server's max_connections, one per Locker that
+// waits; its statements are LISTEN and, after each 500ms without a
+// notification, an empty query that proves it alive: a ping that fails or
+// takes over a second counts as a lost connection (a half-open one
+// delivers nothing and says nothing). When it is lost, waiters poll at
+// once, and it is dialed again after a pause that doubles from 100ms up to
+// 30s, which starts over only after a connection that listened for 10s; a
+// dial (with LISTEN and the probe's sending) that takes over 10s is given
+// up and tried again.
+// Before the Locker relies on a connection, a probe notification sent
+// through the DB must come back on it within 2s: if dsn points at the
+// pooler too, or at another server or database, or the link is slow, the
+// Locker polls, WaitMode says why, and the probe is tried again after a
+// pause that doubles from 5s up to 5 minutes. The default is no connection
+// of its own: on a *pgxpool.Pool the Locker LISTENs on one of the pool's
+// connections, taken from it until Close, in the same way.
 //
 // A dsn that does not parse, or an empty one, is an error at New.
 func WithListenDSN(dsn string) LockerOption {

@@ -30,22 +30,26 @@ const (
 	// round trip of a release.
 	WaitByNotification
 	// WaitByPolling means waiters try again after a backoff that grows to
-	// MaxPollInterval, or at the holder's expiry, whichever comes first:
-	// a release is seen within about MaxPollInterval, and each waiting key
-	// costs a Locker about one claim and one read per MaxPollInterval
-	// (120 statements a minute). WithListenDSN lets a Locker behind a
-	// pooler wait by notification instead.
+	// MaxPollInterval, or at the holder's expiry, whichever comes first
+	// (until an attempt at an expiry finds the lease extended: then at the
+	// backoff): a release is seen within about MaxPollInterval, and each
+	// waiting key costs a Locker at most one claim and one read per
+	// MaxPollInterval (120 statements a minute). WithListenDSN lets a
+	// Locker behind a pooler wait by notification instead.
 	WaitByPolling
 )
 
 // MaxPollInterval is the pause between two attempts of a waiting claim
 // that polls (WaitByPolling), once its backoff (10ms, doubling) has grown:
 // each attempt is one claim and, if the key is still held, one read of the
-// holder's expiry, so a waiting key costs about two statements a second,
+// holder's expiry, so a waiting key costs at most two statements a second,
 // and a release is seen within a second or so. A waiter tries sooner only
 // at the holder's expiry on the server's clock, which no release
-// announces. A pause is lengthened by up to a quarter to spread out
-// waiters.
+// announces, and only until such an attempt finds the lease extended (its
+// holder's heartbeat beat it): a short lease kept alive costs no more than
+// a long one, and its lapse, once its holder dies, is seen within about
+// MaxPollInterval of its expiry. A pause is lengthened by up to a quarter
+// to spread out waiters.
 //
 // Polling at most every 250ms would make each follower of an Elector
 // behind PgBouncer send about 600 statements a minute while it waits
@@ -75,9 +79,11 @@ func (l *Locker) WaitMode() (WaitMode, string) {
 // listen runs the Locker's listener until ctx ends (internal/listen): one
 // connection, owned by the Locker from then on (taken from the pool, or
 // dialed with WithListenDSN), LISTENing on the table's channel. If
-// notifications do not arrive, waiters poll; after every (re)LISTEN each
-// waiter tries once, since a release may have been notified while nobody
-// listened.
+// notifications do not arrive, waiters poll; when they stop arriving, a
+// waiter asleep on the notified safety net polls at once (setWaitMode).
+// (Re)LISTEN wakes nobody: a waiter then asleep on a polling pause tries at
+// its end, which sees any release notified while nobody listened, and a
+// waiter that read the mode after LISTEN hears every release since.
 func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	ln := &listen.Listener{
@@ -91,20 +97,24 @@ func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 			l.waits.pid = pid
 			l.waits.mu.Unlock()
 			l.setWaitMode(WaitByNotification, "")
-			l.waits.wakeAll()
 		},
 		Polling: func(reason error) { l.setWaitMode(WaitByPolling, l.pollingReason(reason)) },
 	}
 	ln.Run(ctx)
 }
 
-// setWaitMode records how waiters wake and reports a change.
+// setWaitMode records how waiters wake and reports a change; the switch
+// from notification to polling makes the waiters repoll.
 func (l *Locker) setWaitMode(m WaitMode, reason string) {
 	w := &l.waits
 	w.mu.Lock()
 	changed := w.mode != m || w.reason != reason
+	stopped := w.mode == WaitByNotification && m == WaitByPolling
 	w.mode, w.reason = m, reason
 	w.mu.Unlock()
+	if stopped {
+		w.repollAll()
+	}
 	if !changed {
 		return
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/poll"
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -59,9 +61,10 @@ type waiting struct {
 // turn. A release so wakes one claim statement per Locker, not one per
 // waiter, and a waiter that wins leaves the others waiting on its lease.
 type waitGroup struct {
-	turn  chan struct{} // holds a value while a waiter claims for the group
-	wake  chan struct{} // a notification or (re)LISTEN since the last claim
-	users int           // guarded by waiting.mu
+	turn   chan struct{} // holds a value while a waiter claims for the group
+	wake   chan struct{} // a notification since the last claim
+	repoll chan struct{} // notifications stopped since the last claim
+	users  int           // guarded by waiting.mu
 }
 
 func (w *waiting) stopCh() chan struct{} {
@@ -84,7 +87,7 @@ func (w *waiting) join(key string) (*waitGroup, <-chan struct{}, error) {
 	}
 	g := w.groups[key]
 	if g == nil {
-		g = &waitGroup{turn: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+		g = &waitGroup{turn: make(chan struct{}, 1), wake: make(chan struct{}, 1), repoll: make(chan struct{}, 1)}
 		w.groups[key] = g
 	}
 	g.users++
@@ -109,12 +112,13 @@ func (w *waiting) wake(key string) {
 	}
 }
 
-// wakeAll makes every waiter try once.
-func (w *waiting) wakeAll() {
+// repollAll tells every waiter that notifications stopped: one asleep on
+// the notified safety net polls from then on.
+func (w *waiting) repollAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, g := range w.groups {
-		signal(g.wake)
+		signal(g.repoll)
 	}
 }
 
@@ -218,15 +222,22 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 // table's channel, which the Locker LISTENs on from the first waiting claim
 // until Close, with one connection of its pool or the connection of
 // WithListenDSN), when the holder's lease expires on the server's clock (a
-// lapsed lease notifies nobody), and at a backoff with jitter: 10ms
-// doubling up to MaxPollInterval (1s) when notifications do not arrive
-// (WaitMode says why: a DB that is not a *pgxpool.Pool, a pooler such as
-// PgBouncer), 2.5 to 5s when they do. Each attempt is one claim and, while
+// lapsed lease notifies nobody; once an attempt at an expiry has found the
+// lease extended by its heartbeat, no sooner than its backoff), and at a
+// backoff with jitter: 10ms doubling up to MaxPollInterval (1s) when
+// notifications do not arrive (WaitMode says why: a DB that is not a
+// *pgxpool.Pool, a pooler such as PgBouncer, a listening connection lost),
+// 2.5 to 5s when they do. When notifications stop, a waiter asleep on that
+// 2.5 to 5s pause polls from then on. Each attempt is one claim and, while
 // the key is held, one read of the holder's expiry. The waiters of one key
 // in one Locker send one claim at a time between them.
 //
 // When ctx ends, the error wraps ctx.Err(), and ErrHeld if the key was held
-// at the last attempt. Another failure than contention is returned at once.
+// at the last attempt. Another failure than contention is returned at once,
+// but once an attempt has found the key held, a waiting claim outlasts a
+// restart of the server: the server's word that it is shutting down or
+// starting up (SQLSTATE 57P01 to 57P03), and a new connection that could
+// not be opened (the claim was not sent), are tried again as contention is.
 // A claim that succeeded as ctx ended is returned, never left behind; one
 // whose outcome is unknown (cancelled in flight, its reply lost) is given
 // back before ClaimWait returns, on exactly the fence it drew. What no
@@ -279,8 +290,10 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 
 	schedule := newSchedule()
 	xctx := context.WithValue(ctx, exclusiveClaim{}, true)
+	reached := false // an attempt found the key held: the server answers
 	for {
 		drain(g.wake)
+		drain(g.repoll)
 		if h.kick != nil {
 			drain(h.kick)
 		}
@@ -302,18 +315,25 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ended(ctx)))
 			}
-			if !errors.Is(err, ErrLost) {
+			if !errors.Is(err, ErrLost) && (!reached || !serverRestarting(err)) {
 				return nil, err
 			}
 			// The row came back expired, or too late to trust: nothing
-			// failed but time. Wait and try again, as after contention.
+			// failed but time. Or the server this wait has reached ended
+			// the connection as it shut down, refused it as it started, or
+			// could not be connected to: the claim did not commit. Wait and
+			// try again, as after contention.
+		} else {
+			reached = true
 		}
 		held := err
 
 		var (
-			own   <-chan struct{}
-			pause time.Duration
-			here  heldHereError
+			own    <-chan struct{}
+			pause  time.Duration
+			here   heldHereError
+			repoll <-chan struct{} // nil unless the pause is the schedule's
+			read   time.Time       // when the pause began
 		)
 		if errors.As(err, &here) {
 			own = here.ended // ends locally: no notification needed
@@ -330,27 +350,68 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			case errors.Is(rerr, pgx.ErrNoRows):
 				known = poll.Missing
 			}
+			read, repoll = time.Now(), g.repoll
 			pause = schedule.Pause(l.waits.byNotification(), known, left)
 			if h.held != nil {
 				h.held(holder, err)
 			}
 		}
 
-		timer := time.NewTimer(pause)
-		select {
-		case <-g.wake:
-		case <-own:
-		case <-h.kick:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(held, ended(ctx)))
-		case <-stopped:
-			timer.Stop()
+		switch closed, err := sleep(ctx, pause, sleepOn{g.wake, own, h.kick, repoll, stopped}, schedule, read); {
+		case closed:
 			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)
+		case err != nil:
+			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(held, err))
 		}
-		timer.Stop()
 	}
+}
+
+// sleepOn is what a waiting claim's pause listens to: a notification, the
+// end of its own Locker's lease, a kick and Close end it; the switch to
+// polling (nil when the pause is not the schedule's) shortens it.
+type sleepOn struct {
+	wake, own, kick, repoll, stopped <-chan struct{}
+}
+
+// sleep pauses a waiting claim for pause, begun at read, or until one of
+// on comes first; the switch to polling shortens a notified pause to the
+// polling pause the schedule gives from read. It says whether the Locker
+// was closed, or why ctx ended.
+func sleep(ctx context.Context, pause time.Duration, on sleepOn, schedule *poll.Schedule, read time.Time) (closed bool, err error) {
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	for {
+		select {
+		case <-on.wake:
+		case <-on.own:
+		case <-on.kick:
+		case <-timer.C:
+		case <-on.repoll:
+			if p, ok := schedule.Repoll(); ok {
+				timer.Reset(time.Until(read.Add(p)))
+			}
+			continue
+		case <-ctx.Done():
+			return false, ended(ctx)
+		case <-on.stopped:
+			return true, nil
+		}
+		return false, nil
+	}
+}
+
+// serverRestarting says whether err is what a claim meets while the server
+// restarts, having neither committed nor, but for the first, been sent: the
+// server's word that it is shutting down or starting up (SQLSTATE class
+// 57P: admin_shutdown, crash_shutdown, cannot_connect_now), or a new
+// connection that could not be opened (pgconn.ConnectError).
+func serverRestarting(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "57P0") {
+		return true
+	}
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect) && !errors.As(err, &pgErr)
 }
 
 // attempt is one claim of a waiting claim: on the terms t, within their

@@ -8,13 +8,24 @@
 //     transaction mode (PgBouncer) accepts LISTEN but delivers nothing.
 //   - Every notification received after Ready, and any received while it
 //     waits for the probe, goes to Notify, in order; the probe does not.
-//   - A connection that fails is reported (Polling) and replaced after a
-//     pause that doubles from 100ms up to 30s; Ready is reported again
-//     once the new one listens, so that the caller can retry whatever a
-//     notification sent meanwhile would have woken.
-//   - A probe that does not come back is reported once, with
-//     ErrNoDelivery, and Run returns: it would not come back next time
-//     either.
+//   - A connection that stays silent for CheckInterval is pinged, and one
+//     that does not answer within CheckTimeout counts as failed: a
+//     half-open connection (a partition, a dead NAT entry) is noticed
+//     within CheckInterval+CheckTimeout of its last sign of life, not
+//     never.
+//   - A connection's setup (its dial, LISTEN, the sending of its probe)
+//     that takes over SetupTimeout counts as failed: a dial that hangs is
+//     tried again.
+//   - A connection that fails is reported (Polling) before anything else
+//     is done with it, and replaced after a pause that doubles from 100ms
+//     up to 30s (Redial); the pauses start over only after a connection
+//     that listened for 10s, so that a server that ends every connection
+//     soon after LISTEN is not dialed in a loop. Ready is reported again
+//     once the new one listens.
+//   - A probe that does not come back is reported with ErrNoDelivery, and
+//     LISTEN is tried again after a pause that doubles from 5s up to 5
+//     minutes: the link may have been slow for a moment, while a pooler
+//     that drops notifications costs one probe per pause.
 //   - The listening connection is the Listener's own (hijacked from the
 //     pool, so that the pool's Close does not wait for it, or dialed on a
 //     configuration of its own) and is closed before Run returns.
@@ -36,17 +47,27 @@ const (
 	// DefaultProbeTimeout bounds the wait for the probe notification after
 	// LISTEN.
 	DefaultProbeTimeout = 2 * time.Second
-	// minRelisten and maxRelisten bound the pause before LISTEN is tried
-	// again after the listening connection failed.
-	minRelisten = 100 * time.Millisecond
-	maxRelisten = 30 * time.Second
+	// DefaultCheckInterval is how long a listening connection may stay
+	// silent before it is pinged.
+	DefaultCheckInterval = 500 * time.Millisecond
+	// DefaultCheckTimeout is how long the ping may take: with
+	// DefaultCheckInterval, a dead connection is noticed within 1.5s,
+	// about the time a polling waiter takes to see a release.
+	DefaultCheckTimeout = time.Second
+	// DefaultSetupTimeout bounds the dial (or the wait for a pool's
+	// connection), the LISTEN and the sending of the probe: a dial that
+	// hangs (a stalled link, no connect_timeout) is tried again, so that
+	// the Listener listens again once the network heals.
+	DefaultSetupTimeout = 10 * time.Second
 	// ProbePrefix starts the payload of a probe notification. A payload of
 	// that shape sent by anyone else only gets a spurious Notify.
 	ProbePrefix = "pglease-probe:"
 )
 
-// ErrNoDelivery is the cause of Polling when LISTEN works but nothing is
-// delivered: it will not change, so LISTEN is not tried again.
+// ErrNoDelivery is the cause of Polling when LISTEN works but the probe
+// did not come back in time: the connection does not hear what is sent
+// through the DB (a pooler in transaction mode, another server or
+// database), or hears it late (a slow or stalled link).
 var ErrNoDelivery = errors.New("LISTEN was accepted but the probe notification did not arrive")
 
 // Pool is where a Listener takes its connections: *pgxpool.Pool.
@@ -123,6 +144,13 @@ type Listener struct {
 	// ProbeTimeout bounds the wait for the probe; 0 is
 	// DefaultProbeTimeout.
 	ProbeTimeout time.Duration
+	// CheckInterval is the silence after which the connection is pinged,
+	// CheckTimeout the time the ping may take; 0 is DefaultCheckInterval,
+	// DefaultCheckTimeout.
+	CheckInterval, CheckTimeout time.Duration
+	// SetupTimeout bounds a connection's setup, up to the sending of its
+	// probe; 0 is DefaultSetupTimeout.
+	SetupTimeout time.Duration
 
 	// Notify gets the payload of each notification.
 	Notify func(payload string)
@@ -133,62 +161,106 @@ type Listener struct {
 	Polling func(reason error)
 }
 
-// Run listens until ctx ends, or until notifications are found not to be
-// delivered at all (ErrNoDelivery).
+// Run listens until ctx ends.
 func (l *Listener) Run(ctx context.Context) {
-	pause := minRelisten
+	var redial Redial
 	for {
 		conn, err := l.conn(ctx)
 		if ctx.Err() != nil {
 			closeConn(conn)
 			return
 		}
+		var pause time.Duration
 		if err != nil {
 			l.Polling(err)
-			if errors.Is(err, ErrNoDelivery) {
-				return
+			pause = redial.Failed(0, errors.Is(err, ErrNoDelivery))
+		} else {
+			redial.Delivered()
+			since := time.Now()
+			l.Ready(conn.PgConn().PID())
+			err := l.listen(ctx, conn)
+			if ctx.Err() == nil {
+				l.Polling(fmt.Errorf("%w; listening again", err))
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, maxRelisten)
-			continue
+			closeConn(conn)
+			pause = redial.Failed(time.Since(since), false)
 		}
-		l.Ready(conn.PgConn().PID())
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					l.Polling(fmt.Errorf("the listening connection failed (%w); listening again", err))
-				}
-				break
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// listen hands the notifications of conn to Notify until conn fails, or
+// stays silent for CheckInterval and does not answer a ping within
+// CheckTimeout, or ctx ends.
+func (l *Listener) listen(ctx context.Context, conn *pgx.Conn) error {
+	interval, timeout := l.CheckInterval, l.CheckTimeout
+	if interval <= 0 {
+		interval = DefaultCheckInterval
+	}
+	if timeout <= 0 {
+		timeout = DefaultCheckTimeout
+	}
+	for {
+		// A wait that times out leaves the connection usable (pgconn
+		// closes it on any other error only).
+		wctx, cancel := context.WithTimeout(ctx, interval)
+		n, err := conn.WaitForNotification(wctx)
+		silent := wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
 			l.Notify(n.Payload)
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !silent:
+			return fmt.Errorf("the listening connection failed (%w)", err)
 		}
-		closeConn(conn)
-		pause = minRelisten
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err = conn.Ping(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("the listening connection did not answer a ping within %v (%w)", timeout, err)
+		}
 	}
 }
 
 // conn takes a connection from the source, LISTENs on it, and checks with
 // a probe sent on another connection that notifications arrive.
 func (l *Listener) conn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := l.Source.Conn(ctx)
-	if err != nil {
-		return nil, err
+	setup := l.SetupTimeout
+	if setup <= 0 {
+		setup = DefaultSetupTimeout
 	}
-	if _, err := conn.Exec(ctx, l.Listen); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, setup)
+	defer cancel()
+	gaveUp := func(err error) error {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w (gave up after %v)", err, setup)
+		}
+		return err
+	}
+	conn, err := l.Source.Conn(sctx)
+	if err != nil {
+		return nil, gaveUp(err)
+	}
+	if _, err := conn.Exec(sctx, l.Listen); err != nil {
 		closeConn(conn)
-		return nil, fmt.Errorf("LISTEN %q failed: %w", l.Channel, err)
+		return nil, gaveUp(fmt.Errorf("LISTEN %q failed: %w", l.Channel, err))
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	probe := ProbePrefix + hex.EncodeToString(b[:])
-	if err := l.Source.Exec(ctx, l.Probe, l.Channel, probe); err != nil {
+	if err := l.Source.Exec(sctx, l.Probe, l.Channel, probe); err != nil {
 		closeConn(conn)
-		return nil, fmt.Errorf("sending the probe notification: %w", err)
+		return nil, gaveUp(fmt.Errorf("sending the probe notification: %w", err))
 	}
 	timeout := l.ProbeTimeout
 	if timeout == 0 {
@@ -203,7 +275,7 @@ func (l *Listener) conn(ctx context.Context) (*pgx.Conn, error) {
 			return conn, ctx.Err()
 		case pctx.Err() != nil:
 			closeConn(conn)
-			return nil, fmt.Errorf("%w within %v (a pooler in transaction mode, such as PgBouncer, drops notifications)", ErrNoDelivery, timeout)
+			return nil, fmt.Errorf("%w within %v: this connection does not hear what is sent through the DB (a pooler in transaction mode such as PgBouncer, another server or database) or hears it late (a slow or stalled link); LISTEN is tried again after a pause that doubles from %v up to %v", ErrNoDelivery, timeout, minReprobe, maxReprobe)
 		case err != nil:
 			closeConn(conn)
 			return nil, fmt.Errorf("waiting for the probe notification: %w", err)

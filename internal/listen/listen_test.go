@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/listen"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -103,15 +104,22 @@ func TestListener(t *testing.T) {
 		require.Equal(t, "after", recv(t, r.notified, "a notification on the new connection"))
 	})
 
-	t.Run("StopsWhenTheProbeNeverArrives", func(t *testing.T) {
+	t.Run("TriesALostProbeAgain", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)
 		table := pgtest.TableName()
 		r := start(t, pool, table, sqlstmt.Channel(table)+"-elsewhere", 50*time.Millisecond)
-		err := recv(t, r.polling, "Polling")
-		require.ErrorIs(t, err, listen.ErrNoDelivery)
-		recv(t, r.done, "the end of Run")
+		start := time.Now()
+		require.ErrorIs(t, recv(t, r.polling, "Polling"), listen.ErrNoDelivery)
+		first := time.Since(start)
+		require.ErrorIs(t, recv(t, r.polling, "Polling again"), listen.ErrNoDelivery)
+		require.GreaterOrEqual(t, time.Since(start)-first, 5*time.Second, "after the lost probe's pause")
 		require.Empty(t, r.ready, "Ready without a probe")
+		select {
+		case <-r.done:
+			t.Fatal("Run returned while its context goes on")
+		default:
+		}
 	})
 
 	t.Run("ReturnsWhenItsContextEnds", func(t *testing.T) {
@@ -157,6 +165,64 @@ func TestListener(t *testing.T) {
 		_, err = pool.Exec(ctx, sqlstmt.Probe, ch, "after")
 		require.NoError(t, err)
 		require.Equal(t, "after", recv(t, r.notified, "a notification on the new connection"))
+	})
+
+	t.Run("NoticesASilentDeadConnection", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t, nil)
+		p := pgtest.Proxy(t, "")
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		cfg.Host, cfg.Port = p.Host(), p.Port()
+		src := listen.DialSource{Config: cfg, Send: func(ctx context.Context, sql string, args ...any) error {
+			_, err := pool.Exec(ctx, sql, args...)
+			return err
+		}}
+		table := pgtest.TableName()
+		r := startOn(t, src, table, sqlstmt.Channel(table), 0)
+		recv(t, r.ready, "Ready")
+		time.Sleep(2 * listen.DefaultCheckInterval) // pinged and alive
+		select {
+		case err := <-r.polling:
+			t.Fatalf("Polling on a live connection: %v", err)
+		default:
+		}
+		p.SetMode(faultproxy.Blackhole)
+		lost := time.Now()
+		err = recv(t, r.polling, "Polling on a half-open connection")
+		require.Contains(t, err.Error(), "did not answer a ping")
+		require.Less(t, time.Since(lost), listen.DefaultCheckInterval+listen.DefaultCheckTimeout+500*time.Millisecond)
+	})
+
+	t.Run("GivesUpADialThatHangsAndDialsAgain", func(t *testing.T) {
+		t.Parallel()
+		p := pgtest.Proxy(t, "")
+		p.SetMode(faultproxy.Blackhole)
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		cfg.Host, cfg.Port, cfg.ConnectTimeout = p.Host(), p.Port(), 0
+		table := pgtest.TableName()
+		polling := make(chan error, 10)
+		ln := &listen.Listener{
+			Source: listen.DialSource{Config: cfg, Send: func(context.Context, string, ...any) error {
+				t.Error("a probe sent without a listening connection")
+				return nil
+			}},
+			Listen:       sqlstmt.Render(sqlstmt.Listen, pgx.Identifier{table}),
+			Probe:        sqlstmt.Probe,
+			Channel:      sqlstmt.Channel(table),
+			SetupTimeout: 200 * time.Millisecond,
+			Notify:       func(string) { t.Error("a notification without a connection") },
+			Ready:        func(uint32) { t.Error("Ready without a connection") },
+			Polling:      func(err error) { polling <- err },
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { ln.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		for range 2 { // the first hung dial and the one after its pause
+			require.Contains(t, recv(t, polling, "Polling").Error(), "gave up after 200ms")
+		}
 	})
 
 	t.Run("ReportsAFailedDialAndDialsAgain", func(t *testing.T) {

@@ -64,15 +64,88 @@ func TestSchedule(t *testing.T) {
 
 	t.Run("WakesAtTheHoldersExpiry", func(t *testing.T) {
 		t.Parallel()
+		grown := func() *poll.Schedule {
+			s := schedule(none)
+			for range 20 {
+				s.Pause(false, poll.Unknown, 0)
+			}
+			return s
+		}
+		require.Equal(t, 301*time.Millisecond, grown().Pause(false, poll.Live, 300*time.Millisecond))
+		require.Equal(t, time.Second, grown().Pause(false, poll.Live, time.Hour))
+		require.Equal(t, time.Duration(0), grown().Pause(false, poll.Live, -time.Second), "lapsed already")
+		require.Equal(t, time.Duration(0), grown().Pause(false, poll.Missing, time.Hour))
+		require.Equal(t, 2*time.Second+time.Millisecond, grown().Pause(true, poll.Live, 2*time.Second))
+	})
+
+	t.Run("TriesAgainAtAnExpiryReachedEarly", func(t *testing.T) {
+		t.Parallel()
 		s := schedule(none)
 		for range 20 {
 			s.Pause(false, poll.Unknown, 0)
 		}
 		require.Equal(t, 301*time.Millisecond, s.Pause(false, poll.Live, 300*time.Millisecond))
-		require.Equal(t, time.Second, s.Pause(false, poll.Live, time.Hour))
-		require.Equal(t, time.Duration(0), s.Pause(false, poll.Live, -time.Second), "lapsed already")
-		require.Equal(t, time.Duration(0), s.Pause(false, poll.Missing, time.Hour))
-		require.Equal(t, 2*time.Second+time.Millisecond, s.Pause(true, poll.Live, 2*time.Second))
+		// The attempt came a little before the server's expiry: the same
+		// lease, about to lapse.
+		require.Equal(t, 3*time.Millisecond, s.Pause(false, poll.Live, 2*time.Millisecond))
+		require.Equal(t, time.Duration(0), s.Pause(false, poll.Live, -time.Millisecond))
+	})
+
+	t.Run("KeepsTheCeilingBehindAHeartbeat", func(t *testing.T) {
+		t.Parallel()
+		// A 300ms lease extended every 100ms: whenever the waiter reads it,
+		// it has 200 to 300ms left.
+		for _, notified := range []bool{false, true} {
+			s := schedule(none)
+			var total time.Duration
+			attempts := 0
+			for total < time.Minute {
+				left := 200*time.Millisecond + total%(100*time.Millisecond)
+				p := s.Pause(notified, poll.Live, left)
+				total += p
+				attempts++
+			}
+			if notified {
+				require.LessOrEqual(t, attempts, 2+60, "notified: at most one attempt per Max")
+				continue
+			}
+			// The steps below Max, one attempt at the first expiry, then
+			// one per second at most.
+			require.LessOrEqual(t, attempts, 7+1+60, "polling: at most one attempt per Max")
+			require.GreaterOrEqual(t, attempts, 55)
+		}
+	})
+
+	t.Run("SeesALapseWithinAStepOnceBeaten", func(t *testing.T) {
+		t.Parallel()
+		s := schedule(none)
+		for range 20 {
+			s.Pause(false, poll.Unknown, 0)
+		}
+		s.Pause(false, poll.Live, 300*time.Millisecond)
+		require.Equal(t, time.Second, s.Pause(false, poll.Live, 250*time.Millisecond), "extended: no hurry")
+		require.Equal(t, time.Second, s.Pause(false, poll.Live, -time.Millisecond), "lapsed since: at the next step")
+		require.Equal(t, time.Duration(0), s.Pause(false, poll.Missing, 0), "a missing row at once")
+	})
+
+	t.Run("RepollTurnsANotifiedPauseIntoAPollingOne", func(t *testing.T) {
+		t.Parallel()
+		s := schedule(none)
+		_, ok := s.Repoll()
+		require.False(t, ok, "no pause yet")
+		require.Equal(t, 10*time.Millisecond, s.Pause(false, poll.Unknown, 0))
+		_, ok = s.Repoll()
+		require.False(t, ok, "a polling pause stands")
+		require.Equal(t, 5*time.Second, s.Pause(true, poll.Unknown, 0))
+		p, ok := s.Repoll()
+		require.True(t, ok)
+		require.Equal(t, 20*time.Millisecond, p, "the polling step it was at")
+		_, ok = s.Repoll()
+		require.False(t, ok, "once")
+		require.Equal(t, 40*time.Millisecond, s.Pause(false, poll.Unknown, 0))
+		s.Pause(true, poll.Live, 10*time.Millisecond)
+		p, _ = s.Repoll()
+		require.Equal(t, 11*time.Millisecond, p, "still at the holder's expiry")
 	})
 
 	t.Run("PausesForTheSafetyNetWhileNotified", func(t *testing.T) {
