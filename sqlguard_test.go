@@ -36,7 +36,7 @@ func ledgerWrite(ctx context.Context, t *testing.T, tx *sql.Tx, ledger string, l
 func requireUnusable(ctx context.Context, t *testing.T, tx *sql.Tx) {
 	t.Helper()
 	var one int
-	assert.Error(t, tx.QueryRowContext(ctx, `SELECT 1`).Scan(&one), "a statement after a refused GuardSQL")
+	require.Error(t, tx.QueryRowContext(ctx, `SELECT 1`).Scan(&one), "a statement after a refused GuardSQL")
 	require.Error(t, tx.Commit(), "a commit after a refused GuardSQL")
 }
 
@@ -261,7 +261,7 @@ func TestSQLContract(t *testing.T) {
 			require.Error(t, err)
 			err = lease.GuardSQL(ctx, tx)
 			require.Error(t, err)
-			assert.ErrorContains(t, err, "aborted")
+			require.ErrorContains(t, err, "aborted")
 			require.Error(t, tx.Commit())
 			require.NoError(t, lease.Err(), "the caller's failure is not the lease's")
 		})
@@ -367,7 +367,7 @@ func TestSQLContract(t *testing.T) {
 			waiting := pgtest.ClaimInBackground(cctx, l, "locked")
 			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
 			time.Sleep(5 * ttl / 2)
-			assert.NoError(t, lease.Err(), "the heartbeat waited behind a claim on the only connection")
+			require.NoError(t, lease.Err(), "the heartbeat waited behind a claim on the only connection")
 			cancel()
 			<-waiting
 		})
@@ -403,7 +403,7 @@ func TestSQLContract(t *testing.T) {
 			}
 			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
 			time.Sleep(5 * ttl / 2)
-			assert.NoError(t, lease.Err(), "the heartbeat waited behind claims holding every connection")
+			require.NoError(t, lease.Err(), "the heartbeat waited behind claims holding every connection")
 			cancel()
 			for _, w := range waiting {
 				<-w
@@ -525,7 +525,7 @@ func TestSQLContract(t *testing.T) {
 				go func() { errs <- pglease.Migrate(ctx, db, pglease.WithTable(table)) }()
 			}
 			for range 4 {
-				assert.NoError(t, <-errs)
+				require.NoError(t, <-errs)
 			}
 			l := pgtest.Locker(t, db, table, "a")
 			_, err := l.Claim(ctx, "job")
@@ -656,7 +656,7 @@ func TestSQLContract(t *testing.T) {
 				}
 				require.Eventually(t, func() bool {
 					row, ok := pgtest.ReadRow(t, pool, table, key)
-					return ok && !(row.Live && row.Holder == "a")
+					return ok && (!row.Live || row.Holder != "a")
 				}, 3*time.Second, 20*time.Millisecond, "a given-up claim of %q left a live row for a: %v", key, err)
 			}
 		})
