@@ -109,7 +109,7 @@ type conns struct {
 	// one: a claim may wait on a row lock for as long as it is held, and
 	// claims of many locked rows must never take every connection, or the
 	// heartbeat would wait behind them until every lease is lost.
-	claims chan struct{}
+	claims claimBound
 
 	mu        sync.Mutex
 	held      poolConn  // the reserve; nil until the first claim, once broken, and after close
@@ -147,9 +147,7 @@ func newConns(db DB, keep bool) *conns {
 	}
 	if c.src != nil {
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
-		if _, _, size := c.src.stat(); size > 0 {
-			c.claims = make(chan struct{}, claimConns(size))
-		} // a pool without a limit opens a connection for the heartbeat whatever claims hold
+		c.claims = claimBound{size: func() int { _, _, size := c.src.stat(); return size }, freed: make(chan struct{})}
 	}
 	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
 	return c
@@ -163,10 +161,61 @@ func claimConns(size int) int { return max(1, size-1) }
 // makes the next ones wait and go together: maxAloneInFlight, or fewer on a
 // pool that could not serve that many and the heartbeat.
 func (c *conns) claimLimit() int {
-	if c.claims == nil {
-		return maxAloneInFlight
+	if n := c.claims.limit(); n > 0 {
+		return min(maxAloneInFlight, n)
 	}
-	return min(maxAloneInFlight, cap(c.claims))
+	return maxAloneInFlight
+}
+
+// claimBound lets claims hold at most claimConns of the pool's size as it
+// is when each claim takes its connection: a *sql.DB's limit may be set or
+// changed after New. A pool without a limit (size 0) opens a connection for
+// the heartbeat whatever claims hold: claims are not bounded then.
+type claimBound struct {
+	size  func() int // the pool's size now; nil: not a pool
+	mu    sync.Mutex
+	held  int
+	freed chan struct{} // closed and replaced whenever a claim gives its connection back
+}
+
+// limit is how many connections claims may hold now, 0 for no bound.
+func (b *claimBound) limit() int {
+	if b.size == nil {
+		return 0
+	}
+	if size := b.size(); size > 0 {
+		return claimConns(size)
+	}
+	return 0
+}
+
+// take waits until a claim may hold one more connection, and returns what
+// gives it back; limit is the bound it waited for, for the error.
+func (b *claimBound) take(ctx context.Context) (done func(), limit int, err error) {
+	for {
+		limit = b.limit()
+		b.mu.Lock()
+		if limit == 0 || b.held < limit {
+			b.held++
+			b.mu.Unlock()
+			return b.give, limit, nil
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, limit, context.Cause(ctx)
+		}
+	}
+}
+
+func (b *claimBound) give() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held--
+	close(b.freed)
+	b.freed = make(chan struct{})
 }
 
 // notSentError is the failure of a statement that never left the client:
@@ -180,18 +229,17 @@ func (e notSentError) Unwrap() error { return e.err }
 // the statement is done. Its errors are notSentError: the statement was
 // not sent.
 func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
-	if u == useClaim && c.claims != nil {
-		select {
-		case c.claims <- struct{}{}:
-		case <-ctx.Done():
-			return nil, nil, notSentError{fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", cap(c.claims), c.unreachableNote(), context.Cause(ctx))}
+	if u == useClaim && c.src != nil {
+		give, limit, err := c.claims.take(ctx)
+		if err != nil {
+			return nil, nil, notSentError{fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err)}
 		}
 		db, done, err := c.takeFor(ctx, u)
 		if err != nil {
-			<-c.claims
+			give()
 			return nil, nil, err
 		}
-		return db, func() { done(); <-c.claims }, nil
+		return db, func() { done(); give() }, nil
 	}
 	return c.takeFor(ctx, u)
 }

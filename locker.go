@@ -124,6 +124,12 @@ func New(db DB, opts ...LockerOption) (*Locker, error) {
 				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)}
 		}
 	}
+	if s, ok := db.(*sqlDB); ok && s.db.Stats().MaxOpenConnections == 1 {
+		// A claim waiting on a row lock would hold the only connection, and
+		// the heartbeat would wait behind it until every lease is lost.
+		return nil, errors.New("pglease: new locker: the *sql.DB is limited to one connection (SetMaxOpenConns(1)): " +
+			"a claim waiting on a row lock would leave the heartbeat none; allow two or more")
+	}
 	t, _ := parseTable(cfg.table) // checked by newConfig
 	var proto protocol = newFenced(t, cfg)
 	if cfg.noFence {

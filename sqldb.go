@@ -24,14 +24,19 @@ import (
 //
 // A Locker treats it as it treats a *pgxpool.Pool: each statement takes a
 // connection of its own from db, claims hold all but one of
-// db.SetMaxOpenConns (the heartbeat is never queued behind a claim waiting
-// on a row lock; a pool without a limit opens one for it), and a claim whose
+// db.SetMaxOpenConns as it is when each claim runs (the heartbeat is never
+// queued behind a claim waiting on a row lock; a pool without a limit
+// opens one for it; New refuses a limit of one, and a limit lowered to one
+// later leaves the heartbeat behind claims again), and a claim whose
 // caller gives up is cancelled on the server and its answer read. (lib/pq
 // sends that cancel request itself; when database/sql drops the answer
 // because the context ended, the claim's outcome is unknown and the Locker
-// gives the row back, as after a lost reply.) WithKeptConnection does not
-// apply to it. The Locker polls for released
-// keys rather than LISTEN (ClaimWait). Guard a *sql.Tx with Lease.GuardSQL.
+// gives the row back, as after a lost reply; so does a statement that
+// failed with driver.ErrBadConn, which lib/pq also reports for a reply cut
+// off after the server ran it.) WithKeptConnection does not apply to it.
+// The Locker polls for released keys rather than LISTEN (ClaimWait),
+// unless WithListenDSN gives it a connection of its own for that. Guard a
+// *sql.Tx with Lease.GuardSQL.
 //
 // The server's errors read as *pgconn.PgError whatever the driver (lib/pq's
 // *pq.Error stays in the chain), and array arguments are sent as array
@@ -354,9 +359,9 @@ type sqlState interface {
 // sqlError makes err, an error of database/sql or its driver, read as pgx's
 // do wherever pglease classifies errors: a server error carries a
 // *pgconn.PgError (pgx's stdlib returns one; lib/pq's is translated, the
-// original kept in the chain), a connection database/sql reports bad before
-// the statement went out (driver.ErrBadConn) is a statement not sent, and
-// an ended transaction is pgx.ErrTxClosed.
+// original kept in the chain), a connection the driver reports bad
+// (driver.ErrBadConn) leaves the statement's outcome unknown, and an ended
+// transaction is pgx.ErrTxClosed.
 func sqlError(err error) error {
 	var pgErr *pgconn.PgError
 	var st sqlState
@@ -366,7 +371,11 @@ func sqlError(err error) error {
 	case errors.As(err, &st):
 		return &translatedError{pg: pgErrorOf(st), err: err}
 	case errors.Is(err, driver.ErrBadConn):
-		return notSentError{fmt.Errorf("the connection was bad before the statement was sent: %w", err)}
+		// Not "not sent": lib/pq also reports a reply cut off after the
+		// server ran the statement (EOF, a FATAL) as a bad connection. A
+		// claim whose outcome is unknown gives back what it may have
+		// committed; one that was not sent costs that read, no more.
+		return fmt.Errorf("the connection went bad (the server may have run the statement): %w", err)
 	case errors.Is(err, sql.ErrTxDone):
 		return fmt.Errorf("%w: %w", pgx.ErrTxClosed, err)
 	}
