@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
@@ -264,7 +265,16 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 				relErrs[i] = w.lease.Unlock(ctx)
 				return
 			}
-			_, relErrs[i] = w.r.pool.Exec(ctx, release, w.r.holder, []float64{0}, []string{w.key}, []int64{w.fence}, "20ms")
+			// Sent again while its commit waits past the lock wait for the
+			// notification queue's lock, as a Locker does (releaseLocked).
+			relErrs[i] = releaseLocked(ctx, func() (bool, error) {
+				_, err := w.r.pool.Exec(ctx, release, w.r.holder, []float64{0}, []string{w.key}, []int64{w.fence}, "20ms")
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+					return false, nil
+				}
+				return err == nil, err
+			})
 		})
 	}
 	rel.Wait()
