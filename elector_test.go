@@ -396,10 +396,18 @@ func TestElector(t *testing.T) {
 		require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
 		log2.waitFor(t, "leader e1", 5*time.Second)
 
+		// A Close made while a callback runs does not wait for the ones
+		// still due (it may be that callback's own call): each Close here
+		// waits until its Elector's callbacks have returned.
+		idle := func(e *pglease.Elector) {
+			require.Eventually(t, func() bool { return !pglease.InCallback(e) }, 5*time.Second, time.Millisecond)
+		}
+		idle(e1)
 		require.NoError(t, e1.Close(ctx))
 		l2, err := e2.Campaign(ctx)
 		require.NoError(t, err)
 		log2.waitFor(t, fmt.Sprintf("started %d leads=true", l2.Fence()), 5*time.Second)
+		idle(e2)
 		require.NoError(t, e2.Close(ctx))
 		require.NoError(t, e1.Close(ctx), "idempotent")
 

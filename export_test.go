@@ -135,3 +135,12 @@ func SetCoalescing(l *Locker, on bool) {
 	}
 	l.claims, l.releases = nil, nil
 }
+
+// InCallback reports whether one of e's callbacks is running: a Close made
+// meanwhile does not wait for the callbacks still due (it may be that
+// callback's own call).
+func InCallback(e *Elector) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inCallback
+}
