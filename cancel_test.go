@@ -27,16 +27,6 @@ import (
 // to a cancel request.
 const answerGrace = time.Second
 
-// freeRow leaves key's row in table free (claimed by another holder and
-// expired in place), so that a claim of key waits only on a row lock.
-func freeRow(ctx context.Context, t *testing.T, pool pglease.DB, table, key string) {
-	t.Helper()
-	other := pgtest.Locker(t, pool, table, "other")
-	held, err := other.Claim(ctx, key)
-	require.NoError(t, err)
-	require.NoError(t, held.Unlock(ctx))
-}
-
 // claimsRunning counts the claim statements of application app (of any
 // application when app is empty) still running on the server.
 func claimsRunning(ctx context.Context, t *testing.T, pool pglease.DB, app string) int {

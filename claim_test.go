@@ -44,6 +44,28 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 	}
 }
 
+// freeRow leaves key's row in table free (claimed by another holder and
+// expired in place), so that a claim of key waits only on a row lock.
+func freeRow(ctx context.Context, t *testing.T, pool pglease.DB, table, key string) {
+	t.Helper()
+	other := pgtest.Locker(t, pool, table, "other")
+	held, err := other.Claim(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, held.Unlock(ctx))
+}
+
+// lockFreeRows frees each key's row in table (freeRow) and takes its row
+// lock in a transaction of its own, until the test ends: a claim of one of
+// them then waits on that lock.
+func lockFreeRows(ctx context.Context, t *testing.T, pool pglease.DB, table string, keys ...string) {
+	t.Helper()
+	for _, key := range keys {
+		freeRow(ctx, t, pool, table, key)
+		end := pgtest.LockRow(t, pool, table, key)
+		t.Cleanup(func() { end(false) })
+	}
+}
+
 // givenUpAsRowLocksEnd claims 10 free keys of table, each with the
 // Locker locker(i) of holder "claimer" (its statements under application
 // name app) while another transaction holds the key's row lock, which ends
@@ -52,13 +74,9 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 // no live row.
 func givenUpAsRowLocksEnd(ctx context.Context, t *testing.T, pool pglease.DB, table, app string, locker func(i int) *pglease.Locker) {
 	t.Helper()
-	other := pgtest.Locker(t, pool, table, "other")
 	for i := range 10 {
 		key := fmt.Sprintf("job-%d", i)
-		held, err := other.Claim(ctx, key)
-		require.NoError(t, err)
-		require.NoError(t, held.Unlock(ctx)) // a free row, expired in place
-
+		freeRow(ctx, t, pool, table, key)
 		l := locker(i)
 		end := pgtest.LockRow(t, pool, table, key)
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

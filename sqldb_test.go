@@ -176,15 +176,8 @@ func TestSQL(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table, sdb, db := sqlSetup(t, driver)
 			sdb.SetMaxOpenConns(2)
-			other := pgtest.Locker(t, pool, table, "other")
 			keys := []string{"locked-1", "locked-2", "locked-3"}
-			for _, key := range keys {
-				held, err := other.Claim(ctx, key)
-				require.NoError(t, err)
-				require.NoError(t, held.Unlock(ctx))
-				end := pgtest.LockRow(t, pool, table, key)
-				t.Cleanup(func() { end(false) })
-			}
+			lockFreeRows(ctx, t, pool, table, keys...)
 			const ttl = time.Second
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := l.Claim(ctx, "job")

@@ -347,12 +347,7 @@ func TestSQLContract(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table, sdb, db := sqlSetup(t, drv)
 			sdb.SetMaxOpenConns(1)
-			other := pgtest.Locker(t, pool, table, "other")
-			held, err := other.Claim(ctx, "locked")
-			require.NoError(t, err)
-			require.NoError(t, held.Unlock(ctx))
-			end := pgtest.LockRow(t, pool, table, "locked")
-			t.Cleanup(func() { end(false) })
+			lockFreeRows(ctx, t, pool, table, "locked")
 
 			const ttl = time.Second
 			l, err := pglease.New(db, pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
@@ -380,15 +375,8 @@ func TestSQLContract(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table, sdb, db := sqlSetup(t, drv)
 			sdb.SetMaxOpenConns(0)
-			other := pgtest.Locker(t, pool, table, "other")
 			keys := []string{"locked-1", "locked-2", "locked-3"}
-			for _, key := range keys {
-				held, err := other.Claim(ctx, key)
-				require.NoError(t, err)
-				require.NoError(t, held.Unlock(ctx))
-				end := pgtest.LockRow(t, pool, table, key)
-				t.Cleanup(func() { end(false) })
-			}
+			lockFreeRows(ctx, t, pool, table, keys...)
 			const ttl = time.Second
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := l.Claim(ctx, "job")
@@ -473,12 +461,7 @@ func TestSQLContract(t *testing.T) {
 		t.Run("CloseWhileClaimsWait/"+drv, func(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table, _, db := sqlSetup(t, drv)
-			other := pgtest.Locker(t, pool, table, "other")
-			held, err := other.Claim(ctx, "locked")
-			require.NoError(t, err)
-			require.NoError(t, held.Unlock(ctx))
-			end := pgtest.LockRow(t, pool, table, "locked")
-			t.Cleanup(func() { end(false) })
+			lockFreeRows(ctx, t, pool, table, "locked")
 			l, err := pglease.New(db, pglease.WithTable(table), pglease.WithHolder("a"))
 			require.NoError(t, err)
 			w1 := pgtest.ClaimInBackground(ctx, l, "locked")
@@ -635,13 +618,10 @@ func TestSQLContract(t *testing.T) {
 		t.Run("GivenUpAsARowLockEnds/"+drv, func(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table, _, db := sqlSetup(t, drv)
-			other := pgtest.Locker(t, pool, table, "other")
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(30*time.Second))
 			for i := range 12 {
 				key := fmt.Sprintf("k%d", i)
-				held, err := other.Claim(ctx, key)
-				require.NoError(t, err)
-				require.NoError(t, held.Unlock(ctx))
+				freeRow(ctx, t, pool, table, key)
 				end := pgtest.LockRow(t, pool, table, key)
 				gap := 150*time.Millisecond + time.Duration(i%4)*time.Millisecond
 				timer := time.AfterFunc(gap, func() { end(false) })
@@ -700,16 +680,13 @@ func TestSQLContract(t *testing.T) {
 		sdb := sql.OpenDB(wrappingConnector{stdlib.GetConnector(*pool.Config().ConnConfig.Copy())})
 		t.Cleanup(func() { _ = sdb.Close() })
 		sdb.SetMaxOpenConns(4)
-		other := pgtest.Locker(t, pool, table, "other")
-		held, err := other.Claim(ctx, "job")
-		require.NoError(t, err)
-		require.NoError(t, held.Unlock(ctx))
+		freeRow(ctx, t, pool, table, "job")
 		end := pgtest.LockRow(t, pool, table, "job")
 		t.Cleanup(func() { end(false) })
 
 		l := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(30*time.Second))
 		cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-		_, err = l.Claim(cctx, "job")
+		_, err := l.Claim(cctx, "job")
 		cancel()
 		require.Error(t, err)
 		time.Sleep(3 * time.Second) // the caller has long given up
