@@ -185,7 +185,18 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 		if one {
 			args = []any{holder, key, fence, 0.0, "20ms"}
 		}
+		// Sent again after a 55P03, as a Locker does: on a contended key the
+		// claims in flight, or the notification lock at commit, can hold
+		// the release past its 20ms wait.
 		tag, err := db.Exec(ctx, release, args...)
+		for wait := time.Millisecond; lockedPastTheWait(err); wait = min(2*wait, 250*time.Millisecond) {
+			select {
+			case <-ctx.Done():
+				return true, ctx.Err()
+			case <-time.After(wait):
+			}
+			tag, err = db.Exec(ctx, release, args...)
+		}
 		if err != nil {
 			return true, err
 		}
@@ -194,6 +205,13 @@ func rawCycle(db pglease.DB, table, holder, release string) cycle {
 		}
 		return true, nil
 	}
+}
+
+// lockedPastTheWait reports whether err is a statement's lock_timeout
+// (55P03): nothing was written, and it may be sent again.
+func lockedPastTheWait(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // roundCycle is one heartbeat round sent raw: sql (a heartbeat statement
