@@ -1,6 +1,7 @@
 package pglease_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,5 +32,30 @@ func TestReadme(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, changed, "%s: its package documentation's code block differs from %s: run `make readme`", path, ref)
 		}
+	})
+	// Guarantee: every -run, -bench and -fuzz pattern of a `go test`
+	// command in the docs selects a test, in each of its alternatives and
+	// levels, so that a renamed test cannot leave a command that runs
+	// nothing.
+	t.Run("EveryTestCommandSelectsATest", func(t *testing.T) {
+		t.Parallel()
+		checked := 0
+		for _, doc := range readme.TestDocs {
+			text, err := os.ReadFile(doc)
+			require.NoError(t, err)
+			for _, cmd := range readme.TestCommands(doc, string(text)) {
+				pats, err := readme.Patterns(cmd.Text)
+				require.NoError(t, err, "%s:%d: %s", cmd.Doc, cmd.Line, cmd.Text)
+				for _, p := range pats {
+					names, err := readme.PackageNames(".", p.Packages)
+					require.NoError(t, err)
+					missing, err := readme.Unmatched(p, names)
+					require.NoError(t, err, "%s:%d: %s", cmd.Doc, cmd.Line, cmd.Text)
+					assert.Empty(t, missing, "%s:%d: `%s`: these parts of %s %q select no test of %v", cmd.Doc, cmd.Line, cmd.Text, p.Flag, p.Expr, p.Packages)
+					checked++
+				}
+			}
+		}
+		require.Positive(t, checked, "no go test pattern found in %v", readme.TestDocs)
 	})
 }
