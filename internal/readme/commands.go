@@ -144,9 +144,8 @@ func shellWords(s string) ([]string, error) {
 	var w strings.Builder
 	inWord := false
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '\'' || c == '"':
+		switch c := s[i]; c {
+		case '\'', '"':
 			j := strings.IndexByte(s[i+1:], c)
 			if j < 0 {
 				return nil, fmt.Errorf("unclosed %c quote in %q", c, s)
@@ -154,7 +153,7 @@ func shellWords(s string) ([]string, error) {
 			w.WriteString(s[i+1 : i+1+j])
 			i += j + 1
 			inWord = true
-		case c == ' ' || c == '\t':
+		case ' ', '\t':
 			if inWord {
 				words = append(words, w.String())
 				w.Reset()
