@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -462,6 +463,60 @@ func TestClose(t *testing.T) {
 			requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
 		})
 	}
+
+	// Guarantee: a Close whose context ends while a claim it cancelled still
+	// runs says so, naming the claim's key, and that claim then ends by
+	// itself within the bound Close's doc gives (2s plus the Locker's
+	// timeout), and every goroutine of the Locker with it (pgx's clean-up of
+	// the claim's connection within its own 15 s). The link to the server
+	// stalls while the claim waits on a row lock, so that its cancel request
+	// is never answered.
+	t.Run("ClaimStillRunningIsNamedAndEndsByItself", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("closestall")
+		db := pgtest.AppPool(t, "", p, app)
+		end := pgtest.LockRow(t, pool, table, "job")
+		t.Cleanup(func() { end(false); p.SetMode(faultproxy.Forward) })
+
+		const timeout = 300 * time.Millisecond
+		id := pgtest.Name("closestall")
+		var closeErr error
+		var took time.Duration
+		claimed := make(chan error, 1)
+		pprof.Do(ctx, pprof.Labels("pglease_test", id), func(ctx context.Context) {
+			l := pglease.NewLocker(db, pglease.WithTable(table), pglease.WithHolder("claimer"),
+				pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(timeout))
+			go func() {
+				_, err := l.Claim(ctx, "job")
+				claimed <- err
+			}()
+			pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+			p.SetMode(faultproxy.Stall)
+			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			closeErr = l.Close(cctx)
+			select {
+			case err := <-claimed:
+				took = time.Since(start)
+				require.ErrorIs(t, err, pglease.ErrClosed)
+			case <-time.After(2*answerGrace + timeout + 5*time.Second):
+				t.Fatal("the claim Close cancelled had not ended 5s past its bound")
+			}
+		})
+		require.Error(t, closeErr)
+		require.Contains(t, closeErr.Error(), `claims still in flight: "job"`)
+		require.ErrorIs(t, closeErr, context.DeadlineExceeded)
+		assert.Less(t, took, 2*answerGrace+timeout+answerGrace/2, "the claim's end after Close began")
+		n, stacks := labelled(id)
+		for wait := time.Now(); n > 0 && time.Since(wait) < 16*time.Second; n, stacks = labelled(id) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Zero(t, n, "goroutines of the Locker still run 16s after its claim ended:\n%s", stacks)
+	})
 
 	// Guarantee: Close ends or waits for every claim in flight, and holds
 	// nothing when it returns: a claim whose statement has committed but whose
