@@ -189,6 +189,9 @@ func literal(a any) (string, error) {
 		}
 		return quote(strconv.FormatFloat(f, 'g', -1, 64))
 	case reflect.Slice:
+		if v.IsNil() {
+			return "NULL", nil
+		}
 		if v.Type().Elem().Kind() == reflect.Uint8 {
 			return quote(`\x` + hex.EncodeToString(v.Bytes())) // bytea's hex format
 		}
