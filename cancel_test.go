@@ -89,6 +89,68 @@ func TestClaimCancel(t *testing.T) {
 		assert.Less(t, took, 2*answerGrace, "Claim's return after its context ended")
 	})
 
+	// Guarantee: on every driver (pgx's pool, database/sql with pgx's
+	// stdlib and with lib/pq), a claim whose context ends at any point of
+	// its statement's round trips returns within twice answerGrace of that
+	// end (Claim's bound), with the context's error, and leaves no statement
+	// running and no live row. Through a link with 200 ms of latency each
+	// way, while another transaction holds the row's lock, the context ends
+	// from 100 ms to 900 ms into the claim: as its statement travels, while
+	// its reply does, and while it waits on the row lock. A driver that
+	// sends a statement with arguments in two round trips (lib/pq's parse,
+	// then its execute) and one cancel request would lose that request to
+	// the backend idling between the two, and the claim would then wait as
+	// long as the row lock is held.
+	t.Run("ReturnsPromptlyOnEveryDriver", func(t *testing.T) {
+		t.Parallel()
+		for _, driver := range []string{"pgxpool", "pgx", "pq"} {
+			t.Run(driver, func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table := pgtest.Setup(t)
+				p := pgtest.Proxy(t, "")
+				app := pgtest.AppName("cancelevery")
+				l := pgtest.Locker(t, driverDB(t, pgtest.AppPool(t, "", p, app), driver), table, "claimer")
+				for i, after := range []time.Duration{100, 300, 500, 700, 900} {
+					after *= time.Millisecond
+					key := fmt.Sprintf("job-%d", i)
+					freeRow(ctx, t, pool, table, key)
+					p.SetLatency(0, 0, 1)
+					warm, err := l.Claim(ctx, "warm") // a connection open and idle
+					require.NoError(t, err)
+					require.NoError(t, warm.Unlock(ctx))
+					end := pgtest.LockRow(t, pool, table, key)
+					p.SetLatency(200*time.Millisecond, 0, 1)
+
+					cctx, cancel := context.WithTimeout(ctx, after)
+					res := make(chan error, 1)
+					go func() {
+						lease, err := l.Claim(cctx, key)
+						if err == nil {
+							_ = lease.Unlock(ctx)
+							err = errors.New("a claim of a row locked until after its caller gave up succeeded")
+						}
+						res <- err
+					}()
+					select {
+					case err = <-res:
+					case <-time.After(after + 2*answerGrace + 3*time.Second):
+						end(true)
+						t.Fatalf("Claim had not returned %v after its context ended %v into it", 2*answerGrace+3*time.Second, after)
+					}
+					took := time.Since(deadlineOf(cctx))
+					cancel()
+					end(true)
+					p.SetLatency(0, 0, 1)
+					require.ErrorIs(t, err, context.DeadlineExceeded, "context ended %v into the claim", after)
+					assert.Less(t, took, 2*answerGrace, "Claim's return after its context ended %v into it", after)
+					require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+						5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+					requireNoLiveRowOf(t, pool, table, "claimer", 0, key)
+				}
+			})
+		}
+	})
+
 	// Guarantee: Claim returns within twice answerGrace of its context's
 	// end even when the cancel request gets no answer (answerGrace for the
 	// answer, as long again for the give-back's read), and the row such a
@@ -581,6 +643,17 @@ func closeWhileClaimsWait(t *testing.T, burst bool) {
 	assert.Less(t, took, answerGrace, "Close with claims being cancelled")
 	require.Equal(t, 0, claimsRunning(ctx, t, pool, app))
 	requireNoLiveRowOf(t, pool, table, "claimer", 0, keys...)
+}
+
+// driverDB is pool as a Locker takes it through driver: "pgxpool" for
+// the pool itself, "pgx" or "pq" for a database/sql pool of pgx's stdlib
+// or lib/pq on its server, settings and size.
+func driverDB(t *testing.T, pool *pgxpool.Pool, driver string) pglease.DB {
+	t.Helper()
+	if driver == "pgxpool" {
+		return pool
+	}
+	return pglease.SQL(pgtest.OpenSQL(t, pool, driver))
 }
 
 // deadlineOf is ctx's deadline.

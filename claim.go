@@ -50,7 +50,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
-	ctx, leave, err := l.inFlight.Enter(ctx)
+	ctx, leave, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})

@@ -1,8 +1,11 @@
 package pglease_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -24,6 +28,26 @@ func liveRows(t *testing.T, db pglease.DB, table string) int {
 	require.NoError(t, db.QueryRow(context.Background(),
 		fmt.Sprintf(`SELECT count(*) FROM %s WHERE expires_at > clock_timestamp()`, pgx.Identifier{table}.Sanitize())).Scan(&n))
 	return n
+}
+
+// labelled returns the goroutines that carry the profiler label
+// pglease_test=id (pprof.Do), each record with its stack: those that ran
+// under it, and every goroutine they started (and so on).
+func labelled(id string) (n int, stacks string) {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	want := fmt.Sprintf("%q:%q", "pglease_test", id)
+	for _, rec := range strings.Split(b.String(), "\n\n") {
+		head, rest, _ := strings.Cut(rec, "\n")
+		c, _, ok := strings.Cut(head, " @ ")
+		if !ok || !strings.HasPrefix(rest, "# labels: ") || !strings.Contains(strings.SplitN(rest, "\n", 2)[0], want) {
+			continue
+		}
+		k, _ := strconv.Atoi(c)
+		n += k
+		stacks += rec + "\n\n"
+	}
+	return n, stacks
 }
 
 // TestClose pins Close: it releases what is held within its timeout,
@@ -379,6 +403,119 @@ func TestClose(t *testing.T) {
 		_, err := l.Claim(ctx, "k0")
 		require.ErrorIs(t, err, pglease.ErrClosed)
 		// goleak in TestMain proves the heartbeat goroutine is gone.
+	})
+
+	// Guarantee: when Close returns, nothing of the Locker runs: no
+	// goroutine of its claims, its heartbeat or its driver's statements, and
+	// no statement of its claims on the server; on pgx's pool and on
+	// database/sql with pgx's stdlib and with lib/pq. Through a link with
+	// 200 ms of latency each way, a claim waits on a row lock another
+	// transaction holds; Close ends it 100 ms in, as its statement travels
+	// (for lib/pq, between its parse and its execute), with a Locker timeout
+	// shorter than the server takes to answer the cancel. Every goroutine
+	// that ran the Locker's calls, and every one they started, carries a
+	// profiler label: none is left once Close has returned.
+	for _, driver := range []string{"pgxpool", "pgx", "pq"} {
+		t.Run("NothingOfTheLockerRunsAfterItReturns/"+driver, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			freeRow(ctx, t, pool, table, "job")
+			p := pgtest.Proxy(t, "")
+			app := pgtest.AppName("closeall")
+			db := driverDB(t, pgtest.AppPool(t, "", p, app), driver)
+			end := pgtest.LockRow(t, pool, table, "job")
+			t.Cleanup(func() { end(false) })
+
+			id := pgtest.Name("close")
+			var claimErr, closeErr error
+			claimed := make(chan struct{})
+			pprof.Do(ctx, pprof.Labels("pglease_test", id), func(ctx context.Context) {
+				l := pglease.NewLocker(db, pglease.WithTable(table), pglease.WithHolder("claimer"),
+					pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(300*time.Millisecond))
+				warm, err := l.Claim(ctx, "warm") // the heartbeat runs; a connection is open and idle
+				require.NoError(t, err)
+				require.NoError(t, warm.Unlock(ctx))
+				p.SetLatency(200*time.Millisecond, 0, 1)
+				go func() {
+					defer close(claimed)
+					_, claimErr = l.Claim(ctx, "job")
+				}()
+				time.Sleep(100 * time.Millisecond) // the moment Close comes, not a wait for a condition
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				closeErr = l.Close(cctx)
+			})
+			running := claimsRunning(ctx, t, pool, app)
+			n, stacks := labelled(id)
+			for wait := time.Now(); n > 0 && time.Since(wait) < 100*time.Millisecond; n, stacks = labelled(id) {
+				time.Sleep(time.Millisecond) // the claim's goroutine, past its last statement, returning
+			}
+			end(true)
+			assert.NoError(t, closeErr)
+			assert.Zero(t, running, "claim statements still running on the server when Close returned")
+			assert.Zero(t, n, "goroutines of the Locker still running after Close returned:\n%s", stacks)
+			if t.Failed() {
+				return
+			}
+			<-claimed
+			require.ErrorIs(t, claimErr, pglease.ErrClosed)
+			p.SetLatency(0, 0, 1)
+			requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
+		})
+	}
+
+	// Guarantee: a Close whose context ends while a claim it cancelled still
+	// runs says so, naming the claim's key, and that claim then ends by
+	// itself within the bound Close's doc gives (2s plus the Locker's
+	// timeout), and every goroutine of the Locker with it (pgx's clean-up of
+	// the claim's connection within its own 15 s). The link to the server
+	// stalls while the claim waits on a row lock, so that its cancel request
+	// is never answered.
+	t.Run("ClaimStillRunningIsNamedAndEndsByItself", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("closestall")
+		db := pgtest.AppPool(t, "", p, app)
+		end := pgtest.LockRow(t, pool, table, "job")
+		t.Cleanup(func() { end(false); p.SetMode(faultproxy.Forward) })
+
+		const timeout = 300 * time.Millisecond
+		id := pgtest.Name("closestall")
+		var closeErr error
+		var took time.Duration
+		claimed := make(chan error, 1)
+		pprof.Do(ctx, pprof.Labels("pglease_test", id), func(ctx context.Context) {
+			l := pglease.NewLocker(db, pglease.WithTable(table), pglease.WithHolder("claimer"),
+				pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(timeout))
+			go func() {
+				_, err := l.Claim(ctx, "job")
+				claimed <- err
+			}()
+			pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+			p.SetMode(faultproxy.Stall)
+			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			closeErr = l.Close(cctx)
+			select {
+			case err := <-claimed:
+				took = time.Since(start)
+				require.ErrorIs(t, err, pglease.ErrClosed)
+			case <-time.After(2*answerGrace + timeout + 5*time.Second):
+				t.Fatal("the claim Close cancelled had not ended 5s past its bound")
+			}
+		})
+		require.Error(t, closeErr)
+		require.Contains(t, closeErr.Error(), `claims still in flight: "job"`)
+		require.ErrorIs(t, closeErr, context.DeadlineExceeded)
+		assert.Less(t, took, 2*answerGrace+timeout+answerGrace/2, "the claim's end after Close began")
+		n, stacks := labelled(id)
+		for wait := time.Now(); n > 0 && time.Since(wait) < 16*time.Second; n, stacks = labelled(id) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Zero(t, n, "goroutines of the Locker still run 16s after its claim ended:\n%s", stacks)
 	})
 
 	// Guarantee: Close ends or waits for every claim in flight, and holds

@@ -220,9 +220,16 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 // Locker to end. The release runs even if ctx is already cancelled,
 // bounded by the Locker's timeout. Leases a later lease of their key took
 // are not an error. Claims in flight end with ErrClosed, and Close waits
-// until they have released what they may have written: when it returns,
-// nothing of the Locker is in flight and it holds nothing. Close is idempotent; later calls wait for
-// the first and return nil.
+// until they have returned, having given back what they may have written:
+// when it returns nil, nothing of the Locker runs and it holds nothing. It
+// waits for them for the Locker's timeout, and beyond it for as long as
+// ctx lasts. A claim Close cancelled ends by itself within 2s (the
+// server's answer to its cancel request, then the read of what it may
+// have written) plus its timeout (the give-back of that); through lib/pq,
+// which waits for the server's answer, once the server answers or the
+// connection fails. When ctx ends first, Close's error names the keys of
+// the claims still running. Close is idempotent; later calls wait for the
+// first and return nil.
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	l.mu.Lock()
@@ -269,9 +276,16 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	// A claim in flight gives back what it may have committed before it
-	// returns (settle), on these connections.
-	if err := l.inFlight.Wait(rctx); err != nil {
-		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
+	// returns (settle), on these connections. Cancelled, each ends by
+	// itself (see Close's doc): Close waits for them for the Locker's
+	// timeout, and beyond it as long as ctx lasts.
+	err := l.inFlight.Wait(rctx)
+	if err != nil && ctx.Err() == nil {
+		err = l.inFlight.Wait(ctx)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("pglease: close: %w (cancelled, each ends by itself within %v plus its timeout, "+
+			"or through lib/pq once the server answers or the connection fails)", err, 2*answerGrace))
 	}
 	// An Unlock that began before Close is left to it (releaseAll): wait
 	// for it to finish, within the same bound.

@@ -29,25 +29,30 @@ import (
 // opens one for it; New refuses a limit of one, and a limit lowered to one
 // later leaves the heartbeat behind claims again), and a claim whose
 // caller gives up is cancelled on the server and its answer read. (lib/pq
-// sends that cancel request itself; when database/sql drops the answer
-// because the context ended, the claim's outcome is unknown and the Locker
-// gives the row back, as after a lost reply; so does a statement that
-// failed with driver.ErrBadConn, which lib/pq also reports for a reply cut
+// sends that cancel request itself, once: pglease gives it each statement
+// with its arguments written in its text, which lib/pq sends in one
+// message that the request reaches while it runs; with arguments apart,
+// lib/pq would send a parse and an execute in two round trips, and a
+// request reaching the connection idle between them would be ignored.
+// When database/sql drops the answer because the context ended, the
+// claim's outcome is unknown and the Locker gives the row back, as after a
+// lost reply; so does a statement that failed with driver.ErrBadConn,
+// which lib/pq also reports for a reply cut
 // off after the server ran it.) WithKeptConnection does not apply to it.
 // The Locker polls for released keys rather than LISTEN (ClaimWait),
 // unless WithListenDSN gives it a connection of its own for that. Guard a
 // *sql.Tx with Lease.GuardSQL.
 //
 // The server's errors read as *pgconn.PgError whatever the driver (lib/pq's
-// *pq.Error stays in the chain), and array arguments are sent as array
-// literals to a driver that takes no Go slices. Begin returns a pgx.Tx that
+// *pq.Error stays in the chain), and array arguments reach lib/pq, which
+// takes no Go slices, as array literals. Begin returns a pgx.Tx that
 // serves Exec, Query, QueryRow, Commit and Rollback; its other methods
 // return an error saying why. SQL(nil) is a nil DB, which New refuses.
 func SQL(db *sql.DB) DB {
 	if db == nil {
 		return nil
 	}
-	return &sqlDB{db: db, arrays: !takesSlices(db.Driver())}
+	return &sqlDB{db: db, inline: !takesSlices(db.Driver())}
 }
 
 var (
@@ -62,9 +67,17 @@ var (
 // sqlDB is the DB of SQL.
 type sqlDB struct {
 	db *sql.DB
-	// arrays encodes slice arguments as array literals (arrayLiteral): the
-	// driver takes no Go slices.
-	arrays bool
+	// inline sends each statement with its arguments written in its text
+	// (inlineArgs): the driver (lib/pq) sends a statement with arguments in
+	// two round trips, and takes no Go slices.
+	inline bool
+}
+
+// inlines reports whether db is a DB of SQL that sends each statement with
+// its arguments in its text (lib/pq).
+func inlines(db DB) bool {
+	s, ok := db.(*sqlDB)
+	return ok && s.inline
 }
 
 // takesSlices reports whether d, a database/sql driver, encodes Go slices
@@ -84,15 +97,15 @@ type sqlRunner interface {
 }
 
 func (d *sqlDB) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	return sqlExec(ctx, d.db, d.arrays, query, args)
+	return sqlExec(ctx, d.db, d.inline, query, args)
 }
 
 func (d *sqlDB) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	return sqlQuery(ctx, d.db, d.arrays, query, args)
+	return sqlQuery(ctx, d.db, d.inline, query, args)
 }
 
 func (d *sqlDB) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return sqlQueryRow(ctx, d.db, d.arrays, query, args)
+	return sqlQueryRow(ctx, d.db, d.inline, query, args)
 }
 
 func (d *sqlDB) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -100,7 +113,7 @@ func (d *sqlDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, sqlError(err)
 	}
-	return &sqlTx{tx: tx, arrays: d.arrays}, nil
+	return &sqlTx{tx: tx, inline: d.inline}, nil
 }
 
 // sqlPool is a DB of SQL as the pool of a Locker's statements (conns).
@@ -111,7 +124,7 @@ func (p sqlPool) get(ctx context.Context) (poolConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sqlConn{conn: conn, arrays: p.d.arrays}, nil
+	return &sqlConn{conn: conn, inline: p.d.inline}, nil
 }
 
 func (p sqlPool) stat() (int, int, int) {
@@ -122,19 +135,19 @@ func (p sqlPool) stat() (int, int, int) {
 // sqlConn is one connection of a sqlPool, taken for one statement.
 type sqlConn struct {
 	conn   *sql.Conn
-	arrays bool
+	inline bool
 }
 
 func (c *sqlConn) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	return sqlExec(ctx, c.conn, c.arrays, query, args)
+	return sqlExec(ctx, c.conn, c.inline, query, args)
 }
 
 func (c *sqlConn) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	return sqlQuery(ctx, c.conn, c.arrays, query, args)
+	return sqlQuery(ctx, c.conn, c.inline, query, args)
 }
 
 func (c *sqlConn) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return sqlQueryRow(ctx, c.conn, c.arrays, query, args)
+	return sqlQueryRow(ctx, c.conn, c.inline, query, args)
 }
 
 func (c *sqlConn) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -142,7 +155,7 @@ func (c *sqlConn) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, sqlError(err)
 	}
-	return &sqlTx{tx: tx, arrays: c.arrays}, nil
+	return &sqlTx{tx: tx, inline: c.inline}, nil
 }
 
 func (c *sqlConn) release()                       { _ = c.conn.Close() }
@@ -165,8 +178,12 @@ func (c *sqlConn) pgConn() *pgconn.PgConn {
 	return pc
 }
 
-func sqlExec(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) (pgconn.CommandTag, error) {
-	res, err := r.ExecContext(ctx, query, sqlArgs(arrays, args)...)
+func sqlExec(ctx context.Context, r sqlRunner, inline bool, query string, args []any) (pgconn.CommandTag, error) {
+	query, args, err := sqlArgs(inline, query, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	res, err := r.ExecContext(ctx, query, args...)
 	if err != nil {
 		return pgconn.CommandTag{}, sqlError(err)
 	}
@@ -178,16 +195,20 @@ func sqlExec(ctx context.Context, r sqlRunner, arrays bool, query string, args [
 	return pgconn.NewCommandTag(fmt.Sprintf("%s %d", strings.ToUpper(verb), n)), nil
 }
 
-func sqlQuery(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) (pgx.Rows, error) {
-	rows, err := r.QueryContext(ctx, query, sqlArgs(arrays, args)...)
+func sqlQuery(ctx context.Context, r sqlRunner, inline bool, query string, args []any) (pgx.Rows, error) {
+	query, args, err := sqlArgs(inline, query, args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, sqlError(err)
 	}
 	return &sqlRows{rows: rows}, nil
 }
 
-func sqlQueryRow(ctx context.Context, r sqlRunner, arrays bool, query string, args []any) pgx.Row {
-	rows, err := sqlQuery(ctx, r, arrays, query, args)
+func sqlQueryRow(ctx context.Context, r sqlRunner, inline bool, query string, args []any) pgx.Row {
+	rows, err := sqlQuery(ctx, r, inline, query, args)
 	if err != nil {
 		return errRow{err}
 	}
@@ -294,7 +315,7 @@ func (r sqlRow) Scan(dest ...any) error {
 // pgx.ErrTxClosed (and sql.ErrTxDone).
 type sqlTx struct {
 	tx     *sql.Tx
-	arrays bool
+	inline bool
 }
 
 // errSQLTx is the error of the pgx.Tx methods a *sql.Tx cannot serve.
@@ -326,15 +347,15 @@ func (t *sqlTx) Prepare(context.Context, string, string) (*pgconn.StatementDescr
 }
 
 func (t *sqlTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	return sqlExec(ctx, t.tx, t.arrays, query, args)
+	return sqlExec(ctx, t.tx, t.inline, query, args)
 }
 
 func (t *sqlTx) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	return sqlQuery(ctx, t.tx, t.arrays, query, args)
+	return sqlQuery(ctx, t.tx, t.inline, query, args)
 }
 
 func (t *sqlTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return sqlQueryRow(ctx, t.tx, t.arrays, query, args)
+	return sqlQueryRow(ctx, t.tx, t.inline, query, args)
 }
 
 // Conn is nil: a database/sql transaction has no pgx connection to show.
@@ -419,27 +440,14 @@ type translatedError struct {
 func (e *translatedError) Error() string   { return e.err.Error() }
 func (e *translatedError) Unwrap() []error { return []error{e.pg, e.err} }
 
-// sqlArgs returns args as the driver takes them: with arrays, every slice
-// (but []byte) as an array literal.
-func sqlArgs(arrays bool, args []any) []any {
-	if !arrays {
-		return args
+// sqlArgs returns query and args as the driver takes them: with inline,
+// the arguments written in the statement's text.
+func sqlArgs(inline bool, query string, args []any) (string, []any, error) {
+	if !inline {
+		return query, args, nil
 	}
-	var out []any
-	for i, a := range args {
-		v := reflect.ValueOf(a)
-		if v.Kind() != reflect.Slice || v.Type().Elem().Kind() == reflect.Uint8 {
-			continue
-		}
-		if out == nil {
-			out = append([]any(nil), args...)
-		}
-		out[i] = arrayLiteral{v}
-	}
-	if out == nil {
-		return args
-	}
-	return out
+	query, err := inlineArgs(query, args)
+	return query, nil, err
 }
 
 // arrayLiteral is a Go slice sent as the text of a PostgreSQL array

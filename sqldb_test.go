@@ -134,6 +134,49 @@ func TestSQL(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	// Guarantee: arguments reach the server whole on both drivers, also on
+	// lib/pq, whose statements pglease sends with the arguments written in
+	// their text: quotes, backslashes, dollar signs and comment marks in a
+	// value, whatever standard_conforming_strings is; a $1 inside the
+	// statement's own strings, quoted names, dollar quotes and comments
+	// stays as written; a NULL stays NULL; a value PostgreSQL text cannot
+	// hold (a NUL byte) is refused, naming the argument.
+	for _, driver := range sqlDrivers {
+		t.Run("ArgumentsReachTheServerWhole/"+driver, func(t *testing.T) {
+			t.Parallel()
+			ctx, _, _, _, db := sqlSetup(t, driver)
+			const query = `SELECT $1::text AS "a$1", $2::bigint, $3::float8, $4::bool, $5::text IS NULL,
+				'$1 '' $2' || $$ $1 $$ || E'\\ $1 \'' -- $1 ' " $$
+				|| /* $1 /* $2 */ ' */ $6::text`
+			for _, conforming := range []string{"on", "off"} {
+				tx, err := db.Begin(ctx)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, "SET LOCAL standard_conforming_strings = "+conforming)
+				require.NoError(t, err)
+				var text, rest string
+				var big int64
+				var f float64
+				var b, null bool
+				value := `it's a \ $1 -- /* "x" $$ é`
+				require.NoError(t, tx.QueryRow(ctx, query, value, int64(-9223372036854775808), 1e-7, true, nil, "$2").
+					Scan(&text, &big, &f, &b, &null, &rest), "standard_conforming_strings = %s", conforming)
+				require.NoError(t, tx.Rollback(ctx))
+				assert.Equal(t, value, text)
+				assert.Equal(t, int64(-9223372036854775808), big)
+				assert.Equal(t, 1e-7, f)
+				assert.True(t, b)
+				assert.True(t, null)
+				assert.Equal(t, `$1 ' $2 $1 \ $1 '$2`, rest)
+			}
+			var got string
+			err := db.QueryRow(ctx, `SELECT $1::text`, "a\x00b").Scan(&got)
+			require.Error(t, err)
+			if driver == "pq" {
+				assert.Contains(t, err.Error(), "argument $1")
+			}
+		})
+	}
+
 	// Guarantee: array arguments reach the server whole on both drivers,
 	// quotes, backslashes, commas and braces included, and the burst
 	// statements that pass them claim and release.

@@ -577,6 +577,40 @@ func TestSQLContract(t *testing.T) {
 			requireUnusable(ctx, t, tx)
 			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
 		})
+
+		// Shows: a guard waiting on the row whose context ends as its
+		// statement travels returns within answerGrace: through a link with
+		// 200 ms of latency each way, the context ends 100 ms in (for a
+		// driver that sent a parse and then an execute, lib/pq, the one
+		// cancel request would reach the connection idle between them and
+		// the guard would wait as long as the row lock is held).
+		t.Run("GuardSQLReturnsPromptlyWhenItsContextEndsInFlight/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			p := pgtest.Proxy(t, "")
+			sdb := pgtest.OpenSQL(t, pgtest.AppPool(t, "", p, pgtest.AppName("guardslow")), drv)
+			l := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(10*time.Second))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			tx, err := sdb.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback() })
+			end := pgtest.LockRow(t, pool, table, "job")
+			t.Cleanup(func() { end(false) })
+			p.SetLatency(200*time.Millisecond, 0, 1)
+			gctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			guarded := make(chan error, 1)
+			go func() { guarded <- lease.GuardSQL(gctx, tx) }()
+			select {
+			case err := <-guarded:
+				require.Error(t, err)
+			case <-time.After(100*time.Millisecond + answerGrace):
+				end(false)
+				t.Fatalf("GuardSQL had not returned %v after its context ended", answerGrace)
+			}
+			p.SetLatency(0, 0, 1)
+		})
 	}
 
 	for _, drv := range sqlDrivers {

@@ -267,7 +267,7 @@ type waitHooks struct {
 }
 
 func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
-	ctx, leave, err := l.inFlight.Enter(ctx)
+	ctx, leave, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
 	}

@@ -8,12 +8,15 @@
 //     that left before keeps its own context's cause.
 //   - Wait returns nil only once Close has run and every call that entered
 //     has left; when its context ends first, it says calls are still in
-//     flight, with that context's cause.
+//     flight, and names them, with that context's cause.
 package flight
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -25,7 +28,8 @@ var ErrInFlight = errors.New("claims still in flight")
 type Flights struct {
 	mu     sync.Mutex
 	n      int
-	closed error // Close's cause; nil until Close
+	names  map[string]int // the calls in flight by name
+	closed error          // Close's cause; nil until Close
 	stop   context.Context
 	cancel context.CancelCauseFunc
 	idle   chan struct{} // closed when n reaches 0 after Close
@@ -35,12 +39,14 @@ func (f *Flights) init() {
 	if f.stop == nil {
 		f.stop, f.cancel = context.WithCancelCause(context.Background())
 		f.idle = make(chan struct{})
+		f.names = make(map[string]int)
 	}
 }
 
-// Enter counts a call in flight and returns its context: ctx, ended with
-// Close's cause when Close runs. The call must run leave once done.
-func (f *Flights) Enter(ctx context.Context) (_ context.Context, leave func(), _ error) {
+// Enter counts a call in flight, named name, and returns its context: ctx,
+// ended with Close's cause when Close runs. The call must run leave once
+// done.
+func (f *Flights) Enter(ctx context.Context, name string) (_ context.Context, leave func(), _ error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.init()
@@ -48,6 +54,7 @@ func (f *Flights) Enter(ctx context.Context) (_ context.Context, leave func(), _
 		return nil, nil, f.closed
 	}
 	f.n++
+	f.names[name]++
 	cctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(f.stop, func() { cancel(context.Cause(f.stop)) })
 	return cctx, func() {
@@ -55,6 +62,9 @@ func (f *Flights) Enter(ctx context.Context) (_ context.Context, leave func(), _
 		cancel(context.Canceled)
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if f.names[name]--; f.names[name] == 0 {
+			delete(f.names, name)
+		}
 		if f.n--; f.n == 0 && f.closed != nil {
 			close(f.idle)
 		}
@@ -88,6 +98,22 @@ func (f *Flights) Wait(ctx context.Context) error {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
-		return errors.Join(ErrInFlight, context.Cause(ctx))
+		return errors.Join(fmt.Errorf("%w: %s", ErrInFlight, f.inFlight()), context.Cause(ctx))
 	}
+}
+
+// inFlight names the calls in flight: "a", "b" (2 calls).
+func (f *Flights) inFlight() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for name, n := range f.names {
+		q := fmt.Sprintf("%q", name)
+		if n > 1 {
+			q += fmt.Sprintf(" (%d calls)", n)
+		}
+		names = append(names, q)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }

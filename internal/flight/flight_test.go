@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,7 +15,7 @@ func TestFlights(t *testing.T) {
 	t.Run("CloseEndsTheCallsInFlightWithItsCauseAndRefusesNewOnes", func(t *testing.T) {
 		t.Parallel()
 		var f Flights
-		ctx, leave, err := f.Enter(context.Background())
+		ctx, leave, err := f.Enter(context.Background(), "k")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -23,13 +24,13 @@ func TestFlights(t *testing.T) {
 		if !errors.Is(context.Cause(ctx), errClosed) {
 			t.Fatalf("cause = %v, want Close's", context.Cause(ctx))
 		}
-		if _, _, err := f.Enter(context.Background()); !errors.Is(err, errClosed) {
+		if _, _, err := f.Enter(context.Background(), "k"); !errors.Is(err, errClosed) {
 			t.Fatalf("Enter after Close: %v, want Close's cause", err)
 		}
 		short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
-		if err := f.Wait(short); !errors.Is(err, ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Wait with a call in flight: %v, want ErrInFlight and the context's cause", err)
+		if err := f.Wait(short); !errors.Is(err, ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"k"`) {
+			t.Fatalf("Wait with a call in flight: %v, want ErrInFlight naming it and the context's cause", err)
 		}
 		leave()
 		if err := f.Wait(context.Background()); err != nil {
@@ -39,7 +40,7 @@ func TestFlights(t *testing.T) {
 	t.Run("WaitReturnsAtOnceWhenNothingIsInFlight", func(t *testing.T) {
 		t.Parallel()
 		var f Flights
-		_, leave, _ := f.Enter(context.Background())
+		_, leave, _ := f.Enter(context.Background(), "k")
 		leave()
 		f.Close(errClosed)
 		if err := f.Wait(context.Background()); err != nil {
@@ -49,7 +50,7 @@ func TestFlights(t *testing.T) {
 	t.Run("ACallThatLeavesBeforeCloseKeepsItsOwnCause", func(t *testing.T) {
 		t.Parallel()
 		var f Flights
-		ctx, leave, _ := f.Enter(context.Background())
+		ctx, leave, _ := f.Enter(context.Background(), "k")
 		leave()
 		f.Close(errClosed)
 		if errors.Is(context.Cause(ctx), errClosed) {
@@ -61,7 +62,7 @@ func TestFlights(t *testing.T) {
 		var f Flights
 		f.Close(errClosed)
 		f.Close(errors.New("later"))
-		if _, _, err := f.Enter(context.Background()); !errors.Is(err, errClosed) {
+		if _, _, err := f.Enter(context.Background(), "k"); !errors.Is(err, errClosed) {
 			t.Fatalf("Enter: %v, want the first Close's cause", err)
 		}
 	})
