@@ -113,7 +113,9 @@ type conns struct {
 	// claims bounds the pool connections claims hold at once to all but
 	// one: a claim may wait on a row lock for as long as it is held, and
 	// claims of many locked rows must never take every connection, or the
-	// heartbeat would wait behind them until every lease is lost.
+	// heartbeat would wait behind them until every lease is lost. Of
+	// those, it keeps the last for statements whose wait is bounded
+	// (claimBound.mayWait).
 	claims claimBound
 
 	mu        sync.Mutex
@@ -178,10 +180,37 @@ func (c *conns) claimLimit() int {
 // changed after New. A pool without a limit (size 0) opens a connection for
 // the heartbeat whatever claims hold: claims are not bounded then.
 type claimBound struct {
-	size  func() int // the pool's size now; nil: not a pool
-	mu    sync.Mutex
-	held  int
-	freed chan struct{} // closed and replaced whenever a claim gives its connection back
+	size    func() int // the pool's size now; nil: not a pool
+	mu      sync.Mutex
+	held    int
+	waiting int           // claim statements in flight that may wait on a row lock without bound (mayWait)
+	freed   chan struct{} // closed and replaced whenever a claim gives its connection back
+}
+
+// mayWait reports whether a claim statement may wait on a row lock for as
+// long as it is held, and returns what ends that: only while fewer than
+// all but one of the connections claims may hold are taken by such
+// statements. The last is left to statements that wait on a row lock for a
+// bounded time (a burst's, a claim's sent with a lock wait): claims of
+// rows an open transaction holds, however many, then cannot keep a claim
+// of a free key waiting for a connection longer than that wait. Without a
+// bound (not a pool, or a pool without a size), always.
+func (b *claimBound) mayWait() (done func(), ok bool) {
+	limit := b.limit()
+	if limit == 0 {
+		return func() {}, true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waiting >= limit-1 {
+		return nil, false
+	}
+	b.waiting++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.waiting--
+	}, true
 }
 
 // limit is how many connections claims may hold now, 0 for no bound.
