@@ -120,25 +120,27 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64
 // claimAlone sends the claim of key in a statement of its own, after
 // pause if not zero. With the burst's statement (a batchClaimer), a claim
 // that may not wait on a row lock without bound (claimBound.mayWait) is
-// sent as a burst of one with a lock wait (aloneLockWait), and while its row
+// sent as a burst of one with a lock wait (aloneLockWait; a Locker without
+// the burst's statement always may), and while its row
 // stays locked past it, sent again after a pause that doubles up to
 // maxLockedRetry: between two attempts it holds no connection.
 func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time.Duration) sent {
-	var locked error
 	for {
 		if pause > 0 {
 			timer := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				return sent{at: time.Now(), err: fmt.Errorf("row locked by another transaction past every wait of the claim: %w", locked), fate: notSent}
+				return sent{at: time.Now(), err: fmt.Errorf("row locked by another transaction past each wait of the claim on it (SQLSTATE 55P03): %w", context.Cause(ctx)), fate: notSent}
 			case <-timer.C:
 			}
 		}
 		at := time.Now()
-		if done, ok := l.mayWait(); ok {
+		if l.claims == nil || l.conns.claims.mayWait() {
 			c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
-			done()
+			if l.claims != nil {
+				l.conns.claims.waited()
+			}
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
 		got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, []string{key}, []float64{t.ttl.Seconds()}, aloneLockWait(t.ttl))
@@ -146,18 +148,8 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 			c, ok := got[key]
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
-		locked = err
 		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
 	}
-}
-
-// mayWait is claimBound.mayWait for a Locker that can send a claim with a
-// lock wait (a batchClaimer, with a coalescer); one that cannot always may.
-func (l *Locker) mayWait() (done func(), ok bool) {
-	if l.claims == nil {
-		return func() {}, true
-	}
-	return l.conns.claims.mayWait()
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
@@ -172,9 +164,9 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
 	if len(calls) == 1 && !l.coalesceAll {
-		if done, ok := l.conns.claims.mayWait(); ok {
+		if l.conns.claims.mayWait() {
 			c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
-			done()
+			l.conns.claims.waited()
 			out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
 			return out
 		}

@@ -195,22 +195,22 @@ type claimBound struct {
 // rows an open transaction holds, however many, then cannot keep a claim
 // of a free key waiting for a connection longer than that wait. Without a
 // bound (not a pool, or a pool without a size), always.
-func (b *claimBound) mayWait() (done func(), ok bool) {
+func (b *claimBound) mayWait() bool {
 	limit := b.limit()
-	if limit == 0 {
-		return func() {}, true
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.waiting >= limit-1 {
-		return nil, false
+	if limit > 0 && b.waiting >= limit-1 {
+		return false
 	}
 	b.waiting++
-	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.waiting--
-	}, true
+	return true
+}
+
+// waited ends what mayWait let in.
+func (b *claimBound) waited() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting--
 }
 
 // limit is how many connections claims may hold now, 0 for no bound.
@@ -363,6 +363,10 @@ func (c *conns) checked(ctx context.Context) poolConn {
 	return nil
 }
 
+// releasesWait reports whether every release waits for a pool connection
+// of its own: on a pool, without a reserve.
+func (c *conns) releasesWait() bool { return c.src != nil && !c.reserve }
+
 // reserveNow returns the reserve if it is free and there is one, without
 // waiting for anything but its check (checked). Otherwise it returns
 // nil, and back while the reserve is busy: the context that ends once it is
@@ -414,9 +418,11 @@ func (c *conns) releaseNow(ctx context.Context, had poolConn) (db DB, done func(
 // release (releaseNow), or for the reserve to be given back (back, when not
 // nil), whichever comes first: it returns nil then.
 func (c *conns) awaitRelease(ctx, back context.Context) (poolConn, error) {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	actx := ctx
 	if back != nil {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithCancel(ctx)
+		defer cancel()
 		defer context.AfterFunc(back, cancel)()
 	}
 	conn, err := c.acquire(actx, false)

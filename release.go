@@ -100,6 +100,12 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 // it waits for outside, and then comes in again.
 func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]bool, error) {
 	var had poolConn // a pool connection waited for outside
+	if l.conns.releasesWait() {
+		var err error
+		if had, err = l.conns.awaitRelease(ctx, nil); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		if err := l.gate.EnterRelease(ctx); err != nil {
 			if had != nil {
