@@ -155,8 +155,9 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 // sendClaims is the coalescer's statement: the claim statement for a claim
 // alone that may wait on a row lock without bound (claimBound.mayWait),
 // the burst's (sqlstmt.ClaimAll) for a burst, for a claim alone that may
-// not (with a lock wait of aloneLockWait), or for every claim when the
-// Locker's coalesceAll is set. When the burst's
+// not, or for every claim when the Locker's coalesceAll is set. The
+// burst's waits on a row lock for burstLockWait, or for aloneLockWait when
+// it is one claim or claims may not wait without bound. When the burst's
 // statement fails on an error one row may cause (rowError), each claim goes
 // again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
@@ -179,7 +180,9 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		shortest = min(shortest, cl.terms.ttl)
 	}
 	wait := burstLockWait(shortest)
-	if len(calls) == 1 {
+	if len(calls) == 1 || l.conns.claims.pressed() {
+		// On the last connection claims may hold: the claims of free keys
+		// wait for it no longer than this.
 		wait = aloneLockWait(shortest)
 	}
 	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, ttls, wait)

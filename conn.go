@@ -206,6 +206,15 @@ func (b *claimBound) mayWait() bool {
 	return true
 }
 
+// pressed reports whether mayWait would refuse now: a statement sent now
+// may get only the last connection claims may hold.
+func (b *claimBound) pressed() bool {
+	limit := b.limit()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return limit > 0 && b.waiting >= limit-1
+}
+
 // waited ends what mayWait let in.
 func (b *claimBound) waited() {
 	b.mu.Lock()
