@@ -21,6 +21,15 @@ import (
 // behind it go without it.
 const maxBurstLockWait = 500 * time.Millisecond
 
+// maxAloneLockWait is the longest the statement of one claim sent with a
+// lock wait (when claims may not wait on a row lock without bound,
+// claimBound.mayWait) waits on its row's lock before it gives its
+// connection back, to be sent again after a pause, as a release is
+// (firstLockedRetry doubling to maxLockedRetry): far longer than a claim of
+// another replica holds a row, one commit, and the longest a claim of a
+// free key waits for a connection behind claims of rows locked elsewhere.
+const maxAloneLockWait = 50 * time.Millisecond
+
 // batchClaimer is a protocol that can send a burst of claims in one
 // statement. WithoutFenceColumn's protocol cannot: its claims go one by one.
 type batchClaimer interface {
@@ -47,6 +56,9 @@ type claimOutcome struct {
 	err   error
 	sent  time.Time // when that statement was sent: the trust window counts from it
 	alone bool      // the statement failed on something one row may cause: send this claim again alone
+	// locked: it was the statement of this claim alone, and its row was
+	// locked past its lock wait: send it again after a pause.
+	locked bool
 }
 
 // claimCall is one claim handed to the coalescer, with its terms and the
@@ -88,7 +100,7 @@ const maxAloneInFlight = 4
 // replaces it with a no-op.
 func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64, done *func()) sent {
 	if l.claims == nil {
-		return l.claimAlone(ctx, key, t)
+		return l.claimAlone(ctx, key, t, 0)
 	}
 	o, handedOff, err := l.claims.Do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
 	switch {
@@ -97,22 +109,55 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64
 		return sent{at: time.Now(), err: fmt.Errorf("waiting for the claim statement in flight: %w", err), fate: orphaned}
 	case err != nil:
 		return sent{at: time.Now(), err: fmt.Errorf("waiting for the claim statement in flight to return: %w", err), fate: notSent}
+	case o.alone && o.locked:
+		return l.claimAlone(ctx, key, t, firstLockedRetry)
 	case o.alone:
-		return l.claimAlone(ctx, key, t)
+		return l.claimAlone(ctx, key, t, 0)
 	}
 	return sent{c: o.c, ok: o.ok, at: o.sent, err: o.err, fate: fateOf(o.err)}
 }
 
-// claimAlone sends the claim of key in a statement of its own.
-func (l *Locker) claimAlone(ctx context.Context, key string, t terms) sent {
-	at := time.Now()
-	c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
-	return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+// claimAlone sends the claim of key in a statement of its own, after
+// pause if not zero. With the burst's statement (a batchClaimer), a claim
+// that may not wait on a row lock without bound (claimBound.mayWait) is
+// sent as a burst of one with a lock wait (aloneLockWait; a Locker without
+// the burst's statement always may), and while its row
+// stays locked past it, sent again after a pause that doubles up to
+// maxLockedRetry: between two attempts it holds no connection.
+func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time.Duration) sent {
+	for {
+		if pause > 0 {
+			timer := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return sent{at: time.Now(), err: fmt.Errorf("row locked by another transaction past each wait of the claim on it (SQLSTATE 55P03): %w", context.Cause(ctx)), fate: notSent}
+			case <-timer.C:
+			}
+		}
+		at := time.Now()
+		if l.claims == nil || l.conns.claims.mayWait() {
+			c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
+			if l.claims != nil {
+				l.conns.claims.waited()
+			}
+			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+		}
+		got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, []string{key}, []float64{t.ttl.Seconds()}, aloneLockWait(t.ttl))
+		if !lockNotAvailable(err) {
+			c, ok := got[key]
+			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+		}
+		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
+	}
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
-// alone, the burst's (sqlstmt.ClaimAll) for a burst, or for every claim
-// when the Locker's coalesceAll is set. When the burst's
+// alone that may wait on a row lock without bound (claimBound.mayWait),
+// the burst's (sqlstmt.ClaimAll) for a burst, for a claim alone that may
+// not, or for every claim when the Locker's coalesceAll is set. The
+// burst's waits on a row lock for burstLockWait, or for aloneLockWait when
+// it is one claim or claims may not wait without bound. When the burst's
 // statement fails on an error one row may cause (rowError), each claim goes
 // again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
@@ -120,9 +165,12 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
 	if len(calls) == 1 && !l.coalesceAll {
-		c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
-		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
-		return out
+		if l.conns.claims.mayWait() {
+			c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
+			l.conns.claims.waited()
+			out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
+			return out
+		}
 	}
 	keys := make([]string, len(calls))
 	ttls := make([]float64, len(calls))
@@ -131,12 +179,18 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		keys[i], ttls[i] = cl.key, cl.terms.ttl.Seconds()
 		shortest = min(shortest, cl.terms.ttl)
 	}
-	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, ttls, burstLockWait(shortest))
+	wait := burstLockWait(shortest)
+	if len(calls) == 1 || l.conns.claims.pressed() {
+		// On the last connection claims may hold: the claims of free keys
+		// wait for it no longer than this.
+		wait = aloneLockWait(shortest)
+	}
+	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, ttls, wait)
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {
 		case err != nil && rowError(ctx, err):
-			out[i] = claimOutcome{alone: true}
+			out[i] = claimOutcome{alone: true, locked: len(calls) == 1 && lockNotAvailable(err)}
 		case err != nil:
 			out[i] = claimOutcome{err: fmt.Errorf("claim statement of %d keys: %w", len(keys), err), sent: sent}
 		default:
@@ -170,6 +224,12 @@ func rowError(ctx context.Context, err error) bool {
 // claims little of their window. A burst counts its shortest TTL.
 func burstLockWait(ttl time.Duration) time.Duration {
 	return min(maxBurstLockWait, (ttl-trustMargin(ttl))/4)
+}
+
+// aloneLockWait is maxAloneLockWait, or burstLockWait(ttl) when that is
+// shorter.
+func aloneLockWait(ttl time.Duration) time.Duration {
+	return min(maxAloneLockWait, burstLockWait(ttl))
 }
 
 // orphanClaim settles a claim whose caller stopped waiting while its

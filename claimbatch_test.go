@@ -419,6 +419,61 @@ func TestBurst(t *testing.T) {
 		}
 	})
 
+	// Guarantee: a claim of a free key is never held up by claims waiting on
+	// rows locked elsewhere, even when they are more than the connections
+	// claims may hold: with pgxpool's smallest default pool (4 connections,
+	// 3 for claims), claims of four rows an open transaction holds do not
+	// keep the claim of a free key waiting, which takes its lease while they
+	// still wait, and each of them takes its row once the lock is gone.
+	t.Run("FreeKeyNotHeldUpByLockedRows", func(t *testing.T) {
+		t.Parallel()
+		ctx, direct, table := pgtest.Setup(t)
+		app := pgtest.AppName("freekey")
+		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(c *pgxpool.Config) {
+			c.MaxConns = 4
+			c.ConnConfig.RuntimeParams["application_name"] = app
+		})
+		l := pgtest.Locker(t, pool, table, "a")
+		_, err := direct.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
+		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 4) AS g`,
+			pgx.Identifier{table}.Sanitize()))
+		require.NoError(t, err)
+		tx := pgtest.LockRows(t, direct, table, `key LIKE 'locked-%'`)
+
+		blocked := make(chan error, 4)
+		for i := range 4 {
+			go func() {
+				lease, err := l.Claim(ctx, fmt.Sprintf("locked-%d", i+1))
+				if err == nil {
+					err = lease.Unlock(ctx)
+				}
+				blocked <- err
+			}()
+		}
+		require.Eventually(t, func() bool {
+			var n int
+			_ = direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%'`, app).Scan(&n)
+			return n == 3
+		}, 10*time.Second, 2*time.Millisecond, "claims wait on the locked rows on every connection claims may hold")
+
+		// Far more than a claim's wait on a row lock, far less than the
+		// locks are held: before, it waited as long as they were.
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		lease, err := l.Claim(fctx, "free")
+		require.NoError(t, err, "the claim of a free key, while claims of locked rows wait")
+		t.Logf("figures: the claim of a free key took %v, four claims of locked rows waiting", time.Since(start).Round(time.Millisecond))
+		require.Empty(t, blocked, "the claims of the locked rows still wait")
+		require.NoError(t, lease.Unlock(ctx))
+
+		require.NoError(t, tx.Commit(ctx))
+		for range 4 {
+			require.NoError(t, <-blocked, "each waiting claim takes its row once the lock is gone")
+		}
+	})
+
 	// Guarantee: a burst claims every free key of it even when the session's
 	// statement_timeout is shorter than the burst's wait on a locked row: the
 	// timeout cancels the burst's statement (SQLSTATE 57014) like a row locked

@@ -103,12 +103,19 @@ type conns struct {
 
 	claim, heartbeat, release DB // the DB each kind of statement runs on
 
-	slot   chan struct{} // holds the reserve while a statement uses it
-	single chan struct{} // held by the statement in flight on a DB that is not a pool
+	slot chan struct{} // holds the reserve while a statement uses it
+	// back is cancelled, and replaced, whenever the slot is given back: a
+	// release waiting for a connection outside the gate (awaitRelease)
+	// then tries the reserve again. Guarded by mu.
+	back       context.Context
+	backCancel context.CancelFunc
+	single     chan struct{} // held by the statement in flight on a DB that is not a pool
 	// claims bounds the pool connections claims hold at once to all but
 	// one: a claim may wait on a row lock for as long as it is held, and
 	// claims of many locked rows must never take every connection, or the
-	// heartbeat would wait behind them until every lease is lost.
+	// heartbeat would wait behind them until every lease is lost. Of
+	// those, it keeps the last for statements whose wait is bounded
+	// (claimBound.mayWait).
 	claims claimBound
 
 	mu        sync.Mutex
@@ -134,11 +141,12 @@ type use int
 const (
 	useClaim     use = iota // a pool connection, kept as the reserve when there is none
 	useHeartbeat            // the reserve, taken from the pool when there is none
-	useRelease              // the reserve when free, else a pool connection
+	useRelease              // the reserve when free, else a pool connection (see releaseNow)
 )
 
 func newConns(db DB, keep bool) *conns {
 	c := &conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
+	c.back, c.backCancel = context.WithCancel(context.Background())
 	switch p := db.(type) {
 	case pooler:
 		c.pool, c.src = p, pgxPool{p}
@@ -172,10 +180,46 @@ func (c *conns) claimLimit() int {
 // changed after New. A pool without a limit (size 0) opens a connection for
 // the heartbeat whatever claims hold: claims are not bounded then.
 type claimBound struct {
-	size  func() int // the pool's size now; nil: not a pool
-	mu    sync.Mutex
-	held  int
-	freed chan struct{} // closed and replaced whenever a claim gives its connection back
+	size    func() int // the pool's size now; nil: not a pool
+	mu      sync.Mutex
+	held    int
+	waiting int           // claim statements in flight that may wait on a row lock without bound (mayWait)
+	freed   chan struct{} // closed and replaced whenever a claim gives its connection back
+}
+
+// mayWait reports whether a claim statement may wait on a row lock for as
+// long as it is held, and returns what ends that: only while fewer than
+// all but one of the connections claims may hold are taken by such
+// statements. The last is left to statements that wait on a row lock for a
+// bounded time (a burst's, a claim's sent with a lock wait): claims of
+// rows an open transaction holds, however many, then cannot keep a claim
+// of a free key waiting for a connection longer than that wait. Without a
+// bound (not a pool, or a pool without a size), always.
+func (b *claimBound) mayWait() bool {
+	limit := b.limit()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if limit > 0 && b.waiting >= limit-1 {
+		return false
+	}
+	b.waiting++
+	return true
+}
+
+// pressed reports whether mayWait would refuse now: a statement sent now
+// may get only the last connection claims may hold.
+func (b *claimBound) pressed() bool {
+	limit := b.limit()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return limit > 0 && b.waiting >= limit-1
+}
+
+// waited ends what mayWait let in.
+func (b *claimBound) waited() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting--
 }
 
 // limit is how many connections claims may hold now, 0 for no bound.
@@ -278,10 +322,8 @@ func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 			}
 			return c.takeReserve(ctx, u)
 		case useRelease:
-			select {
-			case c.slot <- struct{}{}:
-				return c.takeReserve(ctx, u)
-			default: // another release has it
+			if db, done, _ := c.reserveNow(ctx); db != nil {
+				return db, done, nil
 			}
 		}
 	}
@@ -298,29 +340,118 @@ func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 // takeReserve returns the reserve, taken from the pool if there is none; the
 // caller holds the slot.
 func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
-	c.mu.Lock()
-	conn, idle := c.held, time.Since(c.idleSince)
-	c.mu.Unlock()
-	if conn != nil && idle > maxIdleUnchecked && conn.ping(ctx) != nil {
-		// Closed while it idled (idle_session_timeout, a firewall, a
-		// pooler, a restart): pgxpool would not have handed it out either.
-		c.mu.Lock()
-		if c.held == conn {
-			c.held = nil
-		}
-		c.mu.Unlock()
-		conn.release() // the pool destroys a broken connection
-		conn = nil
-	}
+	conn := c.checked(ctx)
 	if conn == nil {
 		var err error
 		if conn, err = c.acquire(ctx, u == useHeartbeat); err != nil {
-			<-c.slot
+			c.freeSlot()
 			return nil, nil, err
 		}
 		c.hold(conn)
 	}
 	return conn, func() { c.putBack(conn) }, nil
+}
+
+// checked returns the reserve, nil if there is none or if it was closed
+// while it idled (idle_session_timeout, a firewall, a pooler, a restart):
+// pgxpool would not have handed it out either, and it is dropped. The
+// caller holds the slot.
+func (c *conns) checked(ctx context.Context) poolConn {
+	c.mu.Lock()
+	conn, idle := c.held, time.Since(c.idleSince)
+	c.mu.Unlock()
+	if conn == nil || idle <= maxIdleUnchecked || conn.ping(ctx) == nil {
+		return conn
+	}
+	c.mu.Lock()
+	if c.held == conn {
+		c.held = nil
+	}
+	c.mu.Unlock()
+	conn.release() // the pool destroys a broken connection
+	return nil
+}
+
+// releasesWait reports whether every release waits for a pool connection
+// of its own: on a pool, without a reserve.
+func (c *conns) releasesWait() bool { return c.src != nil && !c.reserve }
+
+// reserveNow returns the reserve if it is free and there is one, without
+// waiting for anything but its check (checked). Otherwise it returns
+// nil, and back while the reserve is busy: the context that ends once it is
+// given back.
+func (c *conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
+	if !c.reserve {
+		return nil, nil, nil
+	}
+	c.mu.Lock()
+	back := c.back // before the slot is tried: a reserve given back after the try ends it
+	c.mu.Unlock()
+	select {
+	case c.slot <- struct{}{}:
+	default:
+		return nil, nil, back
+	}
+	conn := c.checked(ctx)
+	if conn == nil {
+		c.freeSlot()
+		return nil, nil, nil
+	}
+	return conn, func() { c.putBack(conn) }, nil
+}
+
+// releaseNow returns the DB a release statement runs on while no
+// heartbeat round can (Locker.releaseOnce), if it can be had without
+// waiting for a connection: had (a pool connection had before, or nil),
+// else the reserve if it is free. A release that waited there for a pool
+// connection would keep the heartbeat's round out meanwhile, and on a pool
+// held by jobs lose every lease that WithKeptConnection is there to keep.
+// On a DB that is not a pool, that DB: the heartbeat waits for its one
+// connection anyway. Otherwise releaseNow returns nil, and what
+// awaitRelease waits for besides a pool connection.
+func (c *conns) releaseNow(ctx context.Context, had poolConn) (db DB, done func(), back context.Context) {
+	switch {
+	case had != nil:
+		return takenDB{had}, had.release, nil
+	case c.src == nil:
+		return c.release, func() {}, nil
+	}
+	db, done, back = c.reserveNow(ctx)
+	if db == nil {
+		return nil, nil, back
+	}
+	return takenDB{db}, done, nil
+}
+
+// awaitRelease waits, outside the gate, for a pool connection for a
+// release (releaseNow), or for the reserve to be given back (back, when not
+// nil), whichever comes first: it returns nil then.
+func (c *conns) awaitRelease(ctx, back context.Context) (poolConn, error) {
+	actx := ctx
+	if back != nil {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(back, cancel)()
+	}
+	conn, err := c.acquire(actx, false)
+	if err != nil && ctx.Err() == nil && back != nil && back.Err() != nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, notSentError{err}
+	}
+	return conn, nil
+}
+
+// freeSlot gives the slot back, and ends back for the releases waiting
+// for the reserve.
+func (c *conns) freeSlot() {
+	<-c.slot
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.backCancel()
+	c.back, c.backCancel = context.WithCancel(context.Background())
 }
 
 // hold makes conn the reserve; the caller holds the slot.
@@ -345,7 +476,7 @@ func (c *conns) putBack(conn poolConn) {
 	}
 	c.idleSince = time.Now()
 	c.mu.Unlock()
-	<-c.slot
+	c.freeSlot()
 }
 
 // keep ends a claim's statement: its connection becomes the reserve if
@@ -362,7 +493,7 @@ func (c *conns) keep(conn poolConn) {
 		c.held, conn, c.idleSince = conn, nil, time.Now()
 	}
 	c.mu.Unlock()
-	<-c.slot
+	c.freeSlot()
 	if conn != nil {
 		conn.release()
 	}
@@ -383,7 +514,7 @@ func (c *conns) close() {
 	conn := c.held
 	c.held = nil
 	c.mu.Unlock()
-	<-c.slot
+	c.freeSlot()
 	if conn != nil {
 		conn.release()
 	}
@@ -625,6 +756,29 @@ func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
 	return explainPooler(r.row.Scan(dest...))
 }
+
+// takenDB is a connection taken for a release (releaseNow), its errors
+// explained as connDB explains them.
+type takenDB struct{ db DB }
+
+func (d takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := d.db.Exec(ctx, sql, args...)
+	return tag, explainPooler(err)
+}
+
+func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := d.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, explainPooler(err)
+	}
+	return &doneRows{Rows: rows, done: func() {}}, nil
+}
+
+func (d takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return doneRow{row: d.db.QueryRow(ctx, sql, args...), done: func() {}}
+}
+
+func (d takenDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.db.Begin(ctx) }
 
 // errRow is a row that failed before its statement was sent.
 type errRow struct{ err error }

@@ -2,12 +2,14 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,6 +56,77 @@ func TestKeptConnection(t *testing.T) {
 		assert.Zero(t, pool.Stat().AcquiredConns(), "Close gives the kept connection back to the pool")
 		t.Logf("figures: pool of %d shared with jobs holding all they could for %v; %d heartbeat rounds, no loss",
 			size, 2*ttl, events.Count(pglease.EventExtended)-before)
+	})
+
+	// Guarantee: Unlocks never make the heartbeat wait for the pool. On a
+	// pool whose every other connection is held by jobs, Unlocks made at once
+	// (of rows free, or locked by another transaction) wait for the kept
+	// connection or a pool connection without keeping the heartbeat's round
+	// out meanwhile: the held lease is extended at every round, and each
+	// Unlock releases its row once it can (a row locked past its expiry
+	// lapses, reported as lost).
+	t.Run("UnlocksOnAFullPoolDoNotHoldUpTheHeartbeat", func(t *testing.T) {
+		t.Parallel()
+		for _, locked := range []bool{false, true} {
+			name := "free"
+			if locked {
+				name = "locked"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx, direct, table := pgtest.Setup(t)
+				pool := sharedPool(t, pgtest.AppName("unlocks"))
+				const ttl = time.Second
+				events := pgtest.NewEvents(t)
+				l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl), pglease.WithHook(events.Hook), pglease.WithKeptConnection())
+				held, err := l.Claim(ctx, "held")
+				require.NoError(t, err)
+				var leases []*pglease.Lease
+				for _, key := range []string{"u1", "u2", "u3", "u4"} {
+					lease, err := l.Claim(ctx, key)
+					require.NoError(t, err)
+					leases = append(leases, lease)
+				}
+				var tx pgx.Tx
+				if locked {
+					tx = pgtest.LockRows(t, direct, table, `key LIKE 'u%'`)
+				}
+				size := int(pool.Stat().MaxConns())
+				stop := hogPool(t, pool, size)
+				require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == int32(size) }, 5*time.Second, 5*time.Millisecond,
+					"the jobs hold every other connection")
+				before := events.Count(pglease.EventExtended)
+
+				unlocked := make(chan error, len(leases))
+				for _, lease := range leases {
+					go func() { unlocked <- lease.Unlock(ctx) }()
+				}
+				select { // twice the trust window, with the Unlocks under way
+				case <-held.Done():
+					t.Fatalf("lease lost behind Unlocks on a full pool: %v", held.Err())
+				case <-time.After(2 * ttl):
+				}
+				require.NoError(t, held.Err())
+				assert.Greater(t, events.Count(pglease.EventExtended), before+2, "heartbeat rounds ran")
+				assert.Zero(t, events.Count(pglease.EventHeartbeatFailed))
+				if locked {
+					require.NoError(t, tx.Commit(ctx))
+				}
+				for range leases {
+					err := <-unlocked
+					if locked && errors.Is(err, pglease.ErrLost) {
+						continue // its row stayed locked past its expiry: lapsed, as reported
+					}
+					require.NoError(t, err, "each Unlock releases its row while the jobs hold the pool")
+				}
+				for _, lease := range leases {
+					row, _ := pgtest.ReadRow(t, direct, table, lease.Key())
+					assert.False(t, row.Live, "row %q released", lease.Key())
+				}
+				stop()
+				require.NoError(t, l.Close(ctx))
+			})
+		}
 	})
 
 	t.Run("LossWaitingForANewOneNamesTheWait", func(t *testing.T) {

@@ -306,8 +306,10 @@ func WithoutFenceColumn() FenceColumnOption {
 // more) keep one connection of it from its first claim until Close, and run
 // its heartbeat and releases on it. Jobs that share the pool and hold every
 // connection for longer than the time a lease is trusted then cannot starve
-// the heartbeat and make every lease lost while the database is fine. Without
-// it, such a loss says how long the heartbeat waited for a pool connection.
+// the heartbeat and make every lease lost while the database is fine; a
+// release that finds it busy waits for it or for a pool connection without
+// holding up the heartbeat. Without it, such a loss says how long the
+// heartbeat waited for a pool connection.
 // Count the kept connection when sizing the pool, and close the Locker before
 // the pool: pgxpool's Close waits until the kept connection is given back. A
 // separate small pool for the Locker avoids both. New refuses it for any

@@ -94,13 +94,38 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 	}
 }
 
-// releaseOnce sends the release statement once no heartbeat round is in flight.
+// releaseOnce sends the release statement once no heartbeat round is in
+// flight. While it is let in, the round waits: there it waits for nothing
+// but its statement. A connection it cannot have at once (conns.releaseNow)
+// it waits for outside, and then comes in again.
 func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]bool, error) {
-	if err := l.gate.EnterRelease(ctx); err != nil {
-		return nil, fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
+	var had poolConn // a pool connection waited for outside
+	if l.conns.releasesWait() {
+		var err error
+		if had, err = l.conns.awaitRelease(ctx, nil); err != nil {
+			return nil, err
+		}
 	}
-	defer l.gate.LeaveRelease()
-	return l.proto.release(ctx, l.conns.release, leases)
+	for {
+		if err := l.gate.EnterRelease(ctx); err != nil {
+			if had != nil {
+				had.release()
+			}
+			return nil, fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
+		}
+		db, done, back := l.conns.releaseNow(ctx, had)
+		if db != nil {
+			got, err := l.proto.release(ctx, db, leases)
+			done()
+			l.gate.LeaveRelease()
+			return got, err
+		}
+		l.gate.LeaveRelease()
+		var err error
+		if had, err = l.conns.awaitRelease(ctx, back); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // releaseResult is what the statement that carried one release said of it.
