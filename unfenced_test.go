@@ -68,6 +68,9 @@ func leaseTable(t *testing.T, fenced bool) (*pgxpool.Pool, string, []pglease.Opt
 // time, with the holder standing in for the fence.
 func TestWithoutFenceColumn(t *testing.T) {
 	t.Parallel()
+	// Guarantee: without the fence column, two Lockers given one WithHolder
+	// never both hold a key.
+	t.Run("SameHolderInTwoLockersNeverBothHold", func(t *testing.T) { testSameHolderNeverBothHold(t, false) })
 	// Guarantee: without the fence column, a late release of a previous mandate
 	// leaves the reclaimed lease untouched.
 	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
@@ -410,7 +413,7 @@ func (o oldLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-func readLegacyRow(t *testing.T, db pglease.DB, table, key string) (pgtest.Row, bool) {
+func readLegacyRow(t testing.TB, db pglease.DB, table, key string) (pgtest.Row, bool) {
 	t.Helper()
 	var r pgtest.Row
 	err := db.QueryRow(context.Background(), fmt.Sprintf(`SELECT holder, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`, table), key).
