@@ -266,7 +266,7 @@ func TestScheduler(t *testing.T) {
 		require.Nil(t, lock)
 		ev := events.WaitFor(t, pglease.EventClaimFailed, time.Second)
 		assert.Equal(t, "job", ev.Key)
-		assert.Equal(t, "replica-1", ev.Holder)
+		assert.Equal(t, l.Holder(), ev.Holder)
 	})
 
 	// Guarantee: a scheduler's shutdown releases the running job's lease through
@@ -323,7 +323,7 @@ func TestScheduler(t *testing.T) {
 		require.Len(t, failed, 1)
 		assert.Equal(t, slog.LevelError, failed[0]["level"])
 		assert.Equal(t, "down", failed[0]["key"])
-		assert.Equal(t, "replica-1", failed[0]["holder"])
+		assert.Equal(t, l.Holder(), failed[0]["holder"])
 		assert.Contains(t, fmt.Sprint(failed[0]["error"]), "connection refused")
 
 		// A lease lost while its job runs is an error, and Unlock then reports
