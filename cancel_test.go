@@ -595,11 +595,11 @@ func manyAtOnce(t *testing.T, bounced bool) {
 	for _, lease := range leases {
 		row, ok := pgtest.ReadRow(t, pool, table, lease.Key())
 		require.True(t, ok)
-		require.True(t, row.Live && row.Holder == "claimer" && row.Fence == lease.Fence(), "the row of a lease handed out: %+v", row)
+		require.True(t, row.Live && row.Holder == l.Holder() && row.Fence == lease.Fence(), "the row of a lease handed out: %+v", row)
 		require.NoError(t, lease.Unlock(ctx))
 	}
 	for _, key := range failed {
-		if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == "claimer" {
+		if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == l.Holder() {
 			t.Errorf("row of %q live after its claim failed, held by nobody: %+v", key, row)
 		}
 	}

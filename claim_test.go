@@ -22,7 +22,7 @@ import (
 )
 
 // requireNoLiveRowOf fails unless every key's row is absent, expired, or
-// carries another holder than holder, within limit (a give-back may run just
+// carries the holder of no Locker named holder, within limit (a give-back may run just
 // after its caller returned).
 func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, limit time.Duration, keys ...string) {
 	t.Helper()
@@ -30,7 +30,7 @@ func requireNoLiveRowOf(t *testing.T, pool pglease.DB, table, holder string, lim
 	for {
 		var live []pgtest.Row
 		for _, key := range keys {
-			if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && row.Holder == holder {
+			if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live && strings.HasPrefix(row.Holder, holder+"#") {
 				live = append(live, row)
 			}
 		}
@@ -96,6 +96,132 @@ func givenUpAsRowLocksEnd(ctx context.Context, t *testing.T, pool pglease.DB, ta
 	}
 }
 
+// testSameHolderNeverBothHold gives two Lockers, each on a pool of its own,
+// one WithHolder value (two processes of one service): whatever the first
+// holds, the second is refused by Claim, Lock, a waiting claim, a burst and
+// an Elector, and the first's leases stay its own. fenced chooses a table
+// of Migrate or one WithoutFenceColumn (legacyTable).
+func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	var a, b *pglease.Locker
+	var table string
+	var pool *pgxpool.Pool
+	if fenced {
+		pool = pgtest.Pool(t, nil)
+		table = pgtest.Table(t, pool)
+		a = pgtest.Locker(t, pool, table, "replica")
+		b = pgtest.Locker(t, pgtest.Pool(t, nil), table, "replica")
+	} else {
+		var dsn string
+		table, dsn = legacyTable(t, legacyColumns)
+		pool = pgtest.PoolAt(t, dsn, nil)
+		a = pgtest.Locker(t, pool, table, "replica", pglease.WithoutFenceColumn())
+		b = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "replica", pglease.WithoutFenceColumn())
+	}
+	// The first Locker holds a key for each way of the second to claim it.
+	keys := []string{"claim", "lock", "wait", "burst-1", "burst-2"}
+	var held []*pglease.Lease
+	for _, key := range keys {
+		lease, err := a.Claim(ctx, key)
+		require.NoError(t, err)
+		held = append(held, lease)
+	}
+
+	_, err := b.Claim(ctx, "claim")
+	assert.ErrorIs(t, err, pglease.ErrHeld, "Claim")
+	_, err = b.Lock(ctx, "lock")
+	assert.ErrorIs(t, err, pglease.ErrHeld, "Lock")
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = b.ClaimWait(waitCtx, "wait")
+	cancel()
+	assert.ErrorIs(t, err, pglease.ErrHeld, "a waiting claim waits")
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "a waiting claim waits")
+	if fenced { // without a fence column, claims go one by one
+		leases, errs := pglease.ClaimBurst(ctx, b, []string{"burst-1", "burst-2", "free"})
+		assert.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst")
+		assert.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst")
+		require.NoError(t, errs[2], "a burst takes the free key")
+		require.NoError(t, leases[2].Unlock(ctx))
+	}
+
+	leader, err := pglease.NewElector(a, "leader")
+	require.NoError(t, err)
+	follower, err := pglease.NewElector(b, "leader")
+	require.NoError(t, err)
+	require.NoError(t, leader.IsLeader(ctx))
+	assert.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader")
+	assert.NoError(t, leader.IsLeader(ctx), "the first leader still leads")
+
+	read := pgtest.ReadRow
+	if !fenced {
+		read = readLegacyRow
+	}
+	for _, l := range held {
+		assert.NoError(t, l.Err(), "%s is still the first Locker's", l.Key())
+		row, ok := read(t, pool, table, l.Key())
+		require.True(t, ok)
+		assert.Equal(t, []any{l.Holder(), l.Fence()}, []any{row.Holder, row.Fence}, "%s: the row is the first Locker's mandate", l.Key())
+		assert.True(t, strings.HasPrefix(row.Holder, "replica"), "the row names the configured holder: %q", row.Holder)
+	}
+}
+
+// testSameHolderInTwoVersions gives a Locker of the previous version
+// (StoredHolder: the holder stored as it was given) and one of
+// this version, each on a pool of its own, one WithHolder value: whatever
+// either holds, the other is refused by Claim, Lock, a burst and an
+// Elector. fenced chooses a table of Migrate or one WithoutFenceColumn.
+func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	var opts []pglease.LockerOption
+	var table string
+	var pool, other *pgxpool.Pool
+	read := pgtest.ReadRow
+	if fenced {
+		pool, other = pgtest.Pool(t, nil), pgtest.Pool(t, nil)
+		table = pgtest.Table(t, pool)
+	} else {
+		var dsn string
+		table, dsn = legacyTable(t, legacyColumns)
+		pool, other = pgtest.PoolAt(t, dsn, nil), pgtest.PoolAt(t, dsn, nil)
+		opts, read = []pglease.LockerOption{pglease.WithoutFenceColumn()}, readLegacyRow
+	}
+	old := pgtest.Locker(t, pool, table, "replica", append(opts, pglease.StoredHolder("replica"))...)
+	current := pgtest.Locker(t, other, table, "replica", opts...)
+	versions := map[string]*pglease.Locker{"previous": old, "current": current}
+	for first, second := range map[string]string{"previous": "current", "current": "previous"} {
+		a, b := versions[first], versions[second]
+		var held []*pglease.Lease
+		for _, key := range []string{"claim", "lock", "burst"} {
+			lease, err := a.Claim(ctx, first+"-"+key)
+			require.NoError(t, err)
+			held = append(held, lease)
+		}
+		_, err := b.Claim(ctx, first+"-claim")
+		assert.ErrorIs(t, err, pglease.ErrHeld, "Claim by the %s version of the %s version's lease", second, first)
+		_, err = b.Lock(ctx, first+"-lock")
+		assert.ErrorIs(t, err, pglease.ErrHeld, "Lock by the %s version of the %s version's lease", second, first)
+		if fenced { // without a fence column, claims go one by one
+			_, errs := pglease.ClaimBurst(ctx, b, []string{first + "-burst", first + "-claim"})
+			assert.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst of the %s version", second)
+			assert.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst of the %s version", second)
+		}
+		leader, err := pglease.NewElector(a, first+"-leader")
+		require.NoError(t, err)
+		follower, err := pglease.NewElector(b, first+"-leader")
+		require.NoError(t, err)
+		require.NoError(t, leader.IsLeader(ctx))
+		assert.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader: the %s version's", first)
+		for _, l := range held {
+			assert.NoError(t, l.Err(), "%s is still the %s version's", l.Key(), first)
+			row, ok := read(t, pool, table, l.Key())
+			require.True(t, ok)
+			assert.Equal(t, []any{l.Holder(), l.Fence()}, []any{row.Holder, row.Fence}, "%s: the row is the %s version's mandate", l.Key(), first)
+		}
+	}
+}
+
 // TestClaim pins what a claim leaves on the server: a commit that waits
 // for the WAL flush only when it takes a row, and, when the claim fails,
 // times out or is abandoned in flight, nothing live that nobody holds.
@@ -105,6 +231,12 @@ func TestClaim(t *testing.T) {
 	t.Run("CommitSettingUnderPresets", testClaimCommitSettingUnderPresets)
 	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
 	t.Run("BurstsSurviveACrash", testBurstClaimsSurviveACrash)
+	// Guarantee: two Lockers given one WithHolder never both hold a key: the
+	// second gets ErrHeld, as any other holder would.
+	t.Run("SameHolderInTwoLockersNeverBothHold", func(t *testing.T) { testSameHolderNeverBothHold(t, true) })
+	// Guarantee: during a rolling deploy, a replica of the previous version and
+	// one of this version given one WithHolder never both hold a key.
+	t.Run("SameHolderInTwoVersionsNeverBothHold", func(t *testing.T) { testSameHolderInTwoVersions(t, true) })
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
 	// up gives its row back before it returns.
 	t.Run("CancelledInFlightGivesItsRowBack", func(t *testing.T) {
@@ -208,7 +340,7 @@ func TestClaim(t *testing.T) {
 		deadline := time.Now().Add(time.Second)
 		for time.Now().Before(deadline) {
 			r, _ := pgtest.ReadRow(t, pool, table, "job")
-			if r.Holder == "b" {
+			if r.Holder == b.Holder() {
 				break
 			}
 			time.Sleep(10 * time.Millisecond) // polling the row, bounded above
@@ -330,7 +462,7 @@ func TestClaim(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 1, counter.Count("claim"), "one statement")
 		assert.Equal(t, 0, counter.Count("other"))
-		assert.Equal(t, "replica-a", lease.Holder())
+		assert.Equal(t, a.Holder(), lease.Holder())
 		assert.Equal(t, "job", lease.Key())
 		row, _ := pgtest.ReadRow(t, pool, table, "job")
 		assert.Equal(t, row.Fence, lease.Fence(), "the fence is the one the database issued")

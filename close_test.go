@@ -120,9 +120,10 @@ func TestClose(t *testing.T) {
 				require.NoError(t, err)
 				taken, err := a.Claim(ctx, "taken")
 				require.NoError(t, err)
-				// The same replica, restarted, takes "taken" back with a new
-				// mandate before the old Locker closes.
-				next, err := pgtest.Locker(t, pool, table, "a", opts...).Claim(ctx, "taken")
+				// A claim of the same holder that a never saw (another Locker
+				// storing its holder) takes "taken" with a new mandate before
+				// a closes.
+				next, err := pgtest.Locker(t, pool, table, "a", append(opts, pglease.StoredHolder(a.Holder()))...).Claim(ctx, "taken")
 				require.NoError(t, err)
 
 				require.NoError(t, a.Close(ctx), "a lease lost to a later mandate is not an error of Close")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -73,7 +74,9 @@ func ExampleAdmin() {
 		panic(err)
 	}
 	for _, r := range rows { // r.ServerNow: the server's clock at the reading
-		fmt.Println(r.Key, r.Holder, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn: ExpiresAt minus ServerNow
+		// r.Holder: WithHolder's value, '#', the Locker's own suffix
+		name, _, _ := strings.Cut(r.Holder, "#")
+		fmt.Println(r.Key, name, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn: ExpiresAt minus ServerNow
 	}
 	n, err := admin.Purge(ctx, 24*time.Hour) // at least MinRetention, else an error that says why
 	if err != nil {
@@ -84,16 +87,16 @@ func ExampleAdmin() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(rev.Changed, rev.Row.Holder)
+	fmt.Println(rev.Changed, rev.Row.Holder == replica.Holder())
 	rev, err = admin.ForceExpire(ctx, "weekly") // as `release -now`: UNSAFE, claimable at once
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(rev.Changed, rev.Row.Holder)
+	fmt.Println(rev.Changed, rev.Row.Holder == replica.Holder())
 	// Output:
 	// nightly replica-a true true 1m0s
 	// weekly replica-a true true 1m0s
 	// purged 0
-	// true replica-a
-	// true replica-a
+	// true true
+	// true true
 }

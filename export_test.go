@@ -144,3 +144,13 @@ func InCallback(e *Elector) bool {
 	defer e.mu.Unlock()
 	return e.inCallback
 }
+
+// StoredHolder makes a Locker store holder as it is, without a suffix of
+// its own: as the previous version stored WithHolder(holder) (the
+// statements are the same in both versions, only the holder they carry
+// differs), or sharing another Locker's Holder, whose leases it then takes
+// as its own re-entrant claims, as a claim of that Locker whose reply was
+// lost would.
+func StoredHolder(holder string) LockerOption {
+	return lockerOption(func(c *config) { c.holder = holder })
+}

@@ -123,7 +123,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 
 		entries := pgtest.ReadLedger(t, admin, ledger)
 		require.Len(t, entries, 1)
-		assert.Equal(t, "b", entries[0].Holder, "nothing of the paused mandate was written")
+		assert.Equal(t, b.Holder(), entries[0].Holder, "nothing of the paused mandate was written")
 	})
 
 	// A claim arriving while a guarded transaction is open waits for it, then
@@ -355,9 +355,10 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		require.NoError(t, err)
 		require.NoError(t, guardedWrite(ctx, pool, ledger, first))
 
-		// A second Locker of the same replica re-claims the key: the row now
-		// carries another forged holder, though the replica prefix is the same.
-		other := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn())
+		// A claim of the same holder that l never saw (another Locker storing
+		// its holder) re-claims the key: the row now carries another forged
+		// holder, though the prefix is the same.
+		other := pgtest.Locker(t, pool, table, "replica-1", pglease.WithoutFenceColumn(), pglease.StoredHolder(l.Holder()))
 		second, err := other.Claim(ctx, "job")
 		require.NoError(t, err)
 		require.NoError(t, first.Err(), "first's Locker has not noticed yet")
@@ -596,7 +597,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		ctx, pool, table := pgtest.Setup(t)
 		ledger := pgtest.NewLedger(t, pool)
 		a1 := pgtest.Locker(t, pool, table, "a")
-		a2 := pgtest.Locker(t, pool, table, "a")
+		a2 := pgtest.Locker(t, pool, table, "a", pglease.StoredHolder(a1.Holder()))
 
 		first, err := a1.Claim(ctx, "job")
 		require.NoError(t, err)
@@ -673,17 +674,18 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		}
 		poolA, poolB := onPath(s1), onPath(s2)
 
-		// Tenant A: a's mandate, then a later one of the same service (holder
-		// "svc" again, another Locker: a re-entrant claim with a new fence).
-		first, err := pgtest.Locker(t, poolA, "lease", "svc").Claim(ctx, "job")
+		// Tenant A: a's mandate, then a later one of the same holder (another
+		// Locker storing it: a re-entrant claim with a new fence).
+		svc := pgtest.Locker(t, poolA, "lease", "svc")
+		first, err := svc.Claim(ctx, "job")
 		require.NoError(t, err)
-		later, err := pgtest.Locker(t, poolA, "lease", "svc").Claim(ctx, "job")
+		later, err := pgtest.Locker(t, poolA, "lease", "svc", pglease.StoredHolder(svc.Holder())).Claim(ctx, "job")
 		require.NoError(t, err)
 		require.Greater(t, later.Fence(), first.Fence())
 
 		// Tenant B: the same service holds the same key, fence from its own
 		// sequence.
-		tenantB, err := pgtest.Locker(t, poolB, "lease", "svc").Claim(ctx, "job")
+		tenantB, err := pgtest.Locker(t, poolB, "lease", "svc", pglease.StoredHolder(svc.Holder())).Claim(ctx, "job")
 		require.NoError(t, err)
 		require.Equal(t, first.Fence(), tenantB.Fence(), "both sequences start at 1")
 
@@ -714,7 +716,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 				table := pgtest.Table(t, admin)
 				ledger := pgtest.NewLedger(t, admin)
 				a1 := pgtest.Locker(t, pool, table, "a")
-				a2 := pgtest.Locker(t, pool, table, "a")
+				a2 := pgtest.Locker(t, pool, table, "a", pglease.StoredHolder(a1.Holder()))
 				first, err := a1.Claim(ctx, "job")
 				require.NoError(t, err)
 				require.NoError(t, guardedWrite(ctx, pool, ledger, first))

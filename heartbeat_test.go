@@ -106,7 +106,7 @@ func TestHeartbeat(t *testing.T) {
 		ev := events.WaitFor(t, pglease.EventLost, time.Second)
 		assert.Equal(t, "k", ev.Key)
 		assert.Equal(t, lease.Fence(), ev.Fence)
-		assert.Equal(t, "a", ev.Holder)
+		assert.Equal(t, l.Holder(), ev.Holder)
 		_, ok := l.Held("k")
 		assert.False(t, ok)
 

@@ -179,7 +179,7 @@ func TestInput(t *testing.T) { //nolint:tparallel // BadInputNamesWhatIsWrong ru
 		require.NoError(t, err)
 		require.NoError(t, lease.Unlock(ctx))
 		after := fullSnapshot(t, pool, table)
-		require.Equal(t, "hostile", after[hostile].Holder)
+		require.Equal(t, l.Holder(), after[hostile].Holder)
 		delete(after, hostile)
 		require.Equal(t, before, after, "nothing but the hostile-but-valid key was written")
 		var tables int

@@ -207,7 +207,7 @@ func TestUnlock(t *testing.T) {
 		row, ok := pgtest.ReadRow(t, pool, table, "k")
 		require.True(t, ok, "the row is still there")
 		assert.False(t, row.Live)
-		assert.Equal(t, "a", row.Holder)
+		assert.Equal(t, a.Holder(), row.Holder)
 		assert.Equal(t, lease.Fence(), row.Fence)
 		require.ErrorIs(t, lease.Err(), pglease.ErrReleased)
 		select {
@@ -426,7 +426,7 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 		})
 		l := pgtest.Locker(t, p, table, "generic", pglease.WithTTL(5*time.Second))
-		other := pgtest.Locker(t, p, table, "generic", pglease.WithTTL(5*time.Second))
+		other := pgtest.Locker(t, p, table, "generic", pglease.WithTTL(5*time.Second), pglease.StoredHolder(l.Holder()))
 		for i := range 8 {
 			key := fmt.Sprintf("generic-%d", i)
 			lease, err := l.Claim(ctx, key)
@@ -451,7 +451,7 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 	})
 
 	// A lease superseded by a re-entrant claim of the same holder (another
-	// Locker with the holder's name, as after a restart) while its Unlock
+	// Locker storing its holder, as a claim whose reply was lost) while its Unlock
 	// is on its way: the late release of the old mandate never touches the
 	// new mandate's row, and its outcome is released (it came first) or
 	// ErrLost.
@@ -586,7 +586,7 @@ func testUnlockUnderSerializable(t *testing.T) { // the subtests share one datab
 		}
 	})
 
-	// A re-entrant claim of the same holder (another Locker of that name)
+	// A re-entrant claim of the same holder (another Locker storing it)
 	// racing the old mandate's Unlock, serializable.
 	t.Run("ReentrantRace", func(t *testing.T) { raceReentrantClaimWithUnlock(ctx, t, pool, table) })
 }
@@ -745,14 +745,14 @@ func (r *roundCounter) longestGap(from, to time.Time) time.Duration {
 }
 
 // raceReentrantClaimWithUnlock races, 60 times, an Unlock of a lease against
-// a re-entrant claim of its key by another Locker of the same holder (as
-// after a restart): the old lease's late release never touches the new
+// a re-entrant claim of its key by another Locker storing the same holder
+// (as a claim whose reply was lost): the old lease's late release never touches the new
 // lease's row (its fence, its liveness, its expiry), and its outcome is
 // released (it came first) or ErrLost.
 func raceReentrantClaimWithUnlock(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
 	oldL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
-	newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second))
+	newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(5*time.Second), pglease.StoredHolder(oldL.Holder()))
 	released, lost := 0, 0
 	for i := range 60 {
 		key := fmt.Sprintf("reentrant-%d", i)

@@ -170,7 +170,8 @@ func isNil(db DB) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Holder is the identity this Locker writes in the holder column.
+// Holder is the identity this Locker writes in the holder column: its
+// WithHolder value, '#' and a random suffix that no other Locker has.
 func (l *Locker) Holder() string { return l.cfg.holder }
 
 // TTL is the lease duration this Locker claims and extends.

@@ -303,18 +303,18 @@ func TestNemesis(t *testing.T) {
 // Elector with a holder of its own, and its workers.
 func (r *nemesisRun) start(s *nemesisSlot) {
 	s.gen++
-	s.holder = fmt.Sprintf("%s.%d", s.name, s.gen)
 	s.stop = make(chan struct{})
 	s.mu.Lock()
 	s.held = map[string]*pglease.Lease{}
 	s.elected, s.leaders = map[int64]time.Time{}, map[int64]*nemesisLease{}
 	s.lastClaim = time.Now()
 	s.mu.Unlock()
-	opts := []pglease.Option{pglease.WithTable(r.table), pglease.WithHolder(s.holder), pglease.WithLogger(pgtest.Quiet),
+	opts := []pglease.Option{pglease.WithTable(r.table), pglease.WithHolder(fmt.Sprintf("%s.%d", s.name, s.gen)), pglease.WithLogger(pgtest.Quiet),
 		pglease.WithTTL(nemesisTTL), pglease.WithHeartbeatInterval(nemesisBeat), pglease.WithTimeout(nemesisTimeout),
-		pglease.WithHook(r.hook(s, s.holder))}
+		pglease.WithHook(r.hook(s))}
 	if s.elector {
 		s.elecOn = pgtest.Each(pglease.NewLocker(s.db(), opts...))
+		s.holder = s.elecOn.Holder()
 		var err error
 		s.elec, err = pglease.NewElector(s.elecOn, nemesisLeader)
 		require.NoError(r.t, err)
@@ -324,6 +324,7 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		return
 	}
 	s.locker = pgtest.Each(pglease.NewLocker(s.db(), opts...))
+	s.holder = s.locker.Holder()
 	s.jobs = nil
 	for _, terms := range nemesisJobs {
 		j, err := s.locker.Job(terms...)
@@ -342,10 +343,11 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 // (the overlap check's takeovers), and an Elector's claims, which its
 // campaign makes one after the other: each is sent after the outcome of
 // the one before.
-func (r *nemesisRun) hook(s *nemesisSlot, holder string) func(pglease.Event) {
+func (r *nemesisRun) hook(s *nemesisSlot) func(pglease.Event) {
 	client := 300 + s.index
 	return func(ev pglease.Event) {
 		now := time.Now()
+		holder := ev.Holder // the Locker's own: every event here is of its claims
 		switch ev.Kind {
 		case pglease.EventAcquired, pglease.EventClaimFailed:
 			if ev.Fence != 0 {

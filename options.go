@@ -170,7 +170,8 @@ type electorOption func(*config)
 func (o electorOption) applyElector(c *config) { c.run(o) }
 
 type config struct {
-	holder     string
+	name       string // WithHolder's value, or defaultHolder
+	holder     string // what the Locker stores: name, forgeSep, a suffix of its own
 	ttl        time.Duration
 	heartbeat  time.Duration // 0: ttl/3
 	minHold    time.Duration
@@ -193,13 +194,17 @@ type config struct {
 // heartbeat, release or re-entrant claim matches the revoked row again, and
 // the key stays held until the expiry its last holder had. It fits any
 // holder column a Locker can use: with WithoutFenceColumn the column must
-// take at least a one-character holder, '#' and a 16-character suffix.
+// take at least a one-character holder and two suffixes of '#' and 16
+// characters.
 const RevokedHolder = "pglease:revoked"
 
-// WithHolder sets the identity this replica writes in the holder column. It
-// must be unique per Locker: two Lockers with one holder would take each
-// other's leases as re-entrant claims. The default is hostname-pid-random.
-// RevokedHolder is refused.
+// WithHolder names this replica in the holder column, for operators: the
+// Locker stores it followed by '#' and a random suffix of its own
+// (Locker.Holder), so that only the leases this Locker claimed are its own
+// to re-claim. Any value works, a service name shared by every replica
+// included: two Lockers with one name still exclude each other, and one
+// started again cannot re-claim its previous run's live leases (Close
+// releases them). The default is hostname-pid. RevokedHolder is refused.
 func WithHolder(id string) LockerOption {
 	return lockerOption(func(c *config) {
 		switch {
@@ -210,7 +215,7 @@ func WithHolder(id string) LockerOption {
 		case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
 			c.invalid("WithHolder", "WithHolder(%q): holder must be valid UTF-8 without NUL bytes", id)
 		default:
-			c.holder = id
+			c.name = id
 		}
 	})
 }
@@ -287,14 +292,14 @@ func WithTimeout(d time.Duration) TermOption {
 // WithoutFenceColumn makes the Locker work on an existing lease table that it
 // cannot alter: columns key (unique), holder (text) and expires_at
 // (timestamptz), optionally acquired_at (timestamptz), and no fence. Each
-// claim then writes a holder identifier forged for that one lease (the
-// replica's holder, '#', a random suffix), and "is this still my lease?"
+// claim then writes a holder identifier forged for that one lease
+// (Locker.Holder, '#', a random suffix), and "is this still my lease?"
 // becomes equality on it. There is no order between the leases of a key:
-// Fence returns 0, so downstream fencing needs the fence column. A replica
+// Fence returns 0, so downstream fencing needs the fence column. A Locker
 // may still re-claim its own live lease (a holder of exactly that shape: its
 // holder, '#', 16 lowercase hex digits), and a previous lease's late
-// heartbeat or release touches nothing. The holder must not contain '#', so
-// that no other replica's identifiers can have that shape. Migrate and Schema
+// heartbeat or release touches nothing. WithHolder must not contain '#', so
+// that no other Locker's identifiers can have that shape. Migrate and Schema
 // do not take it (they create the fenced table); the table is checked at the
 // first claim. An Admin reads whichever columns the table has, so there it is
 // welcome but not needed.
@@ -409,11 +414,14 @@ func newConfig(opts []LockerOption) (config, error) {
 	if c.minHold > c.ttl {
 		c.invalid("WithMinHold", "WithMinHold(%v): must not exceed the TTL (%v)", c.minHold, c.ttl)
 	}
-	if c.holder == "" {
-		c.holder = defaultHolder()
+	if c.name == "" {
+		c.name = defaultHolder()
 	}
-	if c.noFence && strings.Contains(c.holder, forgeSep) {
-		c.invalid("WithHolder", "WithHolder(%q): with WithoutFenceColumn the holder must not contain %q, which separates the forged suffix", c.holder, forgeSep)
+	if c.holder == "" {
+		c.holder = c.name + forgeSep + randomSuffix()
+	}
+	if c.noFence && strings.Contains(c.name, forgeSep) {
+		c.invalid("WithHolder", "WithHolder(%q): with WithoutFenceColumn the holder must not contain %q, which separates the forged suffix", c.name, forgeSep)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -421,14 +429,23 @@ func newConfig(opts []LockerOption) (config, error) {
 	return c, errors.Join(c.errs...)
 }
 
-// defaultHolder is hostname-pid-random: unique per Locker even for two
-// Lockers in one process.
+// defaultHolder is hostname-pid; the suffix newConfig adds makes it unique
+// per Locker, even for two Lockers in one process.
 func defaultHolder() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown"
 	}
-	var b [4]byte
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// suffixLen is the length of a random suffix: 16 lowercase hex digits.
+const suffixLen = 16
+
+// randomSuffix returns suffixLen random lowercase hex digits: what makes a
+// Locker's holder its own, and, WithoutFenceColumn, each mandate's.
+func randomSuffix() string {
+	var b [suffixLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return hex.EncodeToString(b[:])
 }

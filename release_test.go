@@ -113,7 +113,7 @@ func testReleaseQuietResend(t *testing.T) {
 		spyPool := pgtest.PoolAt(t, dsn, spy)
 		oldL := pgtest.Locker(t, spyPool, table, "same", pglease.WithTTL(30*time.Second))
 		pglease.SetCoalesceAll(oldL, false)
-		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(30*time.Second))
+		newL := pgtest.Locker(t, pool, table, "same", pglease.WithTTL(30*time.Second), pglease.StoredHolder(oldL.Holder()))
 		hits := 0
 		for i := range 8 {
 			key := fmt.Sprintf("newer-%d", i)

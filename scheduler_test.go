@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -266,7 +267,7 @@ func TestScheduler(t *testing.T) {
 		require.Nil(t, lock)
 		ev := events.WaitFor(t, pglease.EventClaimFailed, time.Second)
 		assert.Equal(t, "job", ev.Key)
-		assert.Equal(t, "replica-1", ev.Holder)
+		assert.Equal(t, l.Holder(), ev.Holder)
 	})
 
 	// Guarantee: a scheduler's shutdown releases the running job's lease through
@@ -323,7 +324,7 @@ func TestScheduler(t *testing.T) {
 		require.Len(t, failed, 1)
 		assert.Equal(t, slog.LevelError, failed[0]["level"])
 		assert.Equal(t, "down", failed[0]["key"])
-		assert.Equal(t, "replica-1", failed[0]["holder"])
+		assert.Equal(t, l.Holder(), failed[0]["holder"])
 		assert.Contains(t, fmt.Sprint(failed[0]["error"]), "connection refused")
 
 		// A lease lost while its job runs is an error, and Unlock then reports
@@ -406,7 +407,7 @@ func TestScheduler(t *testing.T) {
 		}
 		dead := c.r
 		crashRow, _ := pgtest.ReadRow(t, pool, table, "tick")
-		require.Equal(t, dead.name, crashRow.Holder)
+		require.Equal(t, dead.locker.Holder(), crashRow.Holder)
 		go func() { _ = dead.sched.Shutdown() }()
 
 		// The next run by another replica: after the dead holder's lease expired
@@ -421,7 +422,8 @@ func TestScheduler(t *testing.T) {
 				require.NotEqual(t, dead.name, x.replica, "the crashed replica runs nothing")
 				assert.Greater(t, x.fence, crashRow.Fence)
 				now, _ := pgtest.ReadRow(t, pool, table, "tick")
-				assert.Equal(t, x.replica, now.Holder)
+				name, _, _ := strings.Cut(now.Holder, "#") // its WithHolder
+				assert.Equal(t, x.replica, name)
 				assert.False(t, x.start.Before(crashRow.ExpiresAt), "took over at %v, the dead lease expired at %v", x.start, crashRow.ExpiresAt)
 				t.Logf("%s took over %v after the crash row's expiry, fence %d -> %d", x.replica, x.start.Sub(crashRow.ExpiresAt), crashRow.Fence, x.fence)
 				return

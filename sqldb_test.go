@@ -309,7 +309,7 @@ func TestSQL(t *testing.T) {
 		infos, err := admin.List(ctx)
 		require.NoError(t, err)
 		require.Len(t, infos, 1)
-		assert.Equal(t, "a", infos[0].Holder)
+		assert.Equal(t, l.Holder(), infos[0].Holder)
 		_, err = admin.Revoke(ctx, "job") // in a transaction of Begin
 		require.NoError(t, err)
 

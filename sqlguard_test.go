@@ -439,7 +439,7 @@ func TestSQLContract(t *testing.T) {
 				assert.Equal(t, keys[i], leases[i].Key())
 				row, ok := pgtest.ReadRow(t, pool, table, keys[i])
 				require.True(t, ok, "no row of %q", keys[i])
-				assert.Equal(t, "a", row.Holder)
+				assert.Equal(t, l.Holder(), row.Holder)
 				assert.True(t, row.Live)
 			}
 			var n int
@@ -552,7 +552,7 @@ func TestSQLContract(t *testing.T) {
 			row, ok := pgtest.ReadRow(t, pool, table, "job")
 			require.True(t, ok)
 			assert.Equal(t, lease.Fence(), row.Fence)
-			assert.Equal(t, "a", row.Holder)
+			assert.Equal(t, l.Holder(), row.Holder)
 		})
 
 		// Shows: a guard that waits on the row (another transaction holds
@@ -670,7 +670,7 @@ func TestSQLContract(t *testing.T) {
 				}
 				require.Eventually(t, func() bool {
 					row, ok := pgtest.ReadRow(t, pool, table, key)
-					return ok && (!row.Live || row.Holder != "a")
+					return ok && (!row.Live || row.Holder != l.Holder())
 				}, 3*time.Second, 20*time.Millisecond, "a given-up claim of %q left a live row for a: %v", key, err)
 			}
 		})
@@ -693,7 +693,7 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, err, "%q", keys[i])
 			row, ok := pgtest.ReadRow(t, pool, table, keys[i])
 			require.True(t, ok, "no row of %q", keys[i])
-			assert.Equal(t, "a", row.Holder)
+			assert.Equal(t, l.Holder(), row.Holder)
 		}
 		tx, err := sdb.BeginTx(ctx, nil)
 		require.NoError(t, err)
@@ -728,7 +728,7 @@ func TestSQLContract(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		row, ok := pgtest.ReadRow(t, pool, table, "job")
 		require.True(t, ok)
-		assert.False(t, row.Live && row.Holder == "a",
+		assert.False(t, row.Live && row.Holder == l.Holder(),
 			"a claim given up 3s before its row lock ended took the row: live for %q (fence %d) until %v, and nobody holds it", row.Holder, row.Fence, row.ExpiresAt)
 	})
 
@@ -893,7 +893,7 @@ func TestSQLContract(t *testing.T) {
 			second, err := eb.Campaign(cctx)
 			require.NoError(t, err)
 			assert.Greater(t, second.Fence(), first.Fence())
-			assert.Equal(t, "b", second.Holder())
+			assert.Equal(t, lb.Holder(), second.Holder())
 		})
 	}
 }

@@ -2,8 +2,6 @@ package pglease
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,19 +40,13 @@ func newUnfenced(t table, cfg config) *unfenced {
 	}
 }
 
-// forgeLen is the length of the suffix forge adds after forgeSep: 16
-// lowercase hex digits, as sqlstmt.UnfencedClaim checks.
-const forgeLen = 16
-
 // holderOf is the mandate of a lease of this protocol.
 func holderOf(ls *Lease) string { return ls.holder }
 
-// forge returns a holder identifier for one mandate.
-func (p *unfenced) forge() string {
-	var b [forgeLen / 2]byte
-	_, _ = rand.Read(b[:])
-	return p.replica + forgeSep + hex.EncodeToString(b[:])
-}
+// forge returns a holder identifier for one mandate: the Locker's holder,
+// forgeSep and a random suffix (suffixLen lowercase hex digits, as
+// sqlstmt.UnfencedClaim checks).
+func (p *unfenced) forge() string { return p.replica + forgeSep + randomSuffix() }
 
 func (p *unfenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
 	claimSQL, err := p.check(ctx, db)

@@ -112,7 +112,7 @@ func TestClaimWait(t *testing.T) {
 		r := w.release(t, 3*time.Second)
 		require.NoError(t, r.err)
 		row, _ := pgtest.ReadRow(t, w.pool, w.table, "job")
-		require.Equal(t, "waiter", row.Holder)
+		require.Equal(t, w.waiter.Holder(), row.Holder)
 		require.Equal(t, r.lease.Fence(), row.Fence)
 	})
 
@@ -131,7 +131,7 @@ func TestClaimWait(t *testing.T) {
 		// Woken at the expiry read on the server, well before the 5s backoff.
 		r := receive(t, got, 4*time.Second)
 		require.NoError(t, r.err)
-		require.Equal(t, "waiter", r.lease.Holder())
+		require.Equal(t, waiter.Holder(), r.lease.Holder())
 	})
 
 	t.Run("WakesAfterTheListenerIsKilled", func(t *testing.T) {
@@ -263,7 +263,7 @@ func TestClaimWait(t *testing.T) {
 		require.NoError(t, held.Unlock(ctx))
 		r := receive(t, got, 5*time.Second)
 		require.NoError(t, r.err)
-		require.Equal(t, "waiter", r.lease.Holder())
+		require.Equal(t, waiter.Holder(), r.lease.Holder())
 	})
 
 	t.Run("PollsOnADBThatIsNotAPool", func(t *testing.T) {
@@ -412,7 +412,7 @@ func TestClaimWait(t *testing.T) {
 			row, ok := pgtest.ReadRow(t, pool, table, key)
 			require.True(t, ok)
 			if r.err == nil {
-				require.Equal(t, "waiter", row.Holder)
+				require.Equal(t, waiter.Holder(), row.Holder)
 				require.True(t, row.Live)
 				require.NoError(t, r.lease.Unlock(ctx))
 				continue
@@ -420,7 +420,7 @@ func TestClaimWait(t *testing.T) {
 			require.ErrorIs(t, r.err, context.DeadlineExceeded)
 			_, ok = waiter.Held(key)
 			require.False(t, ok, "the waiter gave up but holds %q", key)
-			require.False(t, row.Live && row.Holder == "waiter", "the waiter gave up (%v) but its row is live: %+v", r.err, row)
+			require.False(t, row.Live && row.Holder == waiter.Holder(), "the waiter gave up (%v) but its row is live: %+v", r.err, row)
 		}
 	})
 
@@ -456,7 +456,7 @@ func TestClaimWait(t *testing.T) {
 		require.False(t, ok)
 		row, ok := pgtest.ReadRow(t, pool, table, "job")
 		require.True(t, ok)
-		require.False(t, row.Live && row.Holder == "waiter",
+		require.False(t, row.Live && row.Holder == waiter.Holder(),
 			"ClaimWait returned an error but left a live row under its holder, held by nobody until %v: %+v", row.ExpiresAt, row)
 	})
 
@@ -506,7 +506,7 @@ func TestClaimWait(t *testing.T) {
 			return
 		}
 		t.Logf("ClaimWait returned: %v", r.err)
-		require.False(t, row.Live && row.Holder == "waiter",
+		require.False(t, row.Live && row.Holder == waiter.Holder(),
 			"ClaimWait returned an error but left a live row under its holder, held by nobody: %+v", row)
 	})
 

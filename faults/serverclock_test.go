@@ -188,7 +188,7 @@ func TestServerClock(t *testing.T) {
 		_, err := pool.Exec(ctx, fmt.Sprintf(`
 CREATE FUNCTION stall_%[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF NEW.holder = 'stalled' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
+  IF split_part(NEW.holder, '#', 1) = 'stalled' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
   RETURN NEW;
 END $$;
 CREATE TRIGGER stall BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION stall_%[1]s();`, table))

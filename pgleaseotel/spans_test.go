@@ -91,7 +91,7 @@ func TestSpans(t *testing.T) {
 		assert.Equal(t, codes.Unset, span.Status().Code)
 		wantAttrs(t, span, db(table, "claim")...)
 		wantAttrs(t, span, attribute.String("pglease.key", "job"), attribute.Int64("pglease.fence", lease.Fence()),
-			attribute.String("pglease.holder", "a"), attribute.String("pglease.outcome", "acquired"))
+			attribute.String("pglease.holder", l.Holder()), attribute.String("pglease.outcome", "acquired"))
 		assert.NotContains(t, attrs(span), attribute.Key("error.type"))
 		acquired := ev.of(pglease.EventAcquired)
 		require.Len(t, acquired, 1)
@@ -112,7 +112,7 @@ func TestSpans(t *testing.T) {
 
 		span := tel.only(t, "pglease.claim")
 		assert.Equal(t, codes.Unset, span.Status().Code, "contention is not a failure")
-		wantAttrs(t, span, attribute.String("pglease.outcome", "held"), attribute.String("pglease.holder", "b"))
+		wantAttrs(t, span, attribute.String("pglease.outcome", "held"), attribute.String("pglease.holder", b.Holder()))
 		assert.NotContains(t, attrs(span), attribute.Key("error.type"))
 	})
 
@@ -240,7 +240,7 @@ func TestSpans(t *testing.T) {
 		}()
 		require.Eventually(t, func() bool {
 			for _, s := range tel.ended("pglease.claim") {
-				if attrs(s)["pglease.holder"].AsString() == "b" {
+				if attrs(s)["pglease.holder"].AsString() == b.Holder() {
 					return true
 				}
 			}
@@ -260,11 +260,11 @@ func TestSpans(t *testing.T) {
 		assert.Equal(t, parent.SpanContext().SpanID(), wait.Parent().SpanID(), "the caller's span is its parent")
 		assert.Equal(t, trace.SpanKindInternal, wait.SpanKind())
 		wantAttrs(t, wait, db(table, "claim_wait")...)
-		wantAttrs(t, wait, attribute.String("pglease.key", "job"), attribute.String("pglease.holder", "b"),
+		wantAttrs(t, wait, attribute.String("pglease.key", "job"), attribute.String("pglease.holder", b.Holder()),
 			attribute.Int64("pglease.fence", second.Fence()), attribute.String("pglease.outcome", "acquired"))
 		var outcomes []string
 		for _, s := range tel.ended("pglease.claim") {
-			if attrs(s)["pglease.holder"].AsString() == "b" {
+			if attrs(s)["pglease.holder"].AsString() == b.Holder() {
 				outcomes = append(outcomes, attrs(s)["pglease.outcome"].AsString())
 			}
 		}

@@ -52,8 +52,8 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 		fence       int64
 		state       string
 	}{
-		{"a-job", "replica-a", a.Fence(), "live"},
-		{"b-job", "replica-a", b.Fence(), "live"},
+		{"a-job", l.Holder(), a.Fence(), "live"},
+		{"b-job", l.Holder(), b.Fence(), "live"},
 		{"c-job", "replica-gone", 0, "expired"},
 	} {
 		f := strings.Fields(lines[i+1])
@@ -73,7 +73,7 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 	assert.Equal(t, "a-job", rows[0].Key)
 	require.NotNil(t, rows[0].Fence)
 	assert.Equal(t, a.Fence(), *rows[0].Fence)
-	assert.Equal(t, "replica-a", rows[0].Holder)
+	assert.Equal(t, l.Holder(), rows[0].Holder)
 	assert.True(t, rows[0].Live)
 	require.NotNil(t, rows[0].ExpiresInSeconds)
 	assert.InDelta(t, l.TTL().Seconds(), *rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
@@ -107,14 +107,14 @@ func TestReleaseOfALiveKeyMakesItClaimableByAnotherHolderAndItsHolderLosesIt(t *
 	require.Equal(t, exitOK, r0.code, r0.stderr)
 	out := r0.stdout
 	assert.Contains(t, out, `released key "nightly"`)
-	assert.Contains(t, out, `holder "replica-a"`)
+	assert.Contains(t, out, fmt.Sprintf("holder %q", a.Holder()))
 	assert.Contains(t, out, fmt.Sprintf("fence %d", lease.Fence()))
 	assert.Contains(t, r0.stderr, "WARNING", "-now says what it risks")
 	assert.Contains(t, r0.stderr, "two replicas may run the job at once")
 
 	r, _ := pgtest.ReadRow(t, pool, table, "nightly")
 	assert.False(t, r.Live, "expired now")
-	assert.Equal(t, "replica-a", r.Holder, "holder untouched")
+	assert.Equal(t, a.Holder(), r.Holder, "holder untouched")
 	assert.Equal(t, lease.Fence(), r.Fence, "fence untouched")
 	assert.True(t, r.ExpiresAt.After(r.AcquiredAt), "the CHECK holds")
 
@@ -458,7 +458,7 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 	_, err = b.Claim(ctx, "nightly")
 	require.ErrorIs(t, err, pglease.ErrHeld, "nobody can claim a revoked key before its expiry")
 	assert.Contains(t, r.stdout, `revoked key "nightly"`)
-	assert.Contains(t, r.stdout, `holder "replica-a"`)
+	assert.Contains(t, r.stdout, fmt.Sprintf("holder %q", a.Holder()))
 	assert.Contains(t, r.stdout, fmt.Sprintf("fence %d", lease.Fence()))
 	assert.Contains(t, r.stdout, "any holder may claim it from")
 	assert.Empty(t, r.stderr)
@@ -554,7 +554,7 @@ func TestStatusAndReleaseShowAndChangeARowPinnedToInfinity(t *testing.T) {
 	require.Len(t, lines, 3)
 	f := strings.Fields(lines[2])
 	require.Len(t, f, 6, lines[2])
-	assert.Equal(t, []string{"pinned", "replica-a", fmt.Sprint(lease.Fence())}, f[:3])
+	assert.Equal(t, []string{"pinned", a.Holder(), fmt.Sprint(lease.Fence())}, f[:3])
 	assert.Equal(t, []string{"never", "live"}, f[4:])
 	assert.Equal(t, "live", strings.Fields(lines[1])[5], lines[1])
 

@@ -183,12 +183,13 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
 //     heartbeat or release of an earlier mandate carries another one and
 //     matches nothing.
 //   - The conflict arm's first test keeps re-entrant claims working: a
-//     replica may take back its own live lease, and only that. $4 is the
-//     replica's holder and '#'; the row's holder must be exactly what
-//     the Locker's forge makes of it: that prefix, then 16 lowercase hex
-//     digits, nothing more. A prefix test alone would take the live lease of a
-//     replica of an older library whose plain holder merely starts the
-//     same way ("host-1#worker"). The prefix is compared by equality, not
+//     Locker may take back its own live lease, and only that. $4 is the
+//     Locker's holder (its name, '#', a suffix of its own) and '#'; the
+//     row's holder must be exactly what the Locker's forge makes of it:
+//     that prefix, then 16 lowercase hex digits, nothing more. A prefix
+//     test alone would take the live lease of a replica of an older
+//     library whose plain holder merely starts the same way
+//     ("host-1#worker"). The prefix is compared by equality, not
 //     by LIKE or a regular expression, so that no character of a holder
 //     acts as a pattern; COLLATE "C" makes the comparisons bytewise even
 //     when the column has a case-insensitive collation.
