@@ -42,7 +42,10 @@ const (
 // no longer matched, the lease had already ended locally (lost, released,
 // or its Locker closed: ErrLost without checking the row), ctx ended, or
 // the reply was lost. A caller that ignores the error and commits gets a
-// rollback. Only a tx that had already ended, or a nil one, is left as it
+// rollback. When tx cannot take the statement that aborts it (its
+// connection is busy with a result set still open, or broken), Guard
+// closes the connection under tx (GuardSQL rolls tx back), and its error
+// says so. Only a tx that had already ended, or a nil one, is left as it
 // is. Guard does not end the lease itself when the row no longer matches:
 // the heartbeat does.
 //
@@ -161,10 +164,20 @@ func endTx(ctx context.Context, tx pgx.Tx) string {
 		_ = s.tx.Rollback()
 		return "GuardSQL rolled tx back, and its commit fails"
 	}
-	if rerr := tx.Rollback(ctx); rerr != nil {
+	if rerr := rollbackGuard(ctx, tx); rerr != nil {
 		return fmt.Sprintf("its rollback failed too (%v): roll tx back, never commit it", rerr)
 	}
 	return "Guard rolled tx back"
+}
+
+// rollbackGuard rolls tx back, as execGuard sends a statement on it.
+func rollbackGuard(ctx context.Context, tx pgx.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("tx is nil (a wrapper around a nil transaction)")
+		}
+	}()
+	return tx.Rollback(ctx)
 }
 
 // connOf is tx's connection, or nil when tx has none to give.
