@@ -144,3 +144,7 @@ func InCallback(e *Elector) bool {
 	defer e.mu.Unlock()
 	return e.inCallback
 }
+
+// CheckTable makes l's one read of its table now, as its first claim would,
+// for tests that time that claim's statement alone.
+func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx) }

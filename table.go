@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -133,11 +134,27 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	if l.cfg.noFence {
 		use = claimUnfenced
 	}
-	if err := checkTable(ctx, l.conns.claim, t, use); err != nil {
+	err := checkTable(ctx, l.conns.claim, t, use)
+	for range 2 {
+		if !statementTimedOut(ctx, err) {
+			break
+		}
+		// A session's statement_timeout shorter than a fresh backend's
+		// first read of these catalogs: once more, the catalogs now cached.
+		err = checkTable(ctx, l.conns.claim, t, use)
+	}
+	if err != nil {
 		return fmt.Errorf("table %s: %w", t, err)
 	}
 	c.ok.Store(true)
 	return nil
+}
+
+// statementTimedOut reports whether err is the server's query_canceled
+// while ctx has not ended: a statement_timeout, not pglease's own cancel.
+func statementTimedOut(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil
 }
 
 // tableUse is who checks a table (checkTable), and so what is checked.
