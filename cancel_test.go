@@ -63,8 +63,9 @@ func TestClaimCancel(t *testing.T) {
 		app := pgtest.AppName("cancelearly")
 		slow := pgtest.AppPool(t, "", p, app)
 		require.NoError(t, slow.Ping(ctx)) // one idle connection, nothing prepared on it
-		p.SetLatency(200*time.Millisecond, 0, 1)
 		l := pgtest.Locker(t, slow, table, "claimer")
+		require.NoError(t, l.CheckTable(ctx)) // the Locker's one read of its table, before the link slows
+		p.SetLatency(200*time.Millisecond, 0, 1)
 
 		end := pgtest.LockRow(t, pool, table, "job")
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

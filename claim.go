@@ -57,6 +57,11 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 		return nil, err
 	}
 	defer leave()
+	if err := l.checkTable(ctx); err != nil { // once per Locker (table.go)
+		err = fmt.Errorf("pglease: claim %q: %w", key, err)
+		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
+		return nil, err
+	}
 
 	done, err := l.turns.Take(ctx, key)
 	if err != nil {

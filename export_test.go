@@ -154,3 +154,7 @@ func InCallback(e *Elector) bool {
 func StoredHolder(holder string) LockerOption {
 	return lockerOption(func(c *config) { c.holder = holder })
 }
+
+// CheckTable makes l's one read of its table now, as its first claim would,
+// for tests that time that claim's statement alone.
+func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx) }

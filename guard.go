@@ -42,7 +42,10 @@ const (
 // no longer matched, the lease had already ended locally (lost, released,
 // or its Locker closed: ErrLost without checking the row), ctx ended, or
 // the reply was lost. A caller that ignores the error and commits gets a
-// rollback. Only a tx that had already ended, or a nil one, is left as it
+// rollback. When tx cannot take the statement that aborts it (its
+// connection is busy with a result set still open, or broken), Guard
+// closes the connection under tx (GuardSQL rolls tx back), and its error
+// says so. Only a tx that had already ended, or a nil one, is left as it
 // is. Guard does not end the lease itself when the row no longer matches:
 // the heartbeat does.
 //
@@ -96,11 +99,10 @@ func (ls *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 
 // guardTx is Guard and GuardSQL once tx is known not to be nil.
 func (ls *Lease) guardTx(ctx context.Context, tx pgx.Tx) error {
-	err := ls.guard(ctx, tx)
-	if err != nil {
-		ls.refuse(ctx, tx, err)
+	if err := ls.guard(ctx, tx); err != nil {
+		return ls.refuse(ctx, tx, err)
 	}
-	return err
+	return nil
 }
 
 // guard checks ls's mandate in tx; every error it returns makes Guard
@@ -130,20 +132,66 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	return fmt.Errorf("pglease: guard %q fence %d: %w", ls.key, ls.fence, err)
 }
 
-// refuse leaves tx aborted after Guard failed with err: a failure the
-// server raised in tx has aborted it already; any other (the lease had
-// ended, the context ended before the statement went out, the reply was
-// lost) is made to abort it by sqlstmt.GuardRefused, sent even if ctx has
-// ended, within the lease's timeout. A tx whose connection is gone cannot
-// commit either.
-func (ls *Lease) refuse(ctx context.Context, tx pgx.Tx, err error) {
+// refuse leaves tx aborted after Guard failed with err, and returns err:
+// a failure the server raised in tx has aborted it already; any other (the
+// lease had ended, the context ended before the statement went out, the
+// reply was lost, the connection is busy with a result set still open) is
+// made to abort it by sqlstmt.GuardRefused, sent even if ctx has ended,
+// within the lease's timeout. When the server does not answer that with its
+// error, the refusal may not have been sent, and tx is ended under its
+// caller (endTx), as the error then says.
+func (ls *Lease) refuse(ctx context.Context, tx pgx.Tx, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxClosed) {
-		return
+		return err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
 	defer cancel()
-	_, _ = execGuard(rctx, tx, sqlstmt.GuardRefused)
+	_, rerr := execGuard(rctx, tx, sqlstmt.GuardRefused)
+	if errors.As(rerr, &pgErr) || errors.Is(rerr, pgx.ErrTxClosed) {
+		return err // refused by the server, or tx had ended
+	}
+	return fmt.Errorf("%w (the refusal could not be sent on tx: %v; %s)", err, rerr, endTx(rctx, tx))
+}
+
+// endTx makes tx unable to commit when the refusal could not be sent on it,
+// and says how: a pgx transaction's connection is closed (the server rolls
+// back what it never saw committed, savepoints and outer transaction
+// alike); a database/sql one (GuardSQL) is rolled back, after which
+// database/sql refuses its commit.
+func endTx(ctx context.Context, tx pgx.Tx) string {
+	if conn := connOf(tx); conn != nil {
+		_ = conn.Close(ctx)
+		return "Guard closed the connection under tx, which cannot commit"
+	}
+	if s, ok := tx.(*sqlTx); ok {
+		_ = s.tx.Rollback()
+		return "GuardSQL rolled tx back, and its commit fails"
+	}
+	if rerr := rollbackGuard(ctx, tx); rerr != nil {
+		return fmt.Sprintf("its rollback failed too (%v): roll tx back, never commit it", rerr)
+	}
+	return "Guard rolled tx back"
+}
+
+// rollbackGuard rolls tx back, as execGuard sends a statement on it.
+func rollbackGuard(ctx context.Context, tx pgx.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("tx is nil (a wrapper around a nil transaction)")
+		}
+	}()
+	return tx.Rollback(ctx)
+}
+
+// connOf is tx's connection, or nil when tx has none to give.
+func connOf(tx pgx.Tx) (conn *pgx.Conn) {
+	defer func() {
+		if recover() != nil {
+			conn = nil
+		}
+	}()
+	return tx.Conn()
 }
 
 // guardSQL renders the guard statement of this Locker's protocol. It is

@@ -620,6 +620,53 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		}
 	})
 
+	// Guarantee: a failed Guard leaves no transaction that can commit even
+	// when its connection is busy with a result set the caller still holds
+	// open, so that neither the guard statement nor the refusal can be sent
+	// on it: the lease ended locally (no statement sent) or was taken over on
+	// the server (the guard statement fails too). Guard then closes the
+	// connection under tx and says so; the stale write never lands.
+	t.Run("FailureLeavesNoCommittableTransactionOnABusyConnection", func(t *testing.T) {
+		t.Parallel()
+		for _, locally := range []bool{true, false} {
+			t.Run(map[bool]string{true: "EndedLocally", false: "TakenOverOnTheServer"}[locally], func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table := pgtest.Setup(t)
+				ledger := pgtest.NewLedger(t, pool)
+				a1 := pgtest.Locker(t, pool, table, "a")
+				a2 := pgtest.Locker(t, pool, table, "a")
+				first, err := a1.Claim(ctx, "job")
+				require.NoError(t, err)
+				if locally {
+					require.NoError(t, first.Unlock(ctx))
+				}
+				later, err := a2.Claim(ctx, "job") // takes the key over
+				require.NoError(t, err)
+
+				tx := beginTx(t, pool)
+				require.NoError(t, writeLedger(ctx, tx, ledger, first))
+				rows, err := tx.Query(ctx, `SELECT generate_series(1, 10000)`)
+				require.NoError(t, err)
+				require.True(t, rows.Next(), "the result set is open")
+				gerr := first.Guard(ctx, tx)
+				require.Error(t, gerr)
+				if locally {
+					require.ErrorIs(t, gerr, pglease.ErrLost)
+				}
+				t.Logf("guard: %v", gerr)
+				assert.ErrorContains(t, gerr, "closed the connection")
+				rows.Close()
+				cerr := tx.Commit(ctx) // a careless caller commits anyway
+				require.Error(t, cerr, "the transaction of a failed Guard committed")
+
+				require.NoError(t, guardedWrite(ctx, pool, ledger, later))
+				for _, e := range pgtest.ReadLedger(t, pool, ledger) {
+					assert.NotEqual(t, first.Fence(), e.Fence, "a write of fence %d landed after fence %d's", first.Fence(), later.Fence())
+				}
+			})
+		}
+	})
+
 	// Guarantee: a Guard cancelled by its context while it waits on the row
 	// lock of a claim in flight must not leave a transaction that commits.
 	t.Run("CancelledWaitLeavesNothingToCommit", func(t *testing.T) {

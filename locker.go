@@ -91,6 +91,8 @@ type Locker struct {
 	// fences remembers the fences handed out, for the give-back of a claim
 	// whose outcome is unknown (claim.go).
 	fences fence.Known[string]
+	// table is the check of the table before the first claim (table.go).
+	table tableCheck
 
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,

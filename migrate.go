@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -60,8 +58,9 @@ func Schema(opts ...SchemaOption) (string, error) {
 // crash would empty (UNLOGGED, TEMPORARY), and a fence sequence that could
 // hand a later lease of a key a smaller fence or stop handing fences out (a
 // CACHE above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's)
-// or a relation of the sequence's name that is no sequence. Migrate is where
-// they are checked: a Locker does not look at them.
+// or a relation of the sequence's name that is no sequence, and a key
+// column of a nondeterministic (case-insensitive) collation. A Locker
+// checks the sequence and the key column too, once, at its first claim.
 func Migrate(ctx context.Context, db DB, opts ...MigrateOption) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
@@ -100,7 +99,7 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 	if err := checkLogged(ctx, tx, t); err != nil {
 		return err
 	}
-	if err := checkFenceSequence(ctx, tx, t); err != nil {
+	if err := checkTable(ctx, tx, t, migrating); err != nil {
 		return err
 	}
 	if _, err := purge(ctx, tx, t, cfg.retention); err != nil {
@@ -148,50 +147,6 @@ func checkLogged(ctx context.Context, tx DB, t table) error {
 			strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
 	}
 	return nil
-}
-
-// checkFenceSequence refuses a fence sequence that could issue a fence
-// smaller than one it issued before, or stop issuing them, naming the fix:
-// CREATE SEQUENCE IF NOT EXISTS keeps an existing sequence as an operator
-// or a migration tool left it (CACHE 100, a tuning that hands each session
-// its own block, gives successive mandates of a key fences 1, 101, 2).
-// Migrate runs at every deploy, so it is where such a change is caught; a
-// Locker does not check it.
-func checkFenceSequence(ctx context.Context, tx DB, t table) error {
-	seq := t.seq.Sanitize()
-	var (
-		increment, maxValue, cache int64
-		cycle                      bool
-	)
-	err := tx.QueryRow(ctx, sqlstmt.FenceSequence, seq).Scan(&increment, &maxValue, &cache, &cycle)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%s is not a sequence: a relation of that name was there before Migrate, and every claim would fail "+
-			"drawing its fence from it (rename or drop it, then run Migrate again)", seq)
-	}
-	if err != nil {
-		return fmt.Errorf("checking the fence sequence: %w", err)
-	}
-	var problems []string
-	if cache != 1 {
-		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later lease can get a smaller fence)", cache))
-	}
-	if cycle {
-		problems = append(problems, "cycles (at its maximum it starts over from its minimum)")
-	}
-	if maxValue != math.MaxInt64 {
-		problems = append(problems, fmt.Sprintf("stops at %d (every claim fails once it is reached)", maxValue))
-	}
-	if increment != 1 {
-		problems = append(problems, fmt.Sprintf("increments by %d, not 1", increment))
-	}
-	if len(problems) == 0 {
-		return nil
-	}
-	fix := fmt.Sprintf("run ALTER SEQUENCE %s AS bigint INCREMENT BY 1 NO MAXVALUE CACHE 1 NO CYCLE", seq)
-	if increment < 0 {
-		fix += "; it has counted down, so also RESTART it above every fence it has issued"
-	}
-	return fmt.Errorf("fence sequence %s %s: fences must only grow (%s)", seq, strings.Join(problems, ", "), fix)
 }
 
 // migrateLockKey derives the advisory lock key from the table name.

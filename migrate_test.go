@@ -235,27 +235,29 @@ func TestMigrate(t *testing.T) {
 		}
 
 		t.Run("CacheTurnsFencesBack", func(t *testing.T) {
-			// Why CACHE is refused: two sessions claiming one key in turn.
+			// Why CACHE is refused: two sessions drawing a key's fences in
+			// turn (a Locker refuses such a sequence too, at its first claim:
+			// TestTable/RefusesAnUnorderedFenceSequenceAtFirstUse).
 			t.Parallel()
 			ctx := pgtest.Ctx(t)
 			table := pgtest.Table(t, pool)
-			_, err := pool.Exec(ctx, "ALTER SEQUENCE "+pgx.Identifier{table + "_fence_seq"}.Sanitize()+" CACHE 100")
+			seq := pgx.Identifier{table + "_fence_seq"}.Sanitize()
+			_, err := pool.Exec(ctx, "ALTER SEQUENCE "+seq+" CACHE 100")
 			require.NoError(t, err)
 			// Each replica keeps its session, as a pool does: the first draws
 			// a block of 100 values, the second the next block.
-			var lockers []*pglease.Locker
-			for i := range 2 {
+			var sessions []*pgx.Conn
+			for range 2 {
 				conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = conn.Close(context.Background()) })
-				lockers = append(lockers, pgtest.Locker(t, conn, table, fmt.Sprintf("replica-%d", i)))
+				sessions = append(sessions, conn)
 			}
 			var fences []int64
-			for _, l := range []*pglease.Locker{lockers[0], lockers[1], lockers[0]} {
-				lease, err := l.Claim(ctx, "job")
-				require.NoError(t, err)
-				fences = append(fences, lease.Fence())
-				require.NoError(t, lease.Unlock(ctx))
+			for _, conn := range []*pgx.Conn{sessions[0], sessions[1], sessions[0]} {
+				var fence int64
+				require.NoError(t, conn.QueryRow(ctx, "SELECT nextval('"+seq+"')").Scan(&fence))
+				fences = append(fences, fence)
 			}
 			assert.Less(t, fences[2], fences[1], "a cached sequence issued fences %v: the third mandate's is below the second's", fences)
 			require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "caches 100 values per session")
@@ -270,6 +272,25 @@ func TestMigrate(t *testing.T) {
 			err = pglease.Migrate(ctx, pool, pglease.WithTable(table))
 			require.ErrorContains(t, err, "is not a sequence")
 		})
+	})
+
+	// Guarantee: Migrate refuses an existing table whose key column has a
+	// nondeterministic (case-insensitive) collation, naming the collation and
+	// the statement that fixes it, and accepts the table once it is run.
+	t.Run("RefusesACaseInsensitiveKeyCollation", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		coll := caseInsensitiveCollation(t, pool)
+		table, _ := fromSchemaSQL(t, pool, "key         text", "key         text COLLATE "+coll)
+
+		err := pglease.Migrate(ctx, pool, pglease.WithTable(table))
+		require.ErrorContains(t, err, "column key has the nondeterministic collation "+coll)
+		fix := regexp.MustCompile(`ALTER TABLE [^)]+"C"`).FindString(err.Error())
+		require.NotEmpty(t, fix, "the error says what to run: %v", err)
+		_, err = pool.Exec(ctx, fix)
+		require.NoError(t, err, fix)
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "accepted once fixed by %s", fix)
 	})
 
 	// A lease table or fence sequence that an operator made UNLOGGED is emptied

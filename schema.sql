@@ -15,11 +15,13 @@
 -- Keep the sequence as created: INCREMENT BY 1, CACHE 1, NO CYCLE, the
 -- bigint maximum. With CACHE n each session draws its own block of n
 -- values, and a later mandate of a key could get a smaller fence (1, n+1,
--- 2). Migrate refuses such a sequence, saying what to run; a Locker does
--- not check it. Without Migrate, check it yourself: this must return
+-- 2). Migrate refuses such a sequence, saying what to run, and so does a
+-- Locker's first claim. To check it yourself, this must return
 -- 1 | 9223372036854775807 | 1 | f
 --   SELECT seqincrement, seqmax, seqcache, seqcycle FROM pg_sequence
 --    WHERE seqrelid = 'lease_fence_seq'::regclass;
+-- Keep key's collation deterministic (the default): a case-insensitive one
+-- would make "Report" and "REPORT" one row, and is refused likewise.
 -- Expired rows are purged by Migrate; without it, run
 -- `pglease purge -older-than 24h` (cmd/pglease) from a scheduled job.
 CREATE SEQUENCE IF NOT EXISTS "lease_fence_seq" AS bigint;

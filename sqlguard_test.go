@@ -170,6 +170,46 @@ func TestSQLContract(t *testing.T) {
 			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
 		})
 
+		// Shows: a failed GuardSQL leaves a *sql.Tx that cannot commit even
+		// while the caller holds a result set open on it, so that the
+		// refusal may not be sendable on its connection: the lease ended
+		// locally, or was taken over on the server.
+		for _, locally := range []bool{true, false} {
+			t.Run("GuardSQLOnABusyConnection/"+drv+"/"+map[bool]string{true: "EndedLocally", false: "TakenOverOnTheServer"}[locally], func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table, sdb, db := sqlSetup(t, drv)
+				ledger := pgtest.NewLedger(t, pool)
+				a1 := pgtest.Locker(t, db, table, "a")
+				a2 := pgtest.Locker(t, db, table, "a")
+				first, err := a1.Claim(ctx, "job")
+				require.NoError(t, err)
+				if locally {
+					require.NoError(t, first.Unlock(ctx))
+				}
+				later, err := a2.Claim(ctx, "job")
+				require.NoError(t, err)
+
+				tx, err := sdb.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				ledgerWrite(ctx, t, tx, ledger, first)
+				rows, err := tx.QueryContext(ctx, `SELECT generate_series(1, 10000)`)
+				require.NoError(t, err)
+				require.True(t, rows.Next(), "the result set is open")
+				gerr := first.GuardSQL(ctx, tx)
+				require.Error(t, gerr)
+				if locally {
+					require.ErrorIs(t, gerr, pglease.ErrLost)
+				}
+				t.Logf("guard: %v", gerr)
+				_ = rows.Close()
+				require.Error(t, tx.Commit(), "the transaction of a failed GuardSQL committed")
+
+				for _, e := range pgtest.ReadLedger(t, pool, ledger) {
+					assert.NotEqual(t, first.Fence(), e.Fence, "a write of fence %d landed after fence %d's", first.Fence(), later.Fence())
+				}
+			})
+		}
+
 		// Shows: a lease whose row lapsed and was taken over by another
 		// holder cannot guard a *sql.Tx, even though its heartbeat has not
 		// yet noticed (the check is the server's).

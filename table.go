@@ -1,13 +1,19 @@
 package pglease
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -86,3 +92,139 @@ func (t table) String() string { return strings.Join(t.name, ".") }
 // render fills a statement template with the table's quoted names
 // (sqlstmt.Render).
 func (t table) render(tmpl string) string { return sqlstmt.Render(tmpl, t.name) }
+
+// tableCheck is the read a Locker makes of its table before its first
+// claim (Locker.checkTable): one read at a time, and none once one passed.
+type tableCheck struct {
+	mu   sync.Mutex
+	turn chan struct{} // held by the read in flight; made on first use
+	ok   atomic.Bool
+}
+
+// checkTable refuses a claim on a table whose fence sequence could hand
+// out fences backwards, or whose key column's collation matches keys that
+// differ in bytes (checkTable, the function), before anything is written:
+// a table made from schema.sql by a migration tool is used without
+// Migrate's checks. It reads the catalogs once per Locker; a read that
+// failed or refused is made again at the next claim (after ALTER
+// SEQUENCE, a claim goes through). Every lease, and so every Guard, comes
+// from a claim that passed it.
+func (l *Locker) checkTable(ctx context.Context) error {
+	c := &l.table
+	if c.ok.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	if c.turn == nil {
+		c.turn = make(chan struct{}, 1)
+	}
+	turn := c.turn
+	c.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the check of the table: %w", context.Cause(ctx))
+	}
+	defer func() { <-turn }()
+	if c.ok.Load() {
+		return nil
+	}
+	t, _ := parseTable(l.cfg.table) // checked by newConfig
+	use := claimFenced
+	if l.cfg.noFence {
+		use = claimUnfenced
+	}
+	err := checkTable(ctx, l.conns.claim, t, use)
+	for range 2 {
+		if !statementTimedOut(ctx, err) {
+			break
+		}
+		// A session's statement_timeout shorter than a fresh backend's
+		// first read of these catalogs: once more, the catalogs now cached.
+		err = checkTable(ctx, l.conns.claim, t, use)
+	}
+	if err != nil {
+		return fmt.Errorf("table %s: %w", t, err)
+	}
+	c.ok.Store(true)
+	return nil
+}
+
+// statementTimedOut reports whether err is the server's query_canceled
+// while ctx has not ended: a statement_timeout, not pglease's own cancel.
+func statementTimedOut(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil
+}
+
+// tableUse is who checks a table (checkTable), and so what is checked.
+type tableUse int
+
+const (
+	migrating     tableUse = iota // Migrate, which has just created the sequence if it was missing
+	claimFenced                   // a Locker's first claim
+	claimUnfenced                 // a Locker's first claim, WithoutFenceColumn: no fence, no sequence
+)
+
+// checkTable refuses what sqlstmt.TableCheck reads, naming the statement
+// that fixes it: a fence sequence (when fenced) that could issue a fence
+// smaller than one it issued before, or stop issuing them (CREATE SEQUENCE
+// IF NOT EXISTS keeps an existing sequence as an operator or a migration
+// tool left it: CACHE 100 gives successive mandates of a key fences 1,
+// 101, 2), and a key column of a nondeterministic collation. Migrate
+// reports a missing sequence (it has just created it, so a relation of
+// that name is something else); for a Locker the claim's own error says
+// it (no table at all, most often).
+func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
+	var (
+		found, cycle               bool
+		increment, maxValue, cache int64
+		keyColl, keyType           string
+	)
+	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
+		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType)
+	if err != nil {
+		return fmt.Errorf("checking the table and its fence sequence: %w", err)
+	}
+	var errs []error
+	if keyColl != "" {
+		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
+			"would share one lease row, and a lease claimed under one spelling would be lost at its first heartbeat "+
+			"(run ALTER TABLE %s ALTER COLUMN key TYPE %s COLLATE \"C\")", keyColl, t.name.Sanitize(), keyType))
+	}
+	switch {
+	case use == claimUnfenced:
+	case found:
+		errs = append(errs, fenceSequenceProblem(t, increment, maxValue, cache, cycle))
+	case use == migrating:
+		errs = append(errs, fmt.Errorf("%s is not a sequence: a relation of that name was there before Migrate, and every claim would fail "+
+			"drawing its fence from it (rename or drop it, then run Migrate again)", t.seq.Sanitize()))
+	}
+	return errors.Join(errs...)
+}
+
+// fenceSequenceProblem says what makes a fence sequence unfit, if anything.
+func fenceSequenceProblem(t table, increment, maxValue, cache int64, cycle bool) error {
+	seq := t.seq.Sanitize()
+	var problems []string
+	if cache != 1 {
+		problems = append(problems, fmt.Sprintf("caches %d values per session (each session draws its own block, so a later lease can get a smaller fence)", cache))
+	}
+	if cycle {
+		problems = append(problems, "cycles (at its maximum it starts over from its minimum)")
+	}
+	if maxValue != math.MaxInt64 {
+		problems = append(problems, fmt.Sprintf("stops at %d (every claim fails once it is reached)", maxValue))
+	}
+	if increment != 1 {
+		problems = append(problems, fmt.Sprintf("increments by %d, not 1", increment))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	fix := fmt.Sprintf("run ALTER SEQUENCE %s AS bigint INCREMENT BY 1 NO MAXVALUE CACHE 1 NO CYCLE", seq)
+	if increment < 0 {
+		fix += "; it has counted down, so also RESTART it above every fence it has issued"
+	}
+	return fmt.Errorf("fence sequence %s %s: fences must only grow (%s)", seq, strings.Join(problems, ", "), fix)
+}

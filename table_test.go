@@ -1,11 +1,16 @@
 package pglease_test
 
 import (
+	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -86,4 +91,196 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		require.NoError(t, l.Close(ctx))
 		require.Equal(t, 4, events.Count(pglease.EventReleased))
 	})
+
+	// Guarantee: a Locker refuses, before anything is written, a table whose
+	// fence sequence caches values (made from schema.sql by a migration tool
+	// that adds CACHE): every entry point that draws a fence (a claim alone,
+	// in a burst, Lock, ClaimWait, a job's Lock, an Elector) fails with
+	// Migrate's error and its ALTER SEQUENCE, and no row or fence is
+	// written; once the sequence is fixed, claims go through. Without the
+	// check two replicas claiming one key in turn got fences [1 101 2].
+	t.Run("RefusesAnUnorderedFenceSequenceAtFirstUse", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table, seq := fromSchemaSQL(t, pool)
+		_, err := pool.Exec(ctx, "ALTER SEQUENCE "+seq+" CACHE 100")
+		require.NoError(t, err)
+		const want = "caches 100 values per session"
+
+		// Each replica on its own session, as pools keep them.
+		replica := func(holder string) *pglease.Locker {
+			conn, err := pgx.Connect(ctx, pgtest.Server.DSN())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			return pgtest.Locker(t, conn, table, holder)
+		}
+		entries := map[string]func(l *pglease.Locker) error{
+			"Claim": func(l *pglease.Locker) error { _, err := l.Claim(ctx, "job"); return err },
+			"Lock":  func(l *pglease.Locker) error { _, err := l.Lock(ctx, "job"); return err },
+			"ClaimWait": func(l *pglease.Locker) error {
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				_, err := l.ClaimWait(wctx, "job")
+				return err
+			},
+			"JobLock": func(l *pglease.Locker) error {
+				j, err := l.Job(pglease.WithTimeout(5 * time.Second))
+				require.NoError(t, err)
+				_, err = j.Lock(ctx, "job")
+				return err
+			},
+			"Elector": func(l *pglease.Locker) error {
+				e, err := pglease.NewElector(l, "leader")
+				require.NoError(t, err)
+				defer func() { _ = e.Close(ctx) }()
+				return e.IsLeader(ctx)
+			},
+			"Burst": func(l *pglease.Locker) error {
+				errs := make(chan error, 8)
+				for i := range cap(errs) {
+					go func() { _, err := l.Claim(ctx, fmt.Sprintf("job-%d", i)); errs <- err }()
+				}
+				var all []error
+				for range cap(errs) {
+					err := <-errs
+					require.ErrorContains(t, err, want)
+					all = append(all, err)
+				}
+				return all[0]
+			},
+		}
+		for name, enter := range entries {
+			for _, holder := range []string{"a", "b"} {
+				err := enter(replica(holder))
+				require.ErrorContains(t, err, "fence sequence "+seq+" "+want, name)
+				require.ErrorContains(t, err, "ALTER SEQUENCE "+seq, name)
+			}
+		}
+		var rows int
+		var called bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()+"), is_called FROM "+seq).Scan(&rows, &called))
+		assert.Zero(t, rows, "rows written on a refused table")
+		assert.False(t, called, "a fence drawn on a refused table")
+
+		_, err = pool.Exec(ctx, "ALTER SEQUENCE "+seq+" CACHE 1")
+		require.NoError(t, err)
+		a, b := replica("a"), replica("b")
+		var fences []int64
+		for _, l := range []*pglease.Locker{a, b, a} {
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err, "a claim once the sequence is fixed")
+			fences = append(fences, lease.Fence())
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		assert.IsIncreasing(t, fences)
+	})
+
+	// Guarantee: a table whose key column has a nondeterministic collation
+	// (case-insensitive ICU) is refused at a Locker's first claim, in both
+	// fence modes, with an error that names the collation and the fix, and
+	// nothing is written: under it "REPORT" claimed the row stored as
+	// "Report", the heartbeat (whose arrays compare bytewise) lost that
+	// lease at once, and a release matched another spelling's row.
+	t.Run("RefusesACaseInsensitiveKeyAtFirstUse", func(t *testing.T) {
+		t.Parallel()
+		for _, fenced := range []bool{true, false} {
+			t.Run(map[bool]string{true: "Fenced", false: "WithoutFenceColumn"}[fenced], func(t *testing.T) {
+				t.Parallel()
+				ctx := pgtest.Ctx(t)
+				pool := pgtest.Pool(t, nil)
+				coll := caseInsensitiveCollation(t, pool)
+				var (
+					table string
+					db    pglease.DB = pool
+					opts  []pglease.LockerOption
+				)
+				if fenced {
+					table, _ = fromSchemaSQL(t, pool, "key         text", "key         text COLLATE "+coll)
+				} else {
+					var dsn string
+					table, dsn = legacyTable(t, strings.Replace(legacyColumns, "key text", "key text COLLATE "+coll, 1))
+					db = pgtest.PoolAt(t, dsn, nil)
+					opts = append(opts, pglease.WithoutFenceColumn())
+				}
+				quoted := pgx.Identifier{table}.Sanitize()
+				_, err := pool.Exec(ctx, "INSERT INTO "+quoted+" (key, holder, expires_at, acquired_at) VALUES ('Report', 'x', clock_timestamp() - interval '1 second', clock_timestamp() - interval '2 seconds')")
+				require.NoError(t, err)
+
+				l := pgtest.Locker(t, db, table, "a", opts...)
+				_, err = l.Claim(ctx, "REPORT")
+				require.ErrorContains(t, err, "column key has the nondeterministic collation "+coll)
+				t.Logf("claim: %v", err)
+				var holder string
+				require.NoError(t, pool.QueryRow(ctx, "SELECT string_agg(key || '=' || holder, ',') FROM "+quoted).Scan(&holder))
+				assert.Equal(t, "Report=x", holder, "the refused claim wrote")
+
+				fix := regexp.MustCompile(`ALTER TABLE [^)]+"C"`).FindString(err.Error())
+				require.NotEmpty(t, fix, "the error says what to run: %v", err)
+				_, err = pool.Exec(ctx, fix)
+				require.NoError(t, err, fix)
+				lease, err := l.Claim(ctx, "REPORT")
+				require.NoError(t, err, "a claim once the collation is fixed")
+				require.NoError(t, lease.Unlock(ctx))
+			})
+		}
+	})
+
+	// Guarantee: the check of the table costs one read per Locker, however
+	// many claims, bursts and re-claims follow, and none on the heartbeat,
+	// release or Guard.
+	t.Run("CheckedOncePerLocker", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, counter := pgtest.SetupCounted(t)
+		counter.Reset()
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		errs := make(chan error, 16)
+		for i := range cap(errs) {
+			go func() { _, err := l.Claim(ctx, fmt.Sprintf("job-%d", i)); errs <- err }()
+		}
+		for range cap(errs) {
+			require.NoError(t, <-errs)
+		}
+		for range 5 {
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, lease.Guard(ctx, tx))
+			require.NoError(t, tx.Commit(ctx))
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		assert.Equal(t, 1, counter.Count("tablecheck"), "reads of the table by one Locker")
+
+		other := pgtest.Locker(t, pool, table, "b")
+		_, err := other.Claim(ctx, "another")
+		require.NoError(t, err)
+		assert.Equal(t, 2, counter.Count("tablecheck"), "one read per Locker")
+	})
+}
+
+// fromSchemaSQL creates a lease table as a migration tool would, from
+// Schema's DDL (each replace pair applied to it), without Migrate, and
+// returns its name and its sequence's quoted name.
+func fromSchemaSQL(t *testing.T, pool *pgxpool.Pool, replace ...string) (table, seq string) {
+	t.Helper()
+	table = pgtest.TableName()
+	ddl, err := pglease.Schema(pglease.WithTable(table))
+	require.NoError(t, err)
+	ddl = strings.NewReplacer(replace...).Replace(ddl)
+	_, err = pool.Exec(pgtest.Ctx(t), ddl)
+	require.NoError(t, err)
+	return table, pgx.Identifier{table + "_fence_seq"}.Sanitize()
+}
+
+// caseInsensitiveCollation creates an ICU collation that compares keys
+// case-insensitively (nondeterministic), dropped at cleanup, and returns
+// its name.
+func caseInsensitiveCollation(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := pgtest.Name("ci")
+	_, err := pool.Exec(pgtest.Ctx(t), "CREATE COLLATION "+name+" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP COLLATION IF EXISTS "+name+" CASCADE") })
+	return name
 }

@@ -43,10 +43,12 @@ func (c *Statements) Reset() {
 	c.counts = nil
 }
 
-// StatementKind names pglease's statements: claim, heartbeat, release, or
-// other.
+// StatementKind names pglease's statements: claim, heartbeat, release,
+// tablecheck, or other.
 func StatementKind(sql string) string {
 	switch {
+	case strings.Contains(sql, "collisdeterministic"):
+		return "tablecheck" // the read of a table before a Locker's first claim of it, and in Migrate
 	case strings.HasPrefix(sql, "INSERT INTO"):
 		return "claim"
 	case strings.Contains(sql, "'synchronous_commit', 'off'"):

@@ -51,12 +51,13 @@ const Unlogged = `SELECT c.relname, c.relpersistence::text
   FROM pg_class c
  WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
 
-// FenceSequence reads what decides the order of the fences the sequence
-// ($1, its quoted name) issues: no row when that name is not a sequence
-// (CREATE SEQUENCE IF NOT EXISTS keeps a table or view of the name, and
-// every claim would then fail). From pg_sequence, the catalog, rather than
-// the pg_sequences view: the runtime role may lack privileges on the
-// sequence, and the catalog needs none.
+// TableCheck reads, in one statement, what Migrate and a Locker's first
+// claim refuse in a table and sequence they did not create as they are (a
+// migration tool may have altered schema.sql, CREATE ... IF NOT EXISTS
+// keeps what it finds): the fence sequence ($2, its quoted name; found is
+// false when that name is not a sequence, as when a table or view of the
+// name was there first), and the key column of the table ($1) when its
+// collation is nondeterministic, with its type for the fix.
 //
 //   - seqcache: each session draws its own block of that many values, so
 //     with CACHE n successive mandates of one key, claimed through
@@ -66,6 +67,23 @@ const Unlogged = `SELECT c.relname, c.relpersistence::text
 //     every claim fail once it is reached.
 //   - seqincrement: anything but 1 (a negative step counts down) is not what
 //     fences are documented to do.
-const FenceSequence = `SELECT s.seqincrement, s.seqmax, s.seqcache, s.seqcycle
-  FROM pg_sequence s
- WHERE s.seqrelid = to_regclass($1)`
+//   - a nondeterministic collation of key (an ICU collation made with
+//     deterministic = false, such as the case-insensitive
+//     'und-u-ks-level2') makes the primary key and every key = $1 match
+//     keys that differ in bytes ("Report" and "REPORT"): two keys share
+//     one row, and a lease claimed under one spelling is lost at its first
+//     heartbeat. No statement can compare bytewise past the unique index
+//     ON CONFLICT uses, so the table is refused.
+//
+// From the catalogs (pg_sequence, not the pg_sequences view), which the
+// runtime role reads without privileges on the sequence. It returns one
+// row always: (VALUES (1)) anchors the outer joins.
+const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), coalesce(s.seqmax, 0),
+       coalesce(s.seqcache, 0), coalesce(s.seqcycle, false),
+       coalesce(k.coll, ''), coalesce(k.typ, '')
+  FROM (VALUES (1)) AS one(x)
+  LEFT JOIN pg_sequence s ON s.seqrelid = to_regclass($2)
+  LEFT JOIN (SELECT a.attcollation::regcollation::text AS coll, format_type(a.atttypid, a.atttypmod) AS typ
+               FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+              WHERE a.attrelid = to_regclass($1) AND a.attname = 'key' AND NOT a.attisdropped
+                AND NOT c.collisdeterministic) AS k ON true`
