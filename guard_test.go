@@ -310,17 +310,23 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		ledger := pgtest.NewLedger(t, pool)
-		events := pgtest.NewEvents(t)
-		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond),
-			pglease.WithHook(events.Hook))
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
 		lease, err := l.Claim(ctx, "job")
 		require.NoError(t, err)
 
 		for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a failed check leaves no transaction open
 			require.NoError(t, writeLedger(ctx, tx, ledger, lease)) // the snapshot is taken here
-			events.WaitFor(t, pglease.EventExtended, 5*time.Second)
+			// A heartbeat round commits after the snapshot: the row read
+			// outside it has moved past the one the snapshot sees.
+			seen, ok := pgtest.ReadRow(t, tx, table, "job")
+			require.True(t, ok)
+			require.Eventually(t, func() bool {
+				now, ok := pgtest.ReadRow(t, pool, table, "job")
+				return ok && now.ExpiresAt.After(seen.ExpiresAt)
+			}, 5*time.Second, 10*time.Millisecond, "no heartbeat round committed after the snapshot")
 			err = lease.Guard(ctx, tx)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr, iso)
