@@ -763,12 +763,12 @@ func (r doneRow) Scan(dest ...any) error {
 }
 
 // takenDB is a connection taken for a release (releaseNow), its errors
-// explained as connDB explains them.
+// explained and its successes confirmed as connDB's are.
 type takenDB struct{ db DB }
 
 func (d takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := d.db.Exec(ctx, sql, args...)
-	return tag, explainPooler(err)
+	return tag, confirmed(ctx, explainPooler(err))
 }
 
 func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -776,11 +776,11 @@ func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err != nil {
 		return nil, explainPooler(err)
 	}
-	return &doneRows{Rows: rows, done: func() {}}, nil
+	return &doneRows{Rows: rows, ctx: ctx, done: func() {}}, nil
 }
 
 func (d takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return doneRow{row: d.db.QueryRow(ctx, sql, args...), done: func() {}}
+	return doneRow{row: d.db.QueryRow(ctx, sql, args...), ctx: ctx, done: func() {}}
 }
 
 func (d takenDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.db.Begin(ctx) }
