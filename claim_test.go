@@ -105,6 +105,15 @@ func TestClaim(t *testing.T) {
 	t.Run("CommitSettingUnderPresets", testClaimCommitSettingUnderPresets)
 	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
 	t.Run("BurstsSurviveACrash", testBurstClaimsSurviveACrash)
+	// Guarantee: a claim whose commit's wait for a synchronous standby was
+	// cut short (its caller gave up, a cancel request ended the wait, the
+	// server reported success with a WARNING) is no lease, alone or through
+	// Lock's timeout, on every kind of DB; its row is given back, and it
+	// returns within its documented bounds.
+	t.Run("UnreplicatedCommitIsNotALease", testClaimUnreplicated)
+	// Guarantee: a claim that finds the key held commits without waiting
+	// for a synchronous standby: it answers ErrHeld during a partition.
+	t.Run("LosingClaimDoesNotWaitForAStandby", testLosingClaimUnreplicated)
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
 	// up gives its row back before it returns.
 	t.Run("CancelledInFlightGivesItsRowBack", func(t *testing.T) {
@@ -963,4 +972,67 @@ func testClaimCommitSettingUnderPresets(t *testing.T) {
 			require.NoError(t, conn.Close(ctx))
 		}
 	}
+}
+
+// unreplicatedDBs are the DBs a Locker may be given, each on the server of
+// pool: the pool itself, one *pgx.Conn, and pglease.SQL with pgx's stdlib
+// and with lib/pq.
+func unreplicatedDBs(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[string]pglease.DB {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, pool.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return map[string]pglease.DB{
+		"pool":    pool,
+		"conn":    conn,
+		"sql-pgx": pglease.SQL(pgtest.OpenSQL(t, pool, "pgx")),
+		"sql-pq":  pglease.SQL(pgtest.OpenSQL(t, pool, "pq")),
+	}
+}
+
+func testClaimUnreplicated(t *testing.T) {
+	t.Parallel()
+	ctx, _, pool, table := pgtest.UnreplicatedSetup(t)
+	for name, db := range unreplicatedDBs(ctx, t, pool) {
+		for _, via := range []string{"Claim", "Lock"} {
+			t.Run(name+"/"+via, func(t *testing.T) {
+				holder, key := name+"-"+via, "job-"+name+"-"+via
+				l := pgtest.Locker(t, db, table, holder, pglease.WithTTL(30*time.Second), pglease.WithTimeout(300*time.Millisecond))
+				start := time.Now()
+				var err error
+				if via == "Claim" {
+					cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+					_, err = l.Claim(cctx, key)
+					cancel()
+				} else {
+					_, err = l.Lock(ctx, key)
+				}
+				took := time.Since(start)
+				require.Error(t, err, "a claim whose commit was not replicated was handed out")
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				_, held := l.Held(key)
+				assert.False(t, held)
+				assert.Less(t, took, 300*time.Millisecond+2*time.Second, "Claim returns within two seconds of its context's end")
+				requireNoLiveRowOf(t, pool, table, holder, 5*time.Second, key)
+			})
+		}
+	}
+}
+
+func testLosingClaimUnreplicated(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	held, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
+	require.NoError(t, err)
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	for name, db := range unreplicatedDBs(ctx, t, pool) {
+		t.Run(name, func(t *testing.T) {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := pgtest.Locker(t, db, table, "b-"+name).Claim(cctx, "job")
+			require.ErrorIs(t, err, pglease.ErrHeld)
+			require.NoError(t, cctx.Err(), "the losing claim waited for the standby")
+		})
+	}
+	require.NoError(t, held.Err())
 }

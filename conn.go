@@ -512,7 +512,7 @@ func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	}
 	defer done()
 	tag, err := db.Exec(ctx, sql, args...)
-	return tag, explainPooler(err)
+	return tag, confirmed(ctx, explainPooler(err))
 }
 
 func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -527,14 +527,14 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 			done()
 			return nil, explainPooler(err)
 		}
-		return &doneRows{Rows: answeredRows{rows, a}, done: done}, nil
+		return &doneRows{Rows: answeredRows{rows, a}, ctx: ctx, done: done}, nil
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		done()
 		return nil, explainPooler(err)
 	}
-	return &doneRows{Rows: rows, done: done}, nil
+	return &doneRows{Rows: rows, ctx: ctx, done: done}, nil
 }
 
 func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -543,9 +543,9 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return errRow{err}
 	}
 	if a := d.answering(ctx, db); a != nil {
-		return doneRow{row: answeredRow{db.QueryRow(a.ctx, sql, args...), a}, done: done}
+		return doneRow{row: answeredRow{db.QueryRow(a.ctx, sql, args...), a}, ctx: ctx, done: done}
 	}
-	return doneRow{row: db.QueryRow(ctx, sql, args...), done: done}
+	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: done}
 }
 
 // poolerHint is the fix explainPooler adds to the errors of pgx's
@@ -601,9 +601,12 @@ func (d connDB) answering(ctx context.Context, db DB) *answering {
 	return nil
 }
 
-// doneRows gives the connection back when the rows are closed.
+// doneRows gives the connection back when the rows are closed. Rows read
+// to their end after ctx, their statement's, ended are not confirmed
+// (confirmed).
 type doneRows struct {
 	pgx.Rows
+	ctx  context.Context
 	done func()
 	once sync.Once
 }
@@ -613,17 +616,19 @@ func (r *doneRows) Close() {
 	r.once.Do(r.done)
 }
 
-func (r *doneRows) Err() error { return explainPooler(r.Rows.Err()) }
+func (r *doneRows) Err() error { return confirmed(r.ctx, explainPooler(r.Rows.Err())) }
 
-// doneRow gives the connection back once scanned.
+// doneRow gives the connection back once scanned. A row scanned after ctx,
+// its statement's, ended is not confirmed (confirmed).
 type doneRow struct {
 	row  pgx.Row
+	ctx  context.Context
 	done func()
 }
 
 func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
-	return explainPooler(r.row.Scan(dest...))
+	return confirmed(r.ctx, explainPooler(r.row.Scan(dest...)))
 }
 
 // errRow is a row that failed before its statement was sent.
