@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -471,6 +473,7 @@ func TestFailover(t *testing.T) {
 		require.Less(t, f.kept2, f.drawn, "the promoted server's fence sequence is behind the old primary's: fences drawn in the partition are drawn again")
 		require.GreaterOrEqual(t, f.believed, f.heldBefore, "the leases held before the partition are believed at the stop")
 		require.Zero(t, f.trustedPast, "leases trusted past the promoted server's expiry of them")
+		require.Positive(t, f.after, "leases were claimed on the new timeline, with fences the old one drew")
 		require.Zero(t, f.reissued, "fences handed out twice")
 	})
 
@@ -499,6 +502,7 @@ type partitionFindings struct {
 	trustedPast  int // of those believed, trusted past the promoted server's expiry of them
 	worstTrust   time.Duration
 	drawn, kept2 int64 // the fence sequence on the old primary at the crash, and on the promoted server
+	after        int   // leases handed out on the new timeline
 	fences       int   // fences handed out to callers, both timelines
 	reissued     int   // fence values handed out twice
 	promoted     time.Duration
@@ -514,9 +518,9 @@ func (f *partitionFindings) problem(format string, args ...any) {
 func (f partitionFindings) String() string {
 	return fmt.Sprintf("%d leases confirmed before the partition; %d claims during it: %d handed out, %d refused; "+
 		"%d leases believed when the old primary stopped, %d of them on the promoted server with their fence, %d trusted past its expiry of them (by up to %v); "+
-		"fence sequence %d on the old primary, %d on the promoted server; %d fences handed out over both timelines, %d of them twice; promotion took %v",
+		"fence sequence %d on the old primary, %d on the promoted server; %d leases claimed on the new timeline; %d fences handed out over both timelines, %d of them twice; promotion took %v",
 		f.heldBefore, f.attempts, f.acknowledged, f.refused, f.believed, f.kept, f.trustedPast, f.worstTrust.Round(time.Millisecond),
-		f.drawn, f.kept2, f.fences, f.reissued, f.promoted.Round(time.Millisecond))
+		f.drawn, f.kept2, f.after, f.fences, f.reissued, f.promoted.Round(time.Millisecond))
 }
 
 // sequenceOn reads the last value of table's fence sequence on the server at
@@ -564,9 +568,10 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 	admin.Close()
 
 	var (
-		f      partitionFindings
-		mu     sync.Mutex
-		handed = map[int64][]string{} // fence -> "key holder phase" of each lease handed out
+		f         partitionFindings
+		mu        sync.Mutex
+		handed    = map[int64][]string{} // fence -> "key holder phase" of each lease handed out
+		attempted []string               // the keys claimed during the partition
 	)
 	record := func(ls *pglease.Lease, phase string) {
 		mu.Lock()
@@ -648,6 +653,7 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 					}
 					mu.Lock()
 					f.attempts++
+					attempted = append(attempted, key)
 					if err != nil {
 						f.refused++
 					} else {
@@ -706,22 +712,16 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 	// replica that was not partitioned claims every key.
 	require.NoError(t, c.Rebuild(ctx))
 	successor := pgtest.Locker(t, clusterPool(t, c, "successor"), table, "successor", pglease.WithTTL(ttl), pglease.WithTimeout(5*time.Second))
-	keys := map[string]bool{}
-	for k := range rows {
-		keys[k] = true
-	}
+	keys := slices.Sorted(maps.Keys(rows))
 	mu.Lock()
-	for _, who := range handed {
-		for _, w := range who {
-			keys[strings.Fields(w)[0]] = true
-		}
-	}
+	keys = append(keys, attempted...)
 	mu.Unlock()
-	for key := range keys {
+	for _, key := range keys {
 		for {
 			ls, err := successor.Claim(ctx, key)
 			if err == nil {
 				record(ls, "after the promotion")
+				f.after++
 				break
 			}
 			if errors.Is(err, pglease.ErrHeld) {
