@@ -24,6 +24,32 @@ import (
 // winner per key, and a claim given up in flight gives its row back.
 func TestBurst(t *testing.T) {
 	t.Parallel()
+	// Guarantee: a burst of claims whose commit's wait for a synchronous
+	// standby was cut short (every caller gave up, a cancel request ended
+	// the wait, the server reported success) hands out no lease, on every
+	// kind of DB; its rows are given back.
+	t.Run("UnreplicatedCommitIsNotALease", func(t *testing.T) {
+		t.Parallel()
+		ctx, _, pool, table := pgtest.UnreplicatedSetup(t)
+		for name, db := range unreplicatedDBs(ctx, t, pool) {
+			t.Run(name, func(t *testing.T) {
+				l := pgtest.Locker(t, db, table, name, pglease.WithTTL(30*time.Second))
+				keys := make([]string, 6)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("%s-job-%d", name, i)
+				}
+				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				leases, errs := pglease.ClaimBurst(cctx, l, keys)
+				cancel()
+				for i, key := range keys {
+					require.Error(t, errs[i], "%s: a claim whose commit was not replicated was handed out", key)
+					require.ErrorIs(t, errs[i], context.DeadlineExceeded)
+					require.Nil(t, leases[i])
+				}
+				requireNoLiveRowOf(t, pool, table, name, 5*time.Second, keys...)
+			})
+		}
+	})
 	// Guarantee: coalesced claims of many keys against contending Lockers have
 	// one winner per key and fences that only grow.
 	t.Run("OneWinnerPerKeyAndGrowingFences", func(t *testing.T) {

@@ -24,6 +24,12 @@ import (
 // lease at its trust deadline, naming why.
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
+	// Guarantee: a heartbeat round whose commit's wait for a synchronous
+	// standby was cut short (its context ended, and the driver sent a
+	// cancel request: lib/pq, or pgx configured to) extends no lease: the
+	// trust window does not move, and each lease is lost at the deadline
+	// its last confirmed round set.
+	t.Run("UnreplicatedRoundExtendsNothing", testHeartbeatUnreplicated)
 	t.Run("KeepsTheLeaseAcrossTTLs", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -766,4 +772,58 @@ func (s *slowDB) started() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.starts)
+}
+
+func testHeartbeatUnreplicated(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	dbs := unreplicatedDBs(ctx, t, pool)
+	dbs["pool-cancel-request"] = pgtest.CancelRequestPool(t, srv.DSN(), nil)
+	const ttl = 3 * time.Second
+	type round struct {
+		sent   time.Time
+		leases int
+	}
+	var (
+		mu     sync.Mutex
+		rounds = map[string][]round{}
+		leases = map[string][]*pglease.Lease{}
+	)
+	for name, db := range dbs {
+		hook := func(e pglease.Event) {
+			if e.Kind == pglease.EventExtended {
+				mu.Lock()
+				rounds[name] = append(rounds[name], round{time.Now().Add(-e.Took), e.Leases})
+				mu.Unlock()
+			}
+		}
+		l := pgtest.Locker(t, db, table, name, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(ttl/4), pglease.WithHook(hook))
+		// Two leases of different TTLs: a round gives up at the earlier
+		// trust deadline, and still has the later lease to extend.
+		long, err := l.Job(pglease.WithTTL(2 * ttl))
+		require.NoError(t, err)
+		for _, c := range []interface {
+			Claim(context.Context, string) (*pglease.Lease, error)
+		}{l, long} {
+			lease, err := c.Claim(ctx, fmt.Sprintf("%s-%d", name, len(leases[name])))
+			require.NoError(t, err)
+			leases[name] = append(leases[name], lease)
+		}
+	}
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	vanished := time.Now()
+	for name := range dbs {
+		t.Run(name, func(t *testing.T) {
+			for _, lease := range leases[name] {
+				pgtest.WaitDone(t, lease, 2*ttl+2*time.Second)
+				require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range rounds[name] {
+				assert.False(t, r.sent.After(vanished) && r.leases > 0,
+					"a round sent %v after the standby vanished extended %d leases", r.sent.Sub(vanished), r.leases)
+			}
+		})
+	}
 }

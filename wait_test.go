@@ -101,6 +101,25 @@ func waitingOn(t *testing.T, l *pglease.Locker, events *pgtest.Events, key strin
 // gives back whatever a claim it abandons may have committed.
 func TestClaimWait(t *testing.T) {
 	t.Parallel()
+	// Guarantee: a waiting claim whose commit's wait for a synchronous
+	// standby was cut short (its caller gave up, the server reported
+	// success) is no lease, on every kind of DB; its row is given back.
+	t.Run("UnreplicatedCommitIsNotALease", func(t *testing.T) {
+		t.Parallel()
+		ctx, _, pool, table := pgtest.UnreplicatedSetup(t)
+		for name, db := range unreplicatedDBs(ctx, t, pool) {
+			t.Run(name, func(t *testing.T) {
+				l := pgtest.Locker(t, db, table, name, pglease.WithTTL(30*time.Second))
+				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				lease, err := l.ClaimWait(cctx, name+"-job")
+				cancel()
+				require.Error(t, err, "a claim whose commit was not replicated was handed out")
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.Nil(t, lease)
+				requireNoLiveRowOf(t, pool, table, name, 5*time.Second, name+"-job")
+			})
+		}
+	})
 	t.Run("WakesOnRelease", func(t *testing.T) {
 		t.Parallel()
 		w := parkWaiter(t)
