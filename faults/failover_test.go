@@ -716,20 +716,26 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 	mu.Lock()
 	keys = append(keys, attempted...)
 	mu.Unlock()
+	var claims sync.WaitGroup
 	for _, key := range keys {
-		for {
-			ls, err := successor.Claim(ctx, key)
-			if err == nil {
-				record(ls, "after the promotion")
-				f.after++
-				break
+		claims.Go(func() {
+			for ctx.Err() == nil {
+				ls, err := successor.Claim(ctx, key)
+				if err == nil {
+					record(ls, "after the promotion")
+					mu.Lock()
+					f.after++
+					mu.Unlock()
+					return
+				}
+				if errors.Is(err, pglease.ErrHeld) {
+					return
+				}
 			}
-			if errors.Is(err, pglease.ErrHeld) {
-				break
-			}
-			require.NoError(t, ctx.Err(), "claiming %s on the new timeline: %v", key, err)
-		}
+		})
 	}
+	claims.Wait()
+	require.NoError(t, ctx.Err(), "claiming every key on the new timeline")
 	mu.Lock()
 	defer mu.Unlock()
 	for fence, who := range handed {
