@@ -16,6 +16,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -493,13 +494,14 @@ func TestFailover(t *testing.T) {
 // partitionFindings is what a run of a partitioned and promoted synchronous
 // standby observed.
 type partitionFindings struct {
-	heldBefore   int // leases claimed before the partition, confirmed by the standby
-	attempts     int // claims sent during the partition
-	acknowledged int // of those, handed out as leases
-	refused      int // of those, failed (their commit's wait for the standby was cut short, or ended by the crash)
-	believed     int // leases believed when the old primary was stopped
-	kept         int // of those, on the promoted server with their fence
-	trustedPast  int // of those believed, trusted past the promoted server's expiry of them
+	heldBefore   int            // leases claimed before the partition, confirmed by the standby
+	attempts     int            // claims sent during the partition
+	acknowledged int            // of those, handed out as leases
+	ackBy        map[string]int // of those, by driver
+	refused      int            // of those, failed (their commit's wait for the standby was cut short, or ended by the crash)
+	believed     int            // leases believed when the old primary was stopped
+	kept         int            // of those, on the promoted server with their fence
+	trustedPast  int            // of those believed, trusted past the promoted server's expiry of them
 	worstTrust   time.Duration
 	drawn, kept2 int64 // the fence sequence on the old primary at the crash, and on the promoted server
 	after        int   // leases handed out on the new timeline
@@ -516,11 +518,22 @@ func (f *partitionFindings) problem(format string, args ...any) {
 }
 
 func (f partitionFindings) String() string {
-	return fmt.Sprintf("%d leases confirmed before the partition; %d claims during it: %d handed out, %d refused; "+
+	return fmt.Sprintf("%d leases confirmed before the partition; %d claims during it: %d handed out (%d on database/sql with pgx's stdlib, %d with lib/pq), %d refused; "+
 		"%d leases believed when the old primary stopped, %d of them on the promoted server with their fence, %d trusted past its expiry of them (by up to %v); "+
 		"fence sequence %d on the old primary, %d on the promoted server; %d leases claimed on the new timeline; %d fences handed out over both timelines, %d of them twice; promotion took %v",
-		f.heldBefore, f.attempts, f.acknowledged, f.refused, f.believed, f.kept, f.trustedPast, f.worstTrust.Round(time.Millisecond),
+		f.heldBefore, f.attempts, f.acknowledged, f.ackBy["pgx's stdlib"], f.ackBy["lib/pq"], f.refused, f.believed, f.kept, f.trustedPast, f.worstTrust.Round(time.Millisecond),
 		f.drawn, f.kept2, f.after, f.fences, f.reissued, f.promoted.Round(time.Millisecond))
+}
+
+// pqClusterDSN is lib/pq's connection string for the hosts of cfg (the
+// cluster's two), with target_session_attrs=read-write, as DSN is pgx's.
+func pqClusterDSN(cfg *pgx.ConnConfig, app string) string {
+	hosts, ports := []string{cfg.Host}, []string{fmt.Sprint(cfg.Port)}
+	for _, fb := range cfg.Fallbacks {
+		hosts, ports = append(hosts, fb.Host), append(ports, fmt.Sprint(fb.Port))
+	}
+	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable target_session_attrs=read-write connect_timeout=2 application_name=%s",
+		strings.Join(hosts, ","), strings.Join(ports, ","), cfg.User, cfg.Database, app)
 }
 
 // sequenceOn reads the last value of table's fence sequence on the server at
@@ -555,7 +568,7 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 		ttl      = 20 * time.Second // the leases held before the partition outlive it
 		interval = 3 * time.Second
 		timeout  = time.Second // a claim's: the Locker's (Lock) or the caller's (Claim)
-		replicas = 4           // the last on database/sql (pgx's stdlib driver)
+		replicas = 5           // the last two on database/sql: pgx's stdlib driver, lib/pq
 		held     = 2           // leases each replica holds before the partition
 		inFlight = 4           // claims of a replica at once, each alone in its statement
 		waves    = 4           // claims of each of them in a row during the partition
@@ -567,8 +580,11 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 	table := pgtest.Table(t, admin)
 	admin.Close()
 
+	driverOf := func(i int) string {
+		return map[int]string{replicas - 2: "pgx's stdlib", replicas - 1: "lib/pq"}[i]
+	}
 	var (
-		f         partitionFindings
+		f         = partitionFindings{ackBy: map[string]int{}}
 		mu        sync.Mutex
 		handed    = map[int64][]string{} // fence -> "key holder phase" of each lease handed out
 		attempted []string               // the keys claimed during the partition
@@ -598,8 +614,17 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 				conn.Release()
 			}
 		})
-		if i == replicas-1 {
-			sdb := pgtest.OpenSQL(t, pool, "pgx")
+		if i >= replicas-2 {
+			var sdb *sql.DB
+			if i == replicas-2 {
+				sdb = pgtest.OpenSQL(t, pool, "pgx")
+			} else {
+				var err error
+				sdb, err = sql.Open("postgres", pqClusterDSN(pool.Config().ConnConfig, name))
+				require.NoError(t, err)
+				sdb.SetMaxOpenConns(int(pool.Config().MaxConns))
+				t.Cleanup(func() { _ = sdb.Close() })
+			}
 			sdb.SetMaxIdleConns(int(pool.Config().MaxConns))
 			db = pglease.SQL(sdb)
 			warm[i] = func() {
@@ -658,6 +683,7 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 						f.refused++
 					} else {
 						f.acknowledged++
+						f.ackBy[driverOf(i)]++
 					}
 					mu.Unlock()
 					if err == nil {
