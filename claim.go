@@ -26,10 +26,11 @@ import (
 // reply was lost, ctx ended while it was in flight, it came back too late to
 // trust) ends the Locker's previous lease of key, and gives back the row
 // it may have taken, on exactly the fence it drew. When ctx ends while the
-// statement runs, the server is asked to cancel it and its answer is read
-// (cancelled, or the lease, which Claim then returns): Claim returns
-// within a second of ctx's end when the server answers, and within two
-// when it does not (the give-back's read). A claim the server goes on with
+// statement runs, the server is asked to cancel it and its answer is read:
+// cancelled, or a row, which is given back too, since a cancel request
+// that reaches a commit waiting for a synchronous standby ends the wait
+// and the server reports success all the same (confirm.go). Claim returns
+// within two seconds of ctx's end (the answer, then the give-back). A claim the server goes on with
 // after its sender gave up on it (one that reaches the server only then,
 // or whose connection stopped answering and that commits once the network
 // heals) leaves a row nobody holds, which lapses within that claim's TTL:

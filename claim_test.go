@@ -974,30 +974,43 @@ func testClaimCommitSettingUnderPresets(t *testing.T) {
 	}
 }
 
+// lockerOn is a DB a Locker may be given, with the options it is given.
+type lockerOn struct {
+	db   pglease.DB
+	opts []pglease.LockerOption
+}
+
 // unreplicatedDBs are the DBs a Locker may be given, each on the server of
-// pool: the pool itself, one *pgx.Conn, and pglease.SQL with pgx's stdlib
-// and with lib/pq.
-func unreplicatedDBs(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[string]pglease.DB {
+// pool: the pool itself (and with WithKeptConnection), one *pgx.Conn, and
+// pglease.SQL with pgx's stdlib and with lib/pq.
+func unreplicatedDBs(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[string]lockerOn {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, pool.Config().ConnString())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return map[string]pglease.DB{
-		"pool":    pool,
-		"conn":    conn,
-		"sql-pgx": pglease.SQL(pgtest.OpenSQL(t, pool, "pgx")),
-		"sql-pq":  pglease.SQL(pgtest.OpenSQL(t, pool, "pq")),
+	return map[string]lockerOn{
+		"pool":      {db: pool},
+		"pool-kept": {db: pool, opts: []pglease.LockerOption{pglease.WithKeptConnection()}},
+		"conn":      {db: conn},
+		"sql-pgx":   {db: pglease.SQL(pgtest.OpenSQL(t, pool, "pgx"))},
+		"sql-pq":    {db: pglease.SQL(pgtest.OpenSQL(t, pool, "pq"))},
 	}
+}
+
+// locker is a quiet Locker on o's DB and table, with o's options and opts.
+func (o lockerOn) locker(t *testing.T, table, holder string, opts ...pglease.LockerOption) *pglease.Locker {
+	t.Helper()
+	return pgtest.Locker(t, o.db, table, holder, append(append([]pglease.LockerOption(nil), o.opts...), opts...)...)
 }
 
 func testClaimUnreplicated(t *testing.T) {
 	t.Parallel()
 	ctx, _, pool, table := pgtest.UnreplicatedSetup(t)
-	for name, db := range unreplicatedDBs(ctx, t, pool) {
+	for name, on := range unreplicatedDBs(ctx, t, pool) {
 		for _, via := range []string{"Claim", "Lock"} {
 			t.Run(name+"/"+via, func(t *testing.T) {
 				holder, key := name+"-"+via, "job-"+name+"-"+via
-				l := pgtest.Locker(t, db, table, holder, pglease.WithTTL(30*time.Second), pglease.WithTimeout(300*time.Millisecond))
+				l := on.locker(t, table, holder, pglease.WithTTL(30*time.Second), pglease.WithTimeout(300*time.Millisecond))
 				start := time.Now()
 				var err error
 				if via == "Claim" {
@@ -1025,11 +1038,11 @@ func testLosingClaimUnreplicated(t *testing.T) {
 	held, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
 	require.NoError(t, err)
 	pgtest.AbsentStandby(ctx, t, srv.DSN())
-	for name, db := range unreplicatedDBs(ctx, t, pool) {
+	for name, on := range unreplicatedDBs(ctx, t, pool) {
 		t.Run(name, func(t *testing.T) {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			_, err := pgtest.Locker(t, db, table, "b-"+name).Claim(cctx, "job")
+			_, err := on.locker(t, table, "b-"+name).Claim(cctx, "job")
 			require.ErrorIs(t, err, pglease.ErrHeld)
 			require.NoError(t, cctx.Err(), "the losing claim waited for the standby")
 		})

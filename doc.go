@@ -69,8 +69,10 @@
 //
 // These rest on a replica's clock not running slow by more than a tenth of
 // the TTL (at most a second) over one TTL, on a durable server, and across a
-// failover on a synchronous standby. Fencing protects only what checks the
-// fence.
+// failover on a synchronous standby: a claim or heartbeat whose commit's
+// wait for it was cut short by a cancel request (PostgreSQL then reports
+// success, with a WARNING) is not trusted. Fencing protects only what
+// checks the fence.
 //
 // The [README] is the quick start; the [user guide] has the rest: choosing
 // TTL, heartbeat and min hold, every option, the guarantees and their

@@ -62,6 +62,14 @@ const (
 // any 40001. Begin such a transaction after the claim: a snapshot older than
 // the claim does not see this lease's row, and Guard then reports ErrLost.
 //
+// Across a failover to a synchronous standby: Guard's statement commits
+// nothing itself, and a commit of tx that the standby confirmed carries the
+// lease row as Guard saw it (the standby has every commit before it). A
+// commit of tx whose wait for the standby was cut short (a cancel request
+// as its context ended: the driver reports success, with a WARNING) may be
+// lost in the failover with all it wrote; read it as an unknown outcome,
+// as the Locker reads its own.
+//
 // Guard works on a Locker's leases, in WithoutFenceColumn mode too, and on
 // an Elector's leadership lease.
 func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,6 +76,11 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 // TestGuard pins Guard: a transaction commits only while its lease's
 // mandate is the row's, and every failure leaves the transaction aborted.
 func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedIt runs alone: its cases share a table and run in turn
+	// Guarantee: Guard and GuardSQL refuse a lease whose trust window only
+	// heartbeat rounds cut short in their wait for a synchronous standby
+	// would have moved: such a round extends nothing, so the lease is lost
+	// at the deadline its last confirmed round set.
+	t.Run("RefusesALeaseOnlyUnreplicatedRoundsExtended", testGuardUnreplicated)
 	t.Run("CommitsWhileTheMandateIsCurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
@@ -788,3 +794,56 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 
 // wrappedTx is an application's own pgx.Tx wrapper (tracing, metrics).
 type wrappedTx struct{ pgx.Tx }
+
+func testGuardUnreplicated(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	const ttl, interval = 3 * time.Second, 1400 * time.Millisecond
+	var (
+		mu   sync.Mutex
+		last time.Time // when the last round that came back was sent
+	)
+	hook := func(e pglease.Event) {
+		if e.Kind == pglease.EventExtended && e.Leases > 0 {
+			mu.Lock()
+			last = time.Now().Add(-e.Took)
+			mu.Unlock()
+		}
+	}
+	l := pgtest.Locker(t, pgtest.CancelRequestPool(t, srv.DSN(), nil), table, "a",
+		pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithHook(hook))
+	// A lease of a longer TTL beside one of the Locker's: a round gives up
+	// at the earlier trust deadline, and still has this lease to extend.
+	long, err := l.Job(pglease.WithTTL(2 * ttl))
+	require.NoError(t, err)
+	_, err = l.Claim(ctx, "short")
+	require.NoError(t, err)
+	mu.Lock()
+	last = time.Now()
+	mu.Unlock()
+	lease, err := long.Claim(ctx, "long")
+	require.NoError(t, err)
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	// The last confirmed round (or the claim) was sent before the standby
+	// vanished: the lease is trusted until 2*ttl after it at most. A round
+	// cut short, sent an interval later, would move that by most of an
+	// interval.
+	mu.Lock()
+	trusted := last.Add(2*ttl + 200*time.Millisecond)
+	mu.Unlock()
+	select {
+	case <-lease.Done():
+	case <-time.After(time.Until(trusted)):
+	}
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.ErrorIs(t, lease.Guard(ctx, tx), pglease.ErrLost, "Guard")
+	for _, driver := range []string{"pgx", "pq"} {
+		stx, err := pgtest.OpenSQL(t, pool, driver).BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.ErrorIs(t, lease.GuardSQL(ctx, stx), pglease.ErrLost, "GuardSQL on %s", driver)
+		require.Error(t, stx.Commit(), "GuardSQL on %s: a refused transaction cannot commit", driver)
+	}
+}

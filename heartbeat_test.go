@@ -778,7 +778,9 @@ func testHeartbeatUnreplicated(t *testing.T) {
 	t.Parallel()
 	ctx, srv, pool, table := pgtest.PrivateSetup(t)
 	dbs := unreplicatedDBs(ctx, t, pool)
-	dbs["pool-cancel-request"] = pgtest.CancelRequestPool(t, srv.DSN(), nil)
+	cancelRequest := pgtest.CancelRequestPool(t, srv.DSN(), nil)
+	dbs["pool-cancel-request"] = lockerOn{db: cancelRequest}
+	dbs["pool-cancel-request-kept"] = lockerOn{db: cancelRequest, opts: []pglease.LockerOption{pglease.WithKeptConnection()}}
 	const ttl = 3 * time.Second
 	type round struct {
 		sent   time.Time
@@ -789,7 +791,7 @@ func testHeartbeatUnreplicated(t *testing.T) {
 		rounds = map[string][]round{}
 		leases = map[string][]*pglease.Lease{}
 	)
-	for name, db := range dbs {
+	for name, on := range dbs {
 		hook := func(e pglease.Event) {
 			if e.Kind == pglease.EventExtended {
 				mu.Lock()
@@ -797,7 +799,7 @@ func testHeartbeatUnreplicated(t *testing.T) {
 				mu.Unlock()
 			}
 		}
-		l := pgtest.Locker(t, db, table, name, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(ttl/4), pglease.WithHook(hook))
+		l := on.locker(t, table, name, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(ttl/4), pglease.WithHook(hook))
 		// Two leases of different TTLs: a round gives up at the earlier
 		// trust deadline, and still has the later lease to extend.
 		long, err := l.Job(pglease.WithTTL(2 * ttl))

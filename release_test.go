@@ -27,6 +27,11 @@ import (
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	t.Run("QuietResend", testReleaseQuietResend)
+	// Guarantee: a release commits without waiting for a synchronous
+	// standby (synchronous_commit off: losing it in a failover only keeps
+	// the key until its expiry), so Unlock and Close answer during a
+	// partition from the standby, on every kind of DB.
+	t.Run("DoesNotWaitForAStandby", testReleaseUnreplicated)
 	t.Run("QuietResendThroughPgBouncer", testReleaseQuietResendThroughPgBouncer)
 	t.Run("CancelledAtItsCommit", testReleaseCancelledAtItsCommit)
 	t.Run("BurstsOnABusyNotificationQueue", testReleaseBurstsOnABusyNotificationQueue)
@@ -417,4 +422,33 @@ func heldBackHeartbeat(ctx context.Context, t *testing.T, l *pglease.Locker, rou
 	require.NoError(t, keep.Err(), "the kept lease was lost while releases held its heartbeat back")
 	require.Less(t, gap, baseline+slack, "the heartbeat was held back by releases waiting for the NOTIFY lock")
 	return failed.Load()
+}
+
+func testReleaseUnreplicated(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	dbs := unreplicatedDBs(ctx, t, pool)
+	lockers := map[string]*pglease.Locker{}
+	unlocked, closed := map[string]*pglease.Lease{}, map[string]*pglease.Lease{}
+	for name, on := range dbs {
+		l := on.locker(t, table, name)
+		var err error
+		unlocked[name], err = l.Claim(ctx, name+"-unlocked")
+		require.NoError(t, err)
+		closed[name], err = l.Claim(ctx, name+"-closed")
+		require.NoError(t, err)
+		lockers[name] = l
+	}
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	for name := range dbs {
+		t.Run(name, func(t *testing.T) {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			require.NoError(t, unlocked[name].Unlock(cctx))
+			require.NoError(t, lockers[name].Close(cctx))
+			require.NoError(t, cctx.Err(), "a release waited for the standby")
+			require.ErrorIs(t, closed[name].Err(), pglease.ErrClosed)
+			requireNoLiveRowOf(t, pool, table, name, 0, name+"-unlocked", name+"-closed")
+		})
+	}
 }

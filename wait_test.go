@@ -107,9 +107,9 @@ func TestClaimWait(t *testing.T) {
 	t.Run("UnreplicatedCommitIsNotALease", func(t *testing.T) {
 		t.Parallel()
 		ctx, _, pool, table := pgtest.UnreplicatedSetup(t)
-		for name, db := range unreplicatedDBs(ctx, t, pool) {
+		for name, on := range unreplicatedDBs(ctx, t, pool) {
 			t.Run(name, func(t *testing.T) {
-				l := pgtest.Locker(t, db, table, name, pglease.WithTTL(30*time.Second))
+				l := on.locker(t, table, name, pglease.WithTTL(30*time.Second))
 				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 				lease, err := l.ClaimWait(cctx, name+"-job")
 				cancel()
