@@ -471,7 +471,7 @@ func TestFailover(t *testing.T) {
 			t.Error(p)
 		}
 		require.Positive(t, f.attempts)
-		require.Less(t, f.kept2, f.drawn, "the promoted server's fence sequence is behind the old primary's: fences drawn in the partition are drawn again")
+		require.Less(t, f.promotedSeq, f.drawn, "the promoted server's fence sequence is behind the old primary's: fences drawn in the partition are drawn again")
 		require.GreaterOrEqual(t, f.believed, f.heldBefore, "the leases held before the partition are believed at the stop")
 		require.Zero(t, f.trustedPast, "leases trusted past the promoted server's expiry of them")
 		require.Positive(t, f.after, "leases were claimed on the new timeline, with fences the old one drew")
@@ -494,21 +494,21 @@ func TestFailover(t *testing.T) {
 // partitionFindings is what a run of a partitioned and promoted synchronous
 // standby observed.
 type partitionFindings struct {
-	heldBefore   int            // leases claimed before the partition, confirmed by the standby
-	attempts     int            // claims sent during the partition
-	acknowledged int            // of those, handed out as leases
-	ackBy        map[string]int // of those, by driver
-	refused      int            // of those, failed (their commit's wait for the standby was cut short, or ended by the crash)
-	believed     int            // leases believed when the old primary was stopped
-	kept         int            // of those, on the promoted server with their fence
-	trustedPast  int            // of those believed, trusted past the promoted server's expiry of them
-	worstTrust   time.Duration
-	drawn, kept2 int64 // the fence sequence on the old primary at the crash, and on the promoted server
-	after        int   // leases handed out on the new timeline
-	fences       int   // fences handed out to callers, both timelines
-	reissued     int   // fence values handed out twice
-	promoted     time.Duration
-	problems     []string
+	heldBefore         int            // leases claimed before the partition, confirmed by the standby
+	attempts           int            // claims sent during the partition
+	acknowledged       int            // of those, handed out as leases
+	ackBy              map[string]int // of those, by driver
+	refused            int            // of those, failed (their commit's wait for the standby was cut short, or ended by the crash)
+	believed           int            // leases believed when the old primary was stopped
+	kept               int            // of those, on the promoted server with their fence
+	trustedPast        int            // of those believed, trusted past the promoted server's expiry of them
+	worstTrust         time.Duration
+	drawn, promotedSeq int64 // the fence sequence on the old primary at the crash, and on the promoted server
+	after              int   // leases handed out on the new timeline
+	fences             int   // fences handed out to callers, both timelines
+	reissued           int   // fence values handed out twice
+	promoted           time.Duration
+	problems           []string
 }
 
 func (f *partitionFindings) problem(format string, args ...any) {
@@ -522,7 +522,7 @@ func (f partitionFindings) String() string {
 		"%d leases believed when the old primary stopped, %d of them on the promoted server with their fence, %d trusted past its expiry of them (by up to %v); "+
 		"fence sequence %d on the old primary, %d on the promoted server; %d leases claimed on the new timeline; %d fences handed out over both timelines, %d of them twice; promotion took %v",
 		f.heldBefore, f.attempts, f.acknowledged, f.ackBy["pgx's stdlib"], f.ackBy["lib/pq"], f.refused, f.believed, f.kept, f.trustedPast, f.worstTrust.Round(time.Millisecond),
-		f.drawn, f.kept2, f.after, f.fences, f.reissued, f.promoted.Round(time.Millisecond))
+		f.drawn, f.promotedSeq, f.after, f.fences, f.reissued, f.promoted.Round(time.Millisecond))
 }
 
 // pqClusterDSN is lib/pq's connection string for the hosts of cfg (the
@@ -711,7 +711,7 @@ func runPartitionedPromotion(t *testing.T) partitionFindings {
 		}
 	}
 	rows := keptRows(ctx, t, c, table)
-	f.kept2 = sequenceOn(ctx, t, c.StandbyDSN(), table)
+	f.promotedSeq = sequenceOn(ctx, t, c.StandbyDSN(), table)
 	require.NoError(t, c.Promote(ctx))
 	promoted := time.Now()
 	f.promoted = promoted.Sub(crashed)
