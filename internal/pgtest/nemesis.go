@@ -317,9 +317,9 @@ func WaitQuiet(ctx context.Context, db pglease.DB, app string) error {
 	}
 }
 
-// syncRepWaitSQL counts the backends whose commit waits for a synchronous
+// standbyWaitersSQL counts the backends whose commit waits for a synchronous
 // standby.
-const syncRepWaitSQL = `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`
+const standbyWaitersSQL = `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`
 
 // WithoutStandby makes every synchronous commit on db's server wait for a
 // synchronous standby that never answers (synchronous_standby_names names
@@ -350,7 +350,7 @@ func WithoutStandby(ctx context.Context, db pglease.DB, d time.Duration) (waitin
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		var n int
-		if err := db.QueryRow(ctx, syncRepWaitSQL).Scan(&n); err != nil {
+		if err := db.QueryRow(ctx, standbyWaitersSQL).Scan(&n); err != nil {
 			return waiting, fmt.Errorf("pgtest: counting the commits waiting for a standby: %w", err)
 		}
 		waiting = max(waiting, n)
