@@ -194,7 +194,8 @@ type nemesisRun struct {
 	faults    map[string]int
 	timeline  []string // every fault, when and on what, for a failure's report
 	tokens    int
-	syncWaits int // the most commits seen waiting at once for an unanswered synchronous standby
+	syncWaits int          // the most commits seen waiting at once for an unanswered synchronous standby
+	outages   []lin.Outage // when no synchronous commit could be confirmed
 }
 
 // nemesisExemption takes the leases of key that an operator's ForceExpire
@@ -218,7 +219,8 @@ type nemesisExemption struct {
 // force-expires leases, locks rows, exhausts pools and closes Lockers
 // while their claims are in flight. Every call and return is recorded;
 // porcupine checks the history per key against a model of the mandate,
-// and the trust windows, fences, ledger and rows left behind at Close are
+// and the trust windows, fences, ledger, rows left behind at Close and
+// claims handed out while no synchronous standby could confirm them are
 // checked directly.
 func TestNemesis(t *testing.T) {
 	t.Parallel()
@@ -769,10 +771,13 @@ var nemesisFaults = []nemesisFault{
 		defer r.fault("unanswered synchronous standby", "the server")()
 		ctx, cancel := context.WithTimeout(context.Background(), window+time.Minute)
 		defer cancel()
-		waiting, err := pgtest.WithoutStandby(ctx, r.admin, window)
+		o, err := pgtest.WithoutStandby(ctx, r.admin, window)
 		require.NoError(r.t, err)
 		r.mu.Lock()
-		r.syncWaits = max(r.syncWaits, waiting)
+		r.syncWaits = max(r.syncWaits, o.Waiting)
+		if !o.From.IsZero() {
+			r.outages = append(r.outages, lin.Outage{From: o.From, Until: o.Until})
+		}
 		r.mu.Unlock()
 	}, true, false},
 	// A claim whose sender gave up, delivered after the Locker claimed the
@@ -1244,6 +1249,7 @@ func (r *nemesisRun) check(ran time.Duration) {
 		{"ledger", lin.LedgerOrder(ledger)},
 		{"careless commits", careless},
 		{"left behind at Close", r.leftovers},
+		{"unconfirmed claims", lin.ConfirmedGrants(r.grants, r.outages)},
 	}
 	var violations []string
 	for _, c := range checks {
