@@ -342,8 +342,9 @@ func seedOf(t *testing.T) int64 {
 }
 
 // TestFailover promotes a standby under a running Locker: synchronous, it
-// keeps every acknowledged lease and reissues no fence; asynchronous, the
-// reissued fences and overlaps are measured.
+// keeps every acknowledged lease and reissues no fence, even when it was
+// partitioned while claims gave up on their commits' waits for it;
+// asynchronous, the reissued fences and overlaps are measured.
 func TestFailover(t *testing.T) {
 	t.Parallel()
 	// SynchronousStandbyKeepsEveryLease
