@@ -105,15 +105,6 @@ func TestClaim(t *testing.T) {
 	t.Run("CommitSettingUnderPresets", testClaimCommitSettingUnderPresets)
 	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
 	t.Run("BurstsSurviveACrash", testBurstClaimsSurviveACrash)
-	// Guarantee: a claim whose commit's wait for a synchronous standby was
-	// cut short (its caller gave up, a cancel request ended the wait, the
-	// server reported success with a WARNING) is no lease, alone or through
-	// Lock's timeout, on every kind of DB; its row is given back, and it
-	// returns within its documented bounds.
-	t.Run("UnreplicatedCommitIsNotALease", testClaimUnreplicated)
-	// Guarantee: a claim that finds the key held commits without waiting
-	// for a synchronous standby: it answers ErrHeld during a partition.
-	t.Run("LosingClaimDoesNotWaitForAStandby", testLosingClaimUnreplicated)
 	// Guarantee: a claim sent alone whose reply is held until its caller gives
 	// up gives its row back before it returns.
 	t.Run("CancelledInFlightGivesItsRowBack", func(t *testing.T) {
@@ -629,6 +620,15 @@ func TestClaim(t *testing.T) {
 		assert.True(t, xid, "a winning claim writes its row")
 		assert.Positive(t, wal)
 	})
+	// Guarantee: a claim whose commit's wait for a synchronous standby was
+	// cut short (its caller gave up, a cancel request ended the wait, the
+	// server reported success with a WARNING) is no lease, alone or through
+	// Lock's timeout, on every kind of DB; its row is given back, and it
+	// returns within its documented bounds.
+	t.Run("UnreplicatedCommitIsNotALease", testClaimUnreplicated)
+	// Guarantee: a claim that finds the key held commits without waiting
+	// for a synchronous standby: it answers ErrHeld during a partition.
+	t.Run("LosingClaimDoesNotWaitForAStandby", testLosingClaimUnreplicated)
 }
 
 // raisedSync is the synchronous_commit a claim that takes a row must leave
