@@ -111,8 +111,8 @@ func TestClaimCancel(t *testing.T) {
 				p := pgtest.Proxy(t, "")
 				app := pgtest.AppName("cancelevery")
 				l := pgtest.Locker(t, driverDB(t, pgtest.AppPool(t, "", p, app), driver), table, "claimer")
-				for i, after := range []time.Duration{100, 300, 500, 700, 900} {
-					after *= time.Millisecond
+				for i, ms := range []int{100, 300, 500, 700, 900} {
+					after := time.Duration(ms) * time.Millisecond
 					key := fmt.Sprintf("job-%d", i)
 					freeRow(ctx, t, pool, table, key)
 					p.SetLatency(0, 0, 1)

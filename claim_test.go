@@ -102,6 +102,7 @@ func givenUpAsRowLocksEnd(ctx context.Context, t *testing.T, pool pglease.DB, ta
 // an Elector, and the first's leases stay its own. fenced chooses a table
 // of Migrate or one WithoutFenceColumn (legacyTable).
 func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
+	t.Helper()
 	t.Parallel()
 	ctx := pgtest.Ctx(t)
 	var a, b *pglease.Locker
@@ -129,13 +130,13 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	}
 
 	_, err := b.Claim(ctx, "claim")
-	assert.ErrorIs(t, err, pglease.ErrHeld, "Claim")
+	require.ErrorIs(t, err, pglease.ErrHeld, "Claim")
 	_, err = b.Lock(ctx, "lock")
-	assert.ErrorIs(t, err, pglease.ErrHeld, "Lock")
+	require.ErrorIs(t, err, pglease.ErrHeld, "Lock")
 	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = b.ClaimWait(waitCtx, "wait")
 	cancel()
-	assert.ErrorIs(t, err, pglease.ErrHeld, "a waiting claim waits")
+	require.ErrorIs(t, err, pglease.ErrHeld, "a waiting claim waits")
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "a waiting claim waits")
 	if fenced { // without a fence column, claims go one by one
 		leases, errs := pglease.ClaimBurst(ctx, b, []string{"burst-1", "burst-2", "free"})
@@ -172,6 +173,7 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 // either holds, the other is refused by Claim, Lock, a burst and an
 // Elector. fenced chooses a table of Migrate or one WithoutFenceColumn.
 func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
+	t.Helper()
 	t.Parallel()
 	ctx := pgtest.Ctx(t)
 	var opts []pglease.LockerOption

@@ -159,7 +159,7 @@ func (ls *Lease) refuse(ctx context.Context, tx pgx.Tx, err error) error {
 	if errors.As(rerr, &pgErr) || errors.Is(rerr, pgx.ErrTxClosed) {
 		return err // refused by the server, or tx had ended
 	}
-	return fmt.Errorf("%w (the refusal could not be sent on tx: %v; %s)", err, rerr, endTx(rctx, tx))
+	return fmt.Errorf("%w (the refusal could not be sent on tx: %w; %s)", err, rerr, endTx(rctx, tx))
 }
 
 // endTx makes tx unable to commit when the refusal could not be sent on it,

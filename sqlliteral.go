@@ -128,7 +128,7 @@ func commentEnd(s string, i int) int {
 // $tag$), or i+1 when no dollar quote opens there.
 func dollarEnd(s string, i int) int {
 	j := i + 1
-	for j < len(s) && s[j] != '$' && identByte(s[j]) && !(j == i+1 && s[j] >= '0' && s[j] <= '9') {
+	for j < len(s) && s[j] != '$' && identByte(s[j]) && (j != i+1 || s[j] < '0' || s[j] > '9') {
 		j++
 	}
 	if j >= len(s) || s[j] != '$' {

@@ -416,15 +416,15 @@ func (o oldLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-func readLegacyRow(t testing.TB, db pglease.DB, table, key string) (pgtest.Row, bool) {
-	t.Helper()
+func readLegacyRow(tb testing.TB, db pglease.DB, table, key string) (pgtest.Row, bool) {
+	tb.Helper()
 	var r pgtest.Row
 	err := db.QueryRow(context.Background(), fmt.Sprintf(`SELECT holder, expires_at, expires_at > clock_timestamp() FROM %s WHERE key = $1`, table), key).
 		Scan(&r.Holder, &r.ExpiresAt, &r.Live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, false
 	}
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return r, true
 }
 
