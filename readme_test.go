@@ -47,7 +47,7 @@ func TestReadme(t *testing.T) {
 				pats, err := readme.Patterns(cmd.Text)
 				require.NoError(t, err, "%s:%d: %s", cmd.Doc, cmd.Line, cmd.Text)
 				for _, p := range pats {
-					names, err := readme.PackageNames(".", p.Packages)
+					names, err := readme.PackageNames(".", p.Packages, p.Tags...)
 					require.NoError(t, err)
 					missing, err := readme.Unmatched(p, names)
 					require.NoError(t, err, "%s:%d: %s", cmd.Doc, cmd.Line, cmd.Text)

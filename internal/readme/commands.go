@@ -3,12 +3,15 @@ package readme
 import (
 	"fmt"
 	"go/ast"
+	"go/build/constraint"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -84,6 +87,7 @@ type Pattern struct {
 	Flag     string
 	Expr     string
 	Packages []string
+	Tags     []string // the command's -tags
 }
 
 // Patterns reads the -run, -bench and -fuzz patterns of a `go test`
@@ -95,7 +99,7 @@ func Patterns(cmd string) ([]Pattern, error) {
 		return nil, err
 	}
 	var pats []Pattern
-	var pkgs []string
+	var pkgs, tags []string
 	for i := 2; i < len(words); i++ {
 		w := words[i]
 		if w == "-args" {
@@ -114,6 +118,12 @@ func Patterns(cmd string) ([]Pattern, error) {
 				value = words[i]
 			}
 			pats = append(pats, Pattern{Flag: "-" + name, Expr: value})
+		case name == "tags":
+			if !hasValue && i+1 < len(words) {
+				i++
+				value = words[i]
+			}
+			tags = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
 		case !hasValue && takesValue[name]:
 			i++
 		}
@@ -122,7 +132,7 @@ func Patterns(cmd string) ([]Pattern, error) {
 		pkgs = []string{"."}
 	}
 	for i := range pats {
-		pats[i].Packages = pkgs
+		pats[i].Packages, pats[i].Tags = pkgs, tags
 	}
 	return pats, nil
 }
@@ -132,7 +142,7 @@ func Patterns(cmd string) ([]Pattern, error) {
 var takesValue = map[string]bool{
 	"count": true, "benchtime": true, "fuzztime": true, "timeout": true, "cpu": true,
 	"parallel": true, "o": true, "cpuprofile": true, "memprofile": true, "coverprofile": true,
-	"covermode": true, "coverpkg": true, "tags": true, "p": true, "exec": true, "list": true,
+	"covermode": true, "coverpkg": true, "p": true, "exec": true, "list": true,
 	"skip": true, "shuffle": true, "outputdir": true, "blockprofile": true, "mutexprofile": true,
 	"trace": true,
 }
@@ -171,18 +181,31 @@ func shellWords(s string) ([]string, error) {
 }
 
 // Names are a package's test names: its top-level Test, Benchmark, Fuzz
-// and Example functions, and the names its tests give t.Run and b.Run
-// as string literals (with spaces as go test writes them, underscores).
+// and Example functions, and under each the subtests its body (or a
+// function of the package it calls) gives t.Run or b.Run, level by level,
+// as go test names them (spaces as underscores, a "/" in a name starting
+// a level). A name that is not a string literal (a table's field, a
+// literal joined to a variable) is Dynamic from where it stops being
+// known: go test may run any name there.
 type Names struct {
 	Top  []string
-	Subs []string
+	Subs map[string][]*Sub
+}
+
+// Sub is a subtest's name at one level, and the subtests under it.
+type Sub struct {
+	Name    string
+	Dynamic bool
+	Subs    []*Sub
 }
 
 // PackageNames reads the names of the tests of every package a pattern
 // names, relative to the module root: "." or "./dir" is one package,
-// "./dir/..." every package under dir that belongs to the module.
-func PackageNames(root string, pkgs []string) (Names, error) {
-	var names Names
+// "./dir/..." every package under dir that belongs to the module. Files
+// whose build constraints need a tag that tags (the command's -tags) lack
+// are left out, as go test leaves them out.
+func PackageNames(root string, pkgs []string, tags ...string) (Names, error) {
+	names := Names{Subs: map[string][]*Sub{}}
 	for _, p := range pkgs {
 		dir, all := strings.CutSuffix(strings.TrimSuffix(p, "/"), "/...")
 		if p == "./..." || p == "..." {
@@ -190,7 +213,7 @@ func PackageNames(root string, pkgs []string) (Names, error) {
 		}
 		dir = filepath.Join(root, filepath.FromSlash(dir))
 		if !all {
-			if err := namesIn(dir, &names); err != nil {
+			if err := namesIn(dir, tags, &names); err != nil {
 				return names, err
 			}
 			continue
@@ -203,7 +226,7 @@ func PackageNames(root string, pkgs []string) (Names, error) {
 			if path != dir && (base == "testdata" || strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_") || isModule(path)) {
 				return filepath.SkipDir
 			}
-			return namesIn(path, &names)
+			return namesIn(path, tags, &names)
 		})
 		if err != nil {
 			return names, err
@@ -217,55 +240,146 @@ func isModule(dir string) bool {
 	return err == nil
 }
 
+// builds reports whether a file with these build constraints is built for
+// a test on this machine with tags.
+func builds(file *ast.File, tags []string) bool {
+	for _, group := range file.Comments {
+		for _, c := range group.List {
+			if !constraint.IsGoBuild(c.Text) {
+				continue
+			}
+			expr, err := constraint.Parse(c.Text)
+			if err != nil {
+				return false
+			}
+			return expr.Eval(func(tag string) bool {
+				return slices.Contains(tags, tag) || tag == runtime.GOOS || tag == runtime.GOARCH ||
+					tag == "unix" || tag == "gc" || tag == "cgo" || strings.HasPrefix(tag, "go1.")
+			})
+		}
+	}
+	return true
+}
+
 // namesIn adds the names of the tests in the _test.go files of dir.
-func namesIn(dir string, names *Names) error {
+func namesIn(dir string, tags []string, names *Names) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 	if err != nil {
 		return err
 	}
 	fset := token.NewFileSet()
+	funcs := map[string]*ast.FuncDecl{}
+	var tops []*ast.FuncDecl
 	for _, f := range files {
-		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return err
 		}
+		if !builds(file, tags) {
+			continue
+		}
 		for _, decl := range file.Decls {
-			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil {
-				for _, prefix := range []string{"Test", "Benchmark", "Fuzz", "Example"} {
-					if strings.HasPrefix(fn.Name.Name, prefix) {
-						names.Top = append(names.Top, fn.Name.Name)
-					}
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil {
+				continue
+			}
+			funcs[fn.Name.Name] = fn
+			for _, prefix := range []string{"Test", "Benchmark", "Fuzz", "Example"} {
+				if strings.HasPrefix(fn.Name.Name, prefix) {
+					tops = append(tops, fn)
 				}
 			}
 		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok || len(call.Args) != 2 {
-				return true
-			}
-			if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "Run" {
-				return true
-			}
-			if lit, ok := call.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				if s, err := strconv.Unquote(lit.Value); err == nil {
-					names.Subs = append(names.Subs, strings.ReplaceAll(s, " ", "_"))
-				}
-			}
-			return true
-		})
+	}
+	for _, fn := range tops {
+		names.Top = append(names.Top, fn.Name.Name)
+		names.Subs[fn.Name.Name] = append(names.Subs[fn.Name.Name], subsOf(fn.Body, funcs, map[string]bool{fn.Name.Name: true})...)
 	}
 	return nil
 }
 
-// Unmatched returns the alternatives of p that match none of names: at the
-// first level of the pattern the top-level functions of its kind (-run:
-// tests, fuzz targets and examples; -bench: benchmarks; -fuzz: fuzz
-// targets), below it the subtests' names. A pattern that matches only the
-// empty name ('^$', "run nothing") has nothing to match.
-func Unmatched(p Pattern, names Names) ([]string, error) {
-	if re, err := regexp.Compile(p.Expr); err == nil && re.MatchString("") && !re.MatchString("x") {
-		return nil, nil
+// subsOf returns the subtests that node starts: its Run calls, each with
+// the subtests of its function, and those of the package's functions it
+// calls (seen guards against recursion).
+func subsOf(node ast.Node, funcs map[string]*ast.FuncDecl, seen map[string]bool) []*Sub {
+	var subs []*Sub
+	ast.Inspect(node, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if id, ok := call.Fun.(*ast.Ident); ok && funcs[id.Name] != nil && !seen[id.Name] {
+			seen[id.Name] = true
+			subs = append(subs, subsOf(funcs[id.Name].Body, funcs, seen)...)
+			delete(seen, id.Name)
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Run" || len(call.Args) != 2 {
+			return true
+		}
+		levels, dynamic := runName(call.Args[0])
+		var children []*Sub
+		for _, a := range call.Args[1:] {
+			children = append(children, subsOf(a, funcs, seen)...)
+		}
+		sub := &Sub{Dynamic: true, Subs: children}
+		if !dynamic {
+			sub = &Sub{Name: levels[len(levels)-1], Subs: children}
+			levels = levels[:len(levels)-1]
+		}
+		for i := len(levels) - 1; i >= 0; i-- {
+			sub = &Sub{Name: levels[i], Subs: []*Sub{sub}}
+		}
+		subs = append(subs, sub)
+		return false
+	})
+	return subs
+}
+
+// runName reads the name given to Run: the levels its known part names,
+// and whether a part of it is known only at run time (the levels are then
+// those before it).
+func runName(arg ast.Expr) (levels []string, dynamic bool) {
+	text, whole := literalPrefix(arg)
+	text = strings.ReplaceAll(text, " ", "_")
+	levels = strings.Split(text, "/")
+	if whole {
+		return levels, false
 	}
+	return levels[:len(levels)-1], true
+}
+
+// literalPrefix is the known start of a string expression, and whether it
+// is the whole of it.
+func literalPrefix(e ast.Expr) (string, bool) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		if s, err := strconv.Unquote(e.Value); err == nil && e.Kind == token.STRING {
+			return s, true
+		}
+	case *ast.BinaryExpr:
+		if e.Op == token.ADD {
+			left, whole := literalPrefix(e.X)
+			if !whole {
+				return left, false
+			}
+			right, whole := literalPrefix(e.Y)
+			return left + right, whole
+		}
+	case *ast.ParenExpr:
+		return literalPrefix(e.X)
+	}
+	return "", false
+}
+
+// Unmatched returns the alternatives of p that select no test of names:
+// at the first level of the pattern the top-level functions of its kind
+// (-run: tests, fuzz targets and examples; -bench: benchmarks; -fuzz:
+// fuzz targets), below it the subtests at that level of the tests and
+// subtests the levels above select. An alternative that matches only the
+// empty name ('^$', "run nothing") has nothing to select.
+func Unmatched(p Pattern, names Names) ([]string, error) {
 	var kinds []string
 	switch p.Flag {
 	case "-run":
@@ -275,36 +389,46 @@ func Unmatched(p Pattern, names Names) ([]string, error) {
 	case "-fuzz":
 		kinds = []string{"Fuzz"}
 	}
-	var top []string
+	var level []*Sub
 	for _, n := range names.Top {
 		for _, k := range kinds {
 			if strings.HasPrefix(n, k) {
-				top = append(top, n)
+				level = append(level, &Sub{Name: n, Subs: names.Subs[n]})
 			}
 		}
 	}
 	var missing []string
-	for level, elem := range splitTop(p.Expr, '/') {
-		within := names.Subs
-		if level == 0 {
-			within = top
+	for depth, elem := range splitTop(p.Expr, '/') {
+		whole, err := regexp.Compile(elem)
+		if err != nil {
+			return nil, fmt.Errorf("pattern %q: %w", p.Expr, err)
 		}
 		for _, alt := range alternatives(elem) {
 			re, err := regexp.Compile(alt)
 			if err != nil {
 				return nil, fmt.Errorf("pattern %q: %w", p.Expr, err)
 			}
-			if !matchesAny(re, within) {
+			if depth == 0 && re.MatchString("") && !re.MatchString("x") {
+				continue
+			}
+			if !selects(re, level) {
 				missing = append(missing, alt)
 			}
 		}
+		var next []*Sub
+		for _, s := range level {
+			if s.Dynamic || whole.MatchString(s.Name) {
+				next = append(next, s.Subs...)
+			}
+		}
+		level = next
 	}
 	return missing, nil
 }
 
-func matchesAny(re *regexp.Regexp, names []string) bool {
-	for _, n := range names {
-		if re.MatchString(n) {
+func selects(re *regexp.Regexp, subs []*Sub) bool {
+	for _, s := range subs {
+		if s.Dynamic || re.MatchString(s.Name) {
 			return true
 		}
 	}

@@ -45,9 +45,9 @@ func TestPatterns(t *testing.T) {
 		{Flag: "-bench", Expr: ".", Packages: []string{"./faults/", "."}},
 	}, pats)
 
-	pats, err = readme.Patterns(`go test -fuzz FuzzX -fuzztime 10x`)
+	pats, err = readme.Patterns(`go test -fuzz FuzzX -fuzztime 10x -tags soak,x`)
 	require.NoError(t, err)
-	assert.Equal(t, []readme.Pattern{{Flag: "-fuzz", Expr: "FuzzX", Packages: []string{"."}}}, pats)
+	assert.Equal(t, []readme.Pattern{{Flag: "-fuzz", Expr: "FuzzX", Packages: []string{"."}, Tags: []string{"soak", "x"}}}, pats)
 
 	_, err = readme.Patterns(`go test -run 'TestA`)
 	require.ErrorContains(t, err, "unclosed")
@@ -58,8 +58,11 @@ func TestPatterns(t *testing.T) {
 func TestUnmatched(t *testing.T) {
 	t.Parallel()
 	names := readme.Names{
-		Top:  []string{"TestLock", "TestGuard", "BenchmarkClaim", "FuzzKey", "ExampleLocker"},
-		Subs: []string{"ExpiresInPlace", "Refuses_A_Stale_Lease"},
+		Top: []string{"TestLock", "TestGuard", "BenchmarkClaim", "FuzzKey", "ExampleLocker"},
+		Subs: map[string][]*readme.Sub{
+			"TestLock":  {{Name: "ExpiresInPlace"}, {Name: "Refuses_A_Stale_Lease", Subs: []*readme.Sub{{Dynamic: true}}}},
+			"TestGuard": {{Name: "Drivers", Subs: []*readme.Sub{{Name: "pgx"}, {Name: "pq"}}}},
+		},
 	}
 	for _, tc := range []struct {
 		flag, expr string
@@ -69,8 +72,13 @@ func TestUnmatched(t *testing.T) {
 		{"-run", "^(TestLock|TestGone)$", []string{"^TestGone$"}},
 		{"-run", "TestLock/ExpiresInPlace|Refuses_A", nil},
 		{"-run", "TestLock/(Gone|ExpiresInPlace)", []string{"Gone"}},
+		{"-run", "TestGuard/ExpiresInPlace", []string{"ExpiresInPlace"}},
+		{"-run", "TestGuard/Drivers/pq", nil},
+		{"-run", "TestGuard/pq", []string{"pq"}},
+		{"-run", "TestLock/Refuses_A_Stale_Lease/anything", nil},
 		{"-run", "TestRenamed|FuzzKey|ExampleLocker", []string{"TestRenamed"}},
 		{"-run", "^$", nil},
+		{"-run", "^$|TestGone", []string{"TestGone"}},
 		{"-run", "BenchmarkClaim", []string{"BenchmarkClaim"}},
 		{"-bench", ".", nil},
 		{"-bench", "Claim|Release", []string{"Release"}},
@@ -93,27 +101,32 @@ func TestPackageNames(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
 	}
-	write("a_test.go", "package p\nimport \"testing\"\nfunc TestA(t *testing.T) { t.Run(\"one sub\", func(t *testing.T) {}) }\nfunc helper() {}\n")
+	write("a_test.go", "package p\nimport \"testing\"\n"+
+		"func TestA(t *testing.T) { t.Run(\"one sub\", func(t *testing.T) { helper(t) }); for _, d := range ds { t.Run(\"Each/\"+d, nil) } }\n"+
+		"func helper(t *testing.T) { t.Run(\"Deep\", nil); helper(t) }\n")
 	write("faults/b_test.go", "package f\nimport \"testing\"\nfunc BenchmarkB(b *testing.B) { b.Run(\"x\", nil) }\n")
+	write("faults/soak_test.go", "//go:build soak\n\npackage f\nimport \"testing\"\nfunc TestSoak(t *testing.T) {}\n")
 	write("other/go.mod", "module other\n")
 	write("other/c_test.go", "package o\nimport \"testing\"\nfunc TestC(t *testing.T) {}\n")
 
 	names, err := readme.PackageNames(root, []string{"."})
 	require.NoError(t, err)
-	assert.Equal(t, readme.Names{Top: []string{"TestA"}, Subs: []string{"one_sub"}}, names)
+	assert.Equal(t, []string{"TestA"}, names.Top)
+	assert.Equal(t, []*readme.Sub{
+		{Name: "one_sub", Subs: []*readme.Sub{{Name: "Deep"}}},
+		{Name: "Each", Subs: []*readme.Sub{{Dynamic: true}}},
+	}, names.Subs["TestA"])
 
 	names, err = readme.PackageNames(root, []string{"./..."})
 	require.NoError(t, err)
-	assert.Equal(t, readme.Names{Top: []string{"TestA", "BenchmarkB"}, Subs: []string{"one_sub", "x"}}, names)
+	assert.Equal(t, []string{"TestA", "BenchmarkB"}, names.Top)
 
-	names, err = readme.PackageNames(root, []string{"./faults/"})
+	names, err = readme.PackageNames(root, []string{"./faults/"}, "soak")
 	require.NoError(t, err)
-	assert.Equal(t, []string{"BenchmarkB"}, names.Top)
+	assert.ElementsMatch(t, []string{"BenchmarkB", "TestSoak"}, names.Top)
+	assert.Equal(t, []*readme.Sub{{Name: "x"}}, names.Subs["BenchmarkB"])
 }
 
-// TestUnmatchedSelectsAsGoTestDoes pins what EveryTestCommandSelectsATest
-// rests on: a pattern Unmatched accepts selects a test as go test runs it,
-// each level of it within the tests the level above selected.
 func TestUnmatchedSelectsAsGoTestDoes(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
