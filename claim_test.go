@@ -201,9 +201,9 @@ func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
 			held = append(held, lease)
 		}
 		_, err := b.Claim(ctx, first+"-claim")
-		assert.ErrorIs(t, err, pglease.ErrHeld, "Claim by the %s version of the %s version's lease", second, first)
+		require.ErrorIs(t, err, pglease.ErrHeld, "Claim by the %s version of the %s version's lease", second, first)
 		_, err = b.Lock(ctx, first+"-lock")
-		assert.ErrorIs(t, err, pglease.ErrHeld, "Lock by the %s version of the %s version's lease", second, first)
+		require.ErrorIs(t, err, pglease.ErrHeld, "Lock by the %s version of the %s version's lease", second, first)
 		if fenced { // without a fence column, claims go one by one
 			_, errs := pglease.ClaimBurst(ctx, b, []string{first + "-burst", first + "-claim"})
 			assert.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst of the %s version", second)

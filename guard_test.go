@@ -667,7 +667,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 					require.ErrorIs(t, gerr, pglease.ErrLost)
 				}
 				t.Logf("guard: %v", gerr)
-				assert.ErrorContains(t, gerr, "closed the connection")
+				require.ErrorContains(t, gerr, "closed the connection")
 				rows.Close()
 				cerr := tx.Commit(ctx) // a careless caller commits anyway
 				require.Error(t, cerr, "the transaction of a failed Guard committed")
