@@ -226,6 +226,54 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		}
 	})
 
+	// Guarantee: no fence is issued twice. A Locker's first claim checks a
+	// table made from schema.sql without Migrate (a migration tool), but
+	// not its persistence: CREATE UNLOGGED SEQUENCE (PostgreSQL 15) passes,
+	// a crash resets the sequence to its start, and the next claim of a key
+	// is given a fence already issued to an earlier mandate of it. Migrate
+	// refuses such a sequence (TestMigrate/RefusesWhatACrashWouldEmpty); the
+	// Locker must refuse it at its first claim, or the fences must go on.
+	t.Run("RefusesWhatACrashWouldEmptyAtFirstUse", func(t *testing.T) {
+		t.Parallel()
+		srv := pgtest.CrashableServer(t)
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.PoolAt(t, srv.DSN(), nil)
+		table := pgtest.TableName()
+		ddl, err := pglease.Schema(pglease.WithTable(table))
+		require.NoError(t, err)
+		ddl = strings.Replace(ddl, "CREATE SEQUENCE", "CREATE UNLOGGED SEQUENCE", 1)
+		_, err = pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "CHECKPOINT")
+		require.NoError(t, err)
+
+		a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second))
+		var maxFence int64
+		for range 3 {
+			lease, err := a.Claim(ctx, "job")
+			if err != nil {
+				require.ErrorContains(t, err, "UNLOGGED", "a refused claim names what a crash would empty")
+				return
+			}
+			maxFence = max(maxFence, lease.Fence())
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		pgtest.CrashAndRestart(t, srv)
+		pool.Close()
+		_ = a.Close(ctx)
+
+		after := pgtest.PoolAt(t, srv.DSN(), nil)
+		b := pgtest.Locker(t, after, table, "b")
+		// The release before the crash committed asynchronously and was
+		// lost with it: b waits out a's TTL, then takes the key over.
+		var lease *pglease.Lease
+		require.Eventually(t, func() bool {
+			lease, err = b.Claim(ctx, "job")
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond, "b takes job over once a's lease expired")
+		require.Greater(t, lease.Fence(), maxFence, "the next mandate of job has a fence above every one issued to it before the crash (the unlogged fence sequence was accepted)")
+	})
+
 	// Guarantee: the check of the table costs one read per Locker, however
 	// many claims, bursts and re-claims follow, and none on the heartbeat,
 	// release or Guard.
