@@ -75,6 +75,33 @@ func TestWithoutFenceColumn(t *testing.T) {
 	// of the previous version and one of this version given one WithHolder
 	// never both hold a key.
 	t.Run("SameHolderInTwoVersionsNeverBothHold", func(t *testing.T) { testSameHolderInTwoVersions(t, false) })
+	// Guarantee: two Lockers never both hold a key; re-entrancy belongs to
+	// one Locker. During a move from WithoutFenceColumn to a migrated table,
+	// a fenced replica shares the table with unfenced ones; the unfenced
+	// Locker takes over any live row whose holder has the shape of its own
+	// forge (its holder, '#', 16 hex digits), which a fenced Locker's holder
+	// has when its WithHolder is that Locker's Holder() (copied from
+	// `pglease status`): the fenced lease is taken while it is held.
+	t.Run("NeverTakesAFencedLockersLiveLease", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		unfenced := pgtest.Locker(t, pool, table, "svc", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Minute))
+		fenced := pgtest.Locker(t, pool, table, unfenced.Holder(), pglease.WithTTL(time.Minute))
+		held, err := fenced.Claim(ctx, "job")
+		require.NoError(t, err)
+		taken, err := unfenced.Claim(ctx, "job")
+		if err == nil {
+			_, stillHeld := fenced.Held("job")
+			assert.Fail(t, "two Lockers hold one key",
+				"fenced Locker %s holds job (fence %d, Err %v, held %v) and unfenced Locker %s took it as %s",
+				fenced.Holder(), held.Fence(), held.Err(), stillHeld, unfenced.Holder(), taken.Holder())
+			return
+		}
+		require.ErrorIs(t, err, pglease.ErrHeld)
+	})
+
 	// Guarantee: without the fence column, a late release of a previous mandate
 	// leaves the reclaimed lease untouched.
 	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
