@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
@@ -287,6 +288,25 @@ func TestWithoutFenceColumn(t *testing.T) {
 		require.Contains(t, panicMessage(func() {
 			pglease.NewLocker(pool, pglease.WithoutFenceColumn(), pglease.WithHolder("a#b"))
 		}), "must not contain \"#\"")
+	})
+
+	// Guarantee: the check refuses only a table that cannot work. A varchar
+	// holder column is measured in characters; the check counts the bytes
+	// of the forged holder, so a column exactly as long as the WithHolder
+	// value plus 34 characters (the documented 17 twice) is refused for a
+	// non-ASCII WithHolder, though every holder fits.
+	t.Run("AcceptsAHolderColumnThatFits", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		const name = "réplica-1" // 9 characters, 10 bytes
+		width := utf8.RuneCountInString(name) + 2*(1+16)
+		table, dsn := legacyTable(t, fmt.Sprintf(`key text PRIMARY KEY, holder varchar(%d) NOT NULL, expires_at timestamptz NOT NULL`, width))
+		pool := pgtest.PoolAt(t, dsn, nil)
+		l := pgtest.Locker(t, pool, table, name, pglease.WithoutFenceColumn())
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err, "a varchar(%d) holder column takes every %d-character holder of %q", width, width, name)
+		require.Equal(t, width, utf8.RuneCountInString(lease.Holder()))
+		require.NoError(t, lease.Unlock(ctx))
 	})
 
 	// Guarantee: without the fence column, a live lease whose holder only looks
