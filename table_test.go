@@ -308,6 +308,37 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		assert.IsIncreasing(t, fences, "fences of successive mandates of job")
 	})
 
+	// Guarantee: a fence is never issued backwards. A fence sequence behind
+	// the fences its table already holds (restarted by a migration tool's
+	// down-and-up, or restored from a dump taken before the rows) passes the
+	// first claim's check, which reads only how the sequence counts, not
+	// where it stands: a key's next mandate gets a smaller fence than the
+	// row's.
+	t.Run("RefusesASequenceBehindItsFences", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table, seq := fromSchemaSQL(t, pool)
+		before := pgtest.Locker(t, pool, table, "before")
+		var last int64
+		for range 5 {
+			lease, err := before.Claim(ctx, "job")
+			require.NoError(t, err)
+			last = lease.Fence()
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		_, err := pool.Exec(ctx, "ALTER SEQUENCE "+seq+" RESTART")
+		require.NoError(t, err)
+
+		after := pgtest.Locker(t, pool, table, "after")
+		lease, err := after.Claim(ctx, "job")
+		if err != nil {
+			require.ErrorContains(t, err, seq, "a refused claim names the sequence")
+			return
+		}
+		assert.Greater(t, lease.Fence(), last, "a new Locker's first mandate of job has a fence above the row's previous one")
+	})
+
 	// Guarantee: the check of the table costs one read per Locker, however
 	// many claims, bursts and re-claims follow, and none on the heartbeat,
 	// release or Guard.
