@@ -339,6 +339,40 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		assert.Greater(t, lease.Fence(), last, "a new Locker's first mandate of job has a fence above the row's previous one")
 	})
 
+	// Guarantee: a lease is handed out only once the server durably
+	// confirmed it. A lease table made UNLOGGED by a migration tool (CREATE
+	// UNLOGGED TABLE from schema.sql, without Migrate) passes the first
+	// claim's check: a crash empties it, and another Locker claims the key
+	// while the first still holds its acknowledged lease.
+	t.Run("RefusesAnUnloggedTableAtFirstUse", func(t *testing.T) {
+		t.Parallel()
+		srv := pgtest.CrashableServer(t)
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.PoolAt(t, srv.DSN(), nil)
+		table := pgtest.TableName()
+		ddl, err := pglease.Schema(pglease.WithTable(table))
+		require.NoError(t, err)
+		ddl = strings.Replace(ddl, "CREATE TABLE", "CREATE UNLOGGED TABLE", 1)
+		_, err = pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "CHECKPOINT")
+		require.NoError(t, err)
+
+		a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Minute))
+		held, err := a.Claim(ctx, "job")
+		if err != nil {
+			require.ErrorContains(t, err, "UNLOGGED", "a refused claim names what a crash would empty")
+			return
+		}
+		pgtest.CrashAndRestart(t, srv)
+
+		after := pgtest.PoolAt(t, srv.DSN(), nil)
+		b := pgtest.Locker(t, after, table, "b")
+		_, err = b.Claim(ctx, "job")
+		_, stillHeld := a.Held("job")
+		require.ErrorIs(t, err, pglease.ErrHeld, "b claimed job after a crash while a's acknowledged lease (fence %d, held %v) had a minute to run", held.Fence(), stillHeld)
+	})
+
 	// Guarantee: the check of the table costs one read per Locker, however
 	// many claims, bursts and re-claims follow, and none on the heartbeat,
 	// release or Guard.
