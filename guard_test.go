@@ -646,7 +646,8 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 				ctx, pool, table := pgtest.Setup(t)
 				ledger := pgtest.NewLedger(t, pool)
 				a1 := pgtest.Locker(t, pool, table, "a")
-				a2 := pgtest.Locker(t, pool, table, "a")
+				// A later mandate of a1's holder that a1 never saw.
+				a2 := pgtest.Locker(t, pool, table, "a", pglease.StoredHolder(a1.Holder()))
 				first, err := a1.Claim(ctx, "job")
 				require.NoError(t, err)
 				if locally {

@@ -194,6 +194,8 @@ type nemesisRun struct {
 	faults    map[string]int
 	timeline  []string // every fault, when and on what, for a failure's report
 	tokens    int
+	syncWaits int          // the most commits seen waiting at once for an unanswered synchronous standby
+	outages   []lin.Outage // when no synchronous commit could be confirmed
 }
 
 // nemesisExemption takes the leases of key that an operator's ForceExpire
@@ -212,11 +214,13 @@ type nemesisExemption struct {
 // Guard says, and releases), two Electors, an observer reading rows, and
 // a nemesis that loses replies after commit, delivers statements after
 // their sender gave up, partitions and stalls the Lockers' networks,
-// resets connections, restarts the server, jumps wall clocks, revokes and
+// resets connections, restarts the server, makes commits wait for a
+// synchronous standby that never answers, jumps wall clocks, revokes and
 // force-expires leases, locks rows, exhausts pools and closes Lockers
 // while their claims are in flight. Every call and return is recorded;
 // porcupine checks the history per key against a model of the mandate,
-// and the trust windows, fences, ledger and rows left behind at Close are
+// and the trust windows, fences, ledger, rows left behind at Close and
+// claims handed out while no synchronous standby could confirm them are
 // checked directly.
 func TestNemesis(t *testing.T) {
 	t.Parallel()
@@ -760,6 +764,24 @@ var nemesisFaults = []nemesisFault{
 	{"close with claims in flight", 9, nil, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
 		r.closeRace(s, rnd, true)
 	}, false, false},
+	// Commits that wait for a synchronous standby that never answers:
+	// claims and heartbeats commit synchronously whatever the server's
+	// default, so each waits until its caller gives up (a claim's wait is
+	// then cancelled, and committed on the server alone) or the standby is
+	// named no more.
+	{"unanswered synchronous standby", 8, nil, func(r *nemesisRun, _ *nemesisSlot, _ *rand.Rand, window time.Duration) {
+		defer r.fault("unanswered synchronous standby", "the server")()
+		ctx, cancel := context.WithTimeout(context.Background(), window+time.Minute)
+		defer cancel()
+		o, err := pgtest.WithoutStandby(ctx, r.admin, window)
+		require.NoError(r.t, err)
+		r.mu.Lock()
+		r.syncWaits = max(r.syncWaits, o.Waiting)
+		if !o.From.IsZero() {
+			r.outages = append(r.outages, lin.Outage{From: o.From, Until: o.Until})
+		}
+		r.mu.Unlock()
+	}, true, false},
 	// A claim whose sender gave up, delivered after the Locker claimed the
 	// key again, with a shorter TTL, while the heartbeat's replies are
 	// lost.
@@ -1229,6 +1251,7 @@ func (r *nemesisRun) check(ran time.Duration) {
 		{"ledger", lin.LedgerOrder(ledger)},
 		{"careless commits", careless},
 		{"left behind at Close", r.leftovers},
+		{"unconfirmed claims", lin.ConfirmedGrants(r.grants, r.outages)},
 	}
 	var violations []string
 	for _, c := range checks {
@@ -1255,8 +1278,8 @@ func (r *nemesisRun) check(ran time.Duration) {
 			trusted++
 		}
 	}
-	t.Logf("figures: nemesis seed %d, %v, %d Lockers x %d workers and %d Electors on %d keys: %d operations %v; faults %v, statements faulted %v; "+
+	t.Logf("figures: nemesis seed %d, %v, %d Lockers x %d workers and %d Electors on %d keys: %d operations %v; faults %v, statements faulted %v, at most %d commits at once waiting for an unanswered synchronous standby; "+
 		"%d leases (%d seen trusted), %d takeovers, %d guarded writes (%d committed); porcupine %s on %d operations (%d of unknown outcome pruned) in %v; violations: %s",
-		r.seed, ran.Round(time.Second), nemesisLockers, nemesisWorkers, nemesisElectors, nemesisKeys, len(ops), lin.Count(ops), r.faults, injected,
+		r.seed, ran.Round(time.Second), nemesisLockers, nemesisWorkers, nemesisElectors, nemesisKeys, len(ops), lin.Count(ops), r.faults, injected, r.syncWaits,
 		len(leases), trusted, len(r.takeovers), len(r.writes), len(committed), verdict, len(kept), pruned, took.Round(time.Millisecond), strings.Join(violations, ", "))
 }

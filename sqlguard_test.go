@@ -180,7 +180,8 @@ func TestSQLContract(t *testing.T) {
 				ctx, pool, table, sdb, db := sqlSetup(t, drv)
 				ledger := pgtest.NewLedger(t, pool)
 				a1 := pgtest.Locker(t, db, table, "a")
-				a2 := pgtest.Locker(t, db, table, "a")
+				// A later mandate of a1's holder that a1 never saw.
+				a2 := pgtest.Locker(t, db, table, "a", pglease.StoredHolder(a1.Holder()))
 				first, err := a1.Claim(ctx, "job")
 				require.NoError(t, err)
 				if locally {

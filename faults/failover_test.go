@@ -2,9 +2,12 @@ package faults_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -338,8 +342,9 @@ func seedOf(t *testing.T) int64 {
 }
 
 // TestFailover promotes a standby under a running Locker: synchronous, it
-// keeps every acknowledged lease and reissues no fence; asynchronous, the
-// reissued fences and overlaps are measured.
+// keeps every acknowledged lease and reissues no fence, even when it was
+// partitioned while claims gave up on their commits' waits for it;
+// asynchronous, the reissued fences and overlaps are measured.
 func TestFailover(t *testing.T) {
 	t.Parallel()
 	// SynchronousStandbyKeepsEveryLease
@@ -451,6 +456,29 @@ func TestFailover(t *testing.T) {
 		require.LessOrEqual(t, worstDelay, ttl+failover+time.Second, "the next claim waited at most one TTL (and the failover)")
 	})
 
+	// PartitionedSynchronousStandbyPromotedTrustsNoLeaseItLost:
+	// a commit that waits for a synchronous standby and is cancelled
+	// (a claim given up after its timeout) is committed on the primary
+	// alone. With the standby partitioned, then promoted as the old primary
+	// is stopped, no lease acknowledged before the stop (claimed during the
+	// partition, or extended by a heartbeat then) is trusted by its holder
+	// past the promoted server's expiry of it, and no fence is handed out
+	// twice across both timelines, although the promoted server's fence
+	// sequence is behind the old primary's.
+	t.Run("PartitionedSynchronousStandbyPromotedTrustsNoLeaseItLost", func(t *testing.T) {
+		t.Parallel()
+		f := runPartitionedPromotion(t)
+		for _, p := range f.problems {
+			t.Error(p)
+		}
+		require.Positive(t, f.attempts)
+		require.Less(t, f.promotedSeq, f.drawn, "the promoted server's fence sequence is behind the old primary's: fences drawn in the partition are drawn again")
+		require.GreaterOrEqual(t, f.believed, f.heldBefore, "the leases held before the partition are believed at the stop")
+		require.Zero(t, f.trustedPast, "leases trusted past the promoted server's expiry of them")
+		require.Positive(t, f.after, "leases were claimed on the new timeline, with fences the old one drew")
+		require.Zero(t, f.reissued, "fences handed out twice")
+	})
+
 	// AsynchronousStandbyMeasured is
 	// the same load and failovers with an asynchronous standby, as a
 	// measurement rather than a pass/fail: what README's sentence on
@@ -462,4 +490,288 @@ func TestFailover(t *testing.T) {
 			t.Log("observed:", p)
 		}
 	})
+}
+
+// partitionFindings is what a run of a partitioned and promoted synchronous
+// standby observed.
+type partitionFindings struct {
+	heldBefore         int            // leases claimed before the partition, confirmed by the standby
+	attempts           int            // claims sent during the partition
+	acknowledged       int            // of those, handed out as leases
+	ackBy              map[string]int // of those, by driver
+	refused            int            // of those, failed (their commit's wait for the standby was cut short, or ended by the crash)
+	believed           int            // leases believed when the old primary was stopped
+	kept               int            // of those, on the promoted server with their fence
+	trustedPast        int            // of those believed, trusted past the promoted server's expiry of them
+	worstTrust         time.Duration
+	drawn, promotedSeq int64 // the fence sequence on the old primary at the crash, and on the promoted server
+	after              int   // leases handed out on the new timeline
+	fences             int   // fences handed out to callers, both timelines
+	reissued           int   // fence values handed out twice
+	promoted           time.Duration
+	problems           []string
+}
+
+func (f *partitionFindings) problem(format string, args ...any) {
+	if len(f.problems) < 10 {
+		f.problems = append(f.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (f partitionFindings) String() string {
+	return fmt.Sprintf("%d leases confirmed before the partition; %d claims during it: %d handed out (%d on database/sql with pgx's stdlib, %d with lib/pq), %d refused; "+
+		"%d leases believed when the old primary stopped, %d of them on the promoted server with their fence, %d trusted past its expiry of them (by up to %v); "+
+		"fence sequence %d on the old primary, %d on the promoted server; %d leases claimed on the new timeline; %d fences handed out over both timelines, %d of them twice; promotion took %v",
+		f.heldBefore, f.attempts, f.acknowledged, f.ackBy["pgx's stdlib"], f.ackBy["lib/pq"], f.refused, f.believed, f.kept, f.trustedPast, f.worstTrust.Round(time.Millisecond),
+		f.drawn, f.promotedSeq, f.after, f.fences, f.reissued, f.promoted.Round(time.Millisecond))
+}
+
+// pqClusterDSN is lib/pq's connection string for the hosts of cfg (the
+// cluster's two), with target_session_attrs=read-write, as DSN is pgx's.
+func pqClusterDSN(cfg *pgx.ConnConfig, app string) string {
+	hosts, ports := []string{cfg.Host}, []string{fmt.Sprint(cfg.Port)}
+	for _, fb := range cfg.Fallbacks {
+		hosts, ports = append(hosts, fb.Host), append(ports, fmt.Sprint(fb.Port))
+	}
+	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable target_session_attrs=read-write connect_timeout=2 application_name=%s",
+		strings.Join(hosts, ","), strings.Join(ports, ","), cfg.User, cfg.Database, app)
+}
+
+// sequenceOn reads the last value of table's fence sequence on the server at
+// dsn alone (a hot standby reads it as replayed).
+func sequenceOn(ctx context.Context, t *testing.T, dsn, table string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var last int64
+	require.NoError(t, conn.QueryRow(ctx, fmt.Sprintf(`SELECT last_value FROM %s`, pgx.Identifier{table + "_fence_seq"}.Sanitize())).Scan(&last))
+	return last
+}
+
+// runPartitionedPromotion partitions a synchronous standby from its
+// primary, claims on every replica while it is cut off (each claim given
+// up after a short timeout, as gocron's Locker timeout does, so that its
+// commit's wait for the standby is cancelled), with leases claimed before
+// the partition whose heartbeats now wait too; then stops the old primary
+// and promotes the standby, as a failover does, rebuilds a standby and
+// claims every key again on the new timeline through the cluster's DSN.
+//
+// Every lease believed when the old primary stopped was acknowledged by
+// then: its trust deadline (Leases' TrustUntil) is compared with its row on
+// the promoted server. Kept with its fence, the row's expiry bounds it; not
+// kept, the key is free for another replica from the promotion on (or from
+// the expiry of the row the server kept instead, if later). Every fence
+// handed out (Claim, Lock, both timelines) is recorded.
+func runPartitionedPromotion(t *testing.T) partitionFindings {
+	t.Helper()
+	const (
+		ttl      = 20 * time.Second // the leases held before the partition outlive it
+		interval = 3 * time.Second
+		timeout  = time.Second // a claim's: the Locker's (Lock) or the caller's (Claim)
+		replicas = 5           // the last two on database/sql: pgx's stdlib driver, lib/pq
+		held     = 2           // leases each replica holds before the partition
+		inFlight = 4           // claims of a replica at once, each alone in its statement
+		waves    = 4           // claims of each of them in a row during the partition
+	)
+	c := startCluster(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	admin := clusterPool(t, c, "admin")
+	table := pgtest.Table(t, admin)
+	admin.Close()
+
+	driverOf := func(i int) string {
+		return map[int]string{replicas - 2: "pgx's stdlib", replicas - 1: "lib/pq"}[i]
+	}
+	var (
+		f         = partitionFindings{ackBy: map[string]int{}}
+		mu        sync.Mutex
+		handed    = map[int64][]string{} // fence -> "key holder phase" of each lease handed out
+		attempted []string               // the keys claimed during the partition
+	)
+	record := func(ls *pglease.Lease, phase string) {
+		mu.Lock()
+		defer mu.Unlock()
+		handed[ls.Fence()] = append(handed[ls.Fence()], ls.Key()+" "+ls.Holder()+" "+phase)
+	}
+	lockers := make([]*pglease.Locker, replicas)
+	var warm []func() // opens the connections of a replica's pool, so that the claims do not wait for them
+	for i := range lockers {
+		name := fmt.Sprintf("replica-%d", i)
+		pool := pgtest.PoolWith(t, c.DSN(), func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.RuntimeParams["application_name"] = name
+			cfg.MaxConns = 8 // the claims in flight, and a heartbeat that waits
+		})
+		var db pglease.DB = pool
+		warm = append(warm, func() {
+			var conns []*pgxpool.Conn
+			for range pool.Config().MaxConns {
+				conn, err := pool.Acquire(ctx)
+				require.NoError(t, err)
+				conns = append(conns, conn)
+			}
+			for _, conn := range conns {
+				conn.Release()
+			}
+		})
+		if i >= replicas-2 {
+			var sdb *sql.DB
+			if i == replicas-2 {
+				sdb = pgtest.OpenSQL(t, pool, "pgx")
+			} else {
+				var err error
+				sdb, err = sql.Open("postgres", pqClusterDSN(pool.Config().ConnConfig, name))
+				require.NoError(t, err)
+				sdb.SetMaxOpenConns(int(pool.Config().MaxConns))
+				t.Cleanup(func() { _ = sdb.Close() })
+			}
+			sdb.SetMaxIdleConns(int(pool.Config().MaxConns))
+			db = pglease.SQL(sdb)
+			warm[i] = func() {
+				var conns []*sql.Conn
+				for range pool.Config().MaxConns {
+					conn, err := sdb.Conn(ctx)
+					require.NoError(t, err)
+					conns = append(conns, conn)
+				}
+				for _, conn := range conns {
+					require.NoError(t, conn.Close())
+				}
+			}
+		}
+		lockers[i] = pgtest.Locker(t, db, table, name,
+			pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(interval), pglease.WithTimeout(timeout))
+	}
+	for i, l := range lockers {
+		for k := range held {
+			ls, err := l.Claim(ctx, fmt.Sprintf("held-%d-%d", i, k))
+			require.NoError(t, err)
+			record(ls, "before the partition")
+			f.heldBefore++
+		}
+	}
+
+	for _, w := range warm {
+		w()
+	}
+	c.Partition()
+	var wg sync.WaitGroup
+	for i, l := range lockers {
+		for g := range inFlight {
+			wg.Go(func() {
+				for w := range waves {
+					key := fmt.Sprintf("cut-%d-%d-%d", i, g, w)
+					var (
+						ls  *pglease.Lease
+						err error
+					)
+					if g%2 == 0 {
+						var lk gocron.Lock
+						lk, err = l.Lock(context.Background(), key) // the Locker's timeout
+						if err == nil {
+							ls = lk.(*pglease.Lease)
+						}
+					} else {
+						cctx, ccancel := context.WithTimeout(ctx, timeout)
+						ls, err = l.Claim(cctx, key)
+						ccancel()
+					}
+					mu.Lock()
+					f.attempts++
+					attempted = append(attempted, key)
+					if err != nil {
+						f.refused++
+					} else {
+						f.acknowledged++
+						f.ackBy[driverOf(i)]++
+					}
+					mu.Unlock()
+					if err == nil {
+						record(ls, "during the partition")
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	f.drawn = sequenceOn(ctx, t, c.PrimaryDSN(), table)
+
+	// The failover: the old primary stops (nothing commits there from now
+	// on), the standby is read as it will be promoted, and promoted.
+	require.NoError(t, c.Crash())
+	crashed := time.Now()
+	type belief struct {
+		holder string
+		info   pglease.LeaseInfo
+	}
+	var beliefs []belief
+	for _, l := range lockers {
+		for _, info := range l.Leases() {
+			beliefs = append(beliefs, belief{holder: l.Holder(), info: info})
+		}
+	}
+	rows := keptRows(ctx, t, c, table)
+	f.promotedSeq = sequenceOn(ctx, t, c.StandbyDSN(), table)
+	require.NoError(t, c.Promote(ctx))
+	promoted := time.Now()
+	f.promoted = promoted.Sub(crashed)
+	for _, b := range beliefs {
+		f.believed++
+		r, ok := rows[b.info.Key]
+		expiry := promoted // not kept: another replica may claim the key once the promoted server accepts writes
+		switch {
+		case ok && r.Fence == b.info.Fence:
+			f.kept++
+			expiry = r.ExpiresAt
+		case ok && r.ExpiresAt.After(expiry):
+			expiry = r.ExpiresAt
+		}
+		if b.info.TrustUntil.After(expiry) {
+			f.trustedPast++
+			f.worstTrust = max(f.worstTrust, b.info.TrustUntil.Sub(expiry))
+			f.problem("%s fence %d of %s is trusted until %s, past the promoted server's expiry of it, %s (its row there: %+v, found %v)",
+				b.info.Key, b.info.Fence, b.holder, b.info.TrustUntil.Format("15:04:05.000"), expiry.Format("15:04:05.000"), r, ok)
+		}
+	}
+
+	// The new timeline: once a standby confirms its commits again, a
+	// replica that was not partitioned claims every key.
+	require.NoError(t, c.Rebuild(ctx))
+	successor := pgtest.Locker(t, clusterPool(t, c, "successor"), table, "successor", pglease.WithTTL(ttl), pglease.WithTimeout(5*time.Second))
+	keys := slices.Sorted(maps.Keys(rows))
+	mu.Lock()
+	keys = append(keys, attempted...)
+	mu.Unlock()
+	var claims sync.WaitGroup
+	for _, key := range keys {
+		claims.Go(func() {
+			for ctx.Err() == nil {
+				ls, err := successor.Claim(ctx, key)
+				if err == nil {
+					record(ls, "after the promotion")
+					mu.Lock()
+					f.after++
+					mu.Unlock()
+					return
+				}
+				if errors.Is(err, pglease.ErrHeld) {
+					return
+				}
+			}
+		})
+	}
+	claims.Wait()
+	require.NoError(t, ctx.Err(), "claiming every key on the new timeline")
+	mu.Lock()
+	defer mu.Unlock()
+	for fence, who := range handed {
+		f.fences += len(who)
+		if len(who) > 1 {
+			f.reissued++
+			f.problem("fence %d handed out %d times: %s", fence, len(who), strings.Join(who, "; "))
+		}
+	}
+	t.Logf("figures: partitioned synchronous standby promoted: %v", f)
+	return f
 }

@@ -230,3 +230,26 @@ func groupBy[T any](xs []T, key func(T) string) map[string][]T {
 	}
 	return m
 }
+
+// Outage is a stretch of time in which no commit that waits for a
+// synchronous standby could be confirmed: one had been seen waiting
+// (From), and none was let go before Until.
+type Outage struct{ From, Until time.Time }
+
+// ConfirmedGrants checks that no lease was handed out by a claim called
+// and returned within an outage: a claim that takes a row commits, and
+// that commit could end its wait only by being cut short, unconfirmed. It
+// returns one line per violation.
+func ConfirmedGrants(grants []Grant, outages []Outage) []string {
+	var problems []string
+	for _, g := range grants {
+		for _, o := range outages {
+			if !g.Call.Before(o.From) && g.Return.Before(o.Until) {
+				problems = append(problems, fmt.Sprintf("%s: %s got fence %d in a claim called %v into an outage of the synchronous standby and returned %v before its end",
+					g.Key, g.Holder, g.Fence, g.Call.Sub(o.From).Round(time.Microsecond), o.Until.Sub(g.Return).Round(time.Microsecond)))
+			}
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}

@@ -123,3 +123,17 @@ func TestOverlapsFindsWhatComparingEveryPairFinds(t *testing.T) {
 	}
 	assert.Positive(t, found, "the histories drawn have overlaps to find")
 }
+
+func TestALeaseHandedOutWithinAnOutageOfTheSynchronousStandbyWasNotConfirmed(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	outages := []Outage{{From: at(100), Until: at(200)}}
+	grants := []Grant{
+		{Key: "k", Holder: "a", Fence: 1, Call: at(50), Return: at(150)},  // called before: it may have committed before
+		{Key: "k", Holder: "b", Fence: 2, Call: at(120), Return: at(180)}, // within: unconfirmed
+		{Key: "k", Holder: "c", Fence: 3, Call: at(150), Return: at(250)}, // returned after: let go by the end
+	}
+	problems := ConfirmedGrants(grants, outages)
+	require.Len(t, problems, 1)
+	assert.Contains(t, problems[0], "b got fence 2")
+	assert.Empty(t, ConfirmedGrants(grants, nil))
+}

@@ -12,6 +12,11 @@
 // -R); in Synchronous mode the primary has synchronous_standby_names = '*',
 // so a commit waits until the standby has flushed it.
 //
+// The standby's replication connection goes through a TCP proxy
+// (internal/faultproxy) of the Cluster's, so that Partition can cut the
+// stream while both servers run, as a network partition does: the primary
+// sends WAL that never arrives, and the standby answers nothing.
+//
 // Clients reach whichever server is primary through DSN, a multi-host
 // connection string with target_session_attrs=read-write, as applications
 // do: pgx tries both hosts and keeps the one that accepts writes.
@@ -35,6 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgproc"
 	"github.com/pglease/pglease/internal/pgserver"
 )
@@ -65,7 +71,8 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	nodes   [2]*node
-	primary int // index in nodes of the primary
+	primary int               // index in nodes of the primary
+	link    *faultproxy.Proxy // the standby's replication connection goes through it
 	closed  bool
 }
 
@@ -264,6 +271,24 @@ func (c *Cluster) Fail(ctx context.Context) (Failover, error) {
 	return f, nil
 }
 
+// Partition cuts the standby's replication stream: what the primary sends
+// is dropped and the standby's replies never arrive, while both servers run
+// and the connection stays open. A synchronous standby then confirms no
+// commit: commits on the primary wait for it. Heal ends the partition.
+func (c *Cluster) Partition() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.link.SetMode(faultproxy.Blackhole)
+}
+
+// Heal ends a Partition: the cut connection is reset, and the standby
+// connects again and catches up.
+func (c *Cluster) Heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.link.SetMode(faultproxy.Forward)
+}
+
 // Close stops both servers and removes their directories.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
@@ -272,6 +297,9 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.link != nil {
+		c.link.Close()
+	}
 	var errs []error
 	for _, n := range c.nodes {
 		if n != nil {
@@ -285,10 +313,20 @@ func (c *Cluster) Close() error {
 }
 
 // makeStandby copies primary into n with pg_basebackup -R (standby.signal
-// and primary_conninfo) and starts it.
+// and primary_conninfo) and starts it. The copy is taken through a new
+// proxy to primary, replacing the previous standby's, so that the
+// primary_conninfo it writes names the proxy.
 func (c *Cluster) makeStandby(ctx context.Context, n, primary *node) error {
 	began := time.Now()
-	if err := c.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres",
+	link, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", primary.port))
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.link != nil {
+		c.link.Close()
+	}
+	c.link = link
+	if err := c.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(int(link.Port())), "-U", "postgres",
 		"-D", n.dataDir(), "-X", "stream", "-R", "-c", "fast"); err != nil {
 		return err
 	}

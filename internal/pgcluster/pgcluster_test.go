@@ -45,3 +45,47 @@ func TestCommittedRowSurvivesCrashAndPromotionOfTheSynchronousStandby(t *testing
 		_ = conn.Close(ctx)
 	}
 }
+
+// A partitioned synchronous standby confirms nothing: a commit on the
+// primary waits for it (SyncRep) until Heal, and then returns.
+func TestPartitionHoldsCommitsUntilHealed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{Synchronous: true, Logf: t.Logf})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+
+	conn, err := pgx.Connect(ctx, c.DSN())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `CREATE TABLE t (n int)`)
+	require.NoError(t, err)
+
+	c.Partition()
+	committed := make(chan error, 1)
+	go func() {
+		w, err := pgx.Connect(ctx, c.DSN())
+		if err != nil {
+			committed <- err
+			return
+		}
+		defer w.Close(context.Background())
+		_, err = w.Exec(ctx, `INSERT INTO t VALUES (1)`)
+		committed <- err
+	}()
+	for waiting := 0; waiting == 0; {
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&waiting))
+		select {
+		case err := <-committed:
+			t.Fatalf("the commit returned (%v) while the standby was partitioned", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	c.Heal()
+	select {
+	case err := <-committed:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the commit still waits after Heal")
+	}
+}

@@ -316,3 +316,65 @@ func WaitQuiet(ctx context.Context, db pglease.DB, app string) error {
 		}
 	}
 }
+
+// standbyWaitersSQL counts the backends whose commit waits for a synchronous
+// standby.
+const standbyWaitersSQL = `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`
+
+// StandbyOutage is what WithoutStandby saw.
+type StandbyOutage struct {
+	// Waiting is the most backends seen waiting for the standby at once
+	// (sampled every 50ms).
+	Waiting int
+	// From is when a commit was first seen waiting (zero if none was):
+	// from then on every synchronous commit waits. Until is when the
+	// standby was named no more: no wait ended so before it.
+	From, Until time.Time
+}
+
+// WithoutStandby makes every synchronous commit on db's server wait for a
+// synchronous standby that never answers (synchronous_standby_names names
+// one that never connects, reloaded), for d, and then names none again,
+// which ends every such wait. A commit whose wait is cancelled meanwhile
+// (its client sent a cancel request) is committed on the server alone,
+// and reported as a success with a WARNING. db must commit nothing
+// synchronously itself meanwhile.
+func WithoutStandby(ctx context.Context, db pglease.DB, d time.Duration) (o StandbyOutage, err error) {
+	if _, err := db.Exec(ctx, `ALTER SYSTEM SET synchronous_standby_names = 'pgtest_unanswered'`); err != nil {
+		return o, fmt.Errorf("pgtest: naming a synchronous standby: %w", err)
+	}
+	defer func() {
+		o.Until = time.Now()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, rerr := db.Exec(rctx, `ALTER SYSTEM RESET synchronous_standby_names`)
+		if rerr == nil {
+			_, rerr = db.Exec(rctx, `SELECT pg_reload_conf()`)
+		}
+		if rerr != nil {
+			err = errors.Join(err, fmt.Errorf("pgtest: naming no synchronous standby again: %w", rerr))
+		}
+	}()
+	if _, err := db.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return o, fmt.Errorf("pgtest: reloading the configuration: %w", err)
+	}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		var n int
+		if err := db.QueryRow(ctx, standbyWaitersSQL).Scan(&n); err != nil {
+			return o, fmt.Errorf("pgtest: counting the commits waiting for a standby: %w", err)
+		}
+		if n > 0 && o.From.IsZero() {
+			o.From = time.Now()
+		}
+		o.Waiting = max(o.Waiting, n)
+		t := time.NewTimer(min(50*time.Millisecond, max(0, time.Until(end))))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return o, ctx.Err()
+		}
+	}
+	return o, nil
+}
