@@ -80,16 +80,23 @@ func TestWithoutFenceColumn(t *testing.T) {
 	// one Locker. During a move from WithoutFenceColumn to a migrated table,
 	// a fenced replica shares the table with unfenced ones; the unfenced
 	// Locker takes over any live row whose holder has the shape of its own
-	// forge (its holder, '#', 16 hex digits), which a fenced Locker's holder
-	// has when its WithHolder is that Locker's Holder() (copied from
-	// `pglease status`): the fenced lease is taken while it is held.
+	// forge (its holder, '#', 16 hex digits). A fenced Locker's holder could
+	// have it only through a WithHolder with '#' (that Locker's Holder(),
+	// copied from `pglease status`), which NewLocker refuses in every mode;
+	// and a fenced Locker of the unfenced one's name holds its lease.
 	t.Run("NeverTakesAFencedLockersLiveLease", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
 		pool := pgtest.Pool(t, nil)
 		table := pgtest.Table(t, pool)
 		unfenced := pgtest.Locker(t, pool, table, "svc", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Minute))
-		fenced := pgtest.Locker(t, pool, table, unfenced.Holder(), pglease.WithTTL(time.Minute))
+		msg := panicMessage(func() {
+			pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(unfenced.Holder()))
+		})
+		require.Contains(t, msg, "WithHolder", "a fenced Locker whose holder has the forged shape is refused, naming the option")
+		require.Contains(t, msg, `must not contain "#"`, "and the character")
+
+		fenced := pgtest.Locker(t, pool, table, "svc", pglease.WithTTL(time.Minute))
 		held, err := fenced.Claim(ctx, "job")
 		require.NoError(t, err)
 		taken, err := unfenced.Claim(ctx, "job")
