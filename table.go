@@ -247,13 +247,13 @@ func fenceDefaultProblem(t table, identity string, fromSeq bool) error {
 	if identity == "" && fromSeq {
 		return nil
 	}
-	what := "has a default that does not draw from " + t.seq.Sanitize()
-	fix := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN fence SET DEFAULT nextval('%s')", t.name.Sanitize(), t.seq.Sanitize())
+	what, drop := "has a default that does not draw from "+t.seq.Sanitize(), ""
 	if identity != "" {
 		what = "is an identity column, which draws from a sequence of its own, not " + t.seq.Sanitize()
-		fix = fmt.Sprintf("ALTER TABLE %s ALTER COLUMN fence DROP IDENTITY; %s", t.name.Sanitize(), fix)
+		drop = fmt.Sprintf("run ALTER TABLE %s ALTER COLUMN fence DROP IDENTITY, then ", t.name.Sanitize())
 	}
-	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next mandate could get a smaller fence (run %s)", what, fix)
+	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next mandate could get a smaller fence "+
+		"(%srun ALTER TABLE %s ALTER COLUMN fence SET DEFAULT nextval('%s'))", what, drop, t.name.Sanitize(), t.seq.Sanitize())
 }
 
 // fenceBehind refuses a fence sequence whose last value is below the
@@ -268,9 +268,9 @@ func fenceBehind(ctx context.Context, db DB, t table) error {
 		return fmt.Errorf("checking the fence sequence against the table's fences: %w", err)
 	}
 	if maxFence > last {
-		return fmt.Errorf("fence sequence %s is behind the table's fences (its last value %d, the largest fence %d): "+
+		return fmt.Errorf("fence sequence %s is behind the table's fences (its next fence %d, the largest fence %d): "+
 			"a key's next mandate would get a smaller fence (run SELECT setval('%s', (SELECT max(fence) FROM %s)))",
-			t.seq.Sanitize(), last, maxFence, t.seq.Sanitize(), t.name.Sanitize())
+			t.seq.Sanitize(), last+1, maxFence, t.seq.Sanitize(), t.name.Sanitize())
 	}
 	return nil
 }
