@@ -59,8 +59,10 @@ func Schema(opts ...SchemaOption) (string, error) {
 // hand a later lease of a key a smaller fence or stop handing fences out (a
 // CACHE above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's)
 // or a relation of the sequence's name that is no sequence, and a key
-// column of a nondeterministic (case-insensitive) collation. A Locker
-// checks the sequence and the key column too, once, at its first claim.
+// column of a nondeterministic (case-insensitive) collation, a fence
+// column whose default does not draw from the sequence (an identity), and
+// a sequence behind the table's fences. A Locker checks all of it too,
+// once, at its first claim.
 func Migrate(ctx context.Context, db DB, opts ...MigrateOption) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
@@ -96,9 +98,6 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 			return err
 		}
 	}
-	if err := checkLogged(ctx, tx, t); err != nil {
-		return err
-	}
 	if err := checkTable(ctx, tx, t, migrating); err != nil {
 		return err
 	}
@@ -116,37 +115,6 @@ func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64,
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
-}
-
-// checkLogged refuses a lease table or fence sequence that a crash would
-// empty, naming the fix: Migrate runs at every deploy, so it is where an
-// operator's change is caught.
-func checkLogged(ctx context.Context, tx DB, t table) error {
-	rows, err := tx.Query(ctx, sqlstmt.Unlogged, t.name.Sanitize(), t.seq.Sanitize())
-	if err != nil {
-		return fmt.Errorf("checking persistence: %w", err)
-	}
-	defer rows.Close()
-	var problems []string
-	for rows.Next() {
-		var name, persistence string
-		if err := rows.Scan(&name, &persistence); err != nil {
-			return err
-		}
-		kind := "UNLOGGED"
-		if persistence == "t" {
-			kind = "TEMPORARY"
-		}
-		problems = append(problems, fmt.Sprintf("%s is %s", name, kind))
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%s: a crash would empty it, and live leases could be claimed again or fences issued twice (ALTER TABLE %s SET LOGGED; ALTER SEQUENCE %s SET LOGGED)",
-			strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
-	}
-	return nil
 }
 
 // migrateLockKey derives the advisory lock key from the table name.

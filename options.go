@@ -204,7 +204,8 @@ const RevokedHolder = "pglease:revoked"
 // to re-claim. Any value works, a service name shared by every replica
 // included: two Lockers with one name still exclude each other, and one
 // started again cannot re-claim its previous run's live leases (Close
-// releases them). The default is hostname-pid. RevokedHolder is refused.
+// releases them). The default is hostname-pid. RevokedHolder is refused,
+// and so is a value with '#' (which separates the suffix).
 func WithHolder(id string) LockerOption {
 	return lockerOption(func(c *config) {
 		switch {
@@ -298,7 +299,7 @@ func WithTimeout(d time.Duration) TermOption {
 // Fence returns 0, so downstream fencing needs the fence column. A Locker
 // may still re-claim its own live lease (a holder of exactly that shape: its
 // holder, '#', 16 lowercase hex digits), and a previous lease's late
-// heartbeat or release touches nothing. WithHolder must not contain '#', so
+// heartbeat or release touches nothing. WithHolder never contains '#', so
 // that no other Locker's identifiers can have that shape. Migrate and Schema
 // do not take it (they create the fenced table); the table is checked at the
 // first claim. An Admin reads whichever columns the table has, so there it is
@@ -420,8 +421,11 @@ func newConfig(opts []LockerOption) (config, error) {
 	if c.holder == "" {
 		c.holder = c.name + forgeSep + randomSuffix()
 	}
-	if c.noFence && strings.Contains(c.name, forgeSep) {
-		c.invalid("WithHolder", "WithHolder(%q): with WithoutFenceColumn the holder must not contain %q, which separates the forged suffix", c.name, forgeSep)
+	// In every mode: a fenced Locker's holder with '#' could have the shape
+	// of a WithoutFenceColumn Locker's forged holder (name, '#', 16 hex
+	// digits), and be taken over by it while live.
+	if strings.Contains(c.name, forgeSep) {
+		c.invalid("WithHolder", "WithHolder(%q): the holder must not contain %q, which separates a Locker's own suffix", c.name, forgeSep)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

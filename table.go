@@ -167,40 +167,112 @@ const (
 )
 
 // checkTable refuses what sqlstmt.TableCheck reads, naming the statement
-// that fixes it: a fence sequence (when fenced) that could issue a fence
-// smaller than one it issued before, or stop issuing them (CREATE SEQUENCE
-// IF NOT EXISTS keeps an existing sequence as an operator or a migration
-// tool left it: CACHE 100 gives successive mandates of a key fences 1,
-// 101, 2), and a key column of a nondeterministic collation. Migrate
-// reports a missing sequence (it has just created it, so a relation of
-// that name is something else); for a Locker the claim's own error says
-// it (no table at all, most often).
+// that fixes it: a table or (when fenced) fence sequence that a crash
+// would empty, a fence sequence that could issue a fence smaller than one
+// it issued before, or stop issuing them (CREATE SEQUENCE IF NOT EXISTS
+// keeps an existing sequence as an operator or a migration tool left it:
+// CACHE 100 gives successive mandates of a key fences 1, 101, 2), a fence
+// column whose default does not draw from it, a sequence behind the
+// table's fences (sqlstmt.FenceBehind), and a key column of a
+// nondeterministic collation. Migrate reports a missing sequence (it has
+// just created it, so a relation of that name is something else); for a
+// Locker the claim's own error says it (no table at all, most often).
 func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 	var (
-		found, cycle               bool
-		increment, maxValue, cache int64
-		keyColl, keyType           string
+		found, cycle, fenceFound, fenceFromSeq bool
+		increment, maxValue, cache             int64
+		keyColl, keyType                       string
+		tablePersistence, seqPersistence       string
+		fenceIdentity                          string
 	)
 	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
-		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType)
+		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
+			&tablePersistence, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
 	if err != nil {
 		return fmt.Errorf("checking the table and its fence sequence: %w", err)
 	}
+	fenced := use != claimUnfenced
+	if !fenced {
+		seqPersistence = ""
+	}
 	var errs []error
+	if err := persistenceProblem(t, tablePersistence, seqPersistence); err != nil {
+		errs = append(errs, err)
+	}
 	if keyColl != "" {
 		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
 			"would share one lease row, and a lease claimed under one spelling would be lost at its first heartbeat "+
 			"(run ALTER TABLE %s ALTER COLUMN key TYPE %s COLLATE \"C\")", keyColl, t.name.Sanitize(), keyType))
 	}
 	switch {
-	case use == claimUnfenced:
+	case !fenced:
 	case found:
 		errs = append(errs, fenceSequenceProblem(t, increment, maxValue, cache, cycle))
+		if fenceFound {
+			errs = append(errs, fenceDefaultProblem(t, fenceIdentity, fenceFromSeq))
+		}
 	case use == migrating:
 		errs = append(errs, fmt.Errorf("%s is not a sequence: a relation of that name was there before Migrate, and every claim would fail "+
 			"drawing its fence from it (rename or drop it, then run Migrate again)", t.seq.Sanitize()))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || !fenced || !found || !fenceFound {
+		return err
+	}
+	return fenceBehind(ctx, db, t)
+}
+
+// persistenceProblem refuses a lease table or fence sequence that a crash
+// would empty (relpersistence 'u' or 't'; "" when not read or absent).
+func persistenceProblem(t table, table, seq string) error {
+	var problems []string
+	for _, r := range []struct{ name, persistence string }{{t.name.Sanitize(), table}, {t.seq.Sanitize(), seq}} {
+		switch r.persistence {
+		case "u":
+			problems = append(problems, r.name+" is UNLOGGED")
+		case "t":
+			problems = append(problems, r.name+" is TEMPORARY")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: a crash would empty it, and live leases could be claimed again or fences issued twice (ALTER TABLE %s SET LOGGED; ALTER SEQUENCE %s SET LOGGED)",
+		strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
+}
+
+// fenceDefaultProblem refuses a fence column whose default does not draw
+// from the fence sequence: new rows would take fences from elsewhere, and
+// a key's next mandate could get a smaller one.
+func fenceDefaultProblem(t table, identity string, fromSeq bool) error {
+	if identity == "" && fromSeq {
+		return nil
+	}
+	what, drop := "has a default that does not draw from "+t.seq.Sanitize(), ""
+	if identity != "" {
+		what = "is an identity column, which draws from a sequence of its own, not " + t.seq.Sanitize()
+		drop = fmt.Sprintf("run ALTER TABLE %s ALTER COLUMN fence DROP IDENTITY, then ", t.name.Sanitize())
+	}
+	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next mandate could get a smaller fence "+
+		"(%srun ALTER TABLE %s ALTER COLUMN fence SET DEFAULT nextval('%s'))", what, drop, t.name.Sanitize(), t.seq.Sanitize())
+}
+
+// fenceBehind refuses a fence sequence whose last value is below the
+// largest fence of the table (sqlstmt.FenceBehind).
+func fenceBehind(ctx context.Context, db DB, t table) error {
+	var maxFence, last int64
+	err := db.QueryRow(ctx, t.render(sqlstmt.FenceBehind), t.seq.Sanitize()).Scan(&maxFence, &last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the sequence went between the two reads: the claim says it
+	}
+	if err != nil {
+		return fmt.Errorf("checking the fence sequence against the table's fences: %w", err)
+	}
+	if maxFence > last {
+		return fmt.Errorf("fence sequence %s is behind the table's fences (its next fence %d, the largest fence %d): "+
+			"a key's next mandate would get a smaller fence (run SELECT setval('%s', (SELECT max(fence) FROM %s)))",
+			t.seq.Sanitize(), last+1, maxFence, t.seq.Sanitize(), t.name.Sanitize())
+	}
+	return nil
 }
 
 // fenceSequenceProblem says what makes a fence sequence unfit, if anything.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -100,7 +101,7 @@ func (p *unfenced) check(ctx context.Context, db DB) (string, error) {
 	if len(cols) == 0 {
 		return "", fmt.Errorf("table %s does not exist (WithoutFenceColumn uses an existing table; it never creates one)", p.t)
 	}
-	hasAcquired, err := checkColumns(cols, len(p.forge()))
+	hasAcquired, err := checkColumns(cols, utf8.RuneCountInString(p.forge())) // varchar(n) counts characters
 	if err != nil {
 		return "", fmt.Errorf("table %s cannot be used WithoutFenceColumn: %w", p.t, err)
 	}

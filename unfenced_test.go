@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,40 @@ func TestWithoutFenceColumn(t *testing.T) {
 	// of the previous version and one of this version given one WithHolder
 	// never both hold a key.
 	t.Run("SameHolderInTwoVersionsNeverBothHold", func(t *testing.T) { testSameHolderInTwoVersions(t, false) })
+	// Guarantee: two Lockers never both hold a key; re-entrancy belongs to
+	// one Locker. During a move from WithoutFenceColumn to a migrated table,
+	// a fenced replica shares the table with unfenced ones; the unfenced
+	// Locker takes over any live row whose holder has the shape of its own
+	// forge (its holder, '#', 16 hex digits). A fenced Locker's holder could
+	// have it only through a WithHolder with '#' (that Locker's Holder(),
+	// copied from `pglease status`), which NewLocker refuses in every mode;
+	// and a fenced Locker of the unfenced one's name holds its lease.
+	t.Run("NeverTakesAFencedLockersLiveLease", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		unfenced := pgtest.Locker(t, pool, table, "svc", pglease.WithoutFenceColumn(), pglease.WithTTL(time.Minute))
+		msg := panicMessage(func() {
+			pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(unfenced.Holder()))
+		})
+		require.Contains(t, msg, "WithHolder", "a fenced Locker whose holder has the forged shape is refused, naming the option")
+		require.Contains(t, msg, `must not contain "#"`, "and the character")
+
+		fenced := pgtest.Locker(t, pool, table, "svc", pglease.WithTTL(time.Minute))
+		held, err := fenced.Claim(ctx, "job")
+		require.NoError(t, err)
+		taken, err := unfenced.Claim(ctx, "job")
+		if err == nil {
+			_, stillHeld := fenced.Held("job")
+			assert.Fail(t, "two Lockers hold one key",
+				"fenced Locker %s holds job (fence %d, Err %v, held %v) and unfenced Locker %s took it as %s",
+				fenced.Holder(), held.Fence(), held.Err(), stillHeld, unfenced.Holder(), taken.Holder())
+			return
+		}
+		require.ErrorIs(t, err, pglease.ErrHeld)
+	})
+
 	// Guarantee: without the fence column, a late release of a previous mandate
 	// leaves the reclaimed lease untouched.
 	t.Run("LateReleaseSparesTheReclaimedLease", func(t *testing.T) {
@@ -260,6 +295,25 @@ func TestWithoutFenceColumn(t *testing.T) {
 		require.Contains(t, panicMessage(func() {
 			pglease.NewLocker(pool, pglease.WithoutFenceColumn(), pglease.WithHolder("a#b"))
 		}), "must not contain \"#\"")
+	})
+
+	// Guarantee: the check refuses only a table that cannot work. A varchar
+	// holder column is measured in characters; the check counts the bytes
+	// of the forged holder, so a column exactly as long as the WithHolder
+	// value plus 34 characters (the documented 17 twice) is refused for a
+	// non-ASCII WithHolder, though every holder fits.
+	t.Run("AcceptsAHolderColumnThatFits", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		const name = "réplica-1" // 9 characters, 10 bytes
+		width := utf8.RuneCountInString(name) + 2*(1+16)
+		table, dsn := legacyTable(t, fmt.Sprintf(`key text PRIMARY KEY, holder varchar(%d) NOT NULL, expires_at timestamptz NOT NULL`, width))
+		pool := pgtest.PoolAt(t, dsn, nil)
+		l := pgtest.Locker(t, pool, table, name, pglease.WithoutFenceColumn())
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err, "a varchar(%d) holder column takes every %d-character holder of %q", width, width, name)
+		require.Equal(t, width, utf8.RuneCountInString(lease.Holder()))
+		require.NoError(t, lease.Unlock(ctx))
 	})
 
 	// Guarantee: without the fence column, a live lease whose holder only looks

@@ -41,16 +41,6 @@ const Purge = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_i
 // Transaction-scoped, so it also works behind PgBouncer in transaction mode.
 const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 
-// Unlogged names the lease table ($1) or fence sequence ($2), given by
-// their quoted names, if an operator made it UNLOGGED (ALTER TABLE ... SET
-// UNLOGGED, ALTER SEQUENCE ... SET UNLOGGED) or it is TEMPORARY: a crash
-// then empties it, and every live lease could be claimed again, or every
-// fence issued again. to_regclass resolves the names as the statements
-// will.
-const Unlogged = `SELECT c.relname, c.relpersistence::text
-  FROM pg_class c
- WHERE c.oid IN (to_regclass($1), to_regclass($2)) AND c.relpersistence <> 'p'`
-
 // TableCheck reads, in one statement, what Migrate and a Locker's first
 // claim refuse in a table and sequence they did not create as they are (a
 // migration tool may have altered schema.sql, CREATE ... IF NOT EXISTS
@@ -74,16 +64,51 @@ const Unlogged = `SELECT c.relname, c.relpersistence::text
 //     one row, and a lease claimed under one spelling is lost at its first
 //     heartbeat. No statement can compare bytewise past the unique index
 //     ON CONFLICT uses, so the table is refused.
+//   - tablepersistence, seqpersistence: an UNLOGGED ('u') or TEMPORARY
+//     ('t') table or sequence is emptied by a crash (CREATE UNLOGGED ...
+//     from schema.sql, ALTER ... SET UNLOGGED): every live lease could be
+//     claimed again, or every fence issued again.
+//   - fenceidentity, fencefromseq: a new row's fence comes from the fence
+//     column's default, a re-claim's from nextval of the sequence; a
+//     default that does not draw from it (an identity column, as ORMs
+//     declare a bigint column, or nextval of another sequence) gives a
+//     key's next mandate a smaller fence. An identity is not in pg_attrdef;
+//     a default's use of a sequence is its pg_depend row on it.
+//     fencefound is false when the table has no fence column.
 //
 // From the catalogs (pg_sequence, not the pg_sequences view), which the
 // runtime role reads without privileges on the sequence. It returns one
 // row always: (VALUES (1)) anchors the outer joins.
 const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), coalesce(s.seqmax, 0),
        coalesce(s.seqcache, 0), coalesce(s.seqcycle, false),
-       coalesce(k.coll, ''), coalesce(k.typ, '')
+       coalesce(k.coll, ''), coalesce(k.typ, ''),
+       coalesce((SELECT c.relpersistence::text FROM pg_class c WHERE c.oid = to_regclass($1)), ''),
+       coalesce((SELECT c.relpersistence::text FROM pg_class c WHERE c.oid = to_regclass($2)), ''),
+       f.attnum IS NOT NULL, coalesce(f.attidentity::text, ''),
+       EXISTS (SELECT FROM pg_attrdef d JOIN pg_depend p
+                 ON p.classid = 'pg_attrdef'::regclass AND p.objid = d.oid
+                AND p.refclassid = 'pg_class'::regclass AND p.refobjid = to_regclass($2)
+                WHERE d.adrelid = f.attrelid AND d.adnum = f.attnum)
   FROM (VALUES (1)) AS one(x)
   LEFT JOIN pg_sequence s ON s.seqrelid = to_regclass($2)
   LEFT JOIN (SELECT a.attcollation::regcollation::text AS coll, format_type(a.atttypid, a.atttypmod) AS typ
                FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
               WHERE a.attrelid = to_regclass($1) AND a.attname = 'key' AND NOT a.attisdropped
-                AND NOT c.collisdeterministic) AS k ON true`
+                AND NOT c.collisdeterministic) AS k ON true
+  LEFT JOIN pg_attribute f ON f.attrelid = to_regclass($1) AND f.attname = 'fence' AND NOT f.attisdropped`
+
+// FenceBehind reads, once the fence column is known to draw from the
+// sequence ($1, its quoted name), the largest fence of the table and the
+// sequence's last value: a sequence restarted behind its table's fences (a
+// migration tool's down-and-up, a dump restored without setval) gives a
+// key's next mandate a smaller fence than the row's. pg_sequence_last_value
+// needs SELECT or USAGE on the sequence, which the runtime role has (a read
+// of the sequence itself would need SELECT); it is NULL when the sequence
+// has issued nothing since its creation or a RESTART, when nextval returns
+// its start, so seqstart - 1 stands for it (a RESTART WITH above the start
+// reads as behind until its first nextval; the setval named fixes it too).
+// max(fence) reads the whole table, which stays a few pages, once per
+// Locker.
+const FenceBehind = `SELECT coalesce((SELECT max(fence) FROM {table}), 0),
+       coalesce(pg_sequence_last_value(s.seqrelid), s.seqstart - 1)
+  FROM pg_sequence s WHERE s.seqrelid = to_regclass($1)`
