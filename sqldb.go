@@ -73,13 +73,6 @@ type sqlDB struct {
 	inline bool
 }
 
-// inlines reports whether db is a DB of SQL that sends each statement with
-// its arguments in its text (lib/pq).
-func inlines(db DB) bool {
-	s, ok := db.(*sqlDB)
-	return ok && s.inline
-}
-
 // takesSlices reports whether d, a database/sql driver, encodes Go slices
 // as PostgreSQL arrays itself: pgx's stdlib does, lib/pq does not.
 func takesSlices(d driver.Driver) bool {
