@@ -318,7 +318,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a failed check leaves no transaction open
-			require.NoError(t, writeLedger(ctx, tx, ledger, lease)) // the snapshot is taken here
+			require.NoError(t, writeLedger(ctx, tx, ledger, lease))     // the snapshot is taken here
 			// A heartbeat round commits after the snapshot: the row read
 			// outside it has moved past the one the snapshot sees.
 			seen, ok := pgtest.ReadRow(t, tx, table, "job")
