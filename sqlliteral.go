@@ -144,7 +144,8 @@ func dollarEnd(s string, i int) int {
 }
 
 // literal is a as a literal of the statement's text: what the driver
-// sends for it, quoted, or NULL.
+// sends for it, quoted, or NULL. A []byte, whose parameter's type the
+// text does not tell, is written as bytesLiteral says.
 func literal(a any) (string, error) {
 	if v, ok := a.(driver.Valuer); ok {
 		if rv := reflect.ValueOf(a); rv.Kind() == reflect.Pointer && rv.IsNil() {
