@@ -465,6 +465,80 @@ func TestClose(t *testing.T) {
 		})
 	}
 
+	// Guarantee: as NothingOfTheLockerRunsAfterItReturns, for claims in
+	// flight together: a burst whose first key's row another transaction
+	// has locked, and claims of free keys and of the locked row made at
+	// once, through a link with 200 ms of latency each way. When Close has
+	// returned nil, no goroutine and no statement of the Locker runs.
+	for _, driver := range []string{"pgx", "pq"} {
+		t.Run("NothingOfTheLockerRunsAfterItReturnsWithBurstsInFlight/"+driver, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			freeRow(ctx, t, pool, table, "job")
+			p := pgtest.Proxy(t, "")
+			app := pgtest.AppName("closeburst")
+			db := driverDB(t, pgtest.AppPool(t, "", p, app), driver)
+			end := pgtest.LockRow(t, pool, table, "job")
+			t.Cleanup(func() { end(false) })
+
+			id := pgtest.Name("closeburst")
+			var closeErr error
+			var wg sync.WaitGroup
+			got := make(chan string, 16)
+			pprof.Do(ctx, pprof.Labels("pglease_test", id), func(ctx context.Context) {
+				l := pglease.NewLocker(db, pglease.WithTable(table), pglease.WithHolder("claimer"),
+					pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(300*time.Millisecond))
+				warm, err := l.Claim(ctx, "warm")
+				require.NoError(t, err)
+				require.NoError(t, warm.Unlock(ctx))
+				p.SetLatency(200*time.Millisecond, 0, 1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					leases, errs := pglease.ClaimBurst(ctx, l, []string{"job", "b1", "b2"})
+					for i, lease := range leases {
+						got <- fmt.Sprintf("burst %d: lease %v, err %v", i, lease != nil, errs[i])
+					}
+				}()
+				for _, key := range []string{"job", "f1", "f2", "f3", "f4"} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						lease, err := l.Claim(ctx, key)
+						got <- fmt.Sprintf("claim %s: lease %v, err %v", key, lease != nil, err)
+					}()
+				}
+				time.Sleep(150 * time.Millisecond)
+				cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				closeErr = l.Close(cctx)
+			})
+			running := claimsRunning(ctx, t, pool, app)
+			n, stacks := labelled(id)
+			for wait := time.Now(); n > 0 && time.Since(wait) < 100*time.Millisecond; n, stacks = labelled(id) {
+				time.Sleep(time.Millisecond)
+			}
+			end(true)
+			wg.Wait()
+			assert.NoError(t, closeErr)
+			assert.Zero(t, running, "claim statements still running on the server when Close returned")
+			assert.Zero(t, n, "goroutines of the Locker still running after Close returned:\n%s", stacks)
+			p.SetLatency(0, 0, 1)
+			close(got)
+			var outcomes []string
+			for o := range got {
+				outcomes = append(outcomes, o)
+			}
+			var live []string
+			for _, key := range []string{"job", "b1", "b2", "f1", "f2", "f3", "f4"} {
+				if row, ok := pgtest.ReadRow(t, pool, table, key); ok && row.Live {
+					live = append(live, key)
+				}
+			}
+			assert.Empty(t, live, "rows live after Close returned nil (the claims: %v)", outcomes)
+		})
+	}
+
 	// Guarantee: a Close whose context ends while a claim it cancelled still
 	// runs says so, naming the claim's key, and that claim then ends by
 	// itself within the bound Close's doc gives (2s plus the Locker's

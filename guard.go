@@ -92,17 +92,17 @@ func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 //	if err := lease.GuardSQL(ctx, tx); err != nil { ... } // then tx.Commit()
 //
 // Call it last, just before tx.Commit, as Guard. The lease may come from a
-// Locker on any DB: SQL, or a *pgxpool.Pool on the same database. A
-// Locker on SQL with lib/pq has the guard statement sent in one message,
-// its arguments in its text, as its own (see SQL), so that a guard whose
-// ctx ends while it waits on the row is cancelled: tx is taken to be of
-// the same driver.
+// Locker on any DB: SQL, or a *pgxpool.Pool on the same database. The
+// guard statement goes in one message, its arguments in its text (see
+// SQL), whatever the driver of tx, which a *sql.Tx does not reveal: so
+// that a guard whose ctx ends while it waits on the row is cancelled on
+// lib/pq too.
 func (ls *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 	mustContext(ctx, "GuardSQL")
 	if tx == nil {
 		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: GuardSQL needs the open transaction whose commit it guards", ls.key, ls.fence)
 	}
-	return ls.guardTx(ctx, &sqlTx{tx: tx, inline: inlines(ls.locker.conns.db)})
+	return ls.guardTx(ctx, &sqlTx{tx: tx, inline: true})
 }
 
 // guardTx is Guard and GuardSQL once tx is known not to be nil.

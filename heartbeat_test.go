@@ -460,6 +460,55 @@ func TestHeartbeat(t *testing.T) {
 		require.Regexp(t, `(?i)in flight|lock|no reply|outstanding`, msg, "the loss names what held the heartbeat")
 	})
 
+	// Guarantee: on a single connection too (a *pgx.Conn), a claim of a row
+	// another transaction has locked never holds the heartbeat up: the held
+	// lease of another key stays alive while that claim waits, and the claim
+	// of a free key goes through meanwhile (claims of locked rows leave a
+	// connection to the others; here there is one).
+	t.Run("SingleConnectionNotHeldByAClaimOfALockedRow", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		app := pgtest.AppName("singlelocked")
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		cfg.RuntimeParams["application_name"] = app
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		const ttl = time.Second
+		l := pgtest.Locker(t, conn, table, "single", pglease.WithTTL(ttl))
+		held, err := l.Claim(ctx, "held")
+		require.NoError(t, err)
+		freeRow(ctx, t, pool, table, "locked")
+		end := pgtest.LockRow(t, pool, table, "locked")
+		t.Cleanup(func() { end(false) })
+		wctx, cancel := context.WithTimeout(ctx, 4*ttl)
+		defer cancel()
+		waiting := make(chan error, 1)
+		go func() {
+			lease, err := l.Claim(wctx, "locked")
+			if err == nil {
+				err = lease.Unlock(ctx)
+			}
+			waiting <- err
+		}()
+		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+		fctx, fcancel := context.WithTimeout(ctx, ttl)
+		defer fcancel()
+		free, ferr := l.Claim(fctx, "free")
+		select {
+		case <-held.Done():
+			t.Errorf("lease lost while a claim of a locked row waits on the one connection: %v", held.Err())
+		case <-time.After(2 * ttl):
+		}
+		assert.NoError(t, ferr, "the claim of a free key while a claim of a locked row waits")
+		end(true)
+		<-waiting
+		if free != nil {
+			_ = free.Unlock(ctx)
+		}
+	})
+
 	// Guarantee: DB's documentation says a *pgx.Conn satisfies it, and a Locker
 	// on one works. A *pgx.Conn runs one statement at a time and is not safe
 	// for concurrent use, while a Locker sends statements from its heartbeat

@@ -73,13 +73,6 @@ type sqlDB struct {
 	inline bool
 }
 
-// inlines reports whether db is a DB of SQL that sends each statement with
-// its arguments in its text (lib/pq).
-func inlines(db DB) bool {
-	s, ok := db.(*sqlDB)
-	return ok && s.inline
-}
-
 // takesSlices reports whether d, a database/sql driver, encodes Go slices
 // as PostgreSQL arrays itself: pgx's stdlib does, lib/pq does not.
 func takesSlices(d driver.Driver) bool {
@@ -492,10 +485,13 @@ func writeElement(b *strings.Builder, e reflect.Value) error {
 	case reflect.Float32, reflect.Float64:
 		b.WriteString(strconv.FormatFloat(e.Float(), 'g', -1, 64))
 	case reflect.String:
+		if err := checkText(e.String()); err != nil {
+			return err
+		}
 		quoteElement(b, e.String())
 	default:
 		if t, ok := e.Interface().(time.Time); ok {
-			quoteElement(b, t.Format(time.RFC3339Nano))
+			quoteElement(b, timeText(t))
 			return nil
 		}
 		return fmt.Errorf("pglease: an array argument of %s cannot be sent to this database/sql driver", e.Type())

@@ -181,6 +181,42 @@ func TestSQL(t *testing.T) {
 		})
 	}
 
+	// Guarantee: arguments reach the server whole on both drivers (as
+	// ArgumentsReachTheServerWhole): a time.Time is the same instant on the
+	// server whatever its zone's offset (one with seconds, as a zone's local
+	// mean time before 1900) and its year (BC); a key of a burst that is not
+	// UTF-8 is refused as the server refuses it, never sent as another
+	// text; a []byte given for a text parameter is its text.
+	for _, driver := range sqlDrivers {
+		t.Run("TimesTextsAndBytesReachTheServerWhole/"+driver, func(t *testing.T) {
+			t.Parallel()
+			ctx, _, _, _, db := sqlSetup(t, driver)
+			ams, err := time.LoadLocation("Europe/Amsterdam")
+			require.NoError(t, err)
+			for _, tm := range []time.Time{
+				time.Date(1900, 1, 1, 0, 0, 0, 0, ams), // +00:19:32
+				time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC),
+			} {
+				var got time.Time
+				if !assert.NoError(t, db.QueryRow(ctx, `SELECT $1::timestamptz`, tm).Scan(&got), "%v", tm) {
+					continue
+				}
+				assert.True(t, got.Equal(tm), "sent %v, the server read %v", tm, got)
+				var same bool
+				if !assert.NoError(t, db.QueryRow(ctx, `SELECT ($1::timestamptz[])[1] = $2::timestamptz`, []time.Time{tm}, tm).Scan(&same), "%v", tm) {
+					continue
+				}
+				assert.True(t, same, "an array's element %v differs from the value", tm)
+			}
+			var got string
+			err = db.QueryRow(ctx, `SELECT ($1::text[])[1]`, []string{"a\xffb"}).Scan(&got)
+			assert.Error(t, err, "an element that is not UTF-8 reached the server as %q", got)
+			got = ""
+			require.NoError(t, db.QueryRow(ctx, `SELECT $1::text`, []byte("hi")).Scan(&got))
+			assert.Equal(t, "hi", got)
+		})
+	}
+
 	// Guarantee: array arguments reach the server whole on both drivers,
 	// quotes, backslashes, commas and braces included, and the burst
 	// statements that pass them claim and release.

@@ -345,6 +345,49 @@ func TestSQLContract(t *testing.T) {
 			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
 		})
 
+		// Guarantee: GuardSQL returns within 2s of its context's end while its
+		// statement waits on the lease row's lock, whatever driver the
+		// Locker runs on: here a Locker on pgx's pool and a *sql.Tx of
+		// lib/pq (GORM on lib/pq beside a pgxpool), through a link with
+		// 200 ms of latency each way, the row locked by another transaction
+		// until long after the guard's caller gave up. lib/pq's one cancel
+		// request must reach the guard's statement, not the connection idle
+		// between a parse and an execute.
+		t.Run("GuardSQLReturnsPromptlyWhateverTheLockersDriver/"+drv, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Minute))
+			lease, err := l.Claim(ctx, "job")
+			require.NoError(t, err)
+			p := pgtest.Proxy(t, "")
+			sdb := pgtest.OpenSQL(t, pgtest.AppPool(t, "", p, pgtest.AppName("guardcancel")), drv)
+			for _, after := range []time.Duration{100, 300, 500, 700} {
+				after *= time.Millisecond
+				p.SetLatency(0, 0, 1)
+				tx, err := sdb.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				end := pgtest.LockRow(t, pool, table, "job")
+				p.SetLatency(200*time.Millisecond, 0, 1)
+				cctx, cancel := context.WithTimeout(ctx, after)
+				res := make(chan error, 1)
+				go func() { res <- lease.GuardSQL(cctx, tx) }()
+				select {
+				case err = <-res:
+				case <-time.After(after + 2*answerGrace + 3*time.Second):
+					end(true)
+					<-res
+					cancel()
+					t.Fatalf("GuardSQL had not returned %v after its context ended %v into it", 2*answerGrace+3*time.Second, after)
+				}
+				took := time.Since(deadlineOf(cctx))
+				cancel()
+				end(true)
+				require.Error(t, err)
+				_ = tx.Rollback()
+				assert.Less(t, took, 2*answerGrace, "GuardSQL's return after its context ended %v into it", after)
+			}
+		})
+
 		// Shows: while a guarded tx is open, no other holder's claim of the
 		// key succeeds, even after the row's expiry has passed (the claim
 		// waits on the row or is refused), and the guarded write commits

@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"bytes"
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // inlineArgs returns query with each parameter ($1, $2, ...) replaced by its
@@ -142,7 +144,8 @@ func dollarEnd(s string, i int) int {
 }
 
 // literal is a as a literal of the statement's text: what the driver
-// sends for it, quoted, or NULL.
+// sends for it, quoted, or NULL. A []byte, whose parameter's type the
+// text does not tell, is written as bytesLiteral says.
 func literal(a any) (string, error) {
 	if v, ok := a.(driver.Valuer); ok {
 		if rv := reflect.ValueOf(a); rv.Kind() == reflect.Pointer && rv.IsNil() {
@@ -168,7 +171,7 @@ func literal(a any) (string, error) {
 		return "NULL", nil
 	}
 	if t, ok := v.Interface().(time.Time); ok {
-		return quote(t.Format(time.RFC3339Nano))
+		return quote(timeText(t))
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -193,20 +196,57 @@ func literal(a any) (string, error) {
 			return "NULL", nil
 		}
 		if v.Type().Elem().Kind() == reflect.Uint8 {
-			return quote(`\x` + hex.EncodeToString(v.Bytes())) // bytea's hex format
+			return bytesLiteral(v.Bytes()), nil
 		}
 		return literal(arrayLiteral{v})
 	}
 	return "", fmt.Errorf("a %T cannot be sent to this database/sql driver", a)
 }
 
+// bytesLiteral is b as a literal. Its parameter's type is not known from
+// the text, and the driver (lib/pq) sends b as is to a text parameter and
+// in bytea's hex format to a bytea one, as pgx does: b is written as is
+// when that reads the same as text and as bytea (valid UTF-8 without a
+// backslash or NUL), else in bytea's hex format ('\x6869'), which a text
+// parameter then reads as that text.
+func bytesLiteral(b []byte) string {
+	if utf8.Valid(b) && bytes.IndexByte(b, '\\') < 0 && bytes.IndexByte(b, 0) < 0 {
+		return "E'" + strings.ReplaceAll(string(b), "'", "''") + "'"
+	}
+	return `E'\\x` + hex.EncodeToString(b) + "'"
+}
+
+// timeText is t as PostgreSQL reads a timestamptz: in UTC, whose offset
+// is whole minutes (RFC 3339 drops an offset's seconds), with BC for a
+// year before 1 (Go's year 0 is 1 BC).
+func timeText(t time.Time) string {
+	t = t.UTC()
+	if y := t.Year(); y <= 0 {
+		return fmt.Sprintf("%04d", 1-y) + t.Format("-01-02 15:04:05.999999999Z") + " BC"
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
 // quote is s as an escape string literal: E'...', with each backslash and
 // quote doubled.
 func quote(s string) (string, error) {
-	if strings.IndexByte(s, 0) >= 0 {
-		return "", errors.New("text with a NUL byte, which PostgreSQL text cannot hold")
+	if err := checkText(s); err != nil {
+		return "", err
 	}
 	return "E'" + escaper.Replace(s) + "'", nil
+}
+
+// checkText refuses text the server would not take as sent: with a NUL
+// byte, or not valid UTF-8 (which the driver would otherwise pass on
+// altered or whole, as pgx refuses it).
+func checkText(s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return errors.New("text with a NUL byte, which PostgreSQL text cannot hold")
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("text that is not valid UTF-8: %q", s)
+	}
+	return nil
 }
 
 var escaper = strings.NewReplacer(`\`, `\\`, `'`, `''`)

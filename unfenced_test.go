@@ -145,6 +145,58 @@ func TestWithoutFenceColumn(t *testing.T) {
 		require.NoError(t, err, "released")
 	})
 
+	// Guarantee: without the fence column too, claims of rows locked by
+	// another transaction leave a connection to the claims of free keys (as
+	// TestBurst/FreeKeyNotHeldUpByLockedRows with it): on a pool of 4, four
+	// claims of locked rows wait, and the claim of a free key takes its lease
+	// long before the locks end.
+	t.Run("FreeKeyNotHeldUpByLockedRows", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		table, dsn := legacyTable(t, legacyColumns)
+		admin := pgtest.Pool(t, nil)
+		app := pgtest.AppName("freekeyunfenced")
+		pool := pgtest.PoolWith(t, dsn, func(c *pgxpool.Config) {
+			c.MaxConns = 4
+			c.ConnConfig.RuntimeParams["application_name"] = app
+		})
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn())
+		_, err := admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
+		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 4) AS g`, table))
+		require.NoError(t, err)
+		tx := pgtest.LockRows(t, admin, table, `key LIKE 'locked-%'`)
+
+		blocked := make(chan error, 4)
+		for i := range 4 {
+			go func() {
+				lease, err := l.Claim(ctx, fmt.Sprintf("locked-%d", i+1))
+				if err == nil {
+					err = lease.Unlock(ctx)
+				}
+				blocked <- err
+			}()
+		}
+		require.Eventually(t, func() bool {
+			var n int
+			_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
+			return n >= 3
+		}, 10*time.Second, 2*time.Millisecond, "claims wait on the locked rows")
+
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		lease, err := l.Claim(fctx, "free")
+		took := time.Since(start)
+		committed := tx.Commit(ctx)
+		require.NoError(t, err, "the claim of a free key, while claims of locked rows wait (took %v)", took.Round(time.Millisecond))
+		require.NoError(t, lease.Unlock(ctx))
+		require.NoError(t, committed)
+		for range 4 {
+			require.NoError(t, <-blocked, "each waiting claim takes its row once the lock is gone")
+		}
+	})
+
 	// Guarantee: without the fence column, a stolen row is detected as lost.
 	t.Run("StolenRowIsLost", func(t *testing.T) {
 		t.Parallel()
