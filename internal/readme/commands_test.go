@@ -161,33 +161,3 @@ func TestUnmatchedSelectsAsGoTestDoes(t *testing.T) {
 // TestUnmatchedSelectsAsGoTestDoes pins what EveryTestCommandSelectsATest
 // rests on: a pattern Unmatched accepts selects a test as go test runs it,
 // each level of it within the tests the level above selected.
-func TestUnmatchedSelectsAsGoTestDoes(t *testing.T) {
-	t.Parallel()
-	root := t.TempDir()
-	write := func(path, src string) {
-		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
-	}
-	write("a_test.go", "package p\nimport \"testing\"\n"+
-		"func TestA(t *testing.T) { t.Run(\"One\", func(t *testing.T) { t.Run(\"Deep\", func(t *testing.T) {}) }) }\n"+
-		"func TestB(t *testing.T) {}\n")
-	write("tagged_test.go", "//go:build soak\n\npackage p\nimport \"testing\"\nfunc TestTagged(t *testing.T) {}\n")
-	names, err := readme.PackageNames(root, []string{"."})
-	require.NoError(t, err)
-	for _, tc := range []struct{ name, expr, missing string }{
-		// go test -run 'TestB/One' runs no subtest One: One is TestA's.
-		{"SubtestOfAnotherTest", "TestB/One", "One"},
-		// Deep is a subtest of One, at the third level, not the second:
-		// TestA runs, no subtest of it.
-		{"SubtestAtAnotherLevel", "TestA/Deep", "Deep"},
-		// "^$|TestGone" runs nothing but a TestGone the package lacks.
-		{"EmptyNameBesideAMissingTest", "^$|TestGone", "TestGone"},
-		// TestTagged is built only with -tags soak, which the command lacks.
-		{"TestOfABuildTagTheCommandLacks", "^TestTagged$", "^TestTagged$"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			missing, err := readme.Unmatched(readme.Pattern{Flag: "-run", Expr: tc.expr, Packages: []string{"."}}, names)
-			require.NoError(t, err)
-			assert.Contains(t, missing, tc.missing, "go test -run '%s' . runs no test (or subtest) %q names, and Unmatched accepts it", tc.expr, tc.missing)
-		})
-	}
-}
