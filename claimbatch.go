@@ -158,12 +158,22 @@ type boundedClaimer interface {
 // row's lock at most lockWait: a burst of one where the protocol has the
 // burst's statement, its bounded claim otherwise.
 func (l *Locker) claimWithin(ctx context.Context, key string, ttl, lockWait time.Duration) (claimed, bool, error) {
-	if l.claims == nil {
-		return l.proto.(boundedClaimer).claimWithin(ctx, l.conns.claim, key, ttl, lockWait)
+	if b, ok := l.proto.(boundedClaimer); ok && !isBatchClaimer(l.proto) {
+		return b.claimWithin(ctx, l.conns.claim, key, ttl, lockWait)
 	}
 	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, []string{key}, []float64{ttl.Seconds()}, lockWait)
 	c, ok := got[key]
 	return c, ok, err
+}
+
+// isBatchClaimer reports whether p, or the protocol serializationRetry
+// wraps, has the burst's statement.
+func isBatchClaimer(p protocol) bool {
+	if r, ok := p.(serializationRetry); ok {
+		p = r.protocol
+	}
+	_, ok := p.(batchClaimer)
+	return ok
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
