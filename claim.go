@@ -280,16 +280,25 @@ func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 	}
 }
 
+// closingGiveBack is the least a give-back sent once Close has begun may
+// take: two answerGrace, as long as Close gives a cancelled claim to end.
+const closingGiveBack = 2 * answerGrace
+
 // giveBackContext is the context of a give-back sent under ctx: limit
-// from now, or, once Close has begun, Close's own context (closing), which
-// Close waits for: however slow the link, what a claim Close ended may have
-// written is given back before Close returns, or Close says it was not.
+// from now, or, once Close has begun, within Close's own context and at
+// least closingGiveBack (closing), which Close waits for: on a link slower
+// than the Locker's timeout, what a claim Close ended may have written is
+// still given back before Close returns, or Close says it was not. Only on
+// a pool: on one connection the give-back waits behind the statement Close
+// cancelled, and keeps the bound it has outside Close.
 func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
 	l.mu.Lock()
 	closeCtx := l.closeCtx
 	l.mu.Unlock()
-	if closeCtx != nil {
-		rctx, cancel := context.WithCancel(closeCtx)
+	if closeCtx != nil && l.conns.src != nil {
+		// Not limit alone: the Locker's timeout may be shorter than a
+		// round trip of a slow link, and Close waits for this anyway.
+		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))
 		return rctx, cancel, true
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
