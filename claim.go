@@ -253,10 +253,16 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	if ctx.Err() != nil {
 		limit = min(limit, answerGrace) // the caller has given up: it waits at most this long again
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
 	m, err := l.proto.mandate(rctx, l.conns.claim, key)
-	if err != nil || !m.live || m.holder != l.cfg.holder || m.fence <= known {
+	if err != nil {
+		if closing {
+			l.giveUp(key, fmt.Errorf("reading the mandate its row carries: %w", err))
+		}
+		return
+	}
+	if !m.live || m.holder != l.cfg.holder || m.fence <= known {
 		return
 	}
 	l.fences.See(key, m.fence, time.Now(), t.ttl+t.minHold)
@@ -267,7 +273,42 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 // hold, in one attempt of the release statement: a row locked elsewhere
 // lapses at its expiry.
 func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
+	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
-	_, _ = l.proto.release(rctx, l.conns.release, []*Lease{ls})
+	if _, err := l.proto.release(rctx, l.conns.release, []*Lease{ls}); err != nil && closing {
+		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
+	}
+}
+
+// closingGiveBack is the least a give-back sent once Close has begun may
+// take: two answerGrace, as long as Close gives a cancelled claim to end.
+const closingGiveBack = 2 * answerGrace
+
+// giveBackContext is the context of a give-back sent under ctx: limit
+// from now, or, once Close has begun, within Close's own context and at
+// least closingGiveBack (closing), which Close waits for: on a link slower
+// than the Locker's timeout, what a claim Close ended may have written is
+// still given back before Close returns, or Close says it was not. Only on
+// a pool: on one connection the give-back waits behind the statement Close
+// cancelled, and keeps the bound it has outside Close.
+func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
+	l.mu.Lock()
+	closeCtx := l.closeCtx
+	l.mu.Unlock()
+	if closeCtx != nil && l.conns.src != nil {
+		// Not limit alone: the Locker's timeout may be shorter than a
+		// round trip of a slow link, and Close waits for this anyway.
+		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))
+		return rctx, cancel, true
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	return rctx, cancel, false
+}
+
+// giveUp records, for Close to return, that what a claim of key may have
+// written could not be given back.
+func (l *Locker) giveUp(key string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be given back: %w", key, err))
 }

@@ -118,12 +118,11 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64
 }
 
 // claimAlone sends the claim of key in a statement of its own, after
-// pause if not zero. With the burst's statement (a batchClaimer), a claim
-// that may not wait on a row lock without bound (claimBound.mayWait) is
-// sent as a burst of one with a lock wait (aloneLockWait; a Locker without
-// the burst's statement always may), and while its row
-// stays locked past it, sent again after a pause that doubles up to
-// maxLockedRetry: between two attempts it holds no connection.
+// pause if not zero. A claim that may not wait on a row lock without bound
+// (claimBound.mayWait) is sent with a lock wait (aloneLockWait,
+// Locker.claimWithin), and while its row stays locked past it, sent again
+// after a pause that doubles up to maxLockedRetry: between two attempts it
+// holds no connection.
 func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time.Duration) sent {
 	for {
 		if pause > 0 {
@@ -136,20 +135,45 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 			}
 		}
 		at := time.Now()
-		if l.claims == nil || l.conns.claims.mayWait() {
+		if l.conns.claims.mayWait() {
 			c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
-			if l.claims != nil {
-				l.conns.claims.waited()
-			}
+			l.conns.claims.waited()
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
-		got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, []string{key}, []float64{t.ttl.Seconds()}, aloneLockWait(t.ttl))
+		c, ok, err := l.claimWithin(ctx, key, t.ttl, aloneLockWait(t.ttl))
 		if !lockNotAvailable(err) {
-			c, ok := got[key]
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
 		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
 	}
+}
+
+// boundedClaimer is a protocol without the burst's statement that can send
+// a claim whose wait on its row's lock is bounded (unfenced.claimWithin).
+type boundedClaimer interface {
+	claimWithin(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (claimed, bool, error)
+}
+
+// claimWithin sends the claim of key in a statement that waits on its
+// row's lock at most lockWait: a burst of one where the protocol has the
+// burst's statement, its bounded claim otherwise.
+func (l *Locker) claimWithin(ctx context.Context, key string, ttl, lockWait time.Duration) (claimed, bool, error) {
+	if b, ok := l.proto.(boundedClaimer); ok && !isBatchClaimer(l.proto) {
+		return b.claimWithin(ctx, l.conns.claim, key, ttl, lockWait)
+	}
+	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, []string{key}, []float64{ttl.Seconds()}, lockWait)
+	c, ok := got[key]
+	return c, ok, err
+}
+
+// isBatchClaimer reports whether p, or the protocol serializationRetry
+// wraps, has the burst's statement.
+func isBatchClaimer(p protocol) bool {
+	if r, ok := p.(serializationRetry); ok {
+		p = r.protocol
+	}
+	_, ok := p.(batchClaimer)
+	return ok
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim

@@ -156,6 +156,8 @@ func newConns(db DB, keep bool) *conns {
 	if c.src != nil {
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
 		c.claims = claimBound{size: func() int { _, _, size := c.src.stat(); return size }, freed: make(chan struct{})}
+	} else {
+		c.claims.single = true
 	}
 	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
 	return c
@@ -181,6 +183,7 @@ func (c *conns) claimLimit() int {
 // the heartbeat whatever claims hold: claims are not bounded then.
 type claimBound struct {
 	size    func() int // the pool's size now; nil: not a pool
+	single  bool       // not a pool: one connection, which every statement shares
 	mu      sync.Mutex
 	held    int
 	waiting int           // claim statements in flight that may wait on a row lock without bound (mayWait)
@@ -193,9 +196,13 @@ type claimBound struct {
 // statements. The last is left to statements that wait on a row lock for a
 // bounded time (a burst's, a claim's sent with a lock wait): claims of
 // rows an open transaction holds, however many, then cannot keep a claim
-// of a free key waiting for a connection longer than that wait. Without a
-// bound (not a pool, or a pool without a size), always.
+// of a free key waiting for a connection longer than that wait. On a
+// single connection (not a pool), never: it is always the last, and the
+// heartbeat's. On a pool without a size, always.
 func (b *claimBound) mayWait() bool {
+	if b.single {
+		return false
+	}
 	limit := b.limit()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -209,6 +216,9 @@ func (b *claimBound) mayWait() bool {
 // pressed reports whether mayWait would refuse now: a statement sent now
 // may get only the last connection claims may hold.
 func (b *claimBound) pressed() bool {
+	if b.single {
+		return true
+	}
 	limit := b.limit()
 	b.mu.Lock()
 	defer b.mu.Unlock()

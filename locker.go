@@ -74,6 +74,11 @@ type Locker struct {
 	stop     context.CancelFunc // stops the heartbeat; nil until started
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns
 	closing  chan struct{}      // closed when Close has finished
+	// closeCtx is Close's context, once Close has begun: a give-back of a
+	// claim Close ended runs within it (giveBackContext), and Close waits
+	// for it. givenUp are those that failed, for Close to return.
+	closeCtx context.Context
+	givenUp  []error
 
 	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
 	waits waiting     // waiting claims and their listener (wait.go)
@@ -246,6 +251,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	l.closeCtx = ctx
 	electors := l.electors
 	l.electors = nil
 	l.mu.Unlock()
@@ -305,6 +311,9 @@ func (l *Locker) Close(ctx context.Context) error {
 	if l.releases != nil {
 		l.releases.Wait()
 	}
+	l.mu.Lock()
+	errs = append(errs, l.givenUp...)
+	l.mu.Unlock()
 	l.unwatch()
 	l.conns.close()
 	if err := l.conns.closing.wait(ctx); err != nil {

@@ -38,6 +38,16 @@ func (r serializationRetry) claim(ctx context.Context, db DB, key string, ttl ti
 	return c, ok, err
 }
 
+// claimWithin retries the bounded claim of a protocol without the burst's
+// statement (unfenced.claimWithin) as claim does.
+func (r serializationRetry) claimWithin(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (c claimed, ok bool, err error) {
+	err = retryOn40001(ctx, func() error {
+		c, ok, err = r.protocol.(boundedClaimer).claimWithin(ctx, db, key, ttl, lockWait)
+		return err
+	})
+	return c, ok, err
+}
+
 func (r serializationRetry) extend(ctx context.Context, db DB, leases []*Lease) (got map[*Lease]extension, err error) {
 	err = retryOn40001(ctx, func() error {
 		got, err = r.protocol.extend(ctx, db, leases)

@@ -50,12 +50,24 @@ func holderOf(ls *Lease) string { return ls.holder }
 func (p *unfenced) forge() string { return p.replica + forgeSep + randomSuffix() }
 
 func (p *unfenced) claim(ctx context.Context, db DB, key string, ttl time.Duration) (claimed, bool, error) {
+	return p.claimWithin(ctx, db, key, ttl, 0)
+}
+
+// claimWithin is claim waiting on the row's lock at most lockWait (when
+// not zero; sqlstmt.UnfencedClaim's $5), for a claim that may not wait
+// without bound (claimBound.mayWait).
+func (p *unfenced) claimWithin(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (claimed, bool, error) {
 	claimSQL, err := p.check(ctx, db)
 	if err != nil {
 		return claimed{}, false, err
 	}
+	var wait *string
+	if lockWait > 0 {
+		w := fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1))
+		wait = &w
+	}
 	c := claimed{holder: p.forge()}
-	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table, nil)
+	err = db.QueryRow(ctx, claimSQL, key, c.holder, ttl.Seconds(), p.replica+forgeSep, wait).Scan(&c.acquiredAt, &c.expiresAt, &c.live, &c.table, nil)
 	return claimOutcomeOf(c, err)
 }
 

@@ -205,10 +205,16 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => c.ttl)
 //     row kept a later expiry): the server's time of the claim, known even
 //     when the table has no acquired_at column. UnfencedRelease measures
 //     the min hold from it.
+//   - lock_timeout ($5, for this transaction only, when not NULL), set
+//     before the row is locked, as in ClaimAll: a claim sent when claims
+//     may no longer wait on a row lock without bound waits on its row at
+//     most that long (SQLSTATE 55P03), holding its connection no longer,
+//     and is sent again after a pause. NULL leaves the session's setting.
 const UnfencedClaim = `INSERT INTO {table} AS lease (key, holder, expires_at{acq})
 SELECT $1, $2, clock.t + make_interval(secs => $3){acqval}
   FROM (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync) AS clock
  WHERE clock.sync IS NOT NULL
+   AND ($5::text IS NULL OR set_config('lock_timeout', $5::text, true) IS NOT NULL)
 ON CONFLICT (key) DO UPDATE
    SET holder     = EXCLUDED.holder,
        expires_at = GREATEST(lease.expires_at, EXCLUDED.expires_at){acqset}
