@@ -206,15 +206,15 @@ func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
 		require.ErrorIs(t, err, pglease.ErrHeld, "Lock by the %s version of the %s version's lease", second, first)
 		if fenced { // without a fence column, claims go one by one
 			_, errs := pglease.ClaimBurst(ctx, b, []string{first + "-burst", first + "-claim"})
-			assert.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst of the %s version", second)
-			assert.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst of the %s version", second)
+			require.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst of the %s version", second)
+			require.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst of the %s version", second)
 		}
 		leader, err := pglease.NewElector(a, first+"-leader")
 		require.NoError(t, err)
 		follower, err := pglease.NewElector(b, first+"-leader")
 		require.NoError(t, err)
 		require.NoError(t, leader.IsLeader(ctx))
-		assert.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader: the %s version's", first)
+		require.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader: the %s version's", first)
 		for _, l := range held {
 			assert.NoError(t, l.Err(), "%s is still the %s version's", l.Key(), first)
 			row, ok := read(t, pool, table, l.Key())

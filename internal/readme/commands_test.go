@@ -151,6 +151,7 @@ func TestUnmatchedSelectsAsGoTestDoes(t *testing.T) {
 		{"TestOfABuildTagTheCommandLacks", "^TestTagged$", "^TestTagged$"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			missing, err := readme.Unmatched(readme.Pattern{Flag: "-run", Expr: tc.expr, Packages: []string{"."}}, names)
 			require.NoError(t, err)
 			assert.Contains(t, missing, tc.missing, "go test -run '%s' . runs no test (or subtest) %q names, and Unmatched accepts it", tc.expr, tc.missing)
