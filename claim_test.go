@@ -137,7 +137,7 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	_, err = b.ClaimWait(waitCtx, "wait")
 	cancel()
 	require.ErrorIs(t, err, pglease.ErrHeld, "a waiting claim waits")
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "a waiting claim waits")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a waiting claim waits")
 	if fenced { // without a fence column, claims go one by one
 		leases, errs := pglease.ClaimBurst(ctx, b, []string{"burst-1", "burst-2", "free"})
 		assert.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst")

@@ -520,7 +520,7 @@ func TestClose(t *testing.T) {
 			}
 			end(true)
 			wg.Wait()
-			assert.NoError(t, closeErr)
+			require.NoError(t, closeErr)
 			assert.Zero(t, running, "claim statements still running on the server when Close returned")
 			assert.Zero(t, n, "goroutines of the Locker still running after Close returned:\n%s", stacks)
 			p.SetLatency(0, 0, 1)

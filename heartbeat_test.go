@@ -501,9 +501,9 @@ func TestHeartbeat(t *testing.T) {
 			t.Errorf("lease lost while a claim of a locked row waits on the one connection: %v", held.Err())
 		case <-time.After(2 * ttl):
 		}
-		assert.NoError(t, ferr, "the claim of a free key while a claim of a locked row waits")
 		end(true)
-		<-waiting
+		_ = <-waiting
+		require.NoError(t, ferr, "the claim of a free key while a claim of a locked row waits")
 		if free != nil {
 			_ = free.Unlock(ctx)
 		}

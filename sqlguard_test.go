@@ -361,8 +361,8 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, err)
 			p := pgtest.Proxy(t, "")
 			sdb := pgtest.OpenSQL(t, pgtest.AppPool(t, "", p, pgtest.AppName("guardcancel")), drv)
-			for _, after := range []time.Duration{100, 300, 500, 700} {
-				after *= time.Millisecond
+			for _, ms := range []int{100, 300, 500, 700} {
+				after := time.Duration(ms) * time.Millisecond
 				p.SetLatency(0, 0, 1)
 				tx, err := sdb.BeginTx(ctx, nil)
 				require.NoError(t, err)
@@ -375,7 +375,7 @@ func TestSQLContract(t *testing.T) {
 				case err = <-res:
 				case <-time.After(after + 2*answerGrace + 3*time.Second):
 					end(true)
-					<-res
+					_ = <-res
 					cancel()
 					t.Fatalf("GuardSQL had not returned %v after its context ended %v into it", 2*answerGrace+3*time.Second, after)
 				}
