@@ -420,7 +420,7 @@ func TestClaim(t *testing.T) {
 				return sqlstmt.Render(sqlstmt.ClaimAll, tbl), []any{"claimer", []float64{60}, []string{key}, "500ms"}
 			},
 			"UnfencedClaim": func(key string) (string, []any) {
-				return sqlstmt.Render(sqlstmt.UnfencedClaimFor(true), tbl), []any{key, "claimer#0123456789abcdef", 60.0, "claimer#"}
+				return sqlstmt.Render(sqlstmt.UnfencedClaimFor(true), tbl), []any{key, "claimer#0123456789abcdef", 60.0, "claimer#", nil}
 			},
 		}
 		n := 0
@@ -912,7 +912,7 @@ func testClaimCommitSetting(t *testing.T) { // the subtests share one key counte
 					if take {
 						forms[claim] = []any{fresh("g"), "claimer", 60.0}
 						forms[claimAll] = []any{"claimer", []float64{60, 60}, []string{fresh("g1"), held("g2")}, "500ms"}
-						forms[unfenced] = []any{fresh("u"), "claimer#0123456789abcdef", 60.0, "claimer#"}
+						forms[unfenced] = []any{fresh("u"), "claimer#0123456789abcdef", 60.0, "claimer#", nil}
 					} else {
 						forms[claim] = []any{held("g"), "claimer", 60.0}
 						forms[claimAll] = []any{"claimer", []float64{60}, []string{held("g1")}, "500ms"}

@@ -454,8 +454,8 @@ func TestClaimWait(t *testing.T) {
 		holder := pgtest.Locker(t, pool, table, "holder")
 		db := &lostReplyDB{DB: pool, lost: make(chan struct{})}
 		waiter := pgtest.Locker(t, db, table, "waiter", pglease.WithHook(events.Hook))
-		// Each claim its own statement, sent by QueryRow, where the reply is
-		// lost (a claim in a burst goes by Query).
+		// Each claim its own statement, whose reply is lost whether it is
+		// sent by QueryRow or, as a burst of one, by Query.
 		pglease.SetCoalescing(waiter, false)
 
 		held, got := holdAndWait(ctx, t, holder, waiter)
@@ -717,6 +717,33 @@ func (r lostReplyRow) Scan(dest ...any) error {
 	}
 	close(r.db.lost)
 	return errors.New("read tcp: connection reset by peer (the reply of a committed claim was lost)")
+}
+
+// Query loses the reply of an armed claim sent by Query (a burst of one, as
+// a claim on a DB that is not a pool is sent): the statement runs to its
+// end, and a claim that took a row reads as a connection reset.
+func (d *lostReplyDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if pgtest.StatementKind(sql) != "claim" || !d.armed.CompareAndSwap(true, false) {
+		return d.DB.Query(ctx, sql, args...)
+	}
+	rows, err := d.DB.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	took := 0
+	for rows.Next() {
+		took++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if took == 0 {
+		d.armed.Store(true) // a claim that lost wrote nothing: the next one's reply is lost
+		return d.DB.Query(ctx, `SELECT 1 WHERE false`)
+	}
+	close(d.lost)
+	return nil, errors.New("read tcp: connection reset by peer (the reply of a committed claim was lost)")
 }
 
 func (d *lostReplyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {

@@ -47,8 +47,8 @@ func (c *Statements) Reset() {
 // tablecheck, or other.
 func StatementKind(sql string) string {
 	switch {
-	case strings.Contains(sql, "collisdeterministic"):
-		return "tablecheck" // the read of a table before a Locker's first claim of it, and in Migrate
+	case strings.Contains(sql, "collisdeterministic"), strings.Contains(sql, "pg_sequence_last_value("):
+		return "tablecheck" // the reads of a table before a Locker's first claim of it, and in Migrate
 	case strings.HasPrefix(sql, "INSERT INTO"):
 		return "claim"
 	case strings.Contains(sql, "'synchronous_commit', 'off'"):
