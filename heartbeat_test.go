@@ -502,7 +502,7 @@ func TestHeartbeat(t *testing.T) {
 		case <-time.After(2 * ttl):
 		}
 		end(true)
-		_ = <-waiting
+		t.Logf("the claim of the locked row, once unlocked: %v", <-waiting)
 		require.NoError(t, ferr, "the claim of a free key while a claim of a locked row waits")
 		if free != nil {
 			_ = free.Unlock(ctx)

@@ -375,7 +375,7 @@ func TestSQLContract(t *testing.T) {
 				case err = <-res:
 				case <-time.After(after + 2*answerGrace + 3*time.Second):
 					end(true)
-					_ = <-res
+					t.Logf("GuardSQL, once the row was unlocked: %v", <-res)
 					cancel()
 					t.Fatalf("GuardSQL had not returned %v after its context ended %v into it", 2*answerGrace+3*time.Second, after)
 				}
