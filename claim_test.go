@@ -140,7 +140,7 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a waiting claim waits")
 	if fenced { // without a fence column, claims go one by one
 		leases, errs := pglease.ClaimBurst(ctx, b, []string{"burst-1", "burst-2", "free"})
-		assert.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst")
+		require.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst")
 		assert.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst")
 		require.NoError(t, errs[2], "a burst takes the free key")
 		require.NoError(t, leases[2].Unlock(ctx))
@@ -216,7 +216,7 @@ func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
 		require.NoError(t, leader.IsLeader(ctx))
 		require.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader: the %s version's", first)
 		for _, l := range held {
-			assert.NoError(t, l.Err(), "%s is still the %s version's", l.Key(), first)
+			require.NoError(t, l.Err(), "%s is still the %s version's", l.Key(), first)
 			row, ok := read(t, pool, table, l.Key())
 			require.True(t, ok)
 			assert.Equal(t, []any{l.Holder(), l.Fence()}, []any{row.Holder, row.Fence}, "%s: the row is the %s version's mandate", l.Key(), first)

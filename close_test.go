@@ -452,7 +452,7 @@ func TestClose(t *testing.T) {
 				time.Sleep(time.Millisecond) // the claim's goroutine, past its last statement, returning
 			}
 			end(true)
-			assert.NoError(t, closeErr)
+			require.NoError(t, closeErr)
 			assert.Zero(t, running, "claim statements still running on the server when Close returned")
 			assert.Zero(t, n, "goroutines of the Locker still running after Close returned:\n%s", stacks)
 			if t.Failed() {
