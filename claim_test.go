@@ -141,7 +141,7 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	if fenced { // without a fence column, claims go one by one
 		leases, errs := pglease.ClaimBurst(ctx, b, []string{"burst-1", "burst-2", "free"})
 		require.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst")
-		assert.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst")
+		require.ErrorIs(t, errs[1], pglease.ErrHeld, "a burst")
 		require.NoError(t, errs[2], "a burst takes the free key")
 		require.NoError(t, leases[2].Unlock(ctx))
 	}
@@ -151,15 +151,15 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	follower, err := pglease.NewElector(b, "leader")
 	require.NoError(t, err)
 	require.NoError(t, leader.IsLeader(ctx))
-	assert.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader")
-	assert.NoError(t, leader.IsLeader(ctx), "the first leader still leads")
+	require.ErrorIs(t, follower.IsLeader(ctx), pglease.ErrHeld, "one leader")
+	require.NoError(t, leader.IsLeader(ctx), "the first leader still leads")
 
 	read := pgtest.ReadRow
 	if !fenced {
 		read = readLegacyRow
 	}
 	for _, l := range held {
-		assert.NoError(t, l.Err(), "%s is still the first Locker's", l.Key())
+		require.NoError(t, l.Err(), "%s is still the first Locker's", l.Key())
 		row, ok := read(t, pool, table, l.Key())
 		require.True(t, ok)
 		assert.Equal(t, []any{l.Holder(), l.Fence()}, []any{row.Holder, row.Fence}, "%s: the row is the first Locker's mandate", l.Key())
