@@ -30,6 +30,9 @@ import (
 // for a synchronous standby early.
 type unconfirmedError struct{ cause error }
 
+// Unwrap is the cause of the context's end, so that errors.Is finds it.
+func (e unconfirmedError) Unwrap() error { return e.cause }
+
 func (e unconfirmedError) Error() string {
 	return fmt.Sprintf("the statement reported success after its context ended (%v): its commit may have been cut short while it waited for a synchronous standby, so its outcome is unknown", e.cause)
 }

@@ -138,7 +138,7 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	// table's fences can meet claims of its rows: a 40001 is read again.
 	check := func() error { return retryOn40001(ctx, func() error { return checkTable(ctx, l.conns.claim, t, use) }) }
 	err := check()
-	for range 2 {
+	for range 4 {
 		if !statementTimedOut(ctx, err) {
 			break
 		}
