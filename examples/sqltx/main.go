@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
@@ -111,7 +112,8 @@ func demo(ctx context.Context, driver, dsn string, out io.Writer) error {
 			return err
 		}
 		n++
-		fmt.Fprintf(out, "ledger: %s fence %d\n", holder, fence)
+		name, _, _ := strings.Cut(holder, "#") // a Locker stores its WithHolder name and a suffix of its own
+		fmt.Fprintf(out, "ledger: %s fence %d\n", name, fence)
 	}
 	if err := rows.Err(); err != nil {
 		return err
