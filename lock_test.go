@@ -335,7 +335,7 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 	// hold is kept, and the outcome is released.
 	t.Run("RowLockModes", func(t *testing.T) {
 		const interval = 100 * time.Millisecond
-		const held = 600 * time.Millisecond
+		const held = 1200 * time.Millisecond
 		const minHold = 1500 * time.Millisecond
 		for _, mode := range []string{"FOR KEY SHARE", "FOR SHARE", "FOR NO KEY UPDATE", "FOR UPDATE"} {
 			rounds := &roundCounter{}
