@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -264,8 +264,7 @@ func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocat
 		var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
 		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&expires, &rev.ServerNow)
 		rev.ExpiresAt = serverTime(expires)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "22001" { // string_data_right_truncation
+		if driver.Is(err, driver.StringTooLong) {
 			return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
 				"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
 				t, RevokedHolder, len(RevokedHolder), err)

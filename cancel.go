@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 const (
@@ -124,9 +126,8 @@ func (a *answering) explain(err error) error {
 	if err == nil || cause == nil || errors.Is(err, cause) {
 		return err
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "57014":
+	case driver.Is(err, driver.QueryCanceled):
 		return fmt.Errorf("%w (the claim was cancelled on the server: %w)", cause, err)
 	case a.gaveUp.Load():
 		return fmt.Errorf("%w (the server did not answer the cancel request within %v: %w)", cause, answerGrace, err)

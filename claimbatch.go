@@ -2,13 +2,11 @@ package pglease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
@@ -141,7 +139,7 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
 		c, ok, err := l.claimWithin(ctx, key, t.ttl, aloneLockWait(t.ttl))
-		if !lockNotAvailable(err) {
+		if !driver.Is(err, driver.LockNotAvailable) {
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
 		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
@@ -182,7 +180,7 @@ func isBatchClaimer(p protocol) bool {
 // not, or for every claim when the Locker's coalesceAll is set. The
 // burst's waits on a row lock for burstLockWait, or for aloneLockWait when
 // it is one claim or claims may not wait without bound. When the burst's
-// statement fails on an error one row may cause (rowError), each claim goes
+// statement fails on an error one row may cause (driver.RowError), each claim goes
 // again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
@@ -213,8 +211,8 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {
-		case err != nil && rowError(ctx, err):
-			out[i] = claimOutcome{alone: true, locked: len(calls) == 1 && lockNotAvailable(err)}
+		case err != nil && driver.RowError(ctx, err):
+			out[i] = claimOutcome{alone: true, locked: len(calls) == 1 && driver.Is(err, driver.LockNotAvailable)}
 		case err != nil:
 			out[i] = claimOutcome{err: fmt.Errorf("claim statement of %d keys: %w", len(keys), err), sent: sent}
 		default:
@@ -222,25 +220,6 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		}
 	}
 	return out
-}
-
-// rowError reports whether err, the failure of a burst's statement sent
-// under ctx, may come from one of its rows rather than from the statement
-// as a whole: a constraint (class 23) or a value the column refuses (class
-// 22), a row locked past the burst's lock wait (55P03), a deadlock or
-// serialization failure (class 40), or a statement_timeout shorter than
-// that lock wait (57014 while ctx is still alive: not a cancellation of
-// the caller's). Sent alone, the other rows may well succeed.
-func rowError(ctx context.Context, err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "22", "23", "40":
-		return true
-	}
-	return pgErr.Code == "55P03" || pgErr.Code == "57014" && ctx.Err() == nil
 }
 
 // burstLockWait is maxBurstLockWait, or a quarter of the trust window of

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // pooler is a pool pglease takes connections from itself: *pgxpool.Pool.
@@ -704,17 +705,7 @@ const poolerHint = "behind a transaction pooler such as PgBouncer, pgx's default
 // connection is a protocol violation (08P01). The server's error stays
 // wrapped, and so does every other error, untouched.
 func explainPooler(err error) error {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case "42P05": // duplicate_prepared_statement
-	case "26000", "08P01": // invalid_sql_statement_name, protocol_violation
-		if !strings.Contains(pgErr.Message, "prepared statement") {
-			return err
-		}
-	default:
+	if !driver.PreparedStatementMismatch(err) {
 		return err
 	}
 	return fmt.Errorf("%w (%s)", err, poolerHint)

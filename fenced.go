@@ -2,12 +2,10 @@ package pglease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -96,15 +94,14 @@ const releaseLockWait = "20ms"
 // skipped, as release reports it.
 func (p *fenced) releaseOne(ctx context.Context, db DB, ls *Lease) (map[*Lease]bool, error) {
 	released, err := p.releaseOneWith(ctx, db, p.releaseOneSQL, ls)
-	if released && lockNotAvailable(err) {
+	if released && driver.Is(err, driver.LockNotAvailable) {
 		// The row came back, then the commit could not get the
 		// notification queue's lock within the wait: nothing was
 		// released. Once more, at once, without the notification.
 		released, err = p.releaseOneWith(ctx, db, p.releaseOneQuietSQL, ls)
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case lockNotAvailable(err) || errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil:
+	case driver.Is(err, driver.LockNotAvailable) || driver.StatementTimedOut(ctx, err):
 		// The row's lock outlasted the wait (lock_not_available), or a
 		// statement_timeout of the session shorter than the wait
 		// (query_canceled while the caller still waits): not released,

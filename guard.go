@@ -10,14 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
-)
-
-// SQLSTATEs Guard names in its errors.
-const (
-	sqlstateLost          = "22012" // division_by_zero: guardSQL matched no row
-	sqlstateSerialization = "40001" // serialization_failure
-	sqlstateAborted       = "25P02" // in_failed_sql_transaction
 )
 
 // Guard makes tx commit only while this lease is the key's current lease:
@@ -124,17 +118,16 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	}
 	var one int
 	err := queryGuard(ctx, tx, ls.locker.guardSQL(), ls.guardArgs()...).Scan(&one)
-	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == sqlstateLost:
+	case driver.Is(err, driver.DivisionByZero): // guardSQL matched no row
 		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later lease or lapsed: %w", ls.key, ls.fence, ErrLost)
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pglease: guard %q fence %d: tx has already been committed or rolled back: %w", ls.key, ls.fence, err)
-	case errors.As(err, &pgErr) && pgErr.Code == sqlstateAborted:
+	case driver.Is(err, driver.InFailedTransaction):
 		return fmt.Errorf("pglease: guard %q fence %d: tx is aborted by an earlier error, roll it back: %w", ls.key, ls.fence, err)
-	case errors.As(err, &pgErr) && pgErr.Code == sqlstateSerialization:
+	case driver.Is(err, driver.SerializationFailure):
 		return fmt.Errorf("pglease: guard %q fence %d: the row changed after this transaction's snapshot (a heartbeat, under REPEATABLE READ or SERIALIZABLE): retry the transaction: %w", ls.key, ls.fence, err)
 	}
 	return fmt.Errorf("pglease: guard %q fence %d: %w", ls.key, ls.fence, err)

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -127,8 +126,7 @@ func migrateLockKey(t table) int64 {
 // explainPrivilege adds what to do to a permission error (SQLSTATE 42501):
 // the runtime role is not meant to run Migrate.
 func explainPrivilege(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+	if driver.Is(err, driver.InsufficientPrivilege) {
 		return fmt.Errorf("%w (Migrate needs CREATE on the schema and DELETE on the table: run it as the table's owner, or apply Schema() with your migration tool and give the runtime role only SELECT, INSERT, UPDATE on the table and USAGE on the sequence)", err)
 	}
 	return err

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // protocol is the SQL a Locker speaks to its lease rows; every SQL text of
@@ -144,10 +145,10 @@ func releaseReported[M comparable](ctx context.Context, db DB, sql, quiet string
 		return readReport(rows, leases, mandate, releaseFields)
 	}
 	got, err := send(sql)
-	if lockNotAvailable(err) && len(got) > 0 {
+	if driver.Is(err, driver.LockNotAvailable) && len(got) > 0 {
 		got, err = send(quiet)
 	}
-	if lockNotAvailable(err) {
+	if driver.Is(err, driver.LockNotAvailable) {
 		got = make(map[*Lease]bool, len(leases))
 		for _, ls := range leases {
 			got[ls] = false
@@ -155,13 +156,6 @@ func releaseReported[M comparable](ctx context.Context, db DB, sql, quiet string
 		return got, nil
 	}
 	return got, err
-}
-
-// lockNotAvailable reports whether err is the server's 55P03: a lock wait
-// passed lock_timeout.
-func lockNotAvailable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // heartbeatRow is what a heartbeat statement reports on one lease: its new

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // Between two attempts to release a row locked by another transaction, the
@@ -172,7 +173,7 @@ func (l *Locker) releaseAlone(ctx context.Context, r releasing) error {
 // (skipped, and sent again until released), a second lease of a key already
 // in the burst (a lease lost to a re-entrant claim: the statement reports
 // by key), or a statement that failed on an error one row may cause
-// (rowError). A row locked elsewhere thus never holds up the others'
+// (driver.RowError). A row locked elsewhere thus never holds up the others'
 // outcomes, nor a place in flight. The release statement never waits on a
 // row lock, so a burst of releases cannot deadlock with a burst of claims.
 func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseResult {
@@ -193,7 +194,7 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 	for i, r := range batch {
 		released, found := got[r.ls]
 		switch {
-		case first[r.ls.key] != r.ls, err != nil && rowError(ctx, err), err == nil && found && !released:
+		case first[r.ls.key] != r.ls, err != nil && driver.RowError(ctx, err), err == nil && found && !released:
 			out[i].alone = true
 		case err != nil:
 			out[i].err = releaseOutcome(r.prior, err)

@@ -2,11 +2,10 @@ package pglease
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // serializationAttempts bounds how often one statement is sent when the
@@ -72,8 +71,7 @@ func retryOn40001(ctx context.Context, send func() error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = send()
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40001" || attempt == serializationAttempts {
+		if !driver.Is(err, driver.SerializationFailure) || attempt == serializationAttempts {
 			return err
 		}
 		select {

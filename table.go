@@ -13,8 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -139,7 +139,7 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	check := func() error { return retryOn40001(ctx, func() error { return checkTable(ctx, l.conns.claim, t, use) }) }
 	err := check()
 	for range 4 {
-		if !statementTimedOut(ctx, err) {
+		if !driver.StatementTimedOut(ctx, err) {
 			break
 		}
 		// A session's statement_timeout shorter than a fresh backend's
@@ -151,13 +151,6 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	}
 	c.ok.Store(true)
 	return nil
-}
-
-// statementTimedOut reports whether err is the server's query_canceled
-// while ctx has not ended: a statement_timeout, not pglease's own cancel.
-func statementTimedOut(ctx context.Context, err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil
 }
 
 // tableUse is who checks a table (checkTable), and so what is checked.

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/poll"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -315,7 +314,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(err, ended(ctx)))
 			}
-			if !errors.Is(err, ErrLost) && (!reached || !serverRestarting(err)) {
+			if !errors.Is(err, ErrLost) && (!reached || !driver.ServerRestarting(err)) {
 				return nil, err
 			}
 			// The row came back expired, or too late to trust: nothing
@@ -398,20 +397,6 @@ func sleep(ctx context.Context, pause time.Duration, on sleepOn, schedule *poll.
 		}
 		return false, nil
 	}
-}
-
-// serverRestarting says whether err is what a claim meets while the server
-// restarts, having neither committed nor, but for the first, been sent: the
-// server's word that it is shutting down or starting up (SQLSTATE class
-// 57P: admin_shutdown, crash_shutdown, cannot_connect_now), or a new
-// connection that could not be opened (pgconn.ConnectError).
-func serverRestarting(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "57P0") {
-		return true
-	}
-	var connect *pgconn.ConnectError
-	return errors.As(err, &connect) && !errors.As(err, &pgErr)
 }
 
 // attempt is one claim of a waiting claim: on the terms t, within their

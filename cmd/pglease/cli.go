@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // envDSN names the environment variable read when -dsn is not given; it
@@ -134,14 +134,10 @@ func (c *cli) scrub(msg string) string {
 
 // explain adds what to do to the errors an operator is likely to meet.
 func explain(err error, table string) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case "42P01": // undefined_table
+	switch driver.Code(err) {
+	case driver.UndefinedTable:
 		return fmt.Errorf("%w (is -table %q right? create it with: pglease migrate -table %s)", err, table, table)
-	case "42501": // insufficient_privilege
+	case driver.InsufficientPrivilege:
 		return fmt.Errorf("%w (status needs SELECT, release SELECT and UPDATE, purge DELETE on the table; migrate runs as the table's owner)", err)
 	}
 	return err

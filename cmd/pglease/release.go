@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 var releaseCommand = command{
@@ -56,7 +57,7 @@ func release(ctx context.Context, c *cli, conn *pgx.Conn, key string) error {
 	switch {
 	case errors.Is(err, pglease.ErrNotFound):
 		return fmt.Errorf("key %q not found in table %s", key, c.table)
-	case errors.As(err, &pgErr) && pgErr.Code == "22001": // string_data_right_truncation
+	case errors.As(err, &pgErr) && pgErr.Code == driver.StringTooLong:
 		return fmt.Errorf("cannot revoke key %q: the holder column of %s is too short for the revoke marker %q (%d characters); "+
 			"nothing changed. release -now expires the lease at once instead, with the risk it prints: %w",
 			key, c.table, pglease.RevokedHolder, len(pglease.RevokedHolder), pgErr)

@@ -1,0 +1,60 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func server(code, msg string) error {
+	return fmt.Errorf("sent: %w", &pgconn.PgError{Code: code, Message: msg})
+}
+
+func TestSQLState(t *testing.T) {
+	t.Parallel()
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"IsFindsAWrappedCode", Is(server(SerializationFailure, ""), SerializationFailure), true},
+		{"IsTellsCodesApart", Is(server(SerializationFailure, ""), LockNotAvailable), false},
+		{"IsNeedsAServerError", Is(errors.New("40001"), SerializationFailure), false},
+		{"StatementTimeoutWhileTheCallerWaits", StatementTimedOut(live, server(QueryCanceled, "")), true},
+		{"CancelOfTheCallerIsNoStatementTimeout", StatementTimedOut(ended, server(QueryCanceled, "")), false},
+		{"RowErrorOfAConstraint", RowError(live, server("23505", "")), true},
+		{"RowErrorOfAValue", RowError(live, server(StringTooLong, "")), true},
+		{"RowErrorOfADeadlock", RowError(live, server("40P01", "")), true},
+		{"RowErrorOfALockWait", RowError(live, server(LockNotAvailable, "")), true},
+		{"RowErrorOfAStatementTimeout", RowError(live, server(QueryCanceled, "")), true},
+		{"NoRowErrorWhenTheCallerGaveUp", RowError(ended, server(QueryCanceled, "")), false},
+		{"NoRowErrorOfAMissingTable", RowError(live, server(UndefinedTable, "")), false},
+		{"NoRowErrorOfAClientError", RowError(live, errors.New("conn closed")), false},
+		{"PoolerDuplicatePrepared", PreparedStatementMismatch(server(DuplicatePreparedStatement, "")), true},
+		{"PoolerMissingPrepared", PreparedStatementMismatch(server(InvalidStatementName, `prepared statement "s1" does not exist`)), true},
+		{"PoolerUnnamedPrepared", PreparedStatementMismatch(server(ProtocolViolation, "bind message supplies 2 parameters, but prepared statement \"\" requires 1")), true},
+		{"OtherProtocolViolation", PreparedStatementMismatch(server(ProtocolViolation, "invalid message format")), false},
+		{"RestartAdminShutdown", ServerRestarting(server("57P01", "")), true},
+		{"RestartCannotConnectNow", ServerRestarting(server("57P03", "")), true},
+		{"RestartConnectError", ServerRestarting(&pgconn.ConnectError{}), true},
+		{"NoRestartOnQueryCanceled", ServerRestarting(server(QueryCanceled, "")), false},
+		{"NoRestartOnAClientError", ServerRestarting(errors.New("conn closed")), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.got != tc.want {
+				t.Errorf("got %v, want %v", tc.got, tc.want)
+			}
+		})
+	}
+	if Code(nil) != "" || Code(server(UndefinedTable, "")) != UndefinedTable {
+		t.Errorf("Code: got %q and %q", Code(nil), Code(server(UndefinedTable, "")))
+	}
+}
