@@ -151,7 +151,7 @@ func newConns(db DB, keep bool) *conns {
 	switch p := db.(type) {
 	case pooler:
 		c.pool, c.src = p, pgxPool{p}
-	case *sqlDB:
+	case *driver.SQLDB:
 		c.src = sqlPool{p}
 	}
 	if c.src != nil {
@@ -723,10 +723,10 @@ func (d connDB) answering(ctx context.Context, db DB) *answering {
 	switch conn := db.(type) {
 	case pgxConn:
 		return answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.closing)
-	case *sqlConn:
+	case sqlConn:
 		// pgx's stdlib: its pgx connection, destroyed by database/sql
 		// once closed; lib/pq: none, its driver cancels (answer).
-		return answer(ctx, conn.pgConn(), true, &d.c.closing)
+		return answer(ctx, conn.PgConn(), true, &d.c.closing)
 	case *pgx.Conn:
 		return answer(ctx, conn.PgConn(), false, &d.c.closing)
 	}

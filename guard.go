@@ -96,7 +96,7 @@ func (ls *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 	if tx == nil {
 		return fmt.Errorf("pglease: guard %q fence %d: tx is nil: GuardSQL needs the open transaction whose commit it guards", ls.key, ls.fence)
 	}
-	return ls.guardTx(ctx, &sqlTx{tx: tx, inline: true})
+	return ls.guardTx(ctx, driver.NewSQLTx(tx))
 }
 
 // guardTx is Guard and GuardSQL once tx is known not to be nil.
@@ -165,8 +165,8 @@ func endTx(ctx context.Context, tx pgx.Tx) string {
 		_ = conn.Close(ctx)
 		return "Guard closed the connection under tx, which cannot commit"
 	}
-	if s, ok := tx.(*sqlTx); ok {
-		_ = s.tx.Rollback()
+	if s, ok := tx.(*driver.SQLTx); ok {
+		_ = s.Rollback(ctx)
 		return "GuardSQL rolled tx back, and its commit fails"
 	}
 	if rerr := rollbackGuard(ctx, tx); rerr != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/coalesce"
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/fence"
 	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/gate"
@@ -131,7 +132,7 @@ func New(db DB, opts ...LockerOption) (*Locker, error) {
 				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)}
 		}
 	}
-	if s, ok := db.(*sqlDB); ok && s.db.Stats().MaxOpenConnections == 1 {
+	if s, ok := db.(*driver.SQLDB); ok && s.DB().Stats().MaxOpenConnections == 1 {
 		// A claim waiting on a row lock would hold the only connection, and
 		// the heartbeat would wait behind it until every lease is lost.
 		return nil, errors.New("pglease: new locker: the *sql.DB is limited to one connection (SetMaxOpenConns(1)): " +

@@ -1,8 +1,8 @@
-package pglease
+package driver
 
 import (
 	"bytes"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -147,7 +147,7 @@ func dollarEnd(s string, i int) int {
 // sends for it, quoted, or NULL. A []byte, whose parameter's type the
 // text does not tell, is written as bytesLiteral says.
 func literal(a any) (string, error) {
-	if v, ok := a.(driver.Valuer); ok {
+	if v, ok := a.(sqldriver.Valuer); ok {
 		if rv := reflect.ValueOf(a); rv.Kind() == reflect.Pointer && rv.IsNil() {
 			return "NULL", nil
 		}
@@ -155,7 +155,7 @@ func literal(a any) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if _, again := dv.(driver.Valuer); again {
+		if _, again := dv.(sqldriver.Valuer); again {
 			return "", fmt.Errorf("the value of a %T is a driver.Valuer again", a)
 		}
 		return literal(dv)
