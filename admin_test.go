@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -381,4 +382,52 @@ func TestAdmin(t *testing.T) {
 			assert.ErrorIs(t, err, pglease.ErrHeld)
 		}
 	})
+
+	// Guarantee: Revoke, ForceExpire and Purge report a change only when
+	// its commit was confirmed: a commit whose wait for a synchronous
+	// standby a cancel request cut short (pgx with a cancel-request
+	// handler, lib/pq) is an error wrapping the context's end, not success.
+	t.Run("UnreplicatedChangeIsNotReportedDone", testAdminUnreplicated)
+}
+
+func testAdminUnreplicated(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, base := pgtest.PrivateSetup(t)
+	dbs := map[string]pglease.DB{
+		"pool-cancel-request": pgtest.CancelRequestPool(t, srv.DSN(), nil),
+		"sql-pq":              pglease.SQL(pgtest.OpenSQL(t, pool, "pq")),
+	}
+	tableOf := func(name string) string { return base + "_" + strings.ReplaceAll(name, "-", "_") }
+	for name := range dbs {
+		table := tableOf(name) // each its own row to purge
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
+		quoted := pgx.Identifier{table}.Sanitize()
+		l := pgtest.Locker(t, pool, table, "holder-"+name, pglease.WithTTL(time.Minute))
+		for _, op := range []string{"revoke", "force"} {
+			_, err := l.Claim(ctx, op+"-"+name)
+			require.NoError(t, err)
+		}
+		insertAdminRow(t, pool, quoted, "old-"+name, "gone", 3*time.Hour, -2*time.Hour)
+	}
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	for name, db := range dbs {
+		adm := adminOf(t, db, pglease.WithTable(tableOf(name)))
+		ops := map[string]func(context.Context) error{
+			"Revoke": func(c context.Context) error { _, err := adm.Revoke(c, "revoke-"+name); return err },
+			"ForceExpire": func(c context.Context) error {
+				_, err := adm.ForceExpire(c, "force-"+name)
+				return err
+			},
+			"Purge": func(c context.Context) error { _, err := adm.Purge(c, time.Hour); return err },
+		}
+		for op, run := range ops {
+			t.Run(name+"/"+op, func(t *testing.T) {
+				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				err := run(cctx)
+				require.Error(t, err, "a change whose commit was not replicated was reported done")
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			})
+		}
+	}
 }

@@ -23,7 +23,10 @@ import (
 // (a claim gives back what it may have taken, a heartbeat round extends
 // nothing). A context that ends after the reply was read leaves it
 // confirmed; one that ends as the reply arrives may make a confirmed
-// statement read as unknown, which costs a give-back, never safety.
+// statement read as unknown, which costs a give-back, never safety. The
+// operator's changes (Admin.Revoke, ForceExpire, Purge) and Migrate's
+// commit are judged the same way: an error, never a change reported done
+// that a failover may undo.
 
 // unconfirmedError is the success of a statement whose context had ended
 // before its reply was read: the server may have ended its commit's wait

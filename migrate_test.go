@@ -342,6 +342,36 @@ func TestMigrate(t *testing.T) {
 			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), what)
 		}
 	})
+	// Guarantee: Migrate reports success only when its commit was
+	// confirmed: one whose wait for a synchronous standby a cancel request
+	// cut short is an error wrapping the context's end (Migrate is
+	// idempotent: run it again).
+	t.Run("UnreplicatedCommitIsNotReportedDone", func(t *testing.T) {
+		t.Parallel()
+		ctx, srv, pool, base := pgtest.PrivateSetup(t)
+		dbs := map[string]pglease.DB{
+			"pool_cancel_request": pgtest.CancelRequestPool(t, srv.DSN(), nil),
+			"sql_pq":              pglease.SQL(pgtest.OpenSQL(t, pool, "pq")),
+		}
+		for name := range dbs {
+			// A row expired longer ago than the default retention, in a
+			// table of each: Migrate's purge deletes it, so its commit
+			// waits for the standby.
+			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(base+"_"+name)))
+			insertAdminRow(t, pool, pgx.Identifier{base + "_" + name}.Sanitize(), "old", "gone", 49*time.Hour, -48*time.Hour)
+		}
+		pgtest.AbsentStandby(ctx, t, srv.DSN())
+		for name, db := range dbs {
+			table := base + "_" + name
+			t.Run(name, func(t *testing.T) {
+				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				err := pglease.Migrate(cctx, db, pglease.WithTable(table))
+				require.Error(t, err, "a migration whose commit was not replicated was reported done")
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			})
+		}
+	})
 }
 
 // TestSchema pins schema.sql, for operators who apply the DDL by hand: it
