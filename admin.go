@@ -272,7 +272,7 @@ func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocat
 		rev.Changed = err == nil
 		return err
 	})
-	if err = confirmed(ctx, err); err != nil { // the commit's too (confirm.go)
+	if err = driver.Confirmed(ctx, err); err != nil { // the commit's too
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
 	}
 	return rev, nil

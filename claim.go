@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // Claim takes the lease on key, in one statement. It returns an error
@@ -29,7 +28,7 @@ import (
 // statement runs, the server is asked to cancel it and its answer is read:
 // cancelled, or a row, which is given back too, since a cancel request
 // that reaches a commit waiting for a synchronous standby ends the wait
-// and the server reports success all the same (confirm.go). Claim returns
+// and the server reports success all the same (driver.Confirmed). Claim returns
 // within two seconds of ctx's end (the answer, then the give-back). A claim the server goes on with
 // after its sender gave up on it (one that reaches the server only then,
 // or whose connection stopped answering and that commits once the network
@@ -99,16 +98,13 @@ const (
 	orphaned             // the coalescer settles it once its statement returns (orphanClaim)
 )
 
-// fateOf classifies err, the failure of a claim statement. An error the
-// server raised rolled the statement back; one pgx reports as safe to retry,
-// or one raised before a connection was had, never left the client.
+// fateOf classifies err, the failure of a claim statement, as
+// driver.OutcomeOf does.
 func fateOf(err error) fate {
-	var pgErr *pgconn.PgError
-	var ns notSentError
-	switch {
-	case err == nil, errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr):
+	switch driver.OutcomeOf(err) {
+	case driver.Done:
 		return answered
-	case errors.As(err, &ns), pgconn.SafeToRetry(err):
+	case driver.NotSent:
 		return notSent
 	}
 	return unknown

@@ -273,21 +273,14 @@ func (b *claimBound) give() {
 	b.freed = make(chan struct{})
 }
 
-// notSentError is the failure of a statement that never left the client:
-// no connection could be had for it.
-type notSentError struct{ err error }
-
-func (e notSentError) Error() string { return e.err.Error() }
-func (e notSentError) Unwrap() error { return e.err }
-
 // take returns the DB one statement of kind u runs on, and what to call once
-// the statement is done. Its errors are notSentError: the statement was
+// the statement is done. Its errors are driver.NotSentError: the statement was
 // not sent.
 func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 	if u == useClaim && c.src != nil {
 		give, limit, err := c.claims.take(ctx)
 		if err != nil {
-			return nil, nil, notSentError{fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err)}
+			return nil, nil, driver.NotSentError(fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err))
 		}
 		db, done, err := c.takeFor(ctx, u)
 		if err != nil {
@@ -303,7 +296,7 @@ func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 func (c *conns) takeFor(ctx context.Context, u use) (DB, func(), error) {
 	db, done, err := c.takeConn(ctx, u)
 	if err != nil {
-		return nil, nil, notSentError{err}
+		return nil, nil, driver.NotSentError(err)
 	}
 	return db, done, nil
 }
@@ -450,7 +443,7 @@ func (c *conns) awaitRelease(ctx, back context.Context) (poolConn, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, notSentError{err}
+		return nil, driver.NotSentError(err)
 	}
 	return conn, nil
 }
@@ -654,7 +647,7 @@ func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	}
 	defer done()
 	tag, err := db.Exec(ctx, sql, args...)
-	return tag, confirmed(ctx, explainPooler(err))
+	return tag, driver.Confirmed(ctx, explainPooler(err))
 }
 
 func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -735,7 +728,7 @@ func (d connDB) answering(ctx context.Context, db DB) *answering {
 
 // doneRows gives the connection back when the rows are closed. Rows read
 // to their end after ctx, their statement's, ended are not confirmed
-// (confirmed).
+// (driver.Confirmed).
 type doneRows struct {
 	pgx.Rows
 	ctx  context.Context
@@ -748,10 +741,10 @@ func (r *doneRows) Close() {
 	r.once.Do(r.done)
 }
 
-func (r *doneRows) Err() error { return confirmed(r.ctx, explainPooler(r.Rows.Err())) }
+func (r *doneRows) Err() error { return driver.Confirmed(r.ctx, explainPooler(r.Rows.Err())) }
 
 // doneRow gives the connection back once scanned. A row scanned after ctx,
-// its statement's, ended is not confirmed (confirmed).
+// its statement's, ended is not confirmed (driver.Confirmed).
 type doneRow struct {
 	row  pgx.Row
 	ctx  context.Context
@@ -760,7 +753,7 @@ type doneRow struct {
 
 func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
-	return confirmed(r.ctx, explainPooler(r.row.Scan(dest...)))
+	return driver.Confirmed(r.ctx, explainPooler(r.row.Scan(dest...)))
 }
 
 // takenDB is a connection taken for a release (releaseNow), its errors
@@ -769,7 +762,7 @@ type takenDB struct{ db DB }
 
 func (d takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := d.db.Exec(ctx, sql, args...)
-	return tag, confirmed(ctx, explainPooler(err))
+	return tag, driver.Confirmed(ctx, explainPooler(err))
 }
 
 func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {

@@ -103,14 +103,14 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 	if _, err := purge(ctx, tx, t, cfg.retention); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
-	return confirmed(ctx, tx.Commit(ctx)) // confirm.go
+	return driver.Confirmed(ctx, tx.Commit(ctx))
 }
 
 // purge runs sqlstmt.Purge and returns how many rows it deleted. The callers
 // have checked the horizon against MinRetention.
 func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
 	tag, err := db.Exec(ctx, t.render(sqlstmt.Purge), olderThan.Seconds())
-	if err = confirmed(ctx, err); err != nil { // confirm.go
+	if err = driver.Confirmed(ctx, err); err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil

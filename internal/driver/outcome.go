@@ -1,9 +1,48 @@
-package pglease
+package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// Outcome is what a statement's failure says it may have written.
+type Outcome int
+
+const (
+	Done    Outcome = iota // the server's answer came back (a row, no row, or its error)
+	NotSent                // it never reached the server
+	Unknown                // it may have committed: the reply was lost, or ctx ended in flight
+)
+
+// OutcomeOf classifies err, the failure of a statement. An error the
+// server raised rolled the statement back; one pgx reports as safe to
+// retry, or one raised before a connection was had (NotSentError), never
+// left the client. Any other may come after the server committed.
+func OutcomeOf(err error) Outcome {
+	var pgErr *pgconn.PgError
+	var ns notSentError
+	switch {
+	case err == nil, errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr):
+		return Done
+	case errors.As(err, &ns), pgconn.SafeToRetry(err):
+		return NotSent
+	}
+	return Unknown
+}
+
+// NotSentError is err, the failure of a statement that never left the
+// client: no connection could be had for it.
+func NotSentError(err error) error { return notSentError{err} }
+
+// notSentError is the failure of a statement that never left the client.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
 
 // A commit that waits for a synchronous standby (synchronous_commit on,
 // remote_write or remote_apply, with synchronous_standby_names set) cannot
@@ -18,7 +57,7 @@ import (
 // and lib/pq send one when a statement's context ends.
 //
 // So a Locker counts the success of a statement as confirmed only if its
-// context had not ended when the reply was read (confirmed): otherwise its
+// context had not ended when the reply was read (Confirmed): otherwise its
 // outcome is unknown, whatever the driver, and is treated as a lost reply
 // (a claim gives back what it may have taken, a heartbeat round extends
 // nothing). A context that ends after the reply was read leaves it
@@ -40,9 +79,10 @@ func (e unconfirmedError) Error() string {
 	return fmt.Sprintf("the statement reported success after its context ended (%v): its commit may have been cut short while it waited for a synchronous standby, so its outcome is unknown", e.cause)
 }
 
-// confirmed is err, the outcome of a statement sent on ctx and read to its
-// end, or unconfirmedError when the statement succeeded after ctx ended.
-func confirmed(ctx context.Context, err error) error {
+// Confirmed is err, the outcome of a statement sent on ctx and read to its
+// end, or an error of Unknown outcome when the statement succeeded after
+// ctx ended.
+func Confirmed(ctx context.Context, err error) error {
 	if err != nil || ctx.Err() == nil {
 		return err
 	}
