@@ -40,7 +40,7 @@ type batchClaimer interface {
 // claimAll retries a burst's statement on a serialization failure, as
 // claim does; only a protocol that is a batchClaimer gets here (newClaims).
 func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (got map[string]claimed, err error) {
-	err = retryOn40001(ctx, func() error {
+	err = driver.RetrySerialization(ctx, func() error {
 		got, err = r.protocol.(batchClaimer).claimAll(ctx, db, keys, ttls, lockWait)
 		return err
 	})

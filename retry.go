@@ -2,15 +2,10 @@ package pglease
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/pglease/pglease/internal/driver"
 )
-
-// serializationAttempts bounds how often one statement is sent when the
-// server keeps failing it with a serialization failure.
-const serializationAttempts = 10
 
 // retrySerialization sends each statement of p again when the server fails
 // it with a serialization failure (SQLSTATE 40001), and on nothing else.
@@ -30,7 +25,7 @@ func retrySerialization(p protocol) protocol { return serializationRetry{p} }
 type serializationRetry struct{ protocol }
 
 func (r serializationRetry) claim(ctx context.Context, db DB, key string, ttl time.Duration) (c claimed, ok bool, err error) {
-	err = retryOn40001(ctx, func() error {
+	err = driver.RetrySerialization(ctx, func() error {
 		c, ok, err = r.protocol.claim(ctx, db, key, ttl)
 		return err
 	})
@@ -40,7 +35,7 @@ func (r serializationRetry) claim(ctx context.Context, db DB, key string, ttl ti
 // claimWithin retries the bounded claim of a protocol without the burst's
 // statement (unfenced.claimWithin) as claim does.
 func (r serializationRetry) claimWithin(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (c claimed, ok bool, err error) {
-	err = retryOn40001(ctx, func() error {
+	err = driver.RetrySerialization(ctx, func() error {
 		c, ok, err = r.protocol.(boundedClaimer).claimWithin(ctx, db, key, ttl, lockWait)
 		return err
 	})
@@ -48,7 +43,7 @@ func (r serializationRetry) claimWithin(ctx context.Context, db DB, key string, 
 }
 
 func (r serializationRetry) extend(ctx context.Context, db DB, leases []*Lease) (got map[*Lease]extension, err error) {
-	err = retryOn40001(ctx, func() error {
+	err = driver.RetrySerialization(ctx, func() error {
 		got, err = r.protocol.extend(ctx, db, leases)
 		return err
 	})
@@ -56,28 +51,9 @@ func (r serializationRetry) extend(ctx context.Context, db DB, leases []*Lease) 
 }
 
 func (r serializationRetry) release(ctx context.Context, db DB, leases []*Lease) (released map[*Lease]bool, err error) {
-	err = retryOn40001(ctx, func() error {
+	err = driver.RetrySerialization(ctx, func() error {
 		released, err = r.protocol.release(ctx, db, leases)
 		return err
 	})
 	return released, err
-}
-
-// retryOn40001 runs send until it returns anything but a serialization
-// failure, at most serializationAttempts times, waiting a little longer
-// each time for the conflicting transactions to end, with jitter so that
-// statements that failed together do not collide again.
-func retryOn40001(ctx context.Context, send func() error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = send()
-		if !driver.Is(err, driver.SerializationFailure) || attempt == serializationAttempts {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(rand.N(time.Duration(attempt) * 2 * time.Millisecond)):
-		}
-	}
 }

@@ -102,7 +102,7 @@ func TestSQL(t *testing.T) {
 	}
 
 	// Guarantee: a serialization failure lib/pq reports is retried by the
-	// core as pgx's is (retryOn40001): the claim succeeds, in two
+	// core as pgx's is (driver.RetrySerialization): the claim succeeds, in two
 	// statements.
 	t.Run("SerializationFailureOfLibPqIsRetried", func(t *testing.T) {
 		t.Parallel()

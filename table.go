@@ -136,7 +136,9 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	}
 	// Under default_transaction_isolation = serializable, the read of the
 	// table's fences can meet claims of its rows: a 40001 is read again.
-	check := func() error { return retryOn40001(ctx, func() error { return checkTable(ctx, l.conns.claim, t, use) }) }
+	check := func() error {
+		return driver.RetrySerialization(ctx, func() error { return checkTable(ctx, l.conns.claim, t, use) })
+	}
 	err := check()
 	for range 4 {
 		if !driver.StatementTimedOut(ctx, err) {
