@@ -238,7 +238,7 @@ func (l *Locker) knownFence(key string) int64 {
 // out. The release matches that fence alone, so a release that arrives
 // late, after the Locker has claimed the key again, touches nothing. It is
 // sent within the claim's key turn, even if ctx has ended, within the
-// claim's timeout (answerGrace once ctx has ended). Without a fence column each mandate has a holder of its
+// claim's timeout (driver.AnswerGrace once ctx has ended). Without a fence column each mandate has a holder of its
 // own, which the row does not tell apart from a lease handed out: such a
 // row lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
@@ -247,7 +247,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	}
 	limit := t.timeout
 	if ctx.Err() != nil {
-		limit = min(limit, answerGrace) // the caller has given up: it waits at most this long again
+		limit = min(limit, driver.AnswerGrace) // the caller has given up: it waits at most this long again
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
@@ -277,8 +277,8 @@ func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 }
 
 // closingGiveBack is the least a give-back sent once Close has begun may
-// take: two answerGrace, as long as Close gives a cancelled claim to end.
-const closingGiveBack = 2 * answerGrace
+// take: two driver.AnswerGrace, as long as Close gives a cancelled claim to end.
+const closingGiveBack = 2 * driver.AnswerGrace
 
 // giveBackContext is the context of a give-back sent under ctx: limit
 // from now, or, once Close has begun, within Close's own context and at

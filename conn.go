@@ -123,9 +123,9 @@ type conns struct {
 	held      poolConn  // the reserve; nil until the first claim, once broken, and after close
 	idleSince time.Time // when the reserve was last put back
 	closed    bool
-	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
-	starved   error     // the heartbeat's last wait for a pool connection, if it failed
-	closing   closings  // connections closed after a cancel request, still cleaning up
+	waitSince time.Time       // when the heartbeat started waiting for a pool connection; zero when not waiting
+	starved   error           // the heartbeat's last wait for a pool connection, if it failed
+	closing   driver.Closings // connections closed after a cancel request, still cleaning up
 
 	// unreachable is the last failure to open a new pool connection, nil
 	// once a connection was had again: a statement that times out waiting
@@ -632,7 +632,7 @@ func (c *conns) cause() string {
 // connDB is the DB of one kind of statement: each call takes a connection
 // for that statement and gives it back once done (for Query, once the rows
 // are closed; for QueryRow, once scanned). A claim's statement on a pool
-// connection is sent under answering (answer): its outcome stays known when its caller
+// connection is sent under driver.Answering: its outcome stays known when its caller
 // gives up. Begin, which no statement of the protocol uses, goes to the DB
 // as given.
 type connDB struct {
@@ -656,13 +656,13 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 		return nil, err
 	}
 	if a := d.answering(ctx, db); a != nil {
-		rows, err := db.Query(a.ctx, sql, args...)
+		rows, err := db.Query(a.Ctx(), sql, args...)
 		if err != nil {
-			err = a.end(err)
+			err = a.End(err)
 			done()
 			return nil, explainPooler(err)
 		}
-		return &doneRows{Rows: answeredRows{rows, a}, ctx: ctx, done: done}, nil
+		return &doneRows{Rows: a.Rows(rows), ctx: ctx, done: done}, nil
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
@@ -678,7 +678,7 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return errRow{err}
 	}
 	if a := d.answering(ctx, db); a != nil {
-		return doneRow{row: answeredRow{db.QueryRow(a.ctx, sql, args...), a}, ctx: ctx, done: done}
+		return doneRow{row: a.Row(db.QueryRow(a.Ctx(), sql, args...)), ctx: ctx, done: done}
 	}
 	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: done}
 }
@@ -707,21 +707,21 @@ func explainPooler(err error) error {
 func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin(ctx) }
 
 // answering is how a claim's statement on db is sent so that its outcome
-// stays known when its caller gives up (see answering), or nil for any
+// stays known when its caller gives up (see driver.Answering), or nil for any
 // other statement, and for a DB whose connection pglease cannot reach.
-func (d connDB) answering(ctx context.Context, db DB) *answering {
+func (d connDB) answering(ctx context.Context, db DB) *driver.Answering {
 	if d.u != useClaim {
 		return nil
 	}
 	switch conn := db.(type) {
 	case pgxConn:
-		return answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.closing)
+		return driver.Answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.closing)
 	case sqlConn:
 		// pgx's stdlib: its pgx connection, destroyed by database/sql
-		// once closed; lib/pq: none, its driver cancels (answer).
-		return answer(ctx, conn.PgConn(), true, &d.c.closing)
+		// once closed; lib/pq: none, its driver cancels (driver.Answer).
+		return driver.Answer(ctx, conn.PgConn(), true, &d.c.closing)
 	case *pgx.Conn:
-		return answer(ctx, conn.PgConn(), false, &d.c.closing)
+		return driver.Answer(ctx, conn.PgConn(), false, &d.c.closing)
 	}
 	return nil
 }

@@ -295,7 +295,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pglease: close: %w (cancelled, each ends by itself within %v plus its timeout, "+
-			"or through lib/pq once the server answers or the connection fails)", err, 2*answerGrace))
+			"or through lib/pq once the server answers or the connection fails)", err, 2*driver.AnswerGrace))
 	}
 	// An Unlock that began before Close is left to it (releaseAll): wait
 	// for it to finish, within the same bound.
@@ -317,7 +317,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Unlock()
 	l.unwatch()
 	l.conns.close()
-	if err := l.conns.closing.wait(ctx); err != nil {
+	if err := l.conns.closing.Wait(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
 	}
 	close(l.closing)

@@ -1,4 +1,4 @@
-package pglease
+package driver
 
 import (
 	"context"
@@ -10,15 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/pglease/pglease/internal/driver"
 )
 
 const (
-	// answerGrace is how long a claim statement whose caller gave up waits
+	// AnswerGrace is how long a claim statement whose caller gave up waits
 	// for the server's answer to the cancel requests sent for it, before
 	// its connection is closed and its outcome is unknown.
-	answerGrace = time.Second
+	AnswerGrace = time.Second
 	// cancelResend is how often the cancel request is sent again while the
 	// statement has not answered: the server ignores a cancel request that
 	// reaches a connection between two messages of one statement (pgx
@@ -26,7 +24,7 @@ const (
 	cancelResend = 50 * time.Millisecond
 )
 
-// answering runs a claim's statement so that its outcome is known even
+// Answering runs a claim's statement so that its outcome is known even
 // when the caller gives up while it runs. pgx's default, closing the socket
 // as the context ends, leaves the statement running on the server: a claim
 // waiting on a row lock then commits after its caller returned, and the
@@ -35,7 +33,7 @@ const (
 // ends, the server is asked to cancel it (a cancel request, sent again
 // every cancelResend), and the statement's own reply says what it did:
 // cancelled (57014, nothing written) or done (its rows). Only a server that
-// does not answer within answerGrace leaves the outcome unknown; pgx then
+// does not answer within AnswerGrace leaves the outcome unknown; pgx then
 // closes the connection.
 //
 // Without a pgx connection to send it on (lib/pq's, through database/sql:
@@ -47,22 +45,26 @@ const (
 // its next user. A connection the Locker was given is kept: every cancel
 // request sent has been answered by then (the server has signalled the
 // backend), and a signal that reaches an idle backend is ignored.
-type answering struct {
+type Answering struct {
 	caller   context.Context
 	pg       *pgconn.PgConn
 	discard  bool
-	closing  *closings
+	closing  *Closings
 	ctx      context.Context // the statement's
 	cancel   context.CancelFunc
 	stop     func() bool
 	returned chan struct{} // closed once the statement has returned
 	sent     chan struct{} // closed once the cancel requests are over, if any was sent
-	gaveUp   atomic.Bool   // the server did not answer within answerGrace
+	gaveUp   atomic.Bool   // the server did not answer within AnswerGrace
 	once     sync.Once
 }
 
-func answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *closings) *answering {
-	a := &answering{caller: caller, pg: pg, discard: discard, closing: closing,
+// Answer is how a statement that caller may give up on is sent on pg
+// (nil: a driver that cancels itself), pg closed after a cancel if
+// discard, its clean-up added to closing: send it on a.Ctx(), and end
+// what it returned with a.Row, a.Rows or a.End.
+func Answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *Closings) *Answering {
+	a := &Answering{caller: caller, pg: pg, discard: discard, closing: closing,
 		returned: make(chan struct{}), sent: make(chan struct{})}
 	if pg == nil {
 		a.ctx, a.cancel = caller, func() {}
@@ -75,10 +77,10 @@ func answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *cl
 }
 
 // requestCancel sends cancel requests until the statement returns, for at
-// most answerGrace, after which the statement's context ends.
-func (a *answering) requestCancel() {
+// most AnswerGrace, after which the statement's context ends.
+func (a *Answering) requestCancel() {
 	defer close(a.sent)
-	deadline := time.Now().Add(answerGrace)
+	deadline := time.Now().Add(AnswerGrace)
 	for {
 		rctx, cancel := context.WithDeadline(a.ctx, deadline)
 		_ = a.pg.CancelRequest(rctx)
@@ -98,15 +100,24 @@ func (a *answering) requestCancel() {
 	}
 }
 
-// end is called once the statement has returned (its row scanned, its rows
+// Ctx is the context the statement is sent on.
+func (a *Answering) Ctx() context.Context { return a.ctx }
+
+// Row is the statement's row: scanning it ends the statement (End).
+func (a *Answering) Row(row pgx.Row) pgx.Row { return answeredRow{row, a} }
+
+// Rows are the statement's rows: closing them ends the statement (End).
+func (a *Answering) Rows(rows pgx.Rows) pgx.Rows { return answeredRows{rows, a} }
+
+// End is called once the statement has returned (its row scanned, its rows
 // closed); it returns err as the caller sees it.
-func (a *answering) end(err error) error {
+func (a *Answering) End(err error) error {
 	a.once.Do(func() {
 		close(a.returned)
 		if !a.stop() { // cancel requests were sent
 			<-a.sent
 			if a.discard && !a.pg.IsClosed() {
-				cctx, cancel := context.WithTimeout(context.Background(), answerGrace)
+				cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
 				_ = a.pg.Close(cctx) // the pool destroys it on release
 				cancel()
 			}
@@ -121,50 +132,50 @@ func (a *answering) end(err error) error {
 
 // explain names the caller's context in the error of a statement the
 // caller gave up on, and says what the server did with it.
-func (a *answering) explain(err error) error {
+func (a *Answering) explain(err error) error {
 	cause := context.Cause(a.caller)
 	if err == nil || cause == nil || errors.Is(err, cause) {
 		return err
 	}
 	switch {
-	case driver.Is(err, driver.QueryCanceled):
+	case Is(err, QueryCanceled):
 		return fmt.Errorf("%w (the claim was cancelled on the server: %w)", cause, err)
 	case a.gaveUp.Load():
-		return fmt.Errorf("%w (the server did not answer the cancel request within %v: %w)", cause, answerGrace, err)
+		return fmt.Errorf("%w (the server did not answer the cancel request within %v: %w)", cause, AnswerGrace, err)
 	}
 	return fmt.Errorf("%w: %w", cause, err)
 }
 
-// answeredRow is a claim's row, sent under answering.
+// answeredRow is a claim's row, sent under Answering.
 type answeredRow struct {
 	row pgx.Row
-	a   *answering
+	a   *Answering
 }
 
-func (r answeredRow) Scan(dest ...any) error { return r.a.end(r.row.Scan(dest...)) }
+func (r answeredRow) Scan(dest ...any) error { return r.a.End(r.row.Scan(dest...)) }
 
-// answeredRows are a claim's rows, sent under answering.
+// answeredRows are a claim's rows, sent under Answering.
 type answeredRows struct {
 	pgx.Rows
-	a *answering
+	a *Answering
 }
 
 func (r answeredRows) Close() {
 	r.Rows.Close()
-	_ = r.a.end(nil)
+	_ = r.a.End(nil)
 }
 
 func (r answeredRows) Err() error { return r.a.explain(r.Rows.Err()) }
 
-// closings are the connections closed after a cancel whose clean-up (pgx
+// Closings are the connections closed after a cancel whose clean-up (pgx
 // sends one more cancel request as it closes a connection in the middle
 // of a statement, for up to 15 s) may still run: Close waits for them.
-type closings struct {
+type Closings struct {
 	mu   sync.Mutex
 	done []<-chan struct{}
 }
 
-func (c *closings) add(done <-chan struct{}) {
+func (c *Closings) add(done <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	kept := c.done[:0]
@@ -179,8 +190,8 @@ func (c *closings) add(done <-chan struct{}) {
 	c.done = kept
 }
 
-// wait waits for every clean-up, until ctx ends.
-func (c *closings) wait(ctx context.Context) error {
+// Wait waits for every clean-up, until ctx ends.
+func (c *Closings) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	done := c.done
 	c.done = nil
