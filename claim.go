@@ -251,7 +251,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
-	m, err := l.proto.mandate(rctx, l.conns.claim, key)
+	m, err := l.proto.mandate(rctx, l.conns.Claim(), key)
 	if err != nil {
 		if closing {
 			l.giveUp(key, fmt.Errorf("reading the mandate its row carries: %w", err))
@@ -271,7 +271,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
-	if _, err := l.proto.release(rctx, l.conns.release, []*Lease{ls}); err != nil && closing {
+	if _, err := l.proto.release(rctx, l.conns.Release(), []*Lease{ls}); err != nil && closing {
 		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
 	}
 }
@@ -291,7 +291,7 @@ func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (cont
 	l.mu.Lock()
 	closeCtx := l.closeCtx
 	l.mu.Unlock()
-	if closeCtx != nil && l.conns.src != nil {
+	if closeCtx != nil && l.conns.IsPool() {
 		// Not limit alone: the Locker's timeout may be shorter than a
 		// round trip of a slow link, and Close waits for this anyway.
 		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))

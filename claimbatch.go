@@ -79,7 +79,7 @@ func (l *Locker) newClaims() *coalesce.Coalescer[claimCall, claimOutcome] {
 	if _, ok := p.(batchClaimer); !ok {
 		return nil
 	}
-	return &coalesce.Coalescer[claimCall, claimOutcome]{Send: l.sendClaims, Orphan: l.orphanClaim, Limit: l.conns.claimLimit(), Linger: burstLockWait(l.cfg.ttl)}
+	return &coalesce.Coalescer[claimCall, claimOutcome]{Send: l.sendClaims, Orphan: l.orphanClaim, Limit: l.conns.ClaimLimit(maxAloneInFlight), Linger: burstLockWait(l.cfg.ttl)}
 }
 
 // maxAloneInFlight is how many claim (or release) statements of a Locker
@@ -133,9 +133,9 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 			}
 		}
 		at := time.Now()
-		if l.conns.claims.mayWait() {
-			c, ok, err := l.proto.claim(ctx, l.conns.claim, key, t.ttl)
-			l.conns.claims.waited()
+		if l.conns.MayWait() {
+			c, ok, err := l.proto.claim(ctx, l.conns.Claim(), key, t.ttl)
+			l.conns.Waited()
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
 		c, ok, err := l.claimWithin(ctx, key, t.ttl, aloneLockWait(t.ttl))
@@ -157,9 +157,9 @@ type boundedClaimer interface {
 // burst's statement, its bounded claim otherwise.
 func (l *Locker) claimWithin(ctx context.Context, key string, ttl, lockWait time.Duration) (claimed, bool, error) {
 	if b, ok := l.proto.(boundedClaimer); ok && !isBatchClaimer(l.proto) {
-		return b.claimWithin(ctx, l.conns.claim, key, ttl, lockWait)
+		return b.claimWithin(ctx, l.conns.Claim(), key, ttl, lockWait)
 	}
-	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, []string{key}, []float64{ttl.Seconds()}, lockWait)
+	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.Claim(), []string{key}, []float64{ttl.Seconds()}, lockWait)
 	c, ok := got[key]
 	return c, ok, err
 }
@@ -187,9 +187,9 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
 	if len(calls) == 1 && !l.coalesceAll {
-		if l.conns.claims.mayWait() {
-			c, ok, err := l.proto.claim(ctx, l.conns.claim, calls[0].key, calls[0].terms.ttl)
-			l.conns.claims.waited()
+		if l.conns.MayWait() {
+			c, ok, err := l.proto.claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl)
+			l.conns.Waited()
 			out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
 			return out
 		}
@@ -202,12 +202,12 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		shortest = min(shortest, cl.terms.ttl)
 	}
 	wait := burstLockWait(shortest)
-	if len(calls) == 1 || l.conns.claims.pressed() {
+	if len(calls) == 1 || l.conns.Pressed() {
 		// On the last connection claims may hold: the claims of free keys
 		// wait for it no longer than this.
 		wait = aloneLockWait(shortest)
 	}
-	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.claim, keys, ttls, wait)
+	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.Claim(), keys, ttls, wait)
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {

@@ -241,3 +241,8 @@ func isNilTx(tx pgx.Tx) bool {
 	v := reflect.ValueOf(tx)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
+
+// errRow is a row that failed before its statement was sent.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -107,7 +107,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	l.round.start(sent)
-	got, err := l.proto.extend(qctx, l.conns.heartbeat, leases)
+	got, err := l.proto.extend(qctx, l.conns.Heartbeat(), leases)
 	l.round.end(err)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
@@ -126,7 +126,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	// server is the server's clock as the round ran, for the clock-skew
 	// reading (the earliest reported: all are within the round trip).
 	var server time.Time
-	revoked := l.revokedOf(ctx, l.conns.heartbeat, leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+	revoked := l.revokedOf(ctx, l.conns.Heartbeat(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
 	for _, ls := range leases {
 		switch e, found := got[ls]; {
 		case !found:

@@ -63,9 +63,9 @@ func WithListenDSN(dsn string) LockerOption {
 func (l *Locker) listenSource() listen.Source {
 	if cfg := l.cfg.listen; cfg != nil {
 		return listen.DialSource{Config: cfg, Send: func(ctx context.Context, sql string, args ...any) error {
-			_, err := l.conns.release.Exec(ctx, sql, args...)
+			_, err := l.conns.Release().Exec(ctx, sql, args...)
 			return err
 		}}
 	}
-	return listen.PoolSource{Pool: l.conns.pool}
+	return listen.PoolSource{Pool: l.conns.Pool()}
 }

@@ -277,7 +277,7 @@ func (ls *Lease) checkTrust(now time.Time) {
 		if !skipped.IsZero() {
 			why += fmt.Sprintf(": its row has been locked by another transaction since a round %v ago", time.Since(skipped).Round(time.Millisecond))
 		}
-		for _, cause := range []string{ls.locker.round.cause(), ls.locker.conns.cause()} {
+		for _, cause := range []string{ls.locker.round.cause(), ls.locker.conns.Cause()} {
 			// A round that failed for want of a connection says that
 			// failure already: it is said once.
 			if cause != "" && !strings.Contains(why, strings.TrimPrefix(cause, "the heartbeat ")) {

@@ -42,8 +42,8 @@ var _ gocron.Locker = (*Locker)(nil)
 type Locker struct {
 	cfg config
 
-	proto protocol // the statements, with or without the fence column
-	conns *conns   // the connections they run on
+	proto protocol      // the statements, with or without the fence column
+	conns *driver.Conns // the connections they run on
 
 	// gate lets a heartbeat round run alone and releases together, so that
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
@@ -127,7 +127,7 @@ func New(db DB, opts ...LockerOption) (*Locker, error) {
 		return nil, err
 	}
 	if cfg.keepConn {
-		if p, ok := db.(pooler); !ok || p.Stat().MaxConns() < 2 {
+		if p, ok := db.(driver.Pooler); !ok || p.Stat().MaxConns() < 2 {
 			return nil, &OptionError{Option: "WithKeptConnection", msg: fmt.Sprintf(
 				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)}
 		}
@@ -146,7 +146,7 @@ func New(db DB, opts ...LockerOption) (*Locker, error) {
 	l := &Locker{
 		cfg:      cfg,
 		proto:    retrySerialization(proto),
-		conns:    newConns(db, cfg.keepConn),
+		conns:    driver.NewConns(db, cfg.keepConn),
 		leases:   make(map[string]*Lease),
 		electors: make(map[*Elector]struct{}),
 		closing:  make(chan struct{}),
@@ -316,8 +316,8 @@ func (l *Locker) Close(ctx context.Context) error {
 	errs = append(errs, l.givenUp...)
 	l.mu.Unlock()
 	l.unwatch()
-	l.conns.close()
-	if err := l.conns.closing.Wait(ctx); err != nil {
+	l.conns.Close()
+	if err := l.conns.Closing.Wait(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("pglease: close: %w", err))
 	}
 	close(l.closing)

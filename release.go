@@ -65,7 +65,7 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 			}
 			return out
 		}
-		revoked := l.revokedOf(ctx, l.conns.release, pending, func(ls *Lease) bool { _, found := got[ls]; return !found })
+		revoked := l.revokedOf(ctx, l.conns.Release(), pending, func(ls *Lease) bool { _, found := got[ls]; return !found })
 		var locked []*Lease
 		for _, ls := range pending {
 			released, found := got[ls]
@@ -97,24 +97,24 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 
 // releaseOnce sends the release statement once no heartbeat round is in
 // flight. While it is let in, the round waits: there it waits for nothing
-// but its statement. A connection it cannot have at once (conns.releaseNow)
+// but its statement. A connection it cannot have at once (driver.Conns.ReleaseNow)
 // it waits for outside, and then comes in again.
 func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]bool, error) {
-	var had poolConn // a pool connection waited for outside
-	if l.conns.releasesWait() {
+	var had driver.PoolConn // a pool connection waited for outside
+	if l.conns.ReleasesWait() {
 		var err error
-		if had, err = l.conns.awaitRelease(ctx, nil); err != nil {
+		if had, err = l.conns.AwaitRelease(ctx, nil); err != nil {
 			return nil, err
 		}
 	}
 	for {
 		if err := l.gate.EnterRelease(ctx); err != nil {
 			if had != nil {
-				had.release()
+				had.Release()
 			}
 			return nil, fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
 		}
-		db, done, back := l.conns.releaseNow(ctx, had)
+		db, done, back := l.conns.ReleaseNow(ctx, had)
 		if db != nil {
 			got, err := l.proto.release(ctx, db, leases)
 			done()
@@ -123,7 +123,7 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]b
 		}
 		l.gate.LeaveRelease()
 		var err error
-		if had, err = l.conns.awaitRelease(ctx, back); err != nil {
+		if had, err = l.conns.AwaitRelease(ctx, back); err != nil {
 			return nil, err
 		}
 	}
@@ -189,7 +189,7 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 	got, err := l.releaseOnce(ctx, leases)
 	var revoked map[*Lease]bool
 	if err == nil {
-		revoked = l.revokedOf(ctx, l.conns.release, leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+		revoked = l.revokedOf(ctx, l.conns.Release(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
 	}
 	for i, r := range batch {
 		released, found := got[r.ls]

@@ -1,7 +1,6 @@
 package pglease
 
 import (
-	"context"
 	"database/sql"
 
 	"github.com/pglease/pglease/internal/driver"
@@ -46,31 +45,4 @@ func SQL(db *sql.DB) DB {
 	return driver.NewSQLDB(db)
 }
 
-var (
-	_ DB       = (*driver.SQLDB)(nil)
-	_ connPool = sqlPool{}
-	_ poolConn = sqlConn{}
-)
-
-// sqlPool is a DB of SQL as the pool of a Locker's statements (conns).
-type sqlPool struct{ d *driver.SQLDB }
-
-func (p sqlPool) get(ctx context.Context) (poolConn, error) {
-	conn, err := p.d.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return sqlConn{conn}, nil
-}
-
-func (p sqlPool) stat() (int, int, int) {
-	st := p.d.DB().Stats()
-	return st.InUse, 0, st.MaxOpenConnections
-}
-
-// sqlConn is one connection of a sqlPool, taken for one statement.
-type sqlConn struct{ *driver.SQLConn }
-
-func (c sqlConn) release()                       { c.Close() }
-func (c sqlConn) broken() bool                   { return false } // database/sql drops a connection its driver reports bad
-func (c sqlConn) ping(ctx context.Context) error { return c.Ping(ctx) }
+var _ DB = (*driver.SQLDB)(nil)

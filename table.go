@@ -137,7 +137,7 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	// Under default_transaction_isolation = serializable, the read of the
 	// table's fences can meet claims of its rows: a 40001 is read again.
 	check := func() error {
-		return driver.RetrySerialization(ctx, func() error { return checkTable(ctx, l.conns.claim, t, use) })
+		return driver.RetrySerialization(ctx, func() error { return checkTable(ctx, l.conns.Claim(), t, use) })
 	}
 	err := check()
 	for range 4 {

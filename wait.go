@@ -146,9 +146,9 @@ func (l *Locker) startListener() {
 		w.mu.Unlock()
 		return
 	}
-	if l.conns.pool == nil && l.cfg.listen == nil {
+	if l.conns.Pool() == nil && l.cfg.listen == nil {
 		w.mu.Unlock()
-		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.db))
+		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.DB()))
 		return
 	}
 	w.mode, w.reason = WaitByPolling, "LISTEN not established yet"
@@ -417,7 +417,7 @@ func (l *Locker) remaining(ctx context.Context, key string) (string, time.Durati
 		holder string
 		secs   float64
 	)
-	err := l.conns.claim.QueryRow(ctx, l.waits.remainingSQL(), key).Scan(&holder, &secs)
+	err := l.conns.Claim().QueryRow(ctx, l.waits.remainingSQL(), key).Scan(&holder, &secs)
 	if err != nil {
 		return "", 0, err
 	}

@@ -1,4 +1,4 @@
-package pglease
+package driver
 
 import (
 	"context"
@@ -10,43 +10,52 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pglease/pglease/internal/driver"
 )
 
-// pooler is a pool pglease takes connections from itself: *pgxpool.Pool.
-type pooler interface {
+// DB is what pglease sends statements on: a *pgxpool.Pool, a *pgx.Conn, a
+// SQLDB, or a wrapper of the caller's. It has the methods of pglease.DB.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Pooler is a pool pglease takes connections from itself: *pgxpool.Pool.
+type Pooler interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 	Stat() *pgxpool.Stat
 }
 
-// connPool is a pool conns takes one connection from per statement: a
-// *pgxpool.Pool (pgxPool) or a database/sql pool (sqlPool, SQL).
+// connPool is a pool Conns takes one connection from per statement: a
+// *pgxpool.Pool (pgxPool) or a database/sql pool (sqlPool).
 type connPool interface {
-	get(ctx context.Context) (poolConn, error)
+	get(ctx context.Context) (PoolConn, error)
 	// stat is the pool's connections in use, those being opened, and its
 	// size; a size of 0 is a pool without a limit.
 	stat() (inUse, opening, size int)
 }
 
-// poolConn is one connection of a connPool, taken for one statement or
-// kept as the reserve.
-type poolConn interface {
+// PoolConn is one connection of a pool, taken for one statement or kept
+// as the reserve.
+type PoolConn interface {
 	DB
-	release() // back to the pool, which destroys a broken one
+	Release() // back to the pool, which destroys a broken one
 	broken() bool
 	ping(ctx context.Context) error
 }
 
 var (
 	_ connPool = pgxPool{}
-	_ poolConn = pgxConn{}
+	_ PoolConn = pgxConn{}
+	_ connPool = sqlPool{}
+	_ PoolConn = sqlConn{}
 )
 
 // pgxPool is a *pgxpool.Pool as a connPool.
-type pgxPool struct{ p pooler }
+type pgxPool struct{ p Pooler }
 
-func (p pgxPool) get(ctx context.Context) (poolConn, error) {
+func (p pgxPool) get(ctx context.Context) (PoolConn, error) {
 	conn, err := p.p.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -62,7 +71,6 @@ func (p pgxPool) stat() (int, int, int) {
 // pgxConn is a connection of a pgxPool.
 type pgxConn struct{ *pgxpool.Conn }
 
-func (c pgxConn) release()                       { c.Release() }
 func (c pgxConn) ping(ctx context.Context) error { return c.Ping(ctx) }
 
 func (c pgxConn) broken() bool {
@@ -70,7 +78,30 @@ func (c pgxConn) broken() bool {
 	return pc.IsClosed() || pc.IsBusy() || pc.TxStatus() != 'I'
 }
 
-// conns hands out the connections a Locker's statements run on.
+// sqlPool is a SQLDB as a connPool.
+type sqlPool struct{ d *SQLDB }
+
+func (p sqlPool) get(ctx context.Context) (PoolConn, error) {
+	conn, err := p.d.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sqlConn{conn}, nil
+}
+
+func (p sqlPool) stat() (int, int, int) {
+	st := p.d.DB().Stats()
+	return st.InUse, 0, st.MaxOpenConnections
+}
+
+// sqlConn is one connection of a sqlPool, taken for one statement.
+type sqlConn struct{ *SQLConn }
+
+func (c sqlConn) Release()                       { c.Close() }
+func (c sqlConn) broken() bool                   { return false } // database/sql drops a connection its driver reports bad
+func (c sqlConn) ping(ctx context.Context) error { return c.Ping(ctx) }
+
+// Conns hands out the connections a Locker's statements run on.
 //
 // On a pool shared with the application's jobs, jobs that hold every
 // connection past the trust window make every lease lost while the
@@ -96,9 +127,9 @@ func (c pgxConn) broken() bool {
 // a connection of its own (a *sql.Conn), and claims hold all but one of
 // them (none are kept: NewLocker refuses WithKeptConnection on it). Any
 // other DB (a *pgx.Conn, a wrapper) is used as given.
-type conns struct {
+type Conns struct {
 	db      DB
-	pool    pooler   // db as a *pgxpool.Pool, or nil
+	pool    Pooler   // db as a *pgxpool.Pool, or nil
 	src     connPool // db as a pool (pool, or a DB of SQL), or nil
 	reserve bool     // keep one connection of src
 
@@ -106,7 +137,7 @@ type conns struct {
 
 	slot chan struct{} // holds the reserve while a statement uses it
 	// back is cancelled, and replaced, whenever the slot is given back: a
-	// release waiting for a connection outside the gate (awaitRelease)
+	// release waiting for a connection outside the gate (AwaitRelease)
 	// then tries the reserve again. Guarded by mu.
 	back       context.Context
 	backCancel context.CancelFunc
@@ -120,12 +151,14 @@ type conns struct {
 	claims claimBound
 
 	mu        sync.Mutex
-	held      poolConn  // the reserve; nil until the first claim, once broken, and after close
+	held      PoolConn  // the reserve; nil until the first claim, once broken, and after close
 	idleSince time.Time // when the reserve was last put back
 	closed    bool
-	waitSince time.Time       // when the heartbeat started waiting for a pool connection; zero when not waiting
-	starved   error           // the heartbeat's last wait for a pool connection, if it failed
-	closing   driver.Closings // connections closed after a cancel request, still cleaning up
+	waitSince time.Time // when the heartbeat started waiting for a pool connection; zero when not waiting
+	starved   error     // the heartbeat's last wait for a pool connection, if it failed
+	// Closing are the connections closed after a cancel request, still
+	// cleaning up: Close waits for them.
+	Closing Closings
 
 	// unreachable is the last failure to open a new pool connection, nil
 	// once a connection was had again: a statement that times out waiting
@@ -142,16 +175,18 @@ type use int
 const (
 	useClaim     use = iota // a pool connection, kept as the reserve when there is none
 	useHeartbeat            // the reserve, taken from the pool when there is none
-	useRelease              // the reserve when free, else a pool connection (see releaseNow)
+	useRelease              // the reserve when free, else a pool connection (see ReleaseNow)
 )
 
-func newConns(db DB, keep bool) *conns {
-	c := &conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
+// NewConns hands out the connections of db; keep keeps one of a
+// *pgxpool.Pool as the reserve (WithKeptConnection).
+func NewConns(db DB, keep bool) *Conns {
+	c := &Conns{db: db, slot: make(chan struct{}, 1), single: make(chan struct{}, 1)}
 	c.back, c.backCancel = context.WithCancel(context.Background())
 	switch p := db.(type) {
-	case pooler:
+	case Pooler:
 		c.pool, c.src = p, pgxPool{p}
-	case *driver.SQLDB:
+	case *SQLDB:
 		c.src = sqlPool{p}
 	}
 	if c.src != nil {
@@ -168,15 +203,39 @@ func newConns(db DB, keep bool) *conns {
 // once: all but one, and at least one.
 func claimConns(size int) int { return max(1, size-1) }
 
-// claimLimit is how many claim statements a Locker sends at once before it
-// makes the next ones wait and go together: maxAloneInFlight, or fewer on a
-// pool that could not serve that many and the heartbeat.
-func (c *conns) claimLimit() int {
+// ClaimLimit is how many claim statements a Locker sends at once before it
+// makes the next ones wait and go together: most, or fewer on a pool that
+// could not serve that many and the heartbeat.
+func (c *Conns) ClaimLimit(most int) int {
 	if n := c.claims.limit(); n > 0 {
-		return min(maxAloneInFlight, n)
+		return min(most, n)
 	}
-	return maxAloneInFlight
+	return most
 }
+
+// Claim, Heartbeat and Release are the DBs each kind of statement runs on.
+func (c *Conns) Claim() DB     { return c.claim }
+func (c *Conns) Heartbeat() DB { return c.heartbeat }
+func (c *Conns) Release() DB   { return c.release }
+
+// DB is the DB the connections are handed out of.
+func (c *Conns) DB() DB { return c.db }
+
+// Pool is the DB as a *pgxpool.Pool, or nil.
+func (c *Conns) Pool() Pooler { return c.pool }
+
+// IsPool reports whether the DB is a pool (a *pgxpool.Pool or a SQLDB).
+func (c *Conns) IsPool() bool { return c.src != nil }
+
+// MayWait reports whether a claim statement may wait on a row lock for as
+// long as it is held (claimBound.mayWait); Waited ends what it let in.
+func (c *Conns) MayWait() bool { return c.claims.mayWait() }
+
+// Waited ends what MayWait let in.
+func (c *Conns) Waited() { c.claims.waited() }
+
+// Pressed reports whether MayWait would refuse now.
+func (c *Conns) Pressed() bool { return c.claims.pressed() }
 
 // claimBound lets claims hold at most claimConns of the pool's size as it
 // is when each claim takes its connection: a *sql.DB's limit may be set or
@@ -274,13 +333,13 @@ func (b *claimBound) give() {
 }
 
 // take returns the DB one statement of kind u runs on, and what to call once
-// the statement is done. Its errors are driver.NotSentError: the statement was
+// the statement is done. Its errors are NotSentError: the statement was
 // not sent.
-func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
+func (c *Conns) take(ctx context.Context, u use) (DB, func(), error) {
 	if u == useClaim && c.src != nil {
 		give, limit, err := c.claims.take(ctx)
 		if err != nil {
-			return nil, nil, driver.NotSentError(fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err))
+			return nil, nil, NotSentError(fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err))
 		}
 		db, done, err := c.takeFor(ctx, u)
 		if err != nil {
@@ -293,16 +352,16 @@ func (c *conns) take(ctx context.Context, u use) (DB, func(), error) {
 }
 
 // takeFor is take without the bound on claims.
-func (c *conns) takeFor(ctx context.Context, u use) (DB, func(), error) {
+func (c *Conns) takeFor(ctx context.Context, u use) (DB, func(), error) {
 	db, done, err := c.takeConn(ctx, u)
 	if err != nil {
-		return nil, nil, driver.NotSentError(err)
+		return nil, nil, NotSentError(err)
 	}
 	return db, done, nil
 }
 
 // takeConn is takeFor, its errors unmarked.
-func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
+func (c *Conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 	if c.src == nil {
 		// One connection (a *pgx.Conn) serves one statement at a time: the
 		// heartbeat and the callers' claims and releases take turns, or
@@ -338,12 +397,12 @@ func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 	if u == useClaim && c.reserve {
 		return conn, func() { c.keep(conn) }, nil
 	}
-	return conn, conn.release, nil
+	return conn, conn.Release, nil
 }
 
 // takeReserve returns the reserve, taken from the pool if there is none; the
 // caller holds the slot.
-func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
+func (c *Conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 	conn := c.checked(ctx)
 	if conn == nil {
 		var err error
@@ -360,7 +419,7 @@ func (c *conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 // while it idled (idle_session_timeout, a firewall, a pooler, a restart):
 // pgxpool would not have handed it out either, and it is dropped. The
 // caller holds the slot.
-func (c *conns) checked(ctx context.Context) poolConn {
+func (c *Conns) checked(ctx context.Context) PoolConn {
 	c.mu.Lock()
 	conn, idle := c.held, time.Since(c.idleSince)
 	c.mu.Unlock()
@@ -372,19 +431,19 @@ func (c *conns) checked(ctx context.Context) poolConn {
 		c.held = nil
 	}
 	c.mu.Unlock()
-	conn.release() // the pool destroys a broken connection
+	conn.Release() // the pool destroys a broken connection
 	return nil
 }
 
-// releasesWait reports whether every release waits for a pool connection
+// ReleasesWait reports whether every release waits for a pool connection
 // of its own: on a pool, without a reserve.
-func (c *conns) releasesWait() bool { return c.src != nil && !c.reserve }
+func (c *Conns) ReleasesWait() bool { return c.src != nil && !c.reserve }
 
 // reserveNow returns the reserve if it is free and there is one, without
 // waiting for anything but its check (checked). Otherwise it returns
 // nil, and back while the reserve is busy: the context that ends once it is
 // given back.
-func (c *conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
+func (c *Conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
 	if !c.reserve {
 		return nil, nil, nil
 	}
@@ -404,7 +463,7 @@ func (c *conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
 	return conn, func() { c.putBack(conn) }, nil
 }
 
-// releaseNow returns the DB a release statement runs on while no
+// ReleaseNow returns the DB a release statement runs on while no
 // heartbeat round can (Locker.releaseOnce), if it can be had without
 // waiting for a connection: had (a pool connection had before, or nil),
 // else the reserve if it is free. A release that waited there for a pool
@@ -412,11 +471,11 @@ func (c *conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
 // held by jobs lose every lease that WithKeptConnection is there to keep.
 // On a DB that is not a pool, that DB: the heartbeat waits for its one
 // connection anyway. Otherwise releaseNow returns nil, and what
-// awaitRelease waits for besides a pool connection.
-func (c *conns) releaseNow(ctx context.Context, had poolConn) (db DB, done func(), back context.Context) {
+// AwaitRelease waits for besides a pool connection.
+func (c *Conns) ReleaseNow(ctx context.Context, had PoolConn) (db DB, done func(), back context.Context) {
 	switch {
 	case had != nil:
-		return takenDB{had}, had.release, nil
+		return takenDB{had}, had.Release, nil
 	case c.src == nil:
 		return c.release, func() {}, nil
 	}
@@ -427,10 +486,10 @@ func (c *conns) releaseNow(ctx context.Context, had poolConn) (db DB, done func(
 	return takenDB{db}, done, nil
 }
 
-// awaitRelease waits, outside the gate, for a pool connection for a
-// release (releaseNow), or for the reserve to be given back (back, when not
+// AwaitRelease waits, outside the gate, for a pool connection for a
+// release (ReleaseNow), or for the reserve to be given back (back, when not
 // nil), whichever comes first: it returns nil then.
-func (c *conns) awaitRelease(ctx, back context.Context) (poolConn, error) {
+func (c *Conns) AwaitRelease(ctx, back context.Context) (PoolConn, error) {
 	actx := ctx
 	if back != nil {
 		var cancel context.CancelFunc
@@ -443,14 +502,14 @@ func (c *conns) awaitRelease(ctx, back context.Context) (poolConn, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, driver.NotSentError(err)
+		return nil, NotSentError(err)
 	}
 	return conn, nil
 }
 
 // freeSlot gives the slot back, and ends back for the releases waiting
 // for the reserve.
-func (c *conns) freeSlot() {
+func (c *Conns) freeSlot() {
 	<-c.slot
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -459,7 +518,7 @@ func (c *conns) freeSlot() {
 }
 
 // hold makes conn the reserve; the caller holds the slot.
-func (c *conns) hold(conn poolConn) {
+func (c *Conns) hold(conn PoolConn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -470,13 +529,13 @@ func (c *conns) hold(conn poolConn) {
 
 // putBack ends a statement on the reserve: a broken one is dropped, and
 // after close it goes back to the pool.
-func (c *conns) putBack(conn poolConn) {
+func (c *Conns) putBack(conn PoolConn) {
 	c.mu.Lock()
 	if conn.broken() || c.closed {
 		if c.held == conn {
 			c.held = nil
 		}
-		conn.release() // the pool destroys a broken connection
+		conn.Release() // the pool destroys a broken connection
 	}
 	c.idleSince = time.Now()
 	c.mu.Unlock()
@@ -485,11 +544,11 @@ func (c *conns) putBack(conn poolConn) {
 
 // keep ends a claim's statement: its connection becomes the reserve if
 // there is none, and goes back to the pool otherwise.
-func (c *conns) keep(conn poolConn) {
+func (c *Conns) keep(conn PoolConn) {
 	select {
 	case c.slot <- struct{}{}:
 	default:
-		conn.release()
+		conn.Release()
 		return
 	}
 	c.mu.Lock()
@@ -499,13 +558,13 @@ func (c *conns) keep(conn poolConn) {
 	c.mu.Unlock()
 	c.freeSlot()
 	if conn != nil {
-		conn.release()
+		conn.Release()
 	}
 }
 
-// close gives the reserve back to the pool, now if it is free, or else as
+// Close gives the reserve back to the pool, now if it is free, or else as
 // soon as the statement using it ends.
-func (c *conns) close() {
+func (c *Conns) Close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
@@ -520,13 +579,13 @@ func (c *conns) close() {
 	c.mu.Unlock()
 	c.freeSlot()
 	if conn != nil {
-		conn.release()
+		conn.Release()
 	}
 }
 
 // acquire takes a connection from the pool, timing the wait so that a
 // failure names it. A wait of the heartbeat is recorded for cause.
-func (c *conns) acquire(ctx context.Context, heartbeat bool) (poolConn, error) {
+func (c *Conns) acquire(ctx context.Context, heartbeat bool) (PoolConn, error) {
 	start := time.Now()
 	if heartbeat {
 		c.mu.Lock()
@@ -554,7 +613,7 @@ func (c *conns) acquire(ctx context.Context, heartbeat bool) (poolConn, error) {
 // more connections would help neither, and neither must read as a pool
 // whose connections are all in use. A wait that ended while the pool had
 // connections to spare was a wait for a new connection to be opened.
-func (c *conns) acquireError(waited time.Duration, err error) error {
+func (c *Conns) acquireError(waited time.Duration, err error) error {
 	waited = waited.Round(time.Millisecond)
 	var connect *pgconn.ConnectError
 	if errors.As(err, &connect) {
@@ -583,27 +642,27 @@ func (c *conns) acquireError(waited time.Duration, err error) error {
 // opening: a wait for a connection then was a wait for one to open, not
 // for one of the pool's to be handed back. (A connection being opened for
 // another waiter, after a broken one was dropped, takes its room.)
-func (c *conns) spare() bool {
+func (c *Conns) spare() bool {
 	inUse, opening, size := c.src.stat()
 	return size == 0 || inUse+opening < size
 }
 
 // unreachableNote names the last failure to connect, if no connection has
 // been had since: empty otherwise.
-func (c *conns) unreachableNote() string {
+func (c *Conns) unreachableNote() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.unreachableNoteLocked()
 }
 
-func (c *conns) unreachableNoteLocked() string {
+func (c *Conns) unreachableNoteLocked() string {
 	if c.unreachable == nil {
 		return ""
 	}
 	return "; the last attempt to connect failed: " + c.unreachable.Error()
 }
 
-func (c *conns) inUse() string {
+func (c *Conns) inUse() string {
 	inUse, _, size := c.src.stat()
 	if size == 0 {
 		return fmt.Sprintf("%d in use, no limit", inUse)
@@ -611,9 +670,9 @@ func (c *conns) inUse() string {
 	return fmt.Sprintf("%d of %d in use", inUse, size)
 }
 
-// cause says why the heartbeat has had no connection, if it is waiting for
+// Cause says why the heartbeat has had no connection, if it is waiting for
 // one from the pool or its last wait failed; empty otherwise.
-func (c *conns) cause() string {
+func (c *Conns) Cause() string {
 	c.mu.Lock()
 	since, starved := c.waitSince, c.starved
 	c.mu.Unlock()
@@ -632,11 +691,11 @@ func (c *conns) cause() string {
 // connDB is the DB of one kind of statement: each call takes a connection
 // for that statement and gives it back once done (for Query, once the rows
 // are closed; for QueryRow, once scanned). A claim's statement on a pool
-// connection is sent under driver.Answering: its outcome stays known when its caller
+// connection is sent under Answering: its outcome stays known when its caller
 // gives up. Begin, which no statement of the protocol uses, goes to the DB
 // as given.
 type connDB struct {
-	c *conns
+	c *Conns
 	u use
 }
 
@@ -647,7 +706,7 @@ func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	}
 	defer done()
 	tag, err := db.Exec(ctx, sql, args...)
-	return tag, driver.Confirmed(ctx, explainPooler(err))
+	return tag, Confirmed(ctx, explainPooler(err))
 }
 
 func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -698,7 +757,7 @@ const poolerHint = "behind a transaction pooler such as PgBouncer, pgx's default
 // connection is a protocol violation (08P01). The server's error stays
 // wrapped, and so does every other error, untouched.
 func explainPooler(err error) error {
-	if !driver.PreparedStatementMismatch(err) {
+	if !PreparedStatementMismatch(err) {
 		return err
 	}
 	return fmt.Errorf("%w (%s)", err, poolerHint)
@@ -707,28 +766,28 @@ func explainPooler(err error) error {
 func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin(ctx) }
 
 // answering is how a claim's statement on db is sent so that its outcome
-// stays known when its caller gives up (see driver.Answering), or nil for any
+// stays known when its caller gives up (see Answering), or nil for any
 // other statement, and for a DB whose connection pglease cannot reach.
-func (d connDB) answering(ctx context.Context, db DB) *driver.Answering {
+func (d connDB) answering(ctx context.Context, db DB) *Answering {
 	if d.u != useClaim {
 		return nil
 	}
 	switch conn := db.(type) {
 	case pgxConn:
-		return driver.Answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.closing)
+		return Answer(ctx, conn.Conn.Conn().PgConn(), true, &d.c.Closing)
 	case sqlConn:
 		// pgx's stdlib: its pgx connection, destroyed by database/sql
-		// once closed; lib/pq: none, its driver cancels (driver.Answer).
-		return driver.Answer(ctx, conn.PgConn(), true, &d.c.closing)
+		// once closed; lib/pq: none, its driver cancels (Answer).
+		return Answer(ctx, conn.PgConn(), true, &d.c.Closing)
 	case *pgx.Conn:
-		return driver.Answer(ctx, conn.PgConn(), false, &d.c.closing)
+		return Answer(ctx, conn.PgConn(), false, &d.c.Closing)
 	}
 	return nil
 }
 
 // doneRows gives the connection back when the rows are closed. Rows read
 // to their end after ctx, their statement's, ended are not confirmed
-// (driver.Confirmed).
+// (Confirmed).
 type doneRows struct {
 	pgx.Rows
 	ctx  context.Context
@@ -741,10 +800,10 @@ func (r *doneRows) Close() {
 	r.once.Do(r.done)
 }
 
-func (r *doneRows) Err() error { return driver.Confirmed(r.ctx, explainPooler(r.Rows.Err())) }
+func (r *doneRows) Err() error { return Confirmed(r.ctx, explainPooler(r.Rows.Err())) }
 
 // doneRow gives the connection back once scanned. A row scanned after ctx,
-// its statement's, ended is not confirmed (driver.Confirmed).
+// its statement's, ended is not confirmed (Confirmed).
 type doneRow struct {
 	row  pgx.Row
 	ctx  context.Context
@@ -753,16 +812,16 @@ type doneRow struct {
 
 func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
-	return driver.Confirmed(r.ctx, explainPooler(r.row.Scan(dest...)))
+	return Confirmed(r.ctx, explainPooler(r.row.Scan(dest...)))
 }
 
-// takenDB is a connection taken for a release (releaseNow), its errors
+// takenDB is a connection taken for a release (ReleaseNow), its errors
 // explained and its successes confirmed as connDB's are.
 type takenDB struct{ db DB }
 
 func (d takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := d.db.Exec(ctx, sql, args...)
-	return tag, driver.Confirmed(ctx, explainPooler(err))
+	return tag, Confirmed(ctx, explainPooler(err))
 }
 
 func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -778,8 +837,3 @@ func (d takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 }
 
 func (d takenDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.db.Begin(ctx) }
-
-// errRow is a row that failed before its statement was sent.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
