@@ -320,6 +320,10 @@ func (c *conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("waiting for the connection, busy with another statement of this Locker: %w", context.Cause(ctx))
 		}
+		if c.closing.closedGiven.Load() {
+			<-c.single
+			return nil, nil, errClosedGiven
+		}
 		return c.db, func() { <-c.single }, nil
 	}
 	if c.reserve {
