@@ -218,3 +218,47 @@ func (c *closings) wait(ctx context.Context) error {
 	}
 	return nil
 }
+
+// dropIfEnded returns done, preceded, when ctx (the context of a statement
+// sent on db without answering) ended before the statement returned, by
+// closing db's connection: its driver may have sent a cancel request as
+// ctx ended (pgx with CancelRequestContextWatcherHandler, lib/pq) that has
+// not landed yet and would land on the connection's next statement,
+// cutting its commit's wait for a synchronous standby. A pool replaces the
+// connection; a connection the Locker was given is not used again
+// (errClosedGiven). With pgx's default the driver has closed it already.
+func (c *conns) dropIfEnded(ctx context.Context, db DB, done func()) func() {
+	return func() {
+		if ctx.Err() != nil {
+			c.drop(db)
+		}
+		done()
+	}
+}
+
+// drop closes the connection under db, if pglease can reach it.
+func (c *conns) drop(db DB) {
+	var pg *pgconn.PgConn
+	given := false
+	switch x := db.(type) {
+	case takenDB:
+		c.drop(x.db)
+		return
+	case pgxConn:
+		pg = x.Conn.Conn().PgConn()
+	case *sqlConn:
+		pg = x.pgConn() // nil for lib/pq, which closes it itself after a cancel
+	case *pgx.Conn:
+		pg, given = x.PgConn(), true
+	}
+	if pg == nil || pg.IsClosed() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), answerGrace)
+	_ = pg.Close(cctx) // the pool destroys it on release
+	cancel()
+	c.closing.add(pg.CleanupDone())
+	if given {
+		c.closing.closedGiven.Store(true)
+	}
+}

@@ -680,7 +680,7 @@ func testLateCancelRequest(t *testing.T) {
 	pgtest.AbsentStandby(ctx, t, srv.DSN())
 
 	// Cancel requests land 2.5 s after they are sent: past answerGrace.
-	cfg, landed := pgtest.LateCancelConfig(t, pool.Config().ConnConfig.ConnString(), 2500*time.Millisecond)
+	cfg, late := pgtest.LateCancelConfig(t, pool.Config().ConnConfig.ConnString(), 2500*time.Millisecond)
 	var warned atomic.Int64
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 		if strings.Contains(n.Message, "canceling wait for synchronous replication") {
@@ -723,7 +723,7 @@ func testLateCancelRequest(t *testing.T) {
 	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
 	require.Nil(t, lease)
 	require.ErrorContains(t, err, "closed the connection it was given", "the error names why and what to do")
-	require.Eventually(t, func() bool { return landed.Load() > 0 }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
 		"the late cancel request was delivered: the case is the one described")
 	requireNoLiveRowOf(t, pool, table, "claimer", 5*time.Second, "free")
 }

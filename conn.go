@@ -655,7 +655,7 @@ func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	defer done()
+	defer d.c.dropIfEnded(ctx, db, done)()
 	tag, err := db.Exec(ctx, sql, args...)
 	return tag, confirmed(ctx, explainPooler(err))
 }
@@ -674,6 +674,7 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 		}
 		return &doneRows{Rows: answeredRows{rows, a}, ctx: ctx, done: done}, nil
 	}
+	done = d.c.dropIfEnded(ctx, db, done)
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		done()
@@ -690,7 +691,7 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if a := d.answering(ctx, db); a != nil {
 		return doneRow{row: answeredRow{db.QueryRow(a.ctx, sql, args...), a}, ctx: ctx, done: done}
 	}
-	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: done}
+	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: d.c.dropIfEnded(ctx, db, done)}
 }
 
 // poolerHint is the fix explainPooler adds to the errors of pgx's

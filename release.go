@@ -116,7 +116,7 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]b
 		db, done, back := l.conns.releaseNow(ctx, had)
 		if db != nil {
 			got, err := l.proto.release(ctx, db, leases)
-			done()
+			l.conns.dropIfEnded(ctx, db, done)()
 			l.gate.LeaveRelease()
 			return got, err
 		}

@@ -10,46 +10,78 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
 
-// LateCancelConfig is a connection config for dsn whose cancel requests
-// reach the server only delay after they are sent, as over a path that
+// LateCancel makes the connections it dials carry their cancel requests
+// to the server only some time after they are sent, as over a path that
 // lost a segment and retransmits it: the request's write returns at once,
 // closing its connection does not recall it, and the server's answer (it
-// closes the request's connection) comes only once it landed. landed
-// counts the requests delivered. The test waits, as it ends, for every
-// delayed write and close.
-func LateCancelConfig(tb testing.TB, dsn string, delay time.Duration) (cfg *pgx.ConnConfig, landed *atomic.Int64) {
+// closes the request's connection) comes only once it landed. It can
+// also hold back the next reply of the server. The test waits, as it
+// ends, for every delayed write and close.
+type LateCancel struct {
+	delay      time.Duration
+	replyDelay atomic.Int64
+	landed     atomic.Int64
+	late       sync.WaitGroup
+}
+
+// NewLateCancel is a LateCancel whose cancel requests land delay after
+// they are sent.
+func NewLateCancel(tb testing.TB, delay time.Duration) *LateCancel {
+	l := &LateCancel{delay: delay}
+	tb.Cleanup(l.late.Wait)
+	return l
+}
+
+// LateCancelConfig is a connection config for dsn dialled through a
+// LateCancel of delay.
+func LateCancelConfig(tb testing.TB, dsn string, delay time.Duration) (*pgx.ConnConfig, *LateCancel) {
 	tb.Helper()
 	cfg, err := pgx.ParseConfig(dsn)
 	require.NoError(tb, err)
-	landed = new(atomic.Int64)
-	var late sync.WaitGroup
-	tb.Cleanup(late.Wait)
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	l := NewLateCancel(tb, delay)
+	cfg.DialFunc = l.Dial(cfg.DialFunc)
+	return cfg, l
+}
+
+// Dial wraps dial.
+func (l *LateCancel) Dial(dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &lateCancelConn{Conn: c, delay: delay, landed: landed, late: &late}, nil
+		return &lateCancelConn{Conn: c, l: l}, nil
 	}
-	return cfg, landed
 }
+
+// Landed is how many cancel requests were delivered.
+func (l *LateCancel) Landed() int64 { return l.landed.Load() }
+
+// DelayNextReply holds back the next read of any connection dialled by l
+// for d.
+func (l *LateCancel) DelayNextReply(d time.Duration) { l.replyDelay.Store(int64(d)) }
 
 // lateCancelConn delays the 16-byte CancelRequest packet written on it.
 type lateCancelConn struct {
 	net.Conn
-	delay  time.Duration
-	landed *atomic.Int64
-	late   *sync.WaitGroup
+	l      *LateCancel
 	mu     sync.Mutex
 	queued chan struct{} // closed once the delayed write was made
 }
 
 // cancelRequestCode is the protocol's code of a CancelRequest.
 const cancelRequestCode = 80877102
+
+func (c *lateCancelConn) Read(b []byte) (int, error) {
+	if d := c.l.replyDelay.Swap(0); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	return c.Conn.Read(b)
+}
 
 func (c *lateCancelConn) Write(b []byte) (int, error) {
 	if len(b) != 16 || binary.BigEndian.Uint32(b[0:4]) != 16 || binary.BigEndian.Uint32(b[4:8]) != cancelRequestCode {
@@ -60,14 +92,14 @@ func (c *lateCancelConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	c.queued = q
 	c.mu.Unlock()
-	c.late.Add(1)
+	c.l.late.Add(1)
 	go func() {
-		defer c.late.Done()
+		defer c.l.late.Done()
 		defer close(q)
-		time.Sleep(c.delay)
+		time.Sleep(c.l.delay)
 		_ = c.Conn.SetWriteDeadline(time.Time{})
 		if _, err := c.Conn.Write(buf); err == nil {
-			c.landed.Add(1)
+			c.l.landed.Add(1)
 		}
 	}()
 	return len(b), nil
@@ -82,9 +114,9 @@ func (c *lateCancelConn) Close() error {
 	if q == nil {
 		return c.Conn.Close()
 	}
-	c.late.Add(1)
+	c.l.late.Add(1)
 	go func() {
-		defer c.late.Done()
+		defer c.l.late.Done()
 		<-q
 		time.Sleep(200 * time.Millisecond)
 		_ = c.Conn.Close()
