@@ -505,6 +505,13 @@ func TestClaimCancel(t *testing.T) {
 			closeWhileClaimsWait(t, burst)
 		})
 	}
+
+	// Guarantee: a cancel request that lands late never cuts a later
+	// statement's commit: on the one connection a Locker was given, a claim
+	// whose cancel request the server did not answer within answerGrace
+	// leaves the connection closed, and no lease is handed out after it
+	// whose commit's wait for a synchronous standby that request could cut.
+	t.Run("LateCancelRequestNeverReachesALaterClaim", testLateCancelRequest)
 }
 
 // manyAtOnce is TestClaimCancel/ManyAtOnce, on a pool to the server or
@@ -661,4 +668,62 @@ func driverDB(t *testing.T, pool *pgxpool.Pool, driver string) pglease.DB {
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+func testLateCancelRequest(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	tbl := pgx.Identifier{table}.Sanitize()
+	_, err := pool.Exec(ctx, `INSERT INTO `+tbl+` (key, holder, acquired_at, expires_at)
+		VALUES ('held', 'gone', now() - interval '2 min', now() - interval '1 min')`)
+	require.NoError(t, err)
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+
+	// Cancel requests land 2.5 s after they are sent: past answerGrace.
+	cfg, late := pgtest.LateCancelConfig(t, pool.Config().ConnConfig.ConnString(), 2500*time.Millisecond)
+	var warned atomic.Int64
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "canceling wait for synchronous replication") {
+			warned.Add(1)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	l := pgtest.Locker(t, conn, table, "claimer", pglease.WithTTL(30*time.Second))
+
+	// Another transaction locks the expired row, makes it held and
+	// commits (locally) at 400 ms: the claim waiting on it, given up at
+	// 150 ms, loses, writing nothing, before its cancel request lands.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = local`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM `+tbl+` WHERE key = 'held' FOR UPDATE`)
+	require.NoError(t, err)
+	committed := make(chan error, 1)
+	time.AfterFunc(400*time.Millisecond, func() {
+		_, err := tx.Exec(ctx, `UPDATE `+tbl+` SET holder = 'other', expires_at = now() + interval '1 min' WHERE key = 'held'`)
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		committed <- err
+	})
+	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	_, err = l.Claim(cctx, "held")
+	cancel()
+	require.Error(t, err)
+	require.NoError(t, <-committed)
+
+	// A claim of a free key: its commit waits for the absent standby, and
+	// the late request would cut that wait.
+	cctx, cancel = context.WithTimeout(ctx, 6*time.Second)
+	defer cancel()
+	lease, err := l.Claim(cctx, "free")
+	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
+	require.Nil(t, lease)
+	require.ErrorContains(t, err, "closed the connection it was given", "the error names why and what to do")
+	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
+		"the late cancel request was delivered: the case is the one described")
+	requireNoLiveRowOf(t, pool, table, "claimer", 5*time.Second, "free")
 }

@@ -117,7 +117,7 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]b
 		db, done, back := l.conns.ReleaseNow(ctx, had)
 		if db != nil {
 			got, err := l.proto.release(ctx, db, leases)
-			done()
+			l.conns.DropIfEnded(ctx, db, done)()
 			l.gate.LeaveRelease()
 			return got, err
 		}

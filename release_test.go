@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -36,6 +37,46 @@ func TestRelease(t *testing.T) {
 	t.Run("CancelledAtItsCommit", testReleaseCancelledAtItsCommit)
 	t.Run("BurstsOnABusyNotificationQueue", testReleaseBurstsOnABusyNotificationQueue)
 	t.Run("OnAHeavyNotificationQueue", testReleaseOnAHeavyNotificationQueue)
+	// Guarantee: a cancel request the driver sent for a statement whose
+	// context ended (here a release, on a pool that cancels by cancel
+	// request) never lands on a later statement of the Locker: its
+	// connection is closed, not given back, so a later claim's commit
+	// waiting for a synchronous standby is never cut and handed out.
+	t.Run("CancelRequestNeverReachesALaterClaim", testReleaseCancelRequestNeverReachesALaterClaim)
+}
+
+func testReleaseCancelRequestNeverReachesALaterClaim(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
+	var warned atomic.Int64
+	cpool := pgtest.CancelRequestPool(t, pool.Config().ConnString(), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 2
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			if strings.Contains(n.Message, "canceling wait for synchronous replication") {
+				warned.Add(1)
+			}
+		}
+	})
+	l := pgtest.Locker(t, cpool, table, "holder", pglease.WithTTL(time.Minute), pglease.WithTimeout(200*time.Millisecond))
+	lease, err := l.Claim(ctx, "job")
+	require.NoError(t, err)
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+
+	// The release's reply comes 500 ms late, past its 200 ms timeout: pgx
+	// sends a cancel request, which lands 2.5 s later.
+	late.DelayNextReply(500 * time.Millisecond)
+	t.Logf("Unlock, its reply late: %v", lease.Unlock(ctx))
+
+	cctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+	defer cancel()
+	got, err := l.Claim(cctx, "free")
+	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
+	require.Nil(t, got)
+	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
+		"the late cancel request was delivered: the case is the one described")
 }
 
 // quietSpy is a pgx tracer that watches one-row releases: before the quiet

@@ -42,9 +42,13 @@ const (
 //
 // A pool connection that got a cancel request is closed once its statement
 // returns (discard), so that a late cancel can never reach a statement of
-// its next user. A connection the Locker was given is kept: every cancel
-// request sent has been answered by then (the server has signalled the
-// backend), and a signal that reaches an idle backend is ignored.
+// its next user. A connection the Locker was given is kept when every
+// cancel request sent for the statement was answered (the server closes a
+// cancel request's connection only once it has signalled the backend, and
+// a signal that reaches an idle backend is ignored), and closed otherwise
+// (unanswered): a request still on its way could land on a later
+// statement, and cut the wait of its commit for a synchronous standby,
+// which then reports success.
 type Answering struct {
 	caller   context.Context
 	pg       *pgconn.PgConn
@@ -56,7 +60,10 @@ type Answering struct {
 	returned chan struct{} // closed once the statement has returned
 	sent     chan struct{} // closed once the cancel requests are over, if any was sent
 	gaveUp   atomic.Bool   // the server did not answer within AnswerGrace
-	once     sync.Once
+	// unanswered: a cancel request's connection was not closed by the
+	// server (an error, or AnswerGrace ran out): it may still land.
+	unanswered atomic.Bool
+	once       sync.Once
 }
 
 // Answer is how a statement that caller may give up on is sent on pg
@@ -83,7 +90,13 @@ func (a *Answering) requestCancel() {
 	deadline := time.Now().Add(AnswerGrace)
 	for {
 		rctx, cancel := context.WithDeadline(a.ctx, deadline)
-		_ = a.pg.CancelRequest(rctx)
+		// pgx reads the server's answer (it closes the request's
+		// connection once it signalled the backend) but returns nil
+		// when rctx cut that read: a request is answered only if it
+		// returned nil before rctx ended.
+		if a.pg.CancelRequest(rctx) != nil || rctx.Err() != nil {
+			a.unanswered.Store(true)
+		}
 		cancel()
 		next := time.NewTimer(min(cancelResend, max(0, time.Until(deadline))))
 		select {
@@ -116,10 +129,13 @@ func (a *Answering) End(err error) error {
 		close(a.returned)
 		if !a.stop() { // cancel requests were sent
 			<-a.sent
-			if a.discard && !a.pg.IsClosed() {
+			if (a.discard || a.unanswered.Load()) && !a.pg.IsClosed() {
 				cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
 				_ = a.pg.Close(cctx) // the pool destroys it on release
 				cancel()
+				if !a.discard {
+					a.closing.closedGiven.Store(true)
+				}
 			}
 		}
 		if a.pg != nil && a.pg.IsClosed() {
@@ -173,7 +189,16 @@ func (r answeredRows) Err() error { return r.a.explain(r.Rows.Err()) }
 type Closings struct {
 	mu   sync.Mutex
 	done []<-chan struct{}
+	// closedGiven: the connection the Locker was given was closed after a
+	// cancel request went unanswered (answering); nothing more is sent.
+	closedGiven atomic.Bool
 }
+
+// errClosedGiven is the error of every statement of a Locker whose given
+// connection it closed (Closings.closedGiven).
+var errClosedGiven = errors.New("the Locker closed the connection it was given after a cancel request it sent for a claim went unanswered " +
+	"(one still on its way could cut a later commit's wait for a synchronous standby, which then reports success): " +
+	"give the Locker a pool, which replaces such a connection, or make a new Locker on a new connection")
 
 func (c *Closings) add(done <-chan struct{}) {
 	c.mu.Lock()
@@ -204,4 +229,48 @@ func (c *Closings) Wait(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// DropIfEnded returns done, preceded, when ctx (the context of a statement
+// sent on db without answering) ended before the statement returned, by
+// closing db's connection: its driver may have sent a cancel request as
+// ctx ended (pgx with CancelRequestContextWatcherHandler, lib/pq) that has
+// not landed yet and would land on the connection's next statement,
+// cutting its commit's wait for a synchronous standby. A pool replaces the
+// connection; a connection the Locker was given is not used again
+// (errClosedGiven). With pgx's default the driver has closed it already.
+func (c *Conns) DropIfEnded(ctx context.Context, db DB, done func()) func() {
+	return func() {
+		if ctx.Err() != nil {
+			c.drop(db)
+		}
+		done()
+	}
+}
+
+// drop closes the connection under db, if pglease can reach it.
+func (c *Conns) drop(db DB) {
+	var pg *pgconn.PgConn
+	given := false
+	switch x := db.(type) {
+	case takenDB:
+		c.drop(x.db)
+		return
+	case pgxConn:
+		pg = x.Conn.Conn().PgConn()
+	case sqlConn:
+		pg = x.PgConn() // nil for lib/pq, which closes it itself after a cancel
+	case *pgx.Conn:
+		pg, given = x.PgConn(), true
+	}
+	if pg == nil || pg.IsClosed() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
+	_ = pg.Close(cctx) // the pool destroys it on release
+	cancel()
+	c.Closing.add(pg.CleanupDone())
+	if given {
+		c.Closing.closedGiven.Store(true)
+	}
 }

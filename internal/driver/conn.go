@@ -373,6 +373,10 @@ func (c *Conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("waiting for the connection, busy with another statement of this Locker: %w", context.Cause(ctx))
 		}
+		if c.Closing.closedGiven.Load() {
+			<-c.single
+			return nil, nil, errClosedGiven
+		}
 		return c.db, func() { <-c.single }, nil
 	}
 	if c.reserve {
@@ -470,7 +474,7 @@ func (c *Conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
 // connection would keep the heartbeat's round out meanwhile, and on a pool
 // held by jobs lose every lease that WithKeptConnection is there to keep.
 // On a DB that is not a pool, that DB: the heartbeat waits for its one
-// connection anyway. Otherwise releaseNow returns nil, and what
+// connection anyway. Otherwise ReleaseNow returns nil, and what
 // AwaitRelease waits for besides a pool connection.
 func (c *Conns) ReleaseNow(ctx context.Context, had PoolConn) (db DB, done func(), back context.Context) {
 	switch {
@@ -704,7 +708,7 @@ func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	defer done()
+	defer d.c.DropIfEnded(ctx, db, done)()
 	tag, err := db.Exec(ctx, sql, args...)
 	return tag, Confirmed(ctx, explainPooler(err))
 }
@@ -723,6 +727,7 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 		}
 		return &doneRows{Rows: a.Rows(rows), ctx: ctx, done: done}, nil
 	}
+	done = d.c.DropIfEnded(ctx, db, done)
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		done()
@@ -739,7 +744,7 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if a := d.answering(ctx, db); a != nil {
 		return doneRow{row: a.Row(db.QueryRow(a.Ctx(), sql, args...)), ctx: ctx, done: done}
 	}
-	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: done}
+	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: d.c.DropIfEnded(ctx, db, done)}
 }
 
 // poolerHint is the fix explainPooler adds to the errors of pgx's

@@ -1,0 +1,125 @@
+package pgtest
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+// LateCancel makes the connections it dials carry their cancel requests
+// to the server only some time after they are sent, as over a path that
+// lost a segment and retransmits it: the request's write returns at once,
+// closing its connection does not recall it, and the server's answer (it
+// closes the request's connection) comes only once it landed. It can
+// also hold back the next reply of the server. The test waits, as it
+// ends, for every delayed write and close.
+type LateCancel struct {
+	delay      time.Duration
+	replyDelay atomic.Int64
+	landed     atomic.Int64
+	late       sync.WaitGroup
+}
+
+// NewLateCancel is a LateCancel whose cancel requests land delay after
+// they are sent.
+func NewLateCancel(tb testing.TB, delay time.Duration) *LateCancel {
+	l := &LateCancel{delay: delay}
+	tb.Cleanup(l.late.Wait)
+	return l
+}
+
+// LateCancelConfig is a connection config for dsn dialled through a
+// LateCancel of delay.
+func LateCancelConfig(tb testing.TB, dsn string, delay time.Duration) (*pgx.ConnConfig, *LateCancel) {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(tb, err)
+	l := NewLateCancel(tb, delay)
+	cfg.DialFunc = l.Dial(cfg.DialFunc)
+	return cfg, l
+}
+
+// Dial wraps dial.
+func (l *LateCancel) Dial(dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &lateCancelConn{Conn: c, l: l}, nil
+	}
+}
+
+// Landed is how many cancel requests were delivered.
+func (l *LateCancel) Landed() int64 { return l.landed.Load() }
+
+// DelayNextReply holds back the next read of any connection dialled by l
+// for d.
+func (l *LateCancel) DelayNextReply(d time.Duration) { l.replyDelay.Store(int64(d)) }
+
+// lateCancelConn delays the 16-byte CancelRequest packet written on it.
+type lateCancelConn struct {
+	net.Conn
+	l      *LateCancel
+	mu     sync.Mutex
+	queued chan struct{} // closed once the delayed write was made
+}
+
+// cancelRequestCode is the protocol's code of a CancelRequest.
+const cancelRequestCode = 80877102
+
+func (c *lateCancelConn) Read(b []byte) (int, error) {
+	if d := c.l.replyDelay.Swap(0); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *lateCancelConn) Write(b []byte) (int, error) {
+	if len(b) != 16 || binary.BigEndian.Uint32(b[0:4]) != 16 || binary.BigEndian.Uint32(b[4:8]) != cancelRequestCode {
+		return c.Conn.Write(b)
+	}
+	buf := append([]byte(nil), b...)
+	q := make(chan struct{})
+	c.mu.Lock()
+	c.queued = q
+	c.mu.Unlock()
+	c.l.late.Add(1)
+	go func() {
+		defer c.l.late.Done()
+		defer close(q)
+		time.Sleep(c.l.delay)
+		_ = c.Conn.SetWriteDeadline(time.Time{})
+		if _, err := c.Conn.Write(buf); err == nil {
+			c.l.landed.Add(1)
+		}
+	}()
+	return len(b), nil
+}
+
+// Close closes the connection once a delayed request was written: the
+// kernel would deliver what it buffered before the close.
+func (c *lateCancelConn) Close() error {
+	c.mu.Lock()
+	q := c.queued
+	c.mu.Unlock()
+	if q == nil {
+		return c.Conn.Close()
+	}
+	c.l.late.Add(1)
+	go func() {
+		defer c.l.late.Done()
+		<-q
+		time.Sleep(200 * time.Millisecond)
+		_ = c.Conn.Close()
+	}()
+	return nil
+}
