@@ -1,5 +1,3 @@
-// Package driver is what pglease sends to PostgreSQL and how: the server's
-// errors as pglease reads them, and the database/sql adapter.
 package driver
 
 import (

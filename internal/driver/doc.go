@@ -1,0 +1,17 @@
+// Package driver is how pglease sends its statements to PostgreSQL, the
+// statements themselves being internal/sqlstmt's:
+//
+//   - conn.go: the connection each kind of statement (claim, heartbeat,
+//     release) runs on, from a *pgxpool.Pool, a database/sql pool, or the
+//     one connection given, and how many claims may hold at once;
+//   - cancel.go: a claim whose caller gives up is cancelled on the server
+//     and its answer read, so that its outcome stays known;
+//   - outcome.go: what a failed statement may have written (done, not
+//     sent, unknown), and a success read after its context ended is
+//     unknown;
+//   - retry.go: a statement failed by a serialization failure is sent
+//     again;
+//   - sqlstate.go: the server's errors pglease acts on, by SQLSTATE;
+//   - sqldb.go, sqlliteral.go: a *sql.DB served as a pgx pool, its
+//     arguments written in the statement's text for lib/pq.
+package driver
