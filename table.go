@@ -186,11 +186,12 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		increment, maxValue, cache             int64
 		keyColl, keyType                       string
 		tablePersistence, seqPersistence       string
+		partition, keyBase                     string
 		fenceIdentity                          string
 	)
 	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
 		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
-			&tablePersistence, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
+			&tablePersistence, &partition, &keyBase, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
 	if err != nil {
 		return fmt.Errorf("checking the table and its fence sequence: %w", err)
 	}
@@ -199,8 +200,14 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		seqPersistence = ""
 	}
 	var errs []error
-	if err := persistenceProblem(t, tablePersistence, seqPersistence); err != nil {
+	if err := persistenceProblem(t, tablePersistence, partition, seqPersistence); err != nil {
 		errs = append(errs, err)
+	}
+	if keyBase != "" && keyBase != "text" && keyBase != "character varying" {
+		errs = append(errs, fmt.Errorf("column key is of type %s, which does not compare keys byte for byte (citext folds case, "+
+			"character(n) ignores trailing spaces, name cuts at 63 bytes): two keys would share one lease row, and a lease "+
+			"claimed under one spelling would be lost at its first heartbeat (run ALTER TABLE %s ALTER COLUMN key TYPE text)",
+			keyBase, t.name.Sanitize()))
 	}
 	if keyColl != "" {
 		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
@@ -224,11 +231,16 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 	return fenceBehind(ctx, db, t)
 }
 
-// persistenceProblem refuses a lease table or fence sequence that a crash
-// would empty (relpersistence 'u' or 't'; "" when not read or absent).
-func persistenceProblem(t table, table, seq string) error {
+// persistenceProblem refuses a lease table (or partition of it, when
+// partition names one) or fence sequence that a crash would empty
+// (relpersistence 'u' or 't'; "" when not read or absent).
+func persistenceProblem(t table, table, partition, seq string) error {
+	tableName := t.name.Sanitize()
+	if partition != "" {
+		tableName = "partition " + partition + " of " + tableName
+	}
 	var problems []string
-	for _, r := range []struct{ name, persistence string }{{t.name.Sanitize(), table}, {t.seq.Sanitize(), seq}} {
+	for _, r := range []struct{ name, persistence string }{{tableName, table}, {t.seq.Sanitize(), seq}} {
 		switch r.persistence {
 		case "u":
 			problems = append(problems, r.name+" is UNLOGGED")
@@ -239,8 +251,12 @@ func persistenceProblem(t table, table, seq string) error {
 	if len(problems) == 0 {
 		return nil
 	}
+	alter := t.name.Sanitize()
+	if partition != "" {
+		alter = partition
+	}
 	return fmt.Errorf("%s: a crash would empty it, and live leases could be claimed again or fences issued twice (ALTER TABLE %s SET LOGGED; ALTER SEQUENCE %s SET LOGGED)",
-		strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
+		strings.Join(problems, ", "), alter, t.seq.Sanitize())
 }
 
 // fenceDefaultProblem refuses a fence column whose default does not draw
