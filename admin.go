@@ -28,12 +28,12 @@ type Admin struct {
 // NewAdmin returns an Admin of the table its options name (WithTable; the
 // default is DefaultTable) on db, or an error: a nil db, or an invalid
 // option (an *OptionError). It sends nothing to the database.
-func NewAdmin(db DB, opts ...AdminOption) (*Admin, error) {
+func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 	if isNil(db) {
 		return nil, errors.New("pglease: new admin: db is nil")
 	}
 	cfg := defaults()
-	apply(&cfg, opts, AdminOption.applyAdmin)
+	cfg.apply(atAdmin, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}

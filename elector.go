@@ -78,8 +78,8 @@ type LeaderCallbacks struct {
 }
 
 // WithLeaderCallbacks sets the callbacks of an Elector.
-func WithLeaderCallbacks(cb LeaderCallbacks) ElectorOption {
-	return electorOption(func(c *config) { c.leaderCallbacks = cb })
+func WithLeaderCallbacks(cb LeaderCallbacks) Option {
+	return Option{"WithLeaderCallbacks", atElector, "only an Elector leads: give it to NewElector", func(c *config) { c.leaderCallbacks = cb }}
 }
 
 // campaignRetry is the pause of the campaign after an attempt that failed
@@ -96,7 +96,7 @@ const campaignRetry = time.Second
 // or a key another open Elector of l has already, an error that says so.
 // l.Close closes the Elector first. NewElector sends nothing to the
 // database.
-func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) {
+func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 	if l == nil {
 		return nil, errors.New("pglease: new elector: locker is nil")
 	}
@@ -105,7 +105,7 @@ func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) 
 	}
 	t := l.terms()
 	c := config{ttl: t.ttl, timeout: t.timeout} // no min hold
-	apply(&c, opts, ElectorOption.applyElector)
+	c.apply(atElector, opts)
 	t, err := l.ownTerms("NewElector", c)
 	if err != nil {
 		return nil, err

@@ -151,10 +151,14 @@ func InCallback(e *Elector) bool {
 // differs), or sharing another Locker's Holder, whose leases it then takes
 // as its own re-entrant claims, as a claim of that Locker whose reply was
 // lost would.
-func StoredHolder(holder string) LockerOption {
-	return lockerOption(func(c *config) { c.holder = holder })
+func StoredHolder(holder string) Option {
+	return Option{"StoredHolder", atLocker, lockerWide, func(c *config) { c.holder = holder }}
 }
 
 // CheckTable makes l's one read of its table now, as its first claim would,
 // for tests that time that claim's statement alone.
 func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx) }
+
+// New is NewLocker returning its error instead of panicking with it, for
+// the tests that check that error.
+func New(db DB, opts ...Option) (*Locker, error) { return newLocker(db, opts...) }

@@ -59,10 +59,10 @@ type JobLocker struct {
 // Job sends nothing to the database. A Locker holds at most one lease per
 // key, whichever JobLocker claimed it: jobs are told apart by their keys
 // (gocron's job names), as always.
-func (l *Locker) Job(opts ...JobOption) (*JobLocker, error) {
+func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	t := l.terms()
 	c := config{ttl: t.ttl, minHold: t.minHold, timeout: t.timeout}
-	apply(&c, opts, JobOption.applyJob)
+	c.apply(atJob, opts)
 	t, err := l.ownTerms("Job", c)
 	if err != nil {
 		return nil, err

@@ -41,8 +41,8 @@ import (
 // connections, taken from it until Close, in the same way.
 //
 // A dsn that does not parse, or an empty one, is an error at New.
-func WithListenDSN(dsn string) LockerOption {
-	return lockerOption(func(c *config) {
+func WithListenDSN(dsn string) Option {
+	return Option{"WithListenDSN", atLocker, lockerWide, func(c *config) {
 		if strings.TrimSpace(dsn) == "" {
 			c.invalid("WithListenDSN", "WithListenDSN: dsn is empty: give the server's address, past the pooler")
 			return
@@ -54,7 +54,7 @@ func WithListenDSN(dsn string) LockerOption {
 			return
 		}
 		c.listen = cfg
-	})
+	}}
 }
 
 // listenSource is where the listener takes its connection: the one of

@@ -105,12 +105,21 @@ type Locker struct {
 	minHold atomic.Int64
 }
 
-// New returns a Locker on db, or an error naming what is wrong: a nil db,
-// a db that is a transaction (pgx.Tx), or an invalid option (an
-// *OptionError wrapping ErrInvalidOption). A *pgx.Conn must not be inside
-// a transaction the caller opened either: every statement of a Locker must
-// commit on its own. New sends nothing to the database.
-func New(db DB, opts ...LockerOption) (*Locker, error) {
+// NewLocker returns a Locker on db. It panics with an error naming what is
+// wrong (as regexp.MustCompile does): a nil db, a pgx.Tx, or an invalid
+// option (an *OptionError). Every statement of a Locker commits on its own,
+// so a *pgx.Conn must not be inside a transaction either. It sends nothing
+// to the database.
+func NewLocker(db DB, opts ...Option) *Locker {
+	l, err := newLocker(db, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// newLocker is NewLocker returning its error.
+func newLocker(db DB, opts ...Option) (*Locker, error) {
 	if isNil(db) {
 		return nil, errors.New("pglease: new locker: db is nil")
 	}
@@ -156,17 +165,6 @@ func New(db DB, opts ...LockerOption) (*Locker, error) {
 	l.watchdog = l.newWatchdog()
 	l.waits.table = t
 	return l, nil
-}
-
-// NewLocker is New for options known to be valid, as regexp.MustCompile is
-// for a constant pattern: it panics with the error New would return. Use
-// New where the options come from configuration.
-func NewLocker(db DB, opts ...LockerOption) *Locker {
-	l, err := New(db, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return l
 }
 
 func isNil(db DB) bool {

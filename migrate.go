@@ -30,9 +30,9 @@ var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 // Schema returns the DDL that Migrate runs for the table its options name
 // (WithTable), as one SQL text for migration tools. Statements end
 // with a semicolon.
-func Schema(opts ...SchemaOption) (string, error) {
+func Schema(opts ...Option) (string, error) {
 	cfg := defaults()
-	apply(&cfg, opts, SchemaOption.applySchema)
+	cfg.apply(atSchema, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return "", err
 	}
@@ -63,13 +63,13 @@ func Schema(opts ...SchemaOption) (string, error) {
 // column whose default does not draw from the sequence (an identity), and
 // a sequence behind the table's fences. A Locker checks all of it too,
 // once, at its first claim.
-func Migrate(ctx context.Context, db DB, opts ...MigrateOption) error {
+func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
 		return errors.New("pglease: migrate: db is nil")
 	}
 	cfg := defaults()
-	apply(&cfg, opts, MigrateOption.applyMigrate)
+	cfg.apply(atMigrate, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return err
 	}

@@ -18,15 +18,15 @@ import (
 
 // SQL returns a DB on db, a database/sql pool of PostgreSQL connections
 // opened with pgx's stdlib driver ("pgx") or lib/pq ("postgres"), for every
-// entry point that takes a DB (New, NewLocker, Migrate, NewAdmin, ...):
+// entry point that takes a DB (NewLocker, Migrate, NewAdmin):
 //
-//	locker, err := pglease.New(pglease.SQL(db), pglease.WithTable("leases"))
+//	locker := pglease.NewLocker(pglease.SQL(db), pglease.WithTable("leases"))
 //
 // A Locker treats it as it treats a *pgxpool.Pool: each statement takes a
 // connection of its own from db, claims hold all but one of
 // db.SetMaxOpenConns as it is when each claim runs (the heartbeat is never
 // queued behind a claim waiting on a row lock; a pool without a limit
-// opens one for it; New refuses a limit of one, and a limit lowered to one
+// opens one for it; NewLocker refuses a limit of one, and a limit lowered to one
 // later leaves the heartbeat behind claims again), and a claim whose
 // caller gives up is cancelled on the server and its answer read. (lib/pq
 // sends that cancel request itself, once: pglease gives it each statement
