@@ -48,7 +48,7 @@
 // run, so that a replica whose timer fires a little later finds the key held;
 // [StartOnGrid] puts the ticks at the same instants on every replica; the job
 // name is the lease key. A replica's main creates the table with [Migrate]
-// (or applies [SchemaSQL]() with a migration tool) and calls it with a pool
+// (or applies [Schema]() with a migration tool) and calls it with a pool
 // until the replica stops.
 // Outside gocron, [Locker.Claim] takes a key and [Locker.ClaimWait] waits for
 // one; [Elector] runs all of a service's jobs on one leader.

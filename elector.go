@@ -24,7 +24,7 @@ var _ gocron.Elector = (*Elector)(nil)
 // notifies the key, it takes over within a round trip of the leader's
 // Close, instead of at the next IsLeader after the TTL or the next job.
 // Behind a transaction pooler, which drops notifications, it polls at most
-// about once per MaxPollInterval, unless its Locker has a connection of
+// about once per maxPollInterval, unless its Locker has a connection of
 // its own to LISTEN on (WithListenDSN).
 type Elector struct {
 	locker *Locker
@@ -488,6 +488,3 @@ func resigned(err error) error {
 	return err
 }
 
-// WaitMode says how the campaign learns that the leader released the key:
-// the Locker's WaitMode, since the Elector shares its listener.
-func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }

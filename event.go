@@ -82,7 +82,7 @@ const (
 	// EventWaitByPolling: the Locker's waiting claims poll; Err says why
 	// (the DB is not a pool, a pooler drops notifications, the listening
 	// connection failed) and what fixes it (WithListenDSN); each waiting
-	// key is then tried at most about once per MaxPollInterval. Logged at
+	// key is then tried at most about once per maxPollInterval. Logged at
 	// warn level.
 	EventWaitByPolling
 	// EventStoppedLeading: an Elector's leadership lease ended (resigned by

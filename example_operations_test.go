@@ -15,7 +15,7 @@ import (
 
 // The DDL Migrate runs, for a migration tool (goose, golang-migrate, atlas)
 // when the service may not run DDL itself. For the default table it is
-// pglease.SchemaSQL(), the content of schema.sql.
+// schema.sql, less its comment.
 func ExampleSchema() {
 	ddl, err := pglease.Schema(pglease.WithTable("jobs.lease")) // the schema "jobs" must exist
 	if err != nil {

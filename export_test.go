@@ -162,3 +162,12 @@ func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx
 // New is NewLocker returning its error instead of panicking with it, for
 // the tests that check that error.
 func New(db DB, opts ...Option) (*Locker, error) { return newLocker(db, opts...) }
+
+// MaxPollInterval is the longest pause of a polling waiter.
+const MaxPollInterval = maxPollInterval
+
+// DefaultLeaderKey is the leader key the tests' Electors share.
+const DefaultLeaderKey = "gocron-leader"
+
+// WaitMode is the WaitMode of e's Locker, whose listener e shares.
+func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }

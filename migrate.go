@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	_ "embed" // schemaSQL
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -14,22 +13,12 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-//go:embed schema.sql
-var schemaSQL string
-
-// SchemaSQL returns the content of schema.sql: the DDL that Migrate runs
-// for the default table name, with a comment on the grants the runtime
-// role needs, for teams that apply DDL with a migration tool (goose,
-// golang-migrate, atlas) rather than from the service. For another table
-// name use Schema.
-func SchemaSQL() string { return schemaSQL }
-
 // schemaStatements is the DDL Migrate runs, in order.
 var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 
 // Schema returns the DDL that Migrate runs for the table its options name
-// (WithTable), as one SQL text for migration tools. Statements end
-// with a semicolon.
+// (WithTable), for migration tools (goose, golang-migrate, atlas); schema.sql
+// is Schema() with the grants the runtime role needs.
 func Schema(opts ...Option) (string, error) {
 	cfg := defaults()
 	cfg.apply(atSchema, opts)

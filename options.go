@@ -21,9 +21,6 @@ const (
 	// DefaultTimeout bounds one claim made by Lock and one release made by
 	// Unlock or Close.
 	DefaultTimeout = 5 * time.Second
-	// DefaultLeaderKey is a key for the Elector of a service that has one
-	// (NewElector takes the key).
-	DefaultLeaderKey = "gocron-leader"
 	// Retention is how long Migrate keeps an expired row before purging it.
 	// It may be lowered to MinRetention, no further.
 	Retention = 24 * time.Hour

@@ -29,12 +29,12 @@ const (
 )
 
 // newSchedule is the pauses of one waiting claim (internal/poll): while
-// polling, 10ms doubling up to MaxPollInterval, lengthened by up to a
+// polling, 10ms doubling up to maxPollInterval, lengthened by up to a
 // quarter; while notified, maxNotifyBackoff less up to half; at most until
 // the holder's expiry.
 func newSchedule() *poll.Schedule {
 	return &poll.Schedule{
-		Min: minWaitBackoff, Max: MaxPollInterval, Notified: maxNotifyBackoff, Margin: expiryMargin,
+		Min: minWaitBackoff, Max: maxPollInterval, Notified: maxNotifyBackoff, Margin: expiryMargin,
 		Jitter: func(d time.Duration) time.Duration { return rand.N(d + 1) },
 	}
 }
@@ -224,7 +224,7 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 // WithListenDSN), when the holder's lease expires on the server's clock (a
 // lapsed lease notifies nobody; once an attempt at an expiry has found the
 // lease extended by its heartbeat, no sooner than its backoff), and at a
-// backoff with jitter: 10ms doubling up to MaxPollInterval (1s) when
+// backoff with jitter: 10ms doubling up to maxPollInterval (1s) when
 // notifications do not arrive (WaitMode says why: a DB that is not a
 // *pgxpool.Pool, a pooler such as PgBouncer, a listening connection lost),
 // 2.5 to 5s when they do. When notifications stop, a waiter asleep on that
@@ -341,7 +341,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		} else {
 			// Jitter spreads out the waiters of several Lockers. While
 			// notifications arrive, the pause is only a safety net; while
-			// polling, it is at least MaxPollInterval once grown.
+			// polling, it is at least maxPollInterval once grown.
 			holder, left, rerr := l.remaining(ctx, key)
 			known := poll.Unknown
 			switch {

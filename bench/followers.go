@@ -143,7 +143,7 @@ func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.
 		return followerPoint{}, err
 	}
 	sent := cnt.n.Load() - start
-	m, _ := followers[0].WaitMode()
+	m, _ := followers[0].locker.WaitMode()
 
 	released := time.Now()
 	if err := leader.Close(ctx); err != nil {
@@ -178,7 +178,7 @@ type studyElector struct {
 
 func newStudyElector(db pglease.DB, opts []pglease.Option) (*studyElector, error) {
 	l := pglease.NewLocker(db, opts...)
-	e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
+	e, err := pglease.NewElector(l, "gocron-leader")
 	if err != nil {
 		_ = l.Close(context.Background())
 		return nil, err
