@@ -66,11 +66,9 @@ func (ls *Lease) ExpiresAt() time.Time {
 func (ls *Lease) Done() <-chan struct{} { return ls.done }
 
 // Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
-// was lost (taken by a later lease of the key, lapsed, or past its trust
-// deadline) before it was given up; otherwise it is ErrReleased once Unlock
-// was called, or ErrClosed once the Locker's Close was, whatever the
-// release then found (Unlock and Close return that). A lease past its local
-// trust deadline is lost even if the heartbeat has not yet noticed.
+// was lost before it was given up (taken, lapsed, or past its trust
+// deadline); otherwise it is ErrReleased after Unlock, or ErrClosed after the
+// Locker's Close.
 func (ls *Lease) Err() error {
 	ls.checkTrust(time.Now())
 	ls.mu.Lock()

@@ -35,23 +35,13 @@ func Schema(opts ...Option) (string, error) {
 }
 
 // Migrate creates the fence sequence and the lease table if they do not
-// exist, then purges rows expired longer than the retention ago (Retention,
-// or WithRetention, at least MinRetention). It runs in one transaction under a transaction-scoped
-// advisory lock, so it is idempotent and safe when many replicas run it at
-// once. The schema of a qualified table name must exist already. Migrate is
-// the only code that runs DDL; at run time a Locker needs only SELECT,
-// INSERT and UPDATE on the table and USAGE on its sequence.
-//
-// An existing table and sequence are kept as they are, and checked: Migrate
-// refuses, naming the statement that fixes it, a table or sequence that a
-// crash would empty (UNLOGGED, TEMPORARY), and a fence sequence that could
-// hand a later lease of a key a smaller fence or stop handing fences out (a
-// CACHE above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's)
-// or a relation of the sequence's name that is no sequence, and a key
-// column of a nondeterministic (case-insensitive) collation, a fence
-// column whose default does not draw from the sequence (an identity), and
-// a sequence behind the table's fences. A Locker checks all of it too,
-// once, at its first claim.
+// exist, and purges rows expired longer ago than the retention (Retention, or
+// WithRetention). It runs in one transaction under a transaction-scoped
+// advisory lock: idempotent, and safe when many replicas run it at once. It
+// refuses, naming the fix, an existing table or sequence that could lose rows
+// or hand out a smaller fence (UNLOGGED, a sequence CACHE above 1, ...). At run
+// time a Locker needs only SELECT, INSERT and UPDATE on the table and USAGE on
+// its sequence. See docs/GUIDE.md, "Migrate".
 func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {

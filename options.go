@@ -27,22 +27,12 @@ const (
 )
 
 // MinRetention is the shortest purge horizon WithRetention, Migrate and the
-// CLI accept. A claim draws the fence of its INSERT arm (the column's DEFAULT
-// nextval) when it builds its row, before it looks for a conflicting one,
-// and may stall in between: waiting on a purge's or another claim's
-// transaction, or with its backend descheduled or paused. If in that time a
-// later claim took the key with a greater fence, expired, and was purged,
-// the stalled claim would insert the key again with the smaller fence. A
-// purged row has been expired for at least the horizon, and it expired
-// after the stalled claim drew its fence; so the fence goes backwards only
-// after a stall longer than the horizon. Nothing bounds such a stall in
-// principle, but Lock cancels its claim after WithTimeout (5s by default), a
-// statement_timeout does too, and a claim that returns after its TTL hands
-// out nothing anyway: an hour is far beyond any stall a live server shows.
+// CLI accept: a claim draws its fence before it inserts its row, and a purge
+// within the time such a claim may stall would let it hand out a smaller
+// fence. See docs/GUIDE.md, "MinRetention".
 const MinRetention = time.Hour
 
-// MinTTL is the shortest TTL WithTTL accepts: a lease shorter than a few
-// round trips could never be claimed and used.
+// MinTTL is the shortest TTL WithTTL accepts.
 const MinTTL = 10 * time.Millisecond
 
 // maxTrustMargin caps the trust margin (see trustMargin).
@@ -58,9 +48,7 @@ const maxTrustMargin = time.Second
 // docs/GUIDE.md ("How it works") says which clocks.
 func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustMargin) }
 
-// MaxKeyLen is the longest key, in bytes, that Claim accepts. Keys are the
-// table's primary key; a B-tree entry cannot hold much more than 2 kB, and a
-// job name longer than this is a mistake.
+// MaxKeyLen is the longest key, in bytes, that Claim accepts.
 const MaxKeyLen = 1024
 
 // Option configures NewLocker, Locker.Job, NewElector, Migrate, Schema or
@@ -144,23 +132,15 @@ type config struct {
 	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
 
-// RevokedHolder is the holder `pglease release` writes into the row of a
-// lease it revokes. No Locker may have it (WithHolder refuses it), so no
-// heartbeat, release or re-entrant claim matches the revoked row again, and
-// the key stays held until the expiry its last holder had. It fits any
-// holder column a Locker can use: with WithoutFenceColumn the column must
-// take at least a one-character holder and two suffixes of '#' and 16
-// characters.
+// RevokedHolder is the holder Admin.Revoke (`pglease release`) writes in a
+// revoked lease's row. No Locker may have it, so that nothing of its former
+// holder matches the row again.
 const RevokedHolder = "pglease:revoked"
 
-// WithHolder names this replica in the holder column, for operators: the
-// Locker stores it followed by '#' and a random suffix of its own
-// (Locker.Holder), so that only the leases this Locker claimed are its own
-// to re-claim. Any value works, a service name shared by every replica
-// included: two Lockers with one name still exclude each other, and one
-// started again cannot re-claim its previous run's live leases (Close
-// releases them). The default is hostname-pid. RevokedHolder is refused,
-// and so is a value with '#' (which separates the suffix).
+// WithHolder names this replica in the holder column; the Locker adds '#' and
+// a random suffix of its own (Locker.Holder), so that only the leases it
+// claimed are its own to claim again. The default is hostname-pid. A value
+// with '#', and RevokedHolder, are refused.
 func WithHolder(id string) Option {
 	return Option{"WithHolder", atLocker, lockerWide, func(c *config) {
 		switch {
@@ -193,28 +173,21 @@ func WithHeartbeatInterval(d time.Duration) Option {
 		func(c *config) { c.heartbeat = d })}
 }
 
-// WithMinHold keeps a released lease until acquired_at + d, so that a
-// replica whose scheduler fires a little later cannot run the same tick
-// again. The holder itself can still re-claim it. It must be <= TTL. The
-// default is 0: Unlock expires the lease at once.
-//
-// It merges the claims of one tick only when the replicas' ticks are
-// aligned (StartOnGrid, or a gocron.CronJob in one location): each tick then
-// runs exactly once when D < d, d + D <= period and run + D <= period, with
-// D the spread of the claims around their tick (clock disagreement plus
-// claim latency) and run the job's time from claim to release. About half
-// the period is a good choice.
+// WithMinHold keeps a released lease until acquired_at + d, so that a replica
+// whose scheduler fires a little later cannot run the same tick again (the
+// holder itself can claim it again). It must be <= TTL; with StartOnGrid,
+// about half the period is a good choice. The default is 0: Unlock expires the
+// lease at once.
 func WithMinHold(d time.Duration) Option {
 	return Option{"WithMinHold", atLocker | atJob, "an Elector has no min hold, so that its Close hands leadership over at once; " +
 		"Migrate, Schema and NewAdmin claim nothing", durationOption("WithMinHold", d, 0, "min hold must not be negative",
 		func(c *config) { c.minHold, c.minHoldSet = d, true })}
 }
 
-// WithTable sets the lease table, "name" or "schema.name". The fence
-// sequence is "<name>_fence_seq" in the same schema. The default is
-// DefaultTable ("lease"). A bare name that pglease's statements give one of
-// their own parts (h, mine, extended, r, released, server) would be hidden
-// by it, and is refused: give such a table with its schema.
+// WithTable sets the lease table, "name" or "schema.name"; the fence sequence
+// is "<name>_fence_seq" beside it. The default is DefaultTable ("lease"). A
+// bare name that the statements use as an alias (h, mine, extended, r,
+// released, server) is refused: give it with its schema.
 func WithTable(name string) Option {
 	return Option{"WithTable", atLocker | atMigrate | atSchema | atAdmin, "a job's and an Elector's leases are in their Locker's table: give it to NewLocker", func(c *config) {
 		if _, err := parseTable(name); err != nil {
@@ -225,10 +198,8 @@ func WithTable(name string) Option {
 	}}
 }
 
-// WithRetention sets how long Migrate keeps expired rows before purging
-// them. It must be at least MinRetention (1h): a shorter horizon would let a
-// claim that stalled between drawing its fence and inserting its row issue a
-// fence smaller than one already handed out. The default is Retention (24h).
+// WithRetention sets how long Migrate keeps expired rows before purging them.
+// It must be at least MinRetention (1h). The default is Retention (24h).
 func WithRetention(d time.Duration) Option {
 	return Option{"WithRetention", atMigrate, "it is the purge horizon of Migrate, which alone deletes rows: give it to Migrate", durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
 		"a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between "+
@@ -236,47 +207,29 @@ func WithRetention(d time.Duration) Option {
 		func(c *config) { c.retention = d })}
 }
 
-// WithTimeout bounds each claim made by Lock and each release made by
-// Unlock or Close. gocron passes contexts without deadline, and cancels them
-// before Unlock during shutdown, so pglease applies its own bound. The
-// default is DefaultTimeout (5s); a job's and an Elector's default is their
-// Locker's.
+// WithTimeout bounds each claim made by Lock and each release made by Unlock
+// or Close, whose gocron contexts have no deadline. The default is
+// DefaultTimeout (5s); a job's and an Elector's is their Locker's.
 func WithTimeout(d time.Duration) Option {
 	return Option{"WithTimeout", atLocker | atJob | atElector, leaseTerms, durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
 		func(c *config) { c.timeout = d })}
 }
 
-// WithoutFenceColumn makes the Locker work on an existing lease table that it
-// cannot alter: columns key (unique), holder (text) and expires_at
-// (timestamptz), optionally acquired_at (timestamptz), and no fence. Each
-// claim then writes a holder identifier forged for that one lease
-// (Locker.Holder, '#', a random suffix), and "is this still my lease?"
-// becomes equality on it. There is no order between the leases of a key:
-// Fence returns 0, so downstream fencing needs the fence column. A Locker
-// may still re-claim its own live lease (a holder of exactly that shape: its
-// holder, '#', 16 lowercase hex digits), and a previous lease's late
-// heartbeat or release touches nothing. WithHolder never contains '#', so
-// that no other Locker's identifiers can have that shape. Migrate and Schema
-// do not take it (they create the fenced table); the table is checked at the
-// first claim. An Admin reads whichever columns the table has, so there it is
-// welcome but not needed.
+// WithoutFenceColumn makes the Locker work on an existing table it cannot
+// alter: columns key (unique), holder (text), expires_at (timestamptz),
+// optionally acquired_at, and no fence. Each claim then writes a holder made
+// for that one lease, and Fence returns 0: downstream fencing needs the fence
+// column. See docs/GUIDE.md, "WithoutFenceColumn".
 func WithoutFenceColumn() Option {
 	return Option{"WithoutFenceColumn", atLocker | atAdmin, "Migrate and Schema create the fenced table; " +
 		"a job and an Elector use their Locker's table: give it to NewLocker and NewAdmin", func(c *config) { c.noFence = true }}
 }
 
-// WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections or
-// more) keep one connection of it from its first claim until Close, and run
-// its heartbeat and releases on it. Jobs that share the pool and hold every
-// connection for longer than the time a lease is trusted then cannot starve
-// the heartbeat and make every lease lost while the database is fine; a
-// release that finds it busy waits for it or for a pool connection without
-// holding up the heartbeat. Without it, such a loss says how long the
-// heartbeat waited for a pool connection.
-// Count the kept connection when sizing the pool, and close the Locker before
-// the pool: pgxpool's Close waits until the kept connection is given back. A
-// separate small pool for the Locker avoids both. New refuses it for any
-// other DB, and for a pool of one connection.
+// WithKeptConnection makes a Locker on a *pgxpool.Pool of two connections or
+// more keep one of them, from its first claim until Close, for its heartbeat
+// and releases, so that jobs holding every connection of the pool cannot
+// starve the heartbeat. Count it when sizing the pool, and close the Locker
+// before the pool. NewLocker refuses it for any other DB.
 func WithKeptConnection() Option {
 	return Option{"WithKeptConnection", atLocker, lockerWide, func(c *config) { c.keepConn = true }}
 }
