@@ -237,7 +237,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	m, err := l.proto.mandate(rctx, l.conns.claim, key)
 	if err != nil {
 		if closing {
-			l.giveUp(key, fmt.Errorf("reading the mandate its row carries: %w", err))
+			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
 		}
 		return
 	}
@@ -289,5 +289,5 @@ func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (cont
 func (l *Locker) giveUp(key string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be given back: %w", key, err))
+	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err))
 }

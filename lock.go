@@ -273,7 +273,7 @@ func (ls *Lease) checkTrust(now time.Time) {
 		skipped := ls.skippedSince
 		ls.mu.Unlock()
 		if !skipped.IsZero() {
-			why += fmt.Sprintf(": its row has been locked by another transaction since a round %v ago", time.Since(skipped).Round(time.Millisecond))
+			why += fmt.Sprintf(": its row has been locked by another transaction since a heartbeat %v ago", time.Since(skipped).Round(time.Millisecond))
 		}
 		for _, cause := range []string{ls.locker.round.cause(), ls.locker.conns.cause()} {
 			// A round that failed for want of a connection says that

@@ -301,7 +301,7 @@ func TestMigrate(t *testing.T) {
 	// lease of a key a smaller fence. A new row's fence comes from the fence
 	// column's default, a re-claim's from <table>_fence_seq: a table whose
 	// fence default draws from another sequence (an identity column) passes
-	// Migrate, and a key's next mandate gets a smaller fence.
+	// Migrate, and a key's next lease gets a smaller fence.
 	t.Run("RefusesAFenceDefaultFromAnotherSequence", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)

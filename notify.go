@@ -119,7 +119,7 @@ func (l *Locker) setWaitMode(m WaitMode, reason string) {
 		l.emit(Event{Kind: EventWaitByNotification})
 		return
 	}
-	l.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v (maxPollInterval): a claim and a read", reason, maxPollInterval)})
+	l.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v: a claim and a read", reason, maxPollInterval)})
 }
 
 // pollingReason is why waiters poll, as WaitMode says it: the listener's
