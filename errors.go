@@ -21,11 +21,6 @@ var (
 	// ErrNotFound: Admin.Revoke or Admin.ForceExpire found no row for the
 	// key.
 	ErrNotFound = errors.New("pglease: key not found")
-	// ErrUnnamedJob is the Err of EventUnnamedJob: Lock's key looks like
-	// gocron's default job name, the Go function's name.
-	ErrUnnamedJob = errors.New("pglease: the key looks like a Go function name, gocron's default name of a job given no gocron.WithName: " +
-		"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
-		"name the job (gocron.WithName, or Locker.Task)")
 )
 
 // OptionError names the option that is wrong and says why, and how to fix

@@ -30,7 +30,7 @@ const (
 	EventWaitByPolling                           // waiting claims poll; Err says why and what fixes it (warn)
 	EventStoppedLeading                          // an Elector's leadership lease ended, with Fence (info)
 	EventNewLeader                               // an Elector saw a new leader, Holder (info)
-	EventUnnamedJob                              // Lock got a key like a Go function name; Err is ErrUnnamedJob (error)
+	EventUnnamedJob                              // Lock got a key like a Go function name; Err says why to name it (error)
 )
 
 var eventNames = map[EventKind]string{

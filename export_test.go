@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/pglease/pglease/internal/skew"
 )
 
 // ShiftWallClock makes l's wall clock read d later than the real one from
@@ -171,3 +173,16 @@ const DefaultLeaderKey = "gocron-leader"
 
 // WaitMode is the WaitMode of e's Locker, whose listener e shares.
 func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }
+
+// ErrUnnamedJob is the Err of EventUnnamedJob.
+var ErrUnnamedJob = errUnnamedJob
+
+// TTL is the lease duration j claims and the heartbeat extends.
+func (j *JobLocker) TTL() time.Duration { return j.terms.ttl }
+
+// MinHold is how long after its claim a released lease of j stays held.
+func (j *JobLocker) MinHold() time.Duration { return j.terms.minHold }
+
+// Beyond is how far the offset of s is certainly beyond zero: |Offset| -
+// Uncertainty, or 0 when the reading cannot tell the clocks apart.
+func (s Skew) Beyond() time.Duration { return skew.Sample(s).Beyond() }

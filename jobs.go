@@ -88,14 +88,6 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 	return terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}, nil
 }
 
-// TTL is the lease duration this JobLocker claims and the heartbeat
-// extends.
-func (j *JobLocker) TTL() time.Duration { return j.terms.ttl }
-
-// MinHold is how long after its claim a released lease of this JobLocker
-// stays held.
-func (j *JobLocker) MinHold() time.Duration { return j.terms.minHold }
-
 // Claim is Locker.Claim with the job's TTL and min hold.
 func (j *JobLocker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")

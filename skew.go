@@ -24,10 +24,6 @@ type Skew struct {
 	At time.Time
 }
 
-// Beyond is how far the offset is certainly beyond zero: |Offset| -
-// Uncertainty, or 0 when the reading cannot tell the clocks apart.
-func (s Skew) Beyond() time.Duration { return skew.Sample(s).Beyond() }
-
 // skewWarnWithoutMinHold is the skew a Locker without min hold warns
 // beyond. Nothing in the protocol depends on the wall clock (the database
 // owns lease time, trust runs on the local clocks against themselves), but

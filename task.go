@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 
@@ -75,6 +76,12 @@ func (l *Locker) warnUnnamed(key string) {
 	}
 	l.mu.Unlock()
 	if first {
-		l.emit(Event{Kind: EventUnnamedJob, Key: key, Err: ErrUnnamedJob})
+		l.emit(Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
 	}
 }
+
+// errUnnamedJob is the Err of EventUnnamedJob: Lock's key looks like
+// gocron's default job name, the Go function's name.
+var errUnnamedJob = errors.New("pglease: the key looks like a Go function name, gocron's default name of a job given no gocron.WithName: " +
+	"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
+	"name the job (gocron.WithName, or Locker.Task)")
