@@ -104,8 +104,8 @@ func ExampleOptionError() {
 
 	newLocker := func(opts ...pglease.Option) (l *pglease.Locker, err error) {
 		defer func() {
-			if oe, ok := recover().(*pglease.OptionError); ok {
-				err = oe
+			if r := recover(); r != nil {
+				err = r.(error) // NewLocker panics with an error
 			}
 		}()
 		return pglease.NewLocker(pool, opts...), nil
