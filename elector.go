@@ -29,7 +29,7 @@ type Elector struct {
 	queued  chan struct{} // closed once the first Close has queued the last callbacks
 
 	mu        sync.Mutex
-	lease     *Lease        // the current mandate, or nil
+	lease     *Lease        // the current lease, or nil
 	leader    string        // the last leader seen
 	lastErr   error         // the outcome of the campaign's last failed attempt
 	begun     int           // attempts of the campaign begun

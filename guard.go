@@ -54,7 +54,7 @@ func (ls *Lease) guardTx(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// guard checks ls's mandate in tx; every error it returns makes Guard
+// guard checks ls's lease in tx; every error it returns makes Guard
 // abort tx (refuse).
 func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	if err := ls.Err(); err != nil {

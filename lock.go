@@ -20,7 +20,7 @@ var _ gocron.Lock = (*Lease)(nil)
 type Lease struct {
 	locker     *Locker
 	key        string
-	holder     string // the holder column of this mandate
+	holder     string // the holder column of this lease
 	fence      int64
 	acquiredAt time.Time
 	table      uint32 // oid of the lease table the claim wrote to

@@ -319,7 +319,7 @@ func (l *Locker) isClosed() bool {
 // register makes lease the newest for its key and starts the heartbeat if
 // it is not running yet. It returns the lease it replaces, if any. Claims
 // of one key take turns (Locker.turns), so the lease registered last is the
-// one committed last: the row's mandate, with or without a fence to say so.
+// one committed last: the row's lease, with or without a fence to say so.
 func (l *Locker) register(lease *Lease) (*Lease, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -351,7 +351,7 @@ func defaultHolder() string {
 const suffixLen = 16
 
 // randomSuffix returns suffixLen random lowercase hex digits: what makes a
-// Locker's holder its own, and, WithoutFenceColumn, each mandate's.
+// Locker's holder its own, and, WithoutFenceColumn, each lease's.
 func randomSuffix() string {
 	var b [suffixLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
