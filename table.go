@@ -271,7 +271,7 @@ func fenceDefaultProblem(t table, identity string, fromSeq bool) error {
 		what = "is an identity column, which draws from a sequence of its own, not " + t.seq.Sanitize()
 		drop = fmt.Sprintf("run ALTER TABLE %s ALTER COLUMN fence DROP IDENTITY, then ", t.name.Sanitize())
 	}
-	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next mandate could get a smaller fence "+
+	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next lease could get a smaller fence "+
 		"(%srun ALTER TABLE %s ALTER COLUMN fence SET DEFAULT nextval('%s'))", what, drop, t.name.Sanitize(), t.seq.Sanitize())
 }
 
@@ -288,7 +288,7 @@ func fenceBehind(ctx context.Context, db DB, t table) error {
 	}
 	if maxFence > last {
 		return fmt.Errorf("fence sequence %s is behind the table's fences (its next fence %d, the largest fence %d): "+
-			"a key's next mandate would get a smaller fence (run SELECT setval('%s', (SELECT max(fence) FROM %s)))",
+			"a key's next lease would get a smaller fence (run SELECT setval('%s', (SELECT max(fence) FROM %s)))",
 			t.seq.Sanitize(), last+1, maxFence, t.seq.Sanitize(), t.name.Sanitize())
 	}
 	return nil

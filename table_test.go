@@ -193,7 +193,7 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 				var (
 					table string
 					db    pglease.DB = pool
-					opts  []pglease.LockerOption
+					opts  []pglease.Option
 				)
 				if fenced {
 					table, _ = fromSchemaSQL(t, pool, "key         text", "key         text COLLATE "+coll)
