@@ -13,13 +13,10 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// Admin is the operator's view of one lease table: List, Purge, Revoke and
-// ForceExpire, which `pglease status`, `purge` and `release` run. They read
-// and write the table as a whole, whoever holds its keys, and judge every
-// row by the database's clock, never the caller's. They work on a table
-// created by Migrate and on one of WithoutFenceColumn (its fence and
-// acquired_at are then absent). An Admin holds no connection and starts
-// nothing: it needs no Close, and is safe for concurrent use.
+// Admin is the operator's view of one lease table (List, Purge, Revoke,
+// ForceExpire, which the pglease command runs), judged by the database's
+// clock. It works on a table of Migrate or of WithoutFenceColumn, holds no
+// connection, needs no Close, and is safe for concurrent use.
 type Admin struct {
 	db    DB
 	table table
@@ -28,12 +25,12 @@ type Admin struct {
 // NewAdmin returns an Admin of the table its options name (WithTable; the
 // default is DefaultTable) on db, or an error: a nil db, or an invalid
 // option (an *OptionError). It sends nothing to the database.
-func NewAdmin(db DB, opts ...AdminOption) (*Admin, error) {
+func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 	if isNil(db) {
 		return nil, errors.New("pglease: new admin: db is nil")
 	}
 	cfg := defaults()
-	apply(&cfg, opts, AdminOption.applyAdmin)
+	cfg.apply(atAdmin, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}
@@ -45,38 +42,16 @@ func NewAdmin(db DB, opts ...AdminOption) (*Admin, error) {
 // or Admin.Revoke read it, or a lease a Locker holds as Locker.Leases
 // copies it. The fields of one source only are zero in the other's.
 type LeaseInfo struct {
-	Key    string
-	Holder string // RevokedHolder once revoked (see Lease.Holder)
-	// Fence is the lease's fence; 0 on a table without fence column.
-	Fence int64
-	// AcquiredAt is the server time of the lease's last claim; zero on a
-	// table without acquired_at, or where it is NULL. '-infinity' reads as
-	// the earliest instant a timestamptz holds (4714-11-24 BC, 00:00 UTC).
-	AcquiredAt time.Time
-	// ExpiresAt is the server's expiry: the row's (List), or as last
-	// confirmed by a claim or heartbeat (Leases). A row pinned with
-	// expires_at = 'infinity' (the CHECK allows it) reads as the latest
-	// instant a timestamptz holds (294276-12-31 23:59:59.999999 UTC), and
-	// NeverExpires says so; '-infinity' as the earliest (see AcquiredAt).
-	ExpiresAt time.Time
-	// NeverExpires is true when expires_at is 'infinity': the key stays
-	// held, and its holder keeps it, until someone changes the row
-	// (ForceExpire ends it; Revoke takes it from its holder but keeps the
-	// expiry, so that nobody can claim it before ForceExpire).
-	NeverExpires bool
-	// ServerNow (List) is the server's clock_timestamp() when the row was
-	// read, the same for every row of one List: remaining time is
-	// ExpiresAt - ServerNow, whatever the caller's clock says.
-	ServerNow time.Time
-	// Live is ExpiresAt > ServerNow (List): the key is held, and no other
-	// holder can claim it. Every lease Leases returns is live.
-	Live bool
-	// TrustUntil (Leases) is the local time (time.Now, with its monotonic
-	// reading) until which the Locker trusts the lease without a further
-	// heartbeat: before ExpiresAt, by the trust margin and the round trip.
-	TrustUntil time.Time
-	// State (Leases) says how sure the Locker is of the lease.
-	State LeaseState
+	Key          string
+	Holder       string     // RevokedHolder once revoked
+	Fence        int64      // 0 on a table without fence column
+	AcquiredAt   time.Time  // server time of the last claim; zero on a table without it
+	ExpiresAt    time.Time  // server expiry: the row's (List), or the last confirmed (Leases)
+	NeverExpires bool       // expires_at is 'infinity'
+	ServerNow    time.Time  // List: the server's clock at the read; ExpiresAt - ServerNow is the time left
+	Live         bool       // List: ExpiresAt > ServerNow; every lease of Leases is live
+	TrustUntil   time.Time  // Leases: the local time until which the Locker trusts the lease
+	State        LeaseState // Leases: how sure the Locker is of the lease
 }
 
 // ExpiresIn is how long the row had to live when List read it, by the
@@ -182,48 +157,28 @@ func checkHorizon(d time.Duration) error {
 // Revocation is what Revoke or ForceExpire found and did: the row before
 // (a LeaseInfo) and the change.
 type Revocation struct {
-	// Row is the key's row as found (and locked) before any change.
-	Row LeaseInfo
-	// Changed is false when nothing was written: the lease was not live
-	// (Row.Live is false), or Revoke found it revoked already
-	// (Row.Holder is RevokedHolder).
-	Changed bool
-	// ExpiresAt is the row's expiry after the change: for Revoke the one it
-	// had (for a row that never expires, read as LeaseInfo.ExpiresAt is); for
-	// ForceExpire ServerNow, or just after Row.AcquiredAt when the server's
-	// clock is behind it.
-	ExpiresAt time.Time
-	// ServerNow is the server's clock when the row was changed (or read,
-	// when unchanged).
-	ServerNow time.Time
+	Row       LeaseInfo // the key's row as found (and locked) before any change
+	Changed   bool      // false when nothing was written: not live, or revoked already
+	ExpiresAt time.Time // the row's expiry after the change
+	ServerNow time.Time // the server's clock when the row was changed (or read)
 }
 
-// Revoke takes the live lease on key away from its holder, whoever it is,
-// without letting any other holder in early: the row's holder becomes
-// RevokedHolder, and its expiry and fence stay as they were. The holder
-// loses the lease at its next heartbeat (its lease's Context is
-// cancelled), cannot claim it back, and no holder can claim the key before
-// the lease would have expired, by which time its holder has stopped
-// trusting it whatever happened to its heartbeat. The next claim then takes
-// a greater fence. A key that is not live, or revoked already, is left as
-// it was (Changed is false). A missing key is an error wrapping
-// ErrNotFound. It needs SELECT and UPDATE on the table, and a holder column
-// that takes RevokedHolder (a varchar too short refuses it: see
-// ForceExpire).
+// Revoke takes the live lease on key from its holder without letting anyone
+// in early: the row's holder becomes RevokedHolder, its expiry and fence stay.
+// The holder loses the lease at its next heartbeat, nobody can claim the key
+// before that expiry, and the next claim takes a greater fence. A key not live
+// or revoked already is left as it was (Changed is false); a missing key is an
+// error wrapping ErrNotFound.
 func (a *Admin) Revoke(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "Revoke")
 	return a.changeRow(ctx, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true})
 }
 
 // ForceExpire expires the live lease on key at once, so that any holder can
-// claim it (with a greater fence) right away; holder and fence are kept.
-// UNSAFE: its holder goes on believing it holds the lease until its next
-// heartbeat, or up to the old expiry (Row.ExpiresAt) if that heartbeat
-// fails, so two replicas may run the job at once. Use Revoke unless waiting
-// for the old expiry is worse. When the server's clock is behind the row's
-// acquired_at (set back since the claim), the key stays held until just
-// after it: ExpiresAt is then after ServerNow. A key that is not live is
-// left as it was; a missing key is an error wrapping ErrNotFound.
+// claim it right away, with a greater fence. UNSAFE: its holder trusts the
+// lease until its next heartbeat, or up to the old expiry if that fails, so
+// two replicas may run the job at once; prefer Revoke. A key not live is left
+// as it was; a missing key is an error wrapping ErrNotFound.
 func (a *Admin) ForceExpire(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "ForceExpire")
 	return a.changeRow(ctx, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire})

@@ -52,7 +52,7 @@ func (r refusingDB) Begin(context.Context) (pgx.Tx, error) {
 }
 
 // adminOf is NewAdmin of opts on db, which must not fail.
-func adminOf(tb testing.TB, db pglease.DB, opts ...pglease.AdminOption) *pglease.Admin {
+func adminOf(tb testing.TB, db pglease.DB, opts ...pglease.Option) *pglease.Admin {
 	tb.Helper()
 	a, err := pglease.NewAdmin(db, opts...)
 	require.NoError(tb, err)
@@ -200,7 +200,7 @@ func TestAdmin(t *testing.T) {
 			_, err := adm.Revoke(ctx, key)
 			return err
 		}
-		newAdmin := func(opts ...pglease.AdminOption) error {
+		newAdmin := func(opts ...pglease.Option) error {
 			_, err := pglease.NewAdmin(db, opts...)
 			return err
 		}

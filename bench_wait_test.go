@@ -125,12 +125,12 @@ func BenchmarkElectorHandover(b *testing.B) {
 			table := benchTable(b, pool, "wait")
 			var lat []time.Duration
 			for b.Loop() {
-				leader := newElector(b, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet)})
+				leader := newElector(b, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet)})
 				require.NoError(b, leader.IsLeader(ctx))
 				led := make(chan time.Time, 1)
 				var stop func()
 				if variant == "after_campaign_notified" {
-					follower := newElector(b, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet)},
+					follower := newElector(b, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet)},
 						pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{OnStartedLeading: func(*pglease.Lease) { led <- time.Now() }}))
 					require.ErrorIs(b, follower.IsLeader(ctx), pglease.ErrHeld)
 					for m, _ := follower.WaitMode(); m != pglease.WaitByNotification; m, _ = follower.WaitMode() {

@@ -9,35 +9,14 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 )
 
-// Claim takes the lease on key, in one statement. It returns an error
-// wrapping ErrHeld while another holder's lease is live. A claim by the same
-// holder while its own lease is live succeeds with a greater fence, and the
-// previous Lease for key is then lost. The lease is extended in the
-// background until Unlock, loss, or Close. Claims of one key by one Locker
-// run one at a time, so that the lease Held returns is always the row's.
-// A claim made while a few claims of the Locker are in flight waits for
-// the first of them, and then goes to the server in one statement with
-// every claim that arrived meanwhile, each judged and reported as if
-// alone: a burst of jobs due together costs a handful of statements, not
-// one per job.
-//
-// A claim that may have written the row without handing out a lease (its
-// reply was lost, ctx ended while it was in flight, it came back too late to
-// trust) ends the Locker's previous lease of key, and gives back the row
-// it may have taken, on exactly the fence it drew. When ctx ends while the
-// statement runs, the server is asked to cancel it and its answer is read:
-// cancelled, or a row, which is given back too, since a cancel request
-// that reaches a commit waiting for a synchronous standby ends the wait
-// and the server reports success all the same (driver.Confirmed). Claim returns
-// within two seconds of ctx's end (the answer, then the give-back). A claim the server goes on with
-// after its sender gave up on it (one that reaches the server only then,
-// or whose connection stopped answering and that commits once the network
-// heals) leaves a row nobody holds, which lapses within that claim's TTL:
-// it cuts no lease short (a claim never moves a row's expiry back) and its
-// fence is never handed out.
-//
-// Claim uses ctx as given; Lock adds the Locker's timeout. Close ends a
-// claim in flight.
+// Claim takes the lease on key in one statement, or returns an error wrapping
+// ErrHeld while another holder's lease is live. A claim by the same Locker
+// while its lease is live succeeds with a greater fence, and the previous
+// Lease is then lost. The lease is extended in the background until Unlock,
+// loss or Close. Claim uses ctx as given (Lock adds the Locker's timeout) and
+// returns within about two seconds of its end; a claim whose outcome is
+// unknown is expired again on the fence it drew. See docs/GUIDE.md,
+// "Locker.Claim".
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
 	return l.claim(ctx, key, l.terms())
@@ -254,7 +233,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	m, err := l.proto.mandate(rctx, l.conns.Claim(), key)
 	if err != nil {
 		if closing {
-			l.giveUp(key, fmt.Errorf("reading the mandate its row carries: %w", err))
+			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
 		}
 		return
 	}
@@ -306,5 +285,5 @@ func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (cont
 func (l *Locker) giveUp(key string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be given back: %w", key, err))
+	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err))
 }

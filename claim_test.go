@@ -176,7 +176,7 @@ func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
 	t.Helper()
 	t.Parallel()
 	ctx := pgtest.Ctx(t)
-	var opts []pglease.LockerOption
+	var opts []pglease.Option
 	var table string
 	var pool, other *pgxpool.Pool
 	read := pgtest.ReadRow
@@ -187,7 +187,7 @@ func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
 		var dsn string
 		table, dsn = legacyTable(t, legacyColumns)
 		pool, other = pgtest.PoolAt(t, dsn, nil), pgtest.PoolAt(t, dsn, nil)
-		opts, read = []pglease.LockerOption{pglease.WithoutFenceColumn()}, readLegacyRow
+		opts, read = []pglease.Option{pglease.WithoutFenceColumn()}, readLegacyRow
 	}
 	old := pgtest.Locker(t, pool, table, "replica", append(opts, pglease.StoredHolder("replica"))...)
 	current := pgtest.Locker(t, other, table, "replica", opts...)
@@ -1111,7 +1111,7 @@ func testClaimCommitSettingUnderPresets(t *testing.T) {
 // lockerOn is a DB a Locker may be given, with the options it is given.
 type lockerOn struct {
 	db   pglease.DB
-	opts []pglease.LockerOption
+	opts []pglease.Option
 }
 
 // unreplicatedDBs are the DBs a Locker may be given, each on the server of
@@ -1124,7 +1124,7 @@ func unreplicatedDBs(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return map[string]lockerOn{
 		"pool":      {db: pool},
-		"pool-kept": {db: pool, opts: []pglease.LockerOption{pglease.WithKeptConnection()}},
+		"pool-kept": {db: pool, opts: []pglease.Option{pglease.WithKeptConnection()}},
 		"conn":      {db: conn},
 		"sql-pgx":   {db: pglease.SQL(pgtest.OpenSQL(t, pool, "pgx"))},
 		"sql-pq":    {db: pglease.SQL(pgtest.OpenSQL(t, pool, "pq"))},
@@ -1132,9 +1132,9 @@ func unreplicatedDBs(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[
 }
 
 // locker is a quiet Locker on o's DB and table, with o's options and opts.
-func (o lockerOn) locker(t *testing.T, table, holder string, opts ...pglease.LockerOption) *pglease.Locker {
+func (o lockerOn) locker(t *testing.T, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	t.Helper()
-	return pgtest.Locker(t, o.db, table, holder, append(append([]pglease.LockerOption(nil), o.opts...), opts...)...)
+	return pgtest.Locker(t, o.db, table, holder, append(append([]pglease.Option(nil), o.opts...), opts...)...)
 }
 
 func testClaimUnreplicated(t *testing.T) {

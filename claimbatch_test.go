@@ -630,7 +630,7 @@ func TestCoalesceAll(t *testing.T) {
 	t.Run("ReachesElectors", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, _, sent := setup(t)
-		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
+		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
 		require.NoError(t, e.IsLeader(ctx))
 		require.NoError(t, e.Close(ctx))
 		got := sent()

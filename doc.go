@@ -44,42 +44,29 @@
 //		return s.Shutdown()
 //	}
 //
-// The min hold, half the period (at most the TTL), keeps each lease after its
-// run, so that a replica whose timer fires a little later finds the key held;
-// [StartOnGrid] puts the ticks at the same instants on every replica; the job
-// name is the lease key. A replica's main creates the table with [Migrate]
-// (or applies [SchemaSQL]() with a migration tool) and calls it with a pool
-// until the replica stops.
-// Outside gocron, [Locker.Claim] takes a key and [Locker.ClaimWait] waits for
-// one; [Elector] runs all of a service's jobs on one leader.
+// The min hold keeps each lease after its run, so that a replica whose timer
+// fires a little later finds the key held; [StartOnGrid] puts the ticks at
+// the same instants on every replica. [Migrate] creates the table. Outside
+// gocron, [Locker.Claim] takes a key and [Locker.ClaimWait] waits for one;
+// an [Elector] runs all of a service's jobs on one leader.
 //
 // # Guarantees
 //
-//   - One lease per key at a time, as the database judges it: a claim takes
-//     a key only when its row is missing, expired or already this holder's,
-//     and returns an error wrapping [ErrHeld] otherwise. The holder stops
-//     believing in its lease before the database lets anyone else in.
-//   - Fences only grow per key, across holders, restarts and purges: a
-//     store that refuses a lower fence, or a transaction that calls
-//     [Lease.Guard] before its commit, refuses a replica that lost its
-//     lease.
-//   - A lost lease stays lost, and is reported: its context is cancelled
-//     with a cause wrapping [ErrLost], and the Locker logs the loss and calls
-//     its hooks ([WithHook]), since gocron ignores what Unlock returns.
+//   - One lease per key at a time, as the database judges it; the holder
+//     stops trusting its lease before the database lets anyone else in.
+//   - Fences only grow per key, across holders, restarts and purges: a store
+//     that refuses a lower fence, or a transaction that calls [Lease.Guard]
+//     before its commit, refuses a replica that lost its lease.
+//   - A lost lease stays lost, and is reported: its context ends with a
+//     cause wrapping [ErrLost], and the Locker logs it and calls its hooks.
 //
 // These rest on a replica's clock not running slow by more than a tenth of
 // the TTL (at most a second) over one TTL, on a durable server, and across a
-// failover on a synchronous standby: a claim or heartbeat whose commit's
-// wait for it was cut short by a cancel request (PostgreSQL then reports
-// success, with a WARNING) is not trusted. Fencing protects only what
-// checks the fence.
+// failover on a synchronous standby. Fencing protects only what checks the
+// fence. The [user guide] says why, how to choose TTL and min hold, and how
+// the protocol works; [Operations] covers the schema, grants, PgBouncer, the
+// pglease command and metrics.
 //
-// The [README] is the quick start; the [user guide] has the rest: choosing
-// TTL, heartbeat and min hold, every option, the guarantees and their
-// limits, and how the protocol works. [Operations] covers the schema,
-// grants, PgBouncer, the operator command and metrics.
-//
-// [README]: https://github.com/pglease/pglease#readme
 // [user guide]: https://github.com/pglease/pglease/blob/main/docs/GUIDE.md
 // [Operations]: https://github.com/pglease/pglease/blob/main/docs/OPERATIONS.md
 package pglease

@@ -14,18 +14,10 @@ var _ gocron.Elector = (*Elector)(nil)
 
 // Elector elects one leader among the replicas of a service, for
 // gocron.WithDistributedElector: only the leader runs jobs. Leadership is a
-// lease on one key of its Locker's table, claimed with the Locker's holder
-// and kept alive by the Locker's heartbeat, in the same round as the
-// Locker's other leases; its release and its waiting claims share the
-// Locker's connections and listener. Make one with NewElector.
-//
-// From the first IsLeader (or Campaign) until Close, a background campaign
-// waits for the leader key as ClaimWait does: woken by the release that
-// notifies the key, it takes over within a round trip of the leader's
-// Close, instead of at the next IsLeader after the TTL or the next job.
-// Behind a transaction pooler, which drops notifications, it polls at most
-// about once per MaxPollInterval, unless its Locker has a connection of
-// its own to LISTEN on (WithListenDSN).
+// lease on one key, claimed with its Locker's holder and extended by its
+// Locker's heartbeat. From the first IsLeader or Campaign until Close, a
+// campaign waits for the key as ClaimWait does, and takes over within a round
+// trip of the leader's Close. Make one with NewElector.
 type Elector struct {
 	locker *Locker
 	key    string
@@ -37,7 +29,7 @@ type Elector struct {
 	queued  chan struct{} // closed once the first Close has queued the last callbacks
 
 	mu        sync.Mutex
-	lease     *Lease        // the current mandate, or nil
+	lease     *Lease        // the current lease, or nil
 	leader    string        // the last leader seen
 	lastErr   error         // the outcome of the campaign's last failed attempt
 	begun     int           // attempts of the campaign begun
@@ -55,12 +47,9 @@ type Elector struct {
 	inCallback bool
 }
 
-// LeaderCallbacks are called as an Elector's leadership changes, like
-// client-go's leaderelection callbacks. Each may be nil. They run one at a
-// time, in order, on a goroutine of the Elector, never under its lock: they
-// may call the Elector, and they should return promptly, since the next
-// ones wait and Close waits for them all. A callback may call Close, or
-// its Locker's Close, too: see Close.
+// LeaderCallbacks are called as an Elector's leadership changes. Each may be
+// nil. They run one at a time, in order, on a goroutine of the Elector; they
+// may call the Elector (Close too) and should return promptly.
 type LeaderCallbacks struct {
 	// OnStartedLeading: this replica became the leader with lease. Its
 	// Done or Context ends when leadership does.
@@ -69,17 +58,14 @@ type LeaderCallbacks struct {
 	// resigned, or it was lost); lease.Err says which.
 	OnStoppedLeading func(lease *Lease)
 	// OnNewLeader: the leader changed to holder (this replica's own
-	// holder when it was elected). Reported when a follower sees it: at an
-	// attempt that found the key held. A key revoked by Revoke (`pglease
-	// release`) has no leader until a replica claims it: its marker,
-	// RevokedHolder, is never reported, and the replica that claims the key
-	// next is reported, even if it led before the revoke.
+	// holder when it was elected), as a follower sees it; RevokedHolder is
+	// never reported.
 	OnNewLeader func(holder string)
 }
 
 // WithLeaderCallbacks sets the callbacks of an Elector.
-func WithLeaderCallbacks(cb LeaderCallbacks) ElectorOption {
-	return electorOption(func(c *config) { c.leaderCallbacks = cb })
+func WithLeaderCallbacks(cb LeaderCallbacks) Option {
+	return Option{"WithLeaderCallbacks", atElector, "only an Elector leads: give it to NewElector", func(c *config) { c.leaderCallbacks = cb }}
 }
 
 // campaignRetry is the pause of the campaign after an attempt that failed
@@ -87,16 +73,11 @@ func WithLeaderCallbacks(cb LeaderCallbacks) ElectorOption {
 // short.
 const campaignRetry = time.Second
 
-// NewElector returns an Elector of l for key (every replica of one service
-// gives the same key; DefaultLeaderKey is one). Its holder is l's, and its
-// leadership lease lives on terms of its own, as a job's do (Locker.Job):
-// WithTTL and WithTimeout, by default l's; it has no min hold, whatever
-// l's, so that Close hands leadership over at once. An invalid option is
-// an *OptionError wrapping ErrInvalidOption; an invalid key, a closed l,
-// or a key another open Elector of l has already, an error that says so.
-// l.Close closes the Elector first. NewElector sends nothing to the
-// database.
-func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) {
+// NewElector returns an Elector of l for key, the same on every replica of a
+// service. It claims with l's holder, on terms of its own (WithTTL and
+// WithTimeout, by default l's) and no min hold, so that Close hands leadership
+// over at once. l.Close closes it first. It sends nothing to the database.
+func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 	if l == nil {
 		return nil, errors.New("pglease: new elector: locker is nil")
 	}
@@ -105,7 +86,7 @@ func NewElector(l *Locker, key string, opts ...ElectorOption) (*Elector, error) 
 	}
 	t := l.terms()
 	c := config{ttl: t.ttl, timeout: t.timeout} // no min hold
-	apply(&c, opts, ElectorOption.applyElector)
+	c.apply(atElector, opts)
 	t, err := l.ownTerms("NewElector", c)
 	if err != nil {
 		return nil, err
@@ -146,13 +127,10 @@ func (e *Elector) isClosed() bool {
 // Key is the leader key the Elector claims.
 func (e *Elector) Key() string { return e.key }
 
-// IsLeader implements gocron.Elector. While this replica's leadership lease
-// is trusted (its trust deadline has not passed) it answers without a round
-// trip. Otherwise it has the campaign claim the leader key at once (within
-// the Elector's timeout): it returns nil when this replica becomes the
-// leader, reported as EventElected with the new fence, and an error wrapping
-// ErrHeld while another replica leads. The first call starts the campaign,
-// which from then on takes the key over as soon as the leader releases it.
+// IsLeader implements gocron.Elector: nil while this replica leads, an error
+// wrapping ErrHeld while another does. It answers without a round trip while
+// the leadership lease is trusted, and otherwise claims the key at once. The
+// first call starts the campaign.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	mustContext(ctx, "IsLeader")
 	ctx, cancel := context.WithTimeout(ctx, e.terms.timeout)
@@ -164,19 +142,12 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 }
 
 // Campaign starts the campaign if it is not running and waits until this
-// replica leads, for services outside gocron: it returns the leadership
-// lease, or an error. Leadership stays with this replica until the lease
-// ends (its Done), whatever happens to ctx; it passes on at Close.
-//
-// While another replica leads, Campaign waits; it returns an error
-// wrapping ctx.Err() (and ErrHeld) once ctx ends, and ErrClosed once the
-// Elector or its Locker is closed. Any other failure of the campaign's
-// last attempt comes back at once: a database error (server down,
-// connection refused, permission denied) wraps the driver's error. The
-// campaign itself goes on trying, about every second; a loop that must
-// lead should log the error and call Campaign again, after a pause of its
-// own if the error persists, and stop on ErrClosed or when its own
-// context ends.
+// replica leads, for services outside gocron, and returns the leadership
+// lease, which stays this replica's until its Done, whatever happens to ctx.
+// Its error wraps ctx.Err() (and ErrHeld) when ctx ends, or ErrClosed once the
+// Elector or its Locker is closed; any other failure of the campaign's last
+// attempt is returned at once, and the campaign goes on trying about every
+// second.
 func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 	mustContext(ctx, "Campaign")
 	for {
@@ -395,19 +366,11 @@ func (e *Elector) Leader() (*Lease, bool) {
 	return e.lease, true
 }
 
-// Close resigns: the campaign stops, the leadership lease is released at
-// once, even if ctx is already cancelled, within the Elector's timeout (the
-// release notifies the followers, which take over within a round trip; the
-// lease's Err then wraps ErrClosed), and the callbacks still due run
-// before Close returns. The Locker stays open, its other leases and
-// Electors untouched. Close is idempotent: a later Close returns once the
-// callbacks the first queued have run.
-//
-// A callback may call Close, and the Locker's Close. A Close that begins
-// while a callback runs may be that callback's own call, and does not wait
-// for the callbacks (it cannot wait for the goroutine that runs it): those
-// still due run once the callback returns, and a later Close of the
-// Elector or of its Locker waits for them.
+// Close resigns: the campaign stops and the leadership lease is released at
+// once, even if ctx is cancelled, within the Elector's timeout, so that the
+// followers take over within a round trip; the callbacks still due run before
+// Close returns, unless Close is called from one. The Locker stays open. Close
+// is idempotent.
 func (e *Elector) Close(ctx context.Context) error {
 	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()
@@ -487,7 +450,3 @@ func resigned(err error) error {
 	}
 	return err
 }
-
-// WaitMode says how the campaign learns that the leader released the key:
-// the Locker's WaitMode, since the Elector shares its listener.
-func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }

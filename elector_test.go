@@ -27,7 +27,7 @@ type electedReplica struct {
 
 // newElector is an Elector for key on a Locker of its own on db, made with
 // opts; the Locker, and so the Elector, is closed at cleanup.
-func newElector(tb testing.TB, db pglease.DB, key string, opts []pglease.LockerOption, eopts ...pglease.ElectorOption) *pglease.Elector {
+func newElector(tb testing.TB, db pglease.DB, key string, opts []pglease.Option, eopts ...pglease.Option) *pglease.Elector {
 	tb.Helper()
 	l := pgtest.Each(pglease.NewLocker(db, opts...))
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -75,7 +75,7 @@ func (c *callLog) waitFor(t *testing.T, want string, limit time.Duration) {
 
 // recordingElector is an Elector whose callbacks go to log; its
 // OnStartedLeading calls the Elector back, which must not deadlock.
-func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *callLog, opts ...pglease.LockerOption) *pglease.Elector {
+func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *callLog, opts ...pglease.Option) *pglease.Elector {
 	t.Helper()
 	var e *pglease.Elector
 	cb := pglease.LeaderCallbacks{
@@ -89,7 +89,7 @@ func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *ca
 			log.add("leader " + name)
 		},
 	}
-	all := append([]pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(pgtest.Quiet)}, opts...)
+	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(pgtest.Quiet)}, opts...)
 	e = newElector(t, db, pglease.DefaultLeaderKey, all, pglease.WithLeaderCallbacks(cb))
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	return e
@@ -110,7 +110,7 @@ func TestElector(t *testing.T) {
 		for i := range 3 {
 			name := fmt.Sprintf("replica-%d", i+1)
 			db := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
-			e := newElector(t, db, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(pgtest.Quiet),
+			e := newElector(t, db, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder(name), pglease.WithLogger(pgtest.Quiet),
 				pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(300 * time.Millisecond), pglease.WithHook(events.Hook)})
 			s, err := gocron.NewScheduler(gocron.WithDistributedElector(e))
 			require.NoError(t, err)
@@ -205,7 +205,7 @@ func TestElector(t *testing.T) {
 		var mu sync.Mutex
 		var elected []pglease.Event
 		key := "leader-of-" + table
-		e := newElector(t, pool, key, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
+		e := newElector(t, pool, key, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 			pglease.WithHook(func(ev pglease.Event) {
 				if ev.Kind == pglease.EventElected {
 					mu.Lock()
@@ -213,7 +213,7 @@ func TestElector(t *testing.T) {
 					mu.Unlock()
 				}
 			})})
-		follower := newElector(t, pool, key, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet)})
+		follower := newElector(t, pool, key, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet)})
 
 		require.NoError(t, e.IsLeader(ctx))
 		counter.Reset()
@@ -236,15 +236,14 @@ func TestElector(t *testing.T) {
 	})
 
 	// An Elector has no min hold, whatever its Locker's: Close hands
-	// leadership over at once. (WithMinHold is a HoldOption, no
-	// ElectorOption: it cannot be given to NewElector.)
+	// leadership over at once. (NewElector refuses WithMinHold.)
 	t.Run("NoMinHoldSoCloseHandsOverAtOnce", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		const key = "leader"
-		leader := newElector(t, pool, key, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
+		leader := newElector(t, pool, key, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet),
 			pglease.WithTTL(time.Minute), pglease.WithMinHold(30 * time.Second)})
-		follower := newElector(t, pool, key, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet),
+		follower := newElector(t, pool, key, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("b"), pglease.WithLogger(pgtest.Quiet),
 			pglease.WithTTL(time.Minute)})
 
 		require.NoError(t, leader.IsLeader(ctx))
@@ -264,7 +263,7 @@ func TestElector(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		stopped := make(chan struct{})
-		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet)},
+		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet)},
 			pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{OnStoppedLeading: func(*pglease.Lease) { close(stopped) }}))
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -314,7 +313,7 @@ func TestElector(t *testing.T) {
 		reported := map[string][]string{}
 		elected := make(chan string, 2)
 		elector := func(name string) *pglease.Elector {
-			return newElector(t, pool, key, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder(name),
+			return newElector(t, pool, key, []pglease.Option{pglease.WithTable(table), pglease.WithHolder(name),
 				pglease.WithLogger(pgtest.Quiet), pglease.WithHook(events.Hook),
 				pglease.WithTTL(3 * time.Second), pglease.WithHeartbeatInterval(100 * time.Millisecond)},
 				pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
@@ -472,12 +471,12 @@ func TestElector(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 
-		leader := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet)})
+		leader := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("leader"), pglease.WithLogger(pgtest.Quiet)})
 		require.NoError(t, leader.IsLeader(ctx))
 
 		var follower *pglease.Elector
 		closed := make(chan error, 1)
-		follower = newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet)},
+		follower = newElector(t, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("follower"), pglease.WithLogger(pgtest.Quiet)},
 			pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
 				OnNewLeader: func(holder string) {
 					if holder != "follower" {
@@ -682,7 +681,7 @@ func TestElector(t *testing.T) {
 			name   string
 			locker *pglease.Locker
 			key    string
-			opts   []pglease.ElectorOption
+			opts   []pglease.Option
 			want   string
 			option string // the option an *OptionError names; "" for none
 		}{
@@ -690,9 +689,10 @@ func TestElector(t *testing.T) {
 			{"empty key", l, "", nil, "key is empty", ""},
 			{"key with NUL", l, "a\x00b", nil, "NUL byte", ""},
 			{"key of an open Elector", l, "leader", nil, "has an open Elector for that key already", ""},
-			{"TTL under twice the heartbeat", l, "k", []pglease.ElectorOption{pglease.WithTTL(1500 * time.Millisecond)}, "must be less than TTL/2", "WithTTL"},
-			{"zero timeout", l, "k", []pglease.ElectorOption{pglease.WithTimeout(0)}, "WithTimeout(0s)", "WithTimeout"},
-			{"nil option", l, "k", []pglease.ElectorOption{nil}, "nil Option", "Option"},
+			{"TTL under twice the heartbeat", l, "k", []pglease.Option{pglease.WithTTL(1500 * time.Millisecond)}, "must be less than TTL/2", "WithTTL"},
+			{"zero timeout", l, "k", []pglease.Option{pglease.WithTimeout(0)}, "WithTimeout(0s)", "WithTimeout"},
+			{"zero Option", l, "k", []pglease.Option{{}}, "the zero Option", "Option"},
+			{"min hold", l, "k", []pglease.Option{pglease.WithMinHold(time.Second)}, "WithMinHold does not apply to NewElector: an Elector has no min hold", "WithMinHold"},
 		} {
 			e, err := pglease.NewElector(c.locker, c.key, c.opts...)
 			require.ErrorContains(t, err, c.want, c.name)
@@ -716,7 +716,7 @@ func TestElector(t *testing.T) {
 		db := pgtest.NewFaultyDB(pool)
 		boom := errors.New("connection refused")
 		db.SetFail("claim", boom)
-		e := newElector(t, db, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
+		e := newElector(t, db, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
 		start := time.Now()
 		_, err := e.Campaign(ctx)
 		require.ErrorIs(t, err, boom)

@@ -21,7 +21,7 @@ func ExampleLocker_Claim() {
 		panic(err)
 	}
 	defer pool.Close()
-	if err := pglease.Migrate(ctx, pool); err != nil { // or apply pglease.SchemaSQL() with your migration tool
+	if err := pglease.Migrate(ctx, pool); err != nil { // or apply pglease.Schema() with your migration tool
 		panic(err)
 	}
 	locker := pglease.NewLocker(pool, pglease.WithTTL(30*time.Second))

@@ -27,7 +27,8 @@ func ExampleNewElector() {
 
 	locker := pglease.NewLocker(pool, pglease.WithTable("example_elector"), pglease.WithTTL(15*time.Second))
 	defer locker.Close(ctx) // closes its Electors first
-	elector, err := pglease.NewElector(locker, pglease.DefaultLeaderKey,
+	// The same key on every replica of the service.
+	elector, err := pglease.NewElector(locker, "gocron-leader",
 		pglease.WithTimeout(2*time.Second)) // terms of its own; the Locker's holder and heartbeat
 	if err != nil {
 		panic(err)

@@ -12,7 +12,7 @@ import (
 )
 
 // A job that writes to the database holding the lease table: do the writes,
-// call Guard last, commit. The commit then happens only while the mandate is
+// call Guard last, commit. The commit then happens only while the lease is
 // current, whatever pauses the process went through, and the job's SQL does
 // not need to know about fences.
 func ExampleLease_Guard() {
@@ -77,7 +77,7 @@ func ExampleLease_Fence() {
 	}
 
 	// fencedPut writes state unless a write with a greater fence got there
-	// first. Equal fences are the same mandate writing again.
+	// first. Equal fences are the same lease writing again.
 	const fencedPut = `INSERT INTO example_index_state AS s (name, state, fence) VALUES ($1, $2, $3)
 		ON CONFLICT (name) DO UPDATE SET state = EXCLUDED.state, fence = EXCLUDED.fence
 		 WHERE s.fence <= EXCLUDED.fence`
@@ -92,7 +92,7 @@ func ExampleLease_Fence() {
 		}
 		fmt.Printf("fence %d wrote %q\n", fence, state)
 	}
-	// With a lease: put(state, lease.Fence()). Two mandates, the older one
+	// With a lease: put(state, lease.Fence()). Two leases, the older one
 	// paused and waking up late:
 	put("rebuilt under fence 8", 8)
 	put("rebuilt under fence 7", 7)

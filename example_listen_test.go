@@ -34,11 +34,8 @@ func ExampleWithListenDSN() {
 		panic(err)
 	}
 
-	locker, err := pglease.New(pool, pglease.WithTable("example_listen"),
+	locker := pglease.NewLocker(pool, pglease.WithTable("example_listen"),
 		pglease.WithListenDSN(serverURL())) // LISTEN only, past the pooler
-	if err != nil {
-		panic(err)
-	}
 	defer locker.Close(ctx)
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

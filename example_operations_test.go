@@ -15,7 +15,7 @@ import (
 
 // The DDL Migrate runs, for a migration tool (goose, golang-migrate, atlas)
 // when the service may not run DDL itself. For the default table it is
-// pglease.SchemaSQL(), the content of schema.sql.
+// schema.sql, less its comment.
 func ExampleSchema() {
 	ddl, err := pglease.Schema(pglease.WithTable("jobs.lease")) // the schema "jobs" must exist
 	if err != nil {
@@ -56,8 +56,8 @@ func ExampleWithoutFenceColumn() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("fence:", lease.Fence())                                                  // no order between mandates
-	fmt.Println("forged holder:", strings.HasPrefix(lease.Holder(), locker.Holder()+"#")) // one per mandate
+	fmt.Println("fence:", lease.Fence())                                                  // no order between leases
+	fmt.Println("forged holder:", strings.HasPrefix(lease.Holder(), locker.Holder()+"#")) // one per lease
 	// Output:
 	// fence: 0
 	// forged holder: true
@@ -91,10 +91,9 @@ func ExampleNewLocker_transactionPooler() {
 	// Output: fenced: true
 }
 
-// Options read from configuration: New returns what is wrong with them as
-// an *OptionError naming the option, where NewLocker, for options known
-// to be valid, would panic with it.
-func ExampleNew() {
+// Options read from configuration: NewLocker panics with an *OptionError
+// naming the option that is wrong, which a service may recover to report.
+func ExampleOptionError() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
@@ -103,12 +102,21 @@ func ExampleNew() {
 	defer pool.Close()
 	ttl, heartbeat := 10*time.Second, 5*time.Second // say, from the environment
 
-	_, err = pglease.New(pool, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat))
+	newLocker := func(opts ...pglease.Option) (l *pglease.Locker, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = r.(error) // NewLocker panics with an error
+			}
+		}()
+		return pglease.NewLocker(pool, opts...), nil
+	}
+
+	_, err = newLocker(pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat))
 	var oe *pglease.OptionError
 	if errors.As(err, &oe) {
 		fmt.Println(oe.Option, "refused:", err)
 	}
-	locker, err := pglease.New(pool, pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat/2))
+	locker, err := newLocker(pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat/2))
 	if err != nil {
 		panic(err)
 	}

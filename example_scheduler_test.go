@@ -66,7 +66,7 @@ func Example_scheduler() {
 		panic(err)
 	}
 	defer pool.Close()
-	if err := pglease.Migrate(ctx, pool); err != nil { // or apply pglease.SchemaSQL() with your migration tool
+	if err := pglease.Migrate(ctx, pool); err != nil { // or apply pglease.Schema() with your migration tool
 		panic(err)
 	}
 	// A service runs it every minute until SIGTERM; this example, every

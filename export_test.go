@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/pglease/pglease/internal/skew"
 )
 
 // ShiftWallClock makes l's wall clock read d later than the real one from
@@ -151,10 +153,36 @@ func InCallback(e *Elector) bool {
 // differs), or sharing another Locker's Holder, whose leases it then takes
 // as its own re-entrant claims, as a claim of that Locker whose reply was
 // lost would.
-func StoredHolder(holder string) LockerOption {
-	return lockerOption(func(c *config) { c.holder = holder })
+func StoredHolder(holder string) Option {
+	return Option{"StoredHolder", atLocker, lockerWide, func(c *config) { c.holder = holder }}
 }
 
 // CheckTable makes l's one read of its table now, as its first claim would,
 // for tests that time that claim's statement alone.
 func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx) }
+
+// New is NewLocker returning its error instead of panicking with it, for
+// the tests that check that error.
+func New(db DB, opts ...Option) (*Locker, error) { return newLocker(db, opts...) }
+
+// MaxPollInterval is the longest pause of a polling waiter.
+const MaxPollInterval = maxPollInterval
+
+// DefaultLeaderKey is the leader key the tests' Electors share.
+const DefaultLeaderKey = "gocron-leader"
+
+// WaitMode is the WaitMode of e's Locker, whose listener e shares.
+func (e *Elector) WaitMode() (WaitMode, string) { return e.locker.WaitMode() }
+
+// ErrUnnamedJob is the Err of EventUnnamedJob.
+var ErrUnnamedJob = errUnnamedJob
+
+// TTL is the lease duration j claims and the heartbeat extends.
+func (j *JobLocker) TTL() time.Duration { return j.terms.ttl }
+
+// MinHold is how long after its claim a released lease of j stays held.
+func (j *JobLocker) MinHold() time.Duration { return j.terms.minHold }
+
+// Beyond is how far the offset of s is certainly beyond zero: |Offset| -
+// Uncertainty, or 0 when the reading cannot tell the clocks apart.
+func (s Skew) Beyond() time.Duration { return skew.Sample(s).Beyond() }

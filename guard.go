@@ -14,61 +14,13 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// Guard makes tx commit only while this lease is the key's current lease:
-// it checks, in tx and by the server's clock, that the lease row is still
-// this lease's (key, holder, fence, not expired), and locks the row in
-// share mode until tx ends. No claim can take the key over before tx
-// commits or rolls back, so nothing tx writes to this database can commit
-// after a later lease of the key began. It returns an error wrapping
-// ErrLost when the lease is no longer current, and tx is then aborted: its
-// commit can only roll back.
-//
-// Use it last: do the writes, call Guard, commit. The lock is held from
-// Guard to the end of tx, and while it is held this row's heartbeat waits
-// (or skips it), as does every other replica's claim of the key. Keep the
-// span from Guard to commit short, and well under the TTL minus the
-// heartbeat interval: a lease whose heartbeat cannot reach its row before
-// its trust deadline is lost locally. Even then tx still commits safely
-// (no claim could take the row while it was locked), but the job's other
-// effects are no longer covered by any lease.
-//
-// Every error Guard returns leaves tx aborted, whatever the cause: the row
-// no longer matched, the lease had already ended locally (lost, released,
-// or its Locker closed: ErrLost without checking the row), ctx ended, or
-// the reply was lost. A caller that ignores the error and commits gets a
-// rollback. When tx cannot take the statement that aborts it (its
-// connection is busy with a result set still open, or broken), Guard
-// closes the connection under tx (GuardSQL rolls tx back), and its error
-// says so. Only a tx that had already ended, or a nil one, is left as it
-// is. Guard does not end the lease itself when the row no longer matches:
-// the heartbeat does.
-//
-// Call Guard in the outermost transaction, or in a savepoint (a pgx nested
-// transaction) that is released (committed), never in one that is then
-// rolled back: PostgreSQL releases the row locks of a rolled-back
-// savepoint, and the guard with them. For the same reason the abort that a
-// lost lease causes holds only in the outermost transaction: a savepoint
-// rolled back after a failed Guard (pgx.BeginFunc on a Tx does that on any
-// error) clears it, and the outer commit then lands unless its caller
-// heeded the error. Do not Unlock the lease before the guarded transaction
-// ends: its row stays locked until then, and the release waits for it.
-//
-// Under REPEATABLE READ or SERIALIZABLE, a heartbeat that extended the row
-// after tx took its snapshot makes Guard fail with a serialization failure
-// (SQLSTATE 40001, wrapped and kept): retry the whole transaction, as for
-// any 40001. Begin such a transaction after the claim: a snapshot older than
-// the claim does not see this lease's row, and Guard then reports ErrLost.
-//
-// Across a failover to a synchronous standby: Guard's statement commits
-// nothing itself, and a commit of tx that the standby confirmed carries the
-// lease row as Guard saw it (the standby has every commit before it). A
-// commit of tx whose wait for the standby was cut short (a cancel request
-// as its context ended: the driver reports success, with a WARNING) may be
-// lost in the failover with all it wrote; read it as an unknown outcome,
-// as the Locker reads its own.
-//
-// Guard works on a Locker's leases, in WithoutFenceColumn mode too, and on
-// an Elector's leadership lease.
+// Guard makes tx commit only while this lease is the key's current lease: it
+// checks the lease row in tx, by the server's clock, and locks it in share
+// mode until tx ends, so that no later lease of the key can begin before tx
+// commits. Call it last: the writes, Guard, commit. Every error it returns
+// (wrapping ErrLost when the lease is not current) leaves tx aborted, so that
+// its commit rolls back. Call it in the outermost transaction or in a
+// savepoint that is committed. See docs/GUIDE.md, "Lease.Guard".
 func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	mustContext(ctx, "Guard")
 	if isNilTx(tx) {
@@ -77,20 +29,9 @@ func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	return ls.guardTx(ctx, tx)
 }
 
-// GuardSQL is Guard for a database/sql transaction (of GORM, sqlx, ent,
-// bun or plain database/sql: they all expose the *sql.Tx), on pgx's stdlib
-// driver or lib/pq: the same check in tx, the same row lock until tx ends,
-// the same ErrLost, and every error it returns leaves tx aborted, so that
-// its commit fails.
-//
-//	if err := lease.GuardSQL(ctx, tx); err != nil { ... } // then tx.Commit()
-//
-// Call it last, just before tx.Commit, as Guard. The lease may come from a
-// Locker on any DB: SQL, or a *pgxpool.Pool on the same database. The
-// guard statement goes in one message, its arguments in its text (see
-// SQL), whatever the driver of tx, which a *sql.Tx does not reveal: so
-// that a guard whose ctx ends while it waits on the row is cancelled on
-// lib/pq too.
+// GuardSQL is Guard for a database/sql transaction (GORM, sqlx, ent and bun
+// expose it), on pgx's stdlib driver or lib/pq: the same check, lock and
+// errors, and tx aborted on every error.
 func (ls *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 	mustContext(ctx, "GuardSQL")
 	if tx == nil {
@@ -107,7 +48,7 @@ func (ls *Lease) guardTx(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// guard checks ls's mandate in tx; every error it returns makes Guard
+// guard checks ls's lease in tx; every error it returns makes Guard
 // abort tx (refuse).
 func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	if err := ls.Err(); err != nil {

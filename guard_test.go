@@ -387,7 +387,7 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		ledger := pgtest.NewLedger(t, pool)
-		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
+		e := newElector(t, pool, pglease.DefaultLeaderKey, []pglease.Option{pglease.WithTable(table), pglease.WithHolder("a"), pglease.WithLogger(pgtest.Quiet)})
 
 		require.NoError(t, e.IsLeader(ctx))
 		leader, ok := e.Leader()

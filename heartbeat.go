@@ -180,9 +180,9 @@ func (r *roundState) cause() string {
 	defer r.mu.Unlock()
 	switch {
 	case !r.sent.IsZero():
-		return fmt.Sprintf("a heartbeat round has been in flight for %v, waiting for the server", time.Since(r.sent).Round(time.Millisecond))
+		return fmt.Sprintf("a heartbeat has been in flight for %v, waiting for the server", time.Since(r.sent).Round(time.Millisecond))
 	case r.failed != nil:
-		return "the last heartbeat round failed: " + r.failed.Error()
+		return "the last heartbeat failed: " + r.failed.Error()
 	}
 	return ""
 }

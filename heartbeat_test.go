@@ -829,7 +829,7 @@ func testHeartbeatUnreplicated(t *testing.T) {
 	dbs := unreplicatedDBs(ctx, t, pool)
 	cancelRequest := pgtest.CancelRequestPool(t, srv.DSN(), nil)
 	dbs["pool-cancel-request"] = lockerOn{db: cancelRequest}
-	dbs["pool-cancel-request-kept"] = lockerOn{db: cancelRequest, opts: []pglease.LockerOption{pglease.WithKeptConnection()}}
+	dbs["pool-cancel-request-kept"] = lockerOn{db: cancelRequest, opts: []pglease.Option{pglease.WithKeptConnection()}}
 	const ttl = 3 * time.Second
 	type round struct {
 		sent   time.Time

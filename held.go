@@ -12,21 +12,13 @@ type LeaseState string
 // The states of a held lease. Each is trusted until its TrustUntil; past
 // it the lease is lost, whatever the state said.
 const (
-	// LeaseConfirmed: its last claim or heartbeat extended it, and no round
-	// has failed since.
-	LeaseConfirmed LeaseState = "confirmed"
-	// LeaseRetrying: the last heartbeat round failed (database unreachable,
-	// timeout); it is retried until the lease's trust deadline.
-	LeaseRetrying LeaseState = "retrying"
-	// LeaseRowLocked: the last round found its row locked by another
-	// transaction and skipped it; it is retried until its trust deadline.
-	LeaseRowLocked LeaseState = "row_locked"
+	LeaseConfirmed LeaseState = "confirmed"  // its last claim or heartbeat extended it
+	LeaseRetrying  LeaseState = "retrying"   // the last heartbeat failed; it is retried
+	LeaseRowLocked LeaseState = "row_locked" // the last heartbeat found its row locked by another transaction
 )
 
-// Leases returns a snapshot of the leases this Locker holds now, sorted by key:
-// not released, not lost, and within their trust deadline. It is safe for
-// concurrent use and sends nothing to the database; a service can serve it
-// on a debug endpoint. (Held returns the Lease of one key.)
+// Leases returns a snapshot of the leases this Locker holds now (Held's
+// view), sorted by key. It sends nothing to the database.
 func (l *Locker) Leases() []LeaseInfo {
 	now := time.Now()
 	retrying := l.round.failing()

@@ -32,37 +32,25 @@ func (l *Locker) shortestTTL() time.Duration { return time.Duration(l.minTTL.Loa
 
 var _ gocron.Locker = (*JobLocker)(nil)
 
-// JobLocker claims leases of one Locker on terms of its own: a TTL, a min
-// hold and a timeout for one job (or a few), while the Locker's pool,
-// heartbeat goroutine and statements serve every job. Its leases are the
-// Locker's leases: Held finds them, the Locker's hooks and logger report
-// them, Guard works on them, and the Locker's Close releases them. Make one
-// with Locker.Job and give it to gocron.WithDistributedJobLocker. It is safe
-// for concurrent use.
+// JobLocker claims leases of one Locker on terms of its own (TTL, min hold,
+// timeout), sharing the Locker's pool, heartbeat and hooks; Held, Guard and
+// Close treat its leases as the Locker's. Make one with Locker.Job and give it
+// to gocron.WithDistributedJobLocker. It is safe for concurrent use.
 type JobLocker struct {
 	locker *Locker
 	terms  terms
 }
 
-// Job returns a JobLocker that claims leases of l with the TTL, min hold
-// and timeout its options give; what they leave out is the Locker's. Only
-// WithTTL, WithMinHold and WithTimeout are JobOptions: every other option
-// is a setting of the whole Locker (one holder, one table, one heartbeat
-// for every job). The combination must pass the rules of New: the min hold
-// must not exceed the TTL, and the Locker's heartbeat interval, which
-// extends the leases of every job, must be less than TTL/2; otherwise Job
-// returns an *OptionError that names the option. A daily job may take a
-// TTL of minutes and a min hold of a minute on a Locker of 10-second jobs;
-// a TTL shorter than twice the Locker's heartbeat interval needs a Locker
-// with a shorter one (WithHeartbeatInterval).
-//
-// Job sends nothing to the database. A Locker holds at most one lease per
-// key, whichever JobLocker claimed it: jobs are told apart by their keys
-// (gocron's job names), as always.
-func (l *Locker) Job(opts ...JobOption) (*JobLocker, error) {
+// Job returns a JobLocker that claims leases of l with the TTL, min hold and
+// timeout its options give (WithTTL, WithMinHold, WithTimeout); the rest is
+// l's. The terms must pass NewLocker's rules against l's heartbeat interval
+// (less than TTL/2), or Job returns an *OptionError naming the option. It
+// sends nothing to the database. A Locker holds at most one lease per key,
+// whichever JobLocker claimed it.
+func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	t := l.terms()
 	c := config{ttl: t.ttl, minHold: t.minHold, timeout: t.timeout}
-	apply(&c, opts, JobOption.applyJob)
+	c.apply(atJob, opts)
 	t, err := l.ownTerms("Job", c)
 	if err != nil {
 		return nil, err
@@ -100,18 +88,7 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 	return terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}, nil
 }
 
-// TTL is the lease duration this JobLocker claims and the heartbeat
-// extends.
-func (j *JobLocker) TTL() time.Duration { return j.terms.ttl }
-
-// MinHold is how long after its claim a released lease of this JobLocker
-// stays held.
-func (j *JobLocker) MinHold() time.Duration { return j.terms.minHold }
-
-// Claim is Locker.Claim with the job's TTL and min hold: the lease lives
-// for the job's TTL on the server, is extended by it in the Locker's
-// heartbeat rounds, is trusted locally for it, and its release keeps it
-// for the job's min hold.
+// Claim is Locker.Claim with the job's TTL and min hold.
 func (j *JobLocker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
 	return j.locker.claim(ctx, key, j.terms)

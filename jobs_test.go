@@ -51,7 +51,7 @@ func waitRounds(t *testing.T, events *pgtest.Events, n, want int) {
 	}
 }
 
-func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.JobOption) *pglease.JobLocker {
+func mustJob(t *testing.T, l *pglease.Locker, opts ...pglease.Option) *pglease.JobLocker {
 	t.Helper()
 	j, err := l.Job(opts...)
 	require.NoError(t, err)
@@ -74,11 +74,11 @@ func TestJobs(t *testing.T) {
 			name   string
 			period time.Duration
 			ticks  int
-			opts   []pglease.JobOption
+			opts   []pglease.Option
 		}
 		jobs := []job{
-			{"every-second", time.Second, 6, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
-			{"every-two-seconds", 2 * time.Second, 3, []pglease.JobOption{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
+			{"every-second", time.Second, 6, []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
+			{"every-two-seconds", 2 * time.Second, 3, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
 		}
 		type started struct {
 			job string
@@ -238,16 +238,17 @@ func TestJobs(t *testing.T) {
 		held := pgtest.Locker(t, pool, table, "replica-2", pglease.WithTTL(5*time.Second), pglease.WithMinHold(2*time.Second))
 		for _, c := range []struct {
 			locker *pglease.Locker
-			opts   []pglease.JobOption
+			opts   []pglease.Option
 			want   []string
 		}{
-			{l, []pglease.JobOption{nil}, []string{"nil Option"}},
-			{l, []pglease.JobOption{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
-			{l, []pglease.JobOption{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
-			{l, []pglease.JobOption{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
-			{l, []pglease.JobOption{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},
-			{l, []pglease.JobOption{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, []string{"WithMinHold(2s)", "job's TTL (1s)"}},
-			{held, []pglease.JobOption{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
+			{l, []pglease.Option{{}}, []string{"the zero Option"}},
+			{l, []pglease.Option{pglease.WithHolder("job")}, []string{"WithHolder does not apply to Locker.Job", "give it to NewLocker"}},
+			{l, []pglease.Option{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
+			{l, []pglease.Option{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
+			{l, []pglease.Option{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
+			{l, []pglease.Option{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},
+			{l, []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(2 * time.Second)}, []string{"WithMinHold(2s)", "job's TTL (1s)"}},
+			{held, []pglease.Option{pglease.WithTTL(time.Second)}, []string{"the Locker's WithMinHold(2s)", "job's TTL (1s)"}},
 		} {
 			j, err := c.locker.Job(c.opts...)
 			require.ErrorIs(t, err, pglease.ErrInvalidOption)

@@ -20,7 +20,7 @@ var _ gocron.Lock = (*Lease)(nil)
 type Lease struct {
 	locker     *Locker
 	key        string
-	holder     string // the holder column of this mandate
+	holder     string // the holder column of this lease
 	fence      int64
 	acquiredAt time.Time
 	table      uint32 // oid of the lease table the claim wrote to
@@ -66,11 +66,9 @@ func (ls *Lease) ExpiresAt() time.Time {
 func (ls *Lease) Done() <-chan struct{} { return ls.done }
 
 // Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
-// was lost (taken by a later lease of the key, lapsed, or past its trust
-// deadline) before it was given up; otherwise it is ErrReleased once Unlock
-// was called, or ErrClosed once the Locker's Close was, whatever the
-// release then found (Unlock and Close return that). A lease past its local
-// trust deadline is lost even if the heartbeat has not yet noticed.
+// was lost before it was given up (taken, lapsed, or past its trust
+// deadline); otherwise it is ErrReleased after Unlock, or ErrClosed after the
+// Locker's Close.
 func (ls *Lease) Err() error {
 	ls.checkTrust(time.Now())
 	ls.mu.Lock()
@@ -275,7 +273,7 @@ func (ls *Lease) checkTrust(now time.Time) {
 		skipped := ls.skippedSince
 		ls.mu.Unlock()
 		if !skipped.IsZero() {
-			why += fmt.Sprintf(": its row has been locked by another transaction since a round %v ago", time.Since(skipped).Round(time.Millisecond))
+			why += fmt.Sprintf(": its row has been locked by another transaction since a heartbeat %v ago", time.Since(skipped).Round(time.Millisecond))
 		}
 		for _, cause := range []string{ls.locker.round.cause(), ls.locker.conns.Cause()} {
 			// A round that failed for want of a connection says that

@@ -106,12 +106,21 @@ type Locker struct {
 	minHold atomic.Int64
 }
 
-// New returns a Locker on db, or an error naming what is wrong: a nil db,
-// a db that is a transaction (pgx.Tx), or an invalid option (an
-// *OptionError wrapping ErrInvalidOption). A *pgx.Conn must not be inside
-// a transaction the caller opened either: every statement of a Locker must
-// commit on its own. New sends nothing to the database.
-func New(db DB, opts ...LockerOption) (*Locker, error) {
+// NewLocker returns a Locker on db. It panics with an error naming what is
+// wrong (as regexp.MustCompile does): a nil db, a pgx.Tx, or an invalid
+// option (an *OptionError). Every statement of a Locker commits on its own,
+// so a *pgx.Conn must not be inside a transaction either. It sends nothing
+// to the database.
+func NewLocker(db DB, opts ...Option) *Locker {
+	l, err := newLocker(db, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// newLocker is NewLocker returning its error.
+func newLocker(db DB, opts ...Option) (*Locker, error) {
 	if isNil(db) {
 		return nil, errors.New("pglease: new locker: db is nil")
 	}
@@ -159,17 +168,6 @@ func New(db DB, opts ...LockerOption) (*Locker, error) {
 	return l, nil
 }
 
-// NewLocker is New for options known to be valid, as regexp.MustCompile is
-// for a constant pattern: it panics with the error New would return. Use
-// New where the options come from configuration.
-func NewLocker(db DB, opts ...LockerOption) *Locker {
-	l, err := New(db, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return l
-}
-
 func isNil(db DB) bool {
 	if db == nil {
 		return true
@@ -187,10 +185,9 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 
 // Lock implements gocron.Locker: it claims key (the job name) within the
 // Locker's timeout, since gocron's context has no deadline. Failures are
-// reported through the logger and hooks (gocron never logs them);
-// contention stays at debug level. A key that looks like a Go function
-// name, gocron's default for a job given no gocron.WithName, is reported
-// once, as EventUnnamedJob at error level; the job still runs.
+// logged and reported to the hooks, since gocron does not; contention stays at
+// debug level. A key that looks like a Go function name (a job with no
+// gocron.WithName) is reported once, as EventUnnamedJob.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	mustContext(ctx, "Lock")
 	return l.lock(ctx, key, l.terms())
@@ -222,23 +219,13 @@ func (l *Locker) Held(key string) (*Lease, bool) {
 	return lease, true
 }
 
-// Close closes every Elector made from the Locker (each resigns, as
-// Elector.Close does), stops the heartbeat, releases every lease still
-// held in one statement (each lease's Err then wraps ErrClosed, and each
-// outcome is reported as for Unlock), and waits for every goroutine of the
-// Locker to end. The release runs even if ctx is already cancelled,
-// bounded by the Locker's timeout. Leases a later lease of their key took
-// are not an error. Claims in flight end with ErrClosed, and Close waits
-// until they have returned, having given back what they may have written:
-// when it returns nil, nothing of the Locker runs and it holds nothing. It
-// waits for them for the Locker's timeout, and beyond it for as long as
-// ctx lasts. A claim Close cancelled ends by itself within 2s (the
-// server's answer to its cancel request, then the read of what it may
-// have written) plus its timeout (the give-back of that); through lib/pq,
-// which waits for the server's answer, once the server answers or the
-// connection fails. When ctx ends first, Close's error names the keys of
-// the claims still running. Close is idempotent; later calls wait for the
-// first and return nil.
+// Close closes the Locker's Electors, stops the heartbeat, releases every
+// lease still held in one statement (their Err then wraps ErrClosed), ends
+// the claims in flight with ErrClosed, and waits for every goroutine of the
+// Locker. The release runs even if ctx is cancelled, bounded by the Locker's
+// timeout; Close waits for claims in flight for as long as ctx lasts, and its
+// error then names their keys. When it returns nil, nothing of the Locker
+// runs and it holds nothing. Later calls wait for the first and return nil.
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	l.mu.Lock()
@@ -333,7 +320,7 @@ func (l *Locker) isClosed() bool {
 // register makes lease the newest for its key and starts the heartbeat if
 // it is not running yet. It returns the lease it replaces, if any. Claims
 // of one key take turns (Locker.turns), so the lease registered last is the
-// one committed last: the row's mandate, with or without a fence to say so.
+// one committed last: the row's lease, with or without a fence to say so.
 func (l *Locker) register(lease *Lease) (*Lease, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 )
 
 // lostReadTimeout bounds the read that tells a revoked lease from one a
-// later mandate took: the loss is not declared before it returns, so a
+// later lease took: the loss is not declared before it returns, so a
 // server that has just answered the statement that found the row gone, and
 // then stalls, delays the loss by this much at most.
 const lostReadTimeout = 250 * time.Millisecond
@@ -60,7 +60,7 @@ func (l *Locker) revokedOf(ctx context.Context, db DB, leases []*Lease, gone fun
 	out := make(map[*Lease]bool)
 	for _, ls := range leases {
 		// Without a fence column (WithoutFenceColumn) the forged holder
-		// was the mandate, and the marker replaced it: any fence matches.
+		// was the lease, and the marker replaced it: any fence matches.
 		if fence, ok := revokedFence[ls.key]; ok && gone(ls) && (l.cfg.noFence || fence == nil || *fence == ls.fence) {
 			out[ls] = true
 		}
@@ -88,7 +88,7 @@ func (ls *Lease) loseTo(why string, sentinel error) {
 }
 
 // goneOnRelease is the outcome of a release that found its row gone:
-// revoked by an operator (ErrRevoked), or taken by a later mandate or
+// revoked by an operator (ErrRevoked), or taken by a later lease or
 // lapsed (ErrLost).
 func goneOnRelease(revoked bool) error {
 	if revoked {

@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	_ "embed" // schemaSQL
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -13,25 +12,15 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-//go:embed schema.sql
-var schemaSQL string
-
-// SchemaSQL returns the content of schema.sql: the DDL that Migrate runs
-// for the default table name, with a comment on the grants the runtime
-// role needs, for teams that apply DDL with a migration tool (goose,
-// golang-migrate, atlas) rather than from the service. For another table
-// name use Schema.
-func SchemaSQL() string { return schemaSQL }
-
 // schemaStatements is the DDL Migrate runs, in order.
 var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
 
 // Schema returns the DDL that Migrate runs for the table its options name
-// (WithTable), as one SQL text for migration tools. Statements end
-// with a semicolon.
-func Schema(opts ...SchemaOption) (string, error) {
+// (WithTable), for migration tools (goose, golang-migrate, atlas); schema.sql
+// is Schema() with the grants the runtime role needs.
+func Schema(opts ...Option) (string, error) {
 	cfg := defaults()
-	apply(&cfg, opts, SchemaOption.applySchema)
+	cfg.apply(atSchema, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return "", err
 	}
@@ -45,30 +34,20 @@ func Schema(opts ...SchemaOption) (string, error) {
 }
 
 // Migrate creates the fence sequence and the lease table if they do not
-// exist, then purges rows expired longer than the retention ago (Retention,
-// or WithRetention, at least MinRetention). It runs in one transaction under a transaction-scoped
-// advisory lock, so it is idempotent and safe when many replicas run it at
-// once. The schema of a qualified table name must exist already. Migrate is
-// the only code that runs DDL; at run time a Locker needs only SELECT,
-// INSERT and UPDATE on the table and USAGE on its sequence.
-//
-// An existing table and sequence are kept as they are, and checked: Migrate
-// refuses, naming the statement that fixes it, a table or sequence that a
-// crash would empty (UNLOGGED, TEMPORARY), and a fence sequence that could
-// hand a later lease of a key a smaller fence or stop handing fences out (a
-// CACHE above 1, CYCLE, an INCREMENT other than 1, a maximum below bigint's)
-// or a relation of the sequence's name that is no sequence, and a key
-// column of a nondeterministic (case-insensitive) collation, a fence
-// column whose default does not draw from the sequence (an identity), and
-// a sequence behind the table's fences. A Locker checks all of it too,
-// once, at its first claim.
-func Migrate(ctx context.Context, db DB, opts ...MigrateOption) error {
+// exist, and purges rows expired longer ago than the retention (Retention, or
+// WithRetention). It runs in one transaction under a transaction-scoped
+// advisory lock: idempotent, and safe when many replicas run it at once. It
+// refuses, naming the fix, an existing table or sequence that could lose rows
+// or hand out a smaller fence (UNLOGGED, a sequence CACHE above 1, ...). At run
+// time a Locker needs only SELECT, INSERT and UPDATE on the table and USAGE on
+// its sequence. See docs/GUIDE.md, "Migrate".
+func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {
 		return errors.New("pglease: migrate: db is nil")
 	}
 	cfg := defaults()
-	apply(&cfg, opts, MigrateOption.applyMigrate)
+	cfg.apply(atMigrate, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return err
 	}

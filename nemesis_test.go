@@ -50,7 +50,7 @@ const (
 
 // nemesisJobs are the terms of each Locker's jobs: a short TTL, for
 // re-entrant claims that shorten the row, and a long one.
-var nemesisJobs = [][]pglease.JobOption{
+var nemesisJobs = [][]pglease.Option{
 	{pglease.WithTTL(time.Second), pglease.WithMinHold(100 * time.Millisecond)},
 	{pglease.WithTTL(3 * time.Second), pglease.WithMinHold(50 * time.Millisecond)},
 }

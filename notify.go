@@ -29,17 +29,14 @@ const (
 	// channel and the release statement notifies it: waiters wake within a
 	// round trip of a release.
 	WaitByNotification
-	// WaitByPolling means waiters try again after a backoff that grows to
-	// MaxPollInterval, or at the holder's expiry, whichever comes first
-	// (until an attempt at an expiry finds the lease extended: then at the
-	// backoff): a release is seen within about MaxPollInterval, and each
-	// waiting key costs a Locker at most one claim and one read per
-	// MaxPollInterval (120 statements a minute). WithListenDSN lets a
-	// Locker behind a pooler wait by notification instead.
+	// WaitByPolling means waiters try again about once a second, and at
+	// the holder's expiry: a release is seen within about a second, at a
+	// claim and a read a second per waiting key. WithListenDSN lets a Locker
+	// behind a pooler wait by notification instead.
 	WaitByPolling
 )
 
-// MaxPollInterval is the pause between two attempts of a waiting claim
+// maxPollInterval is the pause between two attempts of a waiting claim
 // that polls (WaitByPolling), once its backoff (10ms, doubling) has grown:
 // each attempt is one claim and, if the key is still held, one read of the
 // holder's expiry, so a waiting key costs at most two statements a second,
@@ -48,14 +45,14 @@ const (
 // announces, and only until such an attempt finds the lease extended (its
 // holder's heartbeat beat it): a short lease kept alive costs no more than
 // a long one, and its lapse, once its holder dies, is seen within about
-// MaxPollInterval of its expiry. A pause is lengthened by up to a quarter
+// maxPollInterval of its expiry. A pause is lengthened by up to a quarter
 // to spread out waiters.
 //
 // Polling at most every 250ms would make each follower of an Elector
 // behind PgBouncer send about 600 statements a minute while it waits
 // (docs/BENCHMARKS.md); a second keeps a handover within the one-second
 // granularity of most schedules, at 120 at most.
-const MaxPollInterval = time.Second
+const maxPollInterval = time.Second
 
 func (m WaitMode) String() string {
 	switch m {
@@ -122,7 +119,7 @@ func (l *Locker) setWaitMode(m WaitMode, reason string) {
 		l.emit(Event{Kind: EventWaitByNotification})
 		return
 	}
-	l.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v (MaxPollInterval): a claim and a read", reason, MaxPollInterval)})
+	l.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v: a claim and a read", reason, maxPollInterval)})
 }
 
 // pollingReason is why waiters poll, as WaitMode says it: the listener's

@@ -21,31 +21,18 @@ const (
 	// DefaultTimeout bounds one claim made by Lock and one release made by
 	// Unlock or Close.
 	DefaultTimeout = 5 * time.Second
-	// DefaultLeaderKey is a key for the Elector of a service that has one
-	// (NewElector takes the key).
-	DefaultLeaderKey = "gocron-leader"
 	// Retention is how long Migrate keeps an expired row before purging it.
 	// It may be lowered to MinRetention, no further.
 	Retention = 24 * time.Hour
 )
 
 // MinRetention is the shortest purge horizon WithRetention, Migrate and the
-// CLI accept. A claim draws the fence of its INSERT arm (the column's DEFAULT
-// nextval) when it builds its row, before it looks for a conflicting one,
-// and may stall in between: waiting on a purge's or another claim's
-// transaction, or with its backend descheduled or paused. If in that time a
-// later claim took the key with a greater fence, expired, and was purged,
-// the stalled claim would insert the key again with the smaller fence. A
-// purged row has been expired for at least the horizon, and it expired
-// after the stalled claim drew its fence; so the fence goes backwards only
-// after a stall longer than the horizon. Nothing bounds such a stall in
-// principle, but Lock cancels its claim after WithTimeout (5s by default), a
-// statement_timeout does too, and a claim that returns after its TTL hands
-// out nothing anyway: an hour is far beyond any stall a live server shows.
+// CLI accept: a claim draws its fence before it inserts its row, and a purge
+// within the time such a claim may stall would let it hand out a smaller
+// fence. See docs/GUIDE.md, "MinRetention".
 const MinRetention = time.Hour
 
-// MinTTL is the shortest TTL WithTTL accepts: a lease shorter than a few
-// round trips could never be claimed and used.
+// MinTTL is the shortest TTL WithTTL accepts.
 const MinTTL = 10 * time.Millisecond
 
 // maxTrustMargin caps the trust margin (see trustMargin).
@@ -61,113 +48,69 @@ const maxTrustMargin = time.Second
 // docs/GUIDE.md ("How it works") says which clocks.
 func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustMargin) }
 
-// MaxKeyLen is the longest key, in bytes, that Claim accepts. Keys are the
-// table's primary key; a B-tree entry cannot hold much more than 2 kB, and a
-// job name longer than this is a mistake.
+// MaxKeyLen is the longest key, in bytes, that Claim accepts.
 const MaxKeyLen = 1024
 
-// LockerOption configures a Locker (New, NewLocker).
+// Option configures NewLocker, Locker.Job, NewElector, Migrate, Schema or
+// NewAdmin. Each takes the options marked for it:
 //
-// The options of each entry point have a type of their own, so that an
-// option given where it does not apply does not compile:
+//	                        NewLocker  Job  NewElector  Migrate  Schema  NewAdmin
+//	WithHolder                  x
+//	WithTTL                     x       x       x
+//	WithTimeout                 x       x       x
+//	WithMinHold                 x       x
+//	WithHeartbeatInterval       x
+//	WithTable                   x                         x        x        x
+//	WithoutFenceColumn          x                                           x
+//	WithKeptConnection          x
+//	WithListenDSN               x
+//	WithLogger                  x
+//	WithHook                    x
+//	WithRetention                                         x
+//	WithLeaderCallbacks                         x
 //
-//	New, NewLocker           LockerOption
-//	Locker.Job               JobOption
-//	NewElector               ElectorOption
-//	Migrate                  MigrateOption
-//	Schema                   SchemaOption
-//	NewAdmin                 AdminOption
-//
-// Each With* function returns a type that implements the option types of
-// the entry points it applies to, and only those: WithTTL's TermOption is
-// a LockerOption, a JobOption and an ElectorOption; WithTable's TableOption
-// a LockerOption, a MigrateOption, a SchemaOption and an AdminOption.
-//
-// A value an option refuses (a TTL below MinTTL, an empty holder), a nil
-// option, or a combination that cannot work (a heartbeat interval of TTL/2
-// or more) is an error, never ignored: New, Locker.Job, NewElector,
-// Migrate, Schema and NewAdmin return an *OptionError that wraps
-// ErrInvalidOption, names the option and says how to fix it. NewLocker is
-// New's must-form: it panics with that same error, as regexp.MustCompile
-// does, for services whose options are constants.
-type LockerOption interface{ applyLocker(*config) }
+// An option given where it does not apply, a value it refuses, the zero
+// Option, or a combination that cannot work is an *OptionError wrapping
+// ErrInvalidOption that names the option and the fix; nothing is written.
+// NewLocker panics with it, the others return it.
+type Option struct {
+	name  string // the With function, e.g. "WithTTL"
+	takes entry  // the entry points that take it
+	why   string // why the others do not, and what to use instead
+	set   func(*config)
+}
 
-// Option is LockerOption, by the name it had when one option type served
-// every entry point. A []Option given to NewLocker compiles as before.
-//
-// Deprecated: use LockerOption, or the option type of the entry point.
-type Option = LockerOption
+// entry is a set of the entry points that take options.
+type entry uint8
 
-// JobOption sets the terms of one job's leases (Locker.Job): WithTTL,
-// WithMinHold, WithTimeout. Bad values are errors, as LockerOption says.
-type JobOption interface{ applyJob(*config) }
+const (
+	atLocker entry = 1 << iota
+	atJob
+	atElector
+	atMigrate
+	atSchema
+	atAdmin
+)
 
-// ElectorOption configures an Elector (NewElector): WithTTL and
-// WithTimeout set its leadership lease's terms, WithLeaderCallbacks its
-// callbacks. Bad values are errors, as LockerOption says.
-type ElectorOption interface{ applyElector(*config) }
+// String names the entry points of e, "NewLocker, Locker.Job and NewElector".
+func (e entry) String() string {
+	var names []string
+	for i, name := range []string{"NewLocker", "Locker.Job", "NewElector", "Migrate", "Schema", "NewAdmin"} {
+		if e&(1<<i) != 0 {
+			names = append(names, name)
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
 
-// MigrateOption configures Migrate: WithTable, WithRetention. Bad values
-// are errors, as LockerOption says.
-type MigrateOption interface{ applyMigrate(*config) }
-
-// SchemaOption configures Schema: WithTable. Bad values are errors, as
-// LockerOption says.
-type SchemaOption interface{ applySchema(*config) }
-
-// AdminOption configures an Admin (NewAdmin): WithTable,
-// WithoutFenceColumn. Bad values are errors, as LockerOption says.
-type AdminOption interface{ applyAdmin(*config) }
-
-// lockerOption is an option that only a Locker takes.
-type lockerOption func(*config)
-
-func (o lockerOption) applyLocker(c *config) { c.run(o) }
-
-// TermOption sets one of a lease's terms: how long it lives (WithTTL) or
-// how long its claim and release may take (WithTimeout). It applies to a
-// Locker (its own terms), to Locker.Job (a job's) and to NewElector (the
-// leadership lease's).
-type TermOption struct{ set func(*config) }
-
-func (o TermOption) applyLocker(c *config)  { c.run(o.set) }
-func (o TermOption) applyJob(c *config)     { c.run(o.set) }
-func (o TermOption) applyElector(c *config) { c.run(o.set) }
-
-// HoldOption sets the min hold of a lease (WithMinHold). It applies to a
-// Locker and to Locker.Job; an Elector has none: its Close hands
-// leadership over at once.
-type HoldOption struct{ set func(*config) }
-
-func (o HoldOption) applyLocker(c *config) { c.run(o.set) }
-func (o HoldOption) applyJob(c *config)    { c.run(o.set) }
-
-// TableOption names the lease table (WithTable). It applies to a Locker,
-// Migrate, Schema and NewAdmin.
-type TableOption struct{ set func(*config) }
-
-func (o TableOption) applyLocker(c *config)  { c.run(o.set) }
-func (o TableOption) applyMigrate(c *config) { c.run(o.set) }
-func (o TableOption) applySchema(c *config)  { c.run(o.set) }
-func (o TableOption) applyAdmin(c *config)   { c.run(o.set) }
-
-// FenceColumnOption describes a table without fence column
-// (WithoutFenceColumn). It applies to a Locker and to NewAdmin; Migrate and
-// Schema create the fenced table and do not take it.
-type FenceColumnOption struct{ set func(*config) }
-
-func (o FenceColumnOption) applyLocker(c *config) { c.run(o.set) }
-func (o FenceColumnOption) applyAdmin(c *config)  { c.run(o.set) }
-
-// migrateOption is an option that only Migrate takes.
-type migrateOption func(*config)
-
-func (o migrateOption) applyMigrate(c *config) { c.run(o) }
-
-// electorOption is an option that only an Elector takes.
-type electorOption func(*config)
-
-func (o electorOption) applyElector(c *config) { c.run(o) }
+// Why the entry points that do not take an option do not.
+const (
+	lockerWide = "it is a setting of the whole Locker, shared by its jobs and Electors: give it to NewLocker"
+	leaseTerms = "it sets the terms of leases: give it to NewLocker, Locker.Job or NewElector"
+)
 
 type config struct {
 	name       string // WithHolder's value, or defaultHolder
@@ -189,25 +132,17 @@ type config struct {
 	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
 
-// RevokedHolder is the holder `pglease release` writes into the row of a
-// lease it revokes. No Locker may have it (WithHolder refuses it), so no
-// heartbeat, release or re-entrant claim matches the revoked row again, and
-// the key stays held until the expiry its last holder had. It fits any
-// holder column a Locker can use: with WithoutFenceColumn the column must
-// take at least a one-character holder and two suffixes of '#' and 16
-// characters.
+// RevokedHolder is the holder Admin.Revoke (`pglease release`) writes in a
+// revoked lease's row. No Locker may have it, so that nothing of its former
+// holder matches the row again.
 const RevokedHolder = "pglease:revoked"
 
-// WithHolder names this replica in the holder column, for operators: the
-// Locker stores it followed by '#' and a random suffix of its own
-// (Locker.Holder), so that only the leases this Locker claimed are its own
-// to re-claim. Any value works, a service name shared by every replica
-// included: two Lockers with one name still exclude each other, and one
-// started again cannot re-claim its previous run's live leases (Close
-// releases them). The default is hostname-pid. RevokedHolder is refused,
-// and so is a value with '#' (which separates the suffix).
-func WithHolder(id string) LockerOption {
-	return lockerOption(func(c *config) {
+// WithHolder names this replica in the holder column; the Locker adds '#' and
+// a random suffix of its own (Locker.Holder), so that only the leases it
+// claimed are its own to claim again. The default is hostname-pid. A value
+// with '#', and RevokedHolder, are refused.
+func WithHolder(id string) Option {
+	return Option{"WithHolder", atLocker, lockerWide, func(c *config) {
 		switch {
 		case id == "":
 			c.invalid("WithHolder", "WithHolder: holder is empty")
@@ -218,49 +153,43 @@ func WithHolder(id string) LockerOption {
 		default:
 			c.name = id
 		}
-	})
+	}}
 }
 
 // WithTTL sets how long a lease lives on the server without a heartbeat,
 // which is also how long other replicas wait after a holder crashes. The
 // default is DefaultTTL (60s); a job's and an Elector's default is their
 // Locker's.
-func WithTTL(d time.Duration) TermOption {
-	return TermOption{durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
+func WithTTL(d time.Duration) Option {
+	return Option{"WithTTL", atLocker | atJob | atElector, leaseTerms, durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
 		func(c *config) { c.ttl = d })}
 }
 
 // WithHeartbeatInterval sets how often the Locker extends its leases. It
 // must be less than TTL/2, so that one failed heartbeat is retried before the
 // lease lapses. The default is TTL/3.
-func WithHeartbeatInterval(d time.Duration) LockerOption {
-	return lockerOption(durationOption("WithHeartbeatInterval", d, time.Nanosecond, "interval must be positive",
-		func(c *config) { c.heartbeat = d }))
+func WithHeartbeatInterval(d time.Duration) Option {
+	return Option{"WithHeartbeatInterval", atLocker, lockerWide, durationOption("WithHeartbeatInterval", d, time.Nanosecond, "interval must be positive",
+		func(c *config) { c.heartbeat = d })}
 }
 
-// WithMinHold keeps a released lease until acquired_at + d, so that a
-// replica whose scheduler fires a little later cannot run the same tick
-// again. The holder itself can still re-claim it. It must be <= TTL. The
-// default is 0: Unlock expires the lease at once.
-//
-// It merges the claims of one tick only when the replicas' ticks are
-// aligned (StartOnGrid, or a gocron.CronJob in one location): each tick then
-// runs exactly once when D < d, d + D <= period and run + D <= period, with
-// D the spread of the claims around their tick (clock disagreement plus
-// claim latency) and run the job's time from claim to release. About half
-// the period is a good choice.
-func WithMinHold(d time.Duration) HoldOption {
-	return HoldOption{durationOption("WithMinHold", d, 0, "min hold must not be negative",
+// WithMinHold keeps a released lease until acquired_at + d, so that a replica
+// whose scheduler fires a little later cannot run the same tick again (the
+// holder itself can claim it again). It must be <= TTL; with StartOnGrid,
+// about half the period is a good choice. The default is 0: Unlock expires the
+// lease at once.
+func WithMinHold(d time.Duration) Option {
+	return Option{"WithMinHold", atLocker | atJob, "an Elector has no min hold, so that its Close hands leadership over at once; " +
+		"Migrate, Schema and NewAdmin claim nothing", durationOption("WithMinHold", d, 0, "min hold must not be negative",
 		func(c *config) { c.minHold, c.minHoldSet = d, true })}
 }
 
-// WithTable sets the lease table, "name" or "schema.name". The fence
-// sequence is "<name>_fence_seq" in the same schema. The default is
-// DefaultTable ("lease"). A bare name that pglease's statements give one of
-// their own parts (h, mine, extended, r, released, server) would be hidden
-// by it, and is refused: give such a table with its schema.
-func WithTable(name string) TableOption {
-	return TableOption{func(c *config) {
+// WithTable sets the lease table, "name" or "schema.name"; the fence sequence
+// is "<name>_fence_seq" beside it. The default is DefaultTable ("lease"). A
+// bare name that the statements use as an alias (h, mine, extended, r,
+// released, server) is refused: give it with its schema.
+func WithTable(name string) Option {
+	return Option{"WithTable", atLocker | atMigrate | atSchema | atAdmin, "a job's and an Elector's leases are in their Locker's table: give it to NewLocker", func(c *config) {
 		if _, err := parseTable(name); err != nil {
 			c.invalid("WithTable", "WithTable: %v", err)
 			return
@@ -269,87 +198,68 @@ func WithTable(name string) TableOption {
 	}}
 }
 
-// WithRetention sets how long Migrate keeps expired rows before purging
-// them. It must be at least MinRetention (1h): a shorter horizon would let a
-// claim that stalled between drawing its fence and inserting its row issue a
-// fence smaller than one already handed out. The default is Retention (24h).
-func WithRetention(d time.Duration) MigrateOption {
-	return migrateOption(durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
+// WithRetention sets how long Migrate keeps expired rows before purging them.
+// It must be at least MinRetention (1h). The default is Retention (24h).
+func WithRetention(d time.Duration) Option {
+	return Option{"WithRetention", atMigrate, "it is the purge horizon of Migrate, which alone deletes rows: give it to Migrate", durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
 		"a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between "+
 		"issue a fence smaller than one already handed out", MinRetention),
-		func(c *config) { c.retention = d }))
+		func(c *config) { c.retention = d })}
 }
 
-// WithTimeout bounds each claim made by Lock and each release made by
-// Unlock or Close. gocron passes contexts without deadline, and cancels them
-// before Unlock during shutdown, so pglease applies its own bound. The
-// default is DefaultTimeout (5s); a job's and an Elector's default is their
-// Locker's.
-func WithTimeout(d time.Duration) TermOption {
-	return TermOption{durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
+// WithTimeout bounds each claim made by Lock and each release made by Unlock
+// or Close, whose gocron contexts have no deadline. The default is
+// DefaultTimeout (5s); a job's and an Elector's is their Locker's.
+func WithTimeout(d time.Duration) Option {
+	return Option{"WithTimeout", atLocker | atJob | atElector, leaseTerms, durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
 		func(c *config) { c.timeout = d })}
 }
 
-// WithoutFenceColumn makes the Locker work on an existing lease table that it
-// cannot alter: columns key (unique), holder (text) and expires_at
-// (timestamptz), optionally acquired_at (timestamptz), and no fence. Each
-// claim then writes a holder identifier forged for that one lease
-// (Locker.Holder, '#', a random suffix), and "is this still my lease?"
-// becomes equality on it. There is no order between the leases of a key:
-// Fence returns 0, so downstream fencing needs the fence column. A Locker
-// may still re-claim its own live lease (a holder of exactly that shape: its
-// holder, '#', 16 lowercase hex digits), and a previous lease's late
-// heartbeat or release touches nothing. WithHolder never contains '#', so
-// that no other Locker's identifiers can have that shape. Migrate and Schema
-// do not take it (they create the fenced table); the table is checked at the
-// first claim. An Admin reads whichever columns the table has, so there it is
-// welcome but not needed.
-func WithoutFenceColumn() FenceColumnOption {
-	return FenceColumnOption{func(c *config) { c.noFence = true }}
+// WithoutFenceColumn makes the Locker work on an existing table it cannot
+// alter: columns key (unique), holder (text), expires_at (timestamptz),
+// optionally acquired_at, and no fence. Each claim then writes a holder made
+// for that one lease, and Fence returns 0: downstream fencing needs the fence
+// column. See docs/GUIDE.md, "WithoutFenceColumn".
+func WithoutFenceColumn() Option {
+	return Option{"WithoutFenceColumn", atLocker | atAdmin, "Migrate and Schema create the fenced table; " +
+		"a job and an Elector use their Locker's table: give it to NewLocker and NewAdmin", func(c *config) { c.noFence = true }}
 }
 
-// WithKeptConnection makes a Locker on a *pgxpool.Pool (of two connections or
-// more) keep one connection of it from its first claim until Close, and run
-// its heartbeat and releases on it. Jobs that share the pool and hold every
-// connection for longer than the time a lease is trusted then cannot starve
-// the heartbeat and make every lease lost while the database is fine; a
-// release that finds it busy waits for it or for a pool connection without
-// holding up the heartbeat. Without it, such a loss says how long the
-// heartbeat waited for a pool connection.
-// Count the kept connection when sizing the pool, and close the Locker before
-// the pool: pgxpool's Close waits until the kept connection is given back. A
-// separate small pool for the Locker avoids both. New refuses it for any
-// other DB, and for a pool of one connection.
-func WithKeptConnection() LockerOption {
-	return lockerOption(func(c *config) { c.keepConn = true })
+// WithKeptConnection makes a Locker on a *pgxpool.Pool of two connections or
+// more keep one of them, from its first claim until Close, for its heartbeat
+// and releases, so that jobs holding every connection of the pool cannot
+// starve the heartbeat. Count it when sizing the pool, and close the Locker
+// before the pool. NewLocker refuses it for any other DB.
+func WithKeptConnection() Option {
+	return Option{"WithKeptConnection", atLocker, lockerWide, func(c *config) { c.keepConn = true }}
 }
 
 // WithLogger sets where the Locker reports. Contention and routine events
 // are logged at debug level; failed claims, lost leases and failed releases
 // at error level. The default is slog.Default(). To silence it, pass
 // slog.New(slog.DiscardHandler).
-func WithLogger(logger *slog.Logger) LockerOption {
-	return lockerOption(func(c *config) {
+func WithLogger(logger *slog.Logger) Option {
+	return Option{"WithLogger", atLocker, lockerWide, func(c *config) {
 		if logger == nil {
 			c.invalid("WithLogger", "WithLogger: logger is nil")
 			return
 		}
 		c.logger = logger
-	})
+	}}
 }
 
 // WithHook registers a function called with every Event the Locker
 // observes, its Electors' included. Hooks run synchronously on the
 // Locker's goroutines, in the order registered: they must return quickly
 // and must not call the Locker. It may be given several times.
-func WithHook(hook func(Event)) LockerOption {
-	return lockerOption(func(c *config) {
+func WithHook(hook func(Event)) Option {
+	return Option{"WithHook", atLocker, lockerWide, func(c *config) {
 		if hook == nil {
 			c.invalid("WithHook", "WithHook: hook is nil")
 			return
 		}
 		c.hooks = append(c.hooks, hook)
-	})
+	}}
 }
 
 // durationOption is the option name with duration d: it applies set when
@@ -370,24 +280,18 @@ func (c *config) invalid(option, format string, args ...any) {
 	c.errs = append(c.errs, &OptionError{Option: option, msg: fmt.Sprintf(format, args...)})
 }
 
-// run applies the setting of one option, recording a nil one (the zero
-// value of an option type) as an error.
-func (c *config) run(set func(*config)) {
-	if set == nil {
-		c.invalid("Option", "nil Option")
-		return
-	}
-	set(c)
-}
-
-// apply applies opts to c with each, recording a nil option as an error.
-func apply[O any](c *config, opts []O, each func(O, *config)) {
-	for _, opt := range opts {
-		if any(opt) == nil {
-			c.invalid("Option", "nil Option")
-			continue
+// apply applies the options opts given to the entry point at, and records
+// each one that at does not take, and the zero Option, as an error.
+func (c *config) apply(at entry, opts []Option) {
+	for _, o := range opts {
+		switch {
+		case o.set == nil:
+			c.invalid("Option", "the zero Option: make options with the With functions")
+		case o.takes&at == 0:
+			c.invalid(o.name, "%s does not apply to %s: %s (it applies to %s)", o.name, at, o.why, o.takes)
+		default:
+			o.set(c)
 		}
-		each(opt, c)
 	}
 }
 
@@ -403,9 +307,9 @@ func defaults() config {
 
 // newConfig applies a Locker's opts over the defaults and checks the
 // combination.
-func newConfig(opts []LockerOption) (config, error) {
+func newConfig(opts []Option) (config, error) {
 	c := defaults()
-	apply(&c, opts, LockerOption.applyLocker)
+	c.apply(atLocker, opts)
 	if c.heartbeat == 0 {
 		c.heartbeat = c.ttl / 3
 	}
@@ -447,7 +351,7 @@ func defaultHolder() string {
 const suffixLen = 16
 
 // randomSuffix returns suffixLen random lowercase hex digits: what makes a
-// Locker's holder its own, and, WithoutFenceColumn, each mandate's.
+// Locker's holder its own, and, WithoutFenceColumn, each lease's.
 func randomSuffix() string {
 	var b [suffixLen / 2]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24

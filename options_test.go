@@ -3,7 +3,9 @@ package pglease_test
 import (
 	"context"
 	"log/slog"
-	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,51 +17,95 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestOptions: each option is of the option types of exactly the entry
-// points it applies to, so that one given elsewhere does not compile; a
-// value it refuses is an *OptionError from every constructor.
+// TestOptions: one Option type serves every entry point; each entry point
+// takes the options the Option doc lists for it and refuses every other one
+// with an *OptionError that names the option, the entry point and where the
+// option goes instead, before it sends anything; a value an option refuses
+// is an *OptionError from every constructor.
 func TestOptions(t *testing.T) {
 	t.Parallel()
 
-	// What the compiler refuses, read from the types: an option given to
-	// an entry point whose option type it does not implement does not
-	// compile. Each row lists the entry points an option applies to.
-	t.Run("ApplyExactlyWhereTheirTypesSay", func(t *testing.T) {
+	t.Run("EachEntryPointRefusesWhatItDoesNotTakeNamingTheFix", func(t *testing.T) {
 		t.Parallel()
-		entry := map[string]reflect.Type{
-			"New":        reflect.TypeFor[pglease.LockerOption](),
-			"Job":        reflect.TypeFor[pglease.JobOption](),
-			"NewElector": reflect.TypeFor[pglease.ElectorOption](),
-			"Migrate":    reflect.TypeFor[pglease.MigrateOption](),
-			"Schema":     reflect.TypeFor[pglease.SchemaOption](),
-			"NewAdmin":   reflect.TypeFor[pglease.AdminOption](),
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "options", pglease.WithTTL(time.Minute))
+		fresh := pgtest.TableName() // Migrate must not create it when it refuses an option
+		entries := []struct {
+			name string
+			call func(o pglease.Option) error
+		}{
+			{"NewLocker", func(o pglease.Option) error { // New: NewLocker's error, not its panic
+				nl, err := pglease.New(pool, pglease.WithTable(table), pglease.WithLogger(pgtest.Quiet), o)
+				if err == nil {
+					require.NoError(t, nl.Close(ctx))
+				}
+				return err
+			}},
+			{"Locker.Job", func(o pglease.Option) error { _, err := l.Job(o); return err }},
+			{"NewElector", func(o pglease.Option) error {
+				e, err := pglease.NewElector(l, "leader-"+pgtest.TableName(), o)
+				if err == nil {
+					require.NoError(t, e.Close(ctx))
+				}
+				return err
+			}},
+			{"Migrate", func(o pglease.Option) error {
+				err := pglease.Migrate(ctx, pool, pglease.WithTable(fresh), o)
+				if err == nil { // it took o: leave fresh to the options it refuses
+					_, err = pool.Exec(ctx, "DROP TABLE IF EXISTS "+fresh+"; DROP SEQUENCE IF EXISTS "+fresh+"_fence_seq")
+				}
+				return err
+			}},
+			{"Schema", func(o pglease.Option) error { _, err := pglease.Schema(o); return err }},
+			{"NewAdmin", func(o pglease.Option) error { _, err := pglease.NewAdmin(pool, o); return err }},
 		}
+		// Each row lists the entry points an option applies to, as the
+		// Option doc's table does.
 		for _, c := range []struct {
 			option  string
-			value   any
+			value   pglease.Option
 			applies []string
 		}{
-			{"WithHolder", pglease.WithHolder("h"), []string{"New"}},
-			{"WithTTL", pglease.WithTTL(time.Minute), []string{"New", "Job", "NewElector"}},
-			{"WithTimeout", pglease.WithTimeout(time.Second), []string{"New", "Job", "NewElector"}},
-			{"WithMinHold", pglease.WithMinHold(time.Second), []string{"New", "Job"}},
-			{"WithHeartbeatInterval", pglease.WithHeartbeatInterval(time.Second), []string{"New"}},
-			{"WithTable", pglease.WithTable("t"), []string{"New", "Migrate", "Schema", "NewAdmin"}},
+			{"WithHolder", pglease.WithHolder("h"), []string{"NewLocker"}},
+			{"WithTTL", pglease.WithTTL(time.Minute), []string{"NewLocker", "Locker.Job", "NewElector"}},
+			{"WithTimeout", pglease.WithTimeout(time.Second), []string{"NewLocker", "Locker.Job", "NewElector"}},
+			{"WithMinHold", pglease.WithMinHold(time.Second), []string{"NewLocker", "Locker.Job"}},
+			{"WithHeartbeatInterval", pglease.WithHeartbeatInterval(time.Second), []string{"NewLocker"}},
+			{"WithTable", pglease.WithTable(table), []string{"NewLocker", "Migrate", "Schema", "NewAdmin"}},
 			{"WithRetention", pglease.WithRetention(time.Hour), []string{"Migrate"}},
-			{"WithoutFenceColumn", pglease.WithoutFenceColumn(), []string{"New", "NewAdmin"}},
-			{"WithKeptConnection", pglease.WithKeptConnection(), []string{"New"}},
-			{"WithLogger", pglease.WithLogger(slog.Default()), []string{"New"}},
-			{"WithHook", pglease.WithHook(func(pglease.Event) {}), []string{"New"}},
+			{"WithoutFenceColumn", pglease.WithoutFenceColumn(), []string{"NewLocker", "NewAdmin"}},
+			{"WithKeptConnection", pglease.WithKeptConnection(), []string{"NewLocker"}},
+			{"WithListenDSN", pglease.WithListenDSN(pgtest.Server.DSN()), []string{"NewLocker"}},
+			{"WithLogger", pglease.WithLogger(slog.Default()), []string{"NewLocker"}},
+			{"WithHook", pglease.WithHook(func(pglease.Event) {}), []string{"NewLocker"}},
 			{"WithLeaderCallbacks", pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{}), []string{"NewElector"}},
 		} {
-			for name, typ := range entry {
-				want := false
-				for _, a := range c.applies {
-					want = want || a == name
+			for _, e := range entries {
+				err := e.call(c.value)
+				if slices.Contains(c.applies, e.name) {
+					assert.NoError(t, err, "%s takes %s", e.name, c.option)
+					continue
 				}
-				assert.Equal(t, want, reflect.TypeOf(c.value).Implements(typ), "%s given to %s", c.option, name)
+				require.ErrorIs(t, err, pglease.ErrInvalidOption, "%s refuses %s", e.name, c.option)
+				var oe *pglease.OptionError
+				require.ErrorAs(t, err, &oe)
+				assert.Equal(t, c.option, oe.Option, "the error names the option: %v", err)
+				// "pglease: WithMinHold does not apply to NewElector: <why, and
+				// what to use instead> (it applies to NewLocker and Locker.Job)"
+				assert.Regexp(t, `^pglease: `+c.option+` does not apply to `+regexp.QuoteMeta(e.name)+`: .{20,} \(it applies to [^)]+\)$`, err.Error())
+				_, where, _ := strings.Cut(err.Error(), "(it applies to ")
+				for _, other := range entries {
+					if slices.Contains(c.applies, other.name) {
+						assert.Contains(t, where, other.name, "%v names where %s goes", err, c.option)
+					} else {
+						assert.NotContains(t, where, other.name, "%v", err)
+					}
+				}
 			}
 		}
+		var created *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1)::text", fresh).Scan(&created))
+		assert.Nil(t, created, "Migrate created nothing while it refused an option")
 	})
 
 	// New returns the error NewLocker panics with: the same *OptionError,

@@ -222,9 +222,9 @@ const bouncedTTL = 30 * time.Second
 
 // bouncedElector is an Elector on the default leader key of table, its
 // Locker on db, both closed at cleanup.
-func bouncedElector(t *testing.T, db pglease.DB, table, holder string, opts ...pglease.LockerOption) (*pglease.Elector, *pglease.Locker) {
+func bouncedElector(t *testing.T, db pglease.DB, table, holder string, opts ...pglease.Option) (*pglease.Elector, *pglease.Locker) {
 	t.Helper()
-	l := pgtest.Locker(t, db, table, holder, append([]pglease.LockerOption{pglease.WithTTL(bouncedTTL)}, opts...)...)
+	l := pgtest.Locker(t, db, table, holder, append([]pglease.Option{pglease.WithTTL(bouncedTTL)}, opts...)...)
 	e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close(context.Background()) })

@@ -82,7 +82,7 @@ func TestPrivilege(t *testing.T) {
 				defer conn.Close(context.Background())
 				// As a migration tool would: the file as is, in the schema the
 				// connection's search_path points at.
-				for _, stmt := range []string{"CREATE SCHEMA " + schema, "SET search_path = " + schema, pglease.SchemaSQL()} {
+				for _, stmt := range []string{"CREATE SCHEMA " + schema, "SET search_path = " + schema, schemaFile(t)} {
 					_, err := conn.Exec(ctx, stmt)
 					require.NoError(t, err, stmt)
 				}

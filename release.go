@@ -112,7 +112,7 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]b
 			if had != nil {
 				had.Release()
 			}
-			return nil, fmt.Errorf("waiting for the heartbeat round in flight: %w", err)
+			return nil, fmt.Errorf("waiting for the heartbeat in flight: %w", err)
 		}
 		db, done, back := l.conns.ReleaseNow(ctx, had)
 		if db != nil {

@@ -253,7 +253,7 @@ func testReleaseBurstsOnABusyNotificationQueue(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		table   string
-		opts    []pglease.LockerOption
+		opts    []pglease.Option
 		alone   bool
 		workers int
 		claims  bool // claims only, no Unlock: the control of the claims' own cost
@@ -265,14 +265,14 @@ func testReleaseBurstsOnABusyNotificationQueue(t *testing.T) {
 		// More in flight than maxAloneInFlight: the rest go out coalesced,
 		// as one Release.
 		{"FencedEightUnlocksInFlight", fencedTable, nil, true, 8, false},
-		{"UnfencedEightUnlocksInFlight", unfenced, []pglease.LockerOption{pglease.WithoutFenceColumn()}, true, 8, false},
-		{"UnfencedFourUnlocksInFlight", unfenced, []pglease.LockerOption{pglease.WithoutFenceColumn()}, true, 4, false},
+		{"UnfencedEightUnlocksInFlight", unfenced, []pglease.Option{pglease.WithoutFenceColumn()}, true, 8, false},
+		{"UnfencedFourUnlocksInFlight", unfenced, []pglease.Option{pglease.WithoutFenceColumn()}, true, 4, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := pgtest.Ctx(t) // each case its own 30s: the cases run in turn
 			const interval = 100 * time.Millisecond
 			rounds := &roundCounter{}
-			opts := append([]pglease.LockerOption{pglease.WithTTL(5 * time.Second),
+			opts := append([]pglease.Option{pglease.WithTTL(5 * time.Second),
 				pglease.WithHeartbeatInterval(interval), pglease.WithHook(rounds.hook)}, c.opts...)
 			l := pgtest.Locker(t, pool, c.table, "gate-"+c.name, opts...)
 			if c.alone {
@@ -397,20 +397,20 @@ func testReleaseOnAHeavyNotificationQueue(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		table   string
-		opts    []pglease.LockerOption
+		opts    []pglease.Option
 		workers int
 		unlock  bool
 	}{
 		{"ClaimsOnly", fencedTable, nil, 8, false},
 		{"FourUnlocksInFlight", fencedTable, nil, 4, true},
 		{"EightUnlocksInFlight", fencedTable, nil, 8, true},
-		{"UnfencedFourUnlocksInFlight", unfenced, []pglease.LockerOption{pglease.WithoutFenceColumn()}, 4, true},
+		{"UnfencedFourUnlocksInFlight", unfenced, []pglease.Option{pglease.WithoutFenceColumn()}, 4, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := pgtest.Ctx(t) // each case its own 30s: the cases run in turn
 			const interval = 100 * time.Millisecond
 			rounds := &roundCounter{}
-			opts := append([]pglease.LockerOption{pglease.WithTTL(2 * time.Second),
+			opts := append([]pglease.Option{pglease.WithTTL(2 * time.Second),
 				pglease.WithHeartbeatInterval(interval), pglease.WithHook(rounds.hook)}, c.opts...)
 			l := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), c.table, "heavy-"+c.name, opts...)
 			pglease.SetCoalesceAll(l, false)

@@ -9,23 +9,9 @@ import (
 )
 
 // Skew is a reading of how far this replica's wall clock is from the
-// database's.
-//
-// Every successful claim returns the server's clock_timestamp() read while
-// the statement ran (acquired_at), and every heartbeat round returns that
-// clock too: a server time read somewhere between the moment the statement
-// was sent and the moment its reply came back. Against the local
-// wall clock at the send, and the round trip measured on the monotonic
-// clock, the server's clock is then ahead by
-//
-//	Offset = acquired_at - (sent + round trip/2),  within ± round trip/2,
-//
-// whatever the split of the round trip between the two directions. The
-// assumptions: the server read its clock inside the round trip (it does,
-// both are evaluated by the statement), and the local clock's rate
-// is right over one round trip. A claim that waited on a row lock has a
-// long round trip and so a wide Uncertainty; the reading keeps the
-// narrowest of the recent samples (see internal/skew).
+// database's, from the server time that claims and heartbeats return:
+// Offset = server time - (sent + round trip/2), within ± round trip/2. See
+// docs/GUIDE.md, "Skew".
 type Skew struct {
 	// Offset is the server's clock minus this replica's wall clock:
 	// positive when the server is ahead.
@@ -38,10 +24,6 @@ type Skew struct {
 	At time.Time
 }
 
-// Beyond is how far the offset is certainly beyond zero: |Offset| -
-// Uncertainty, or 0 when the reading cannot tell the clocks apart.
-func (s Skew) Beyond() time.Duration { return skew.Sample(s).Beyond() }
-
 // skewWarnWithoutMinHold is the skew a Locker without min hold warns
 // beyond. Nothing in the protocol depends on the wall clock (the database
 // owns lease time, trust runs on the local clocks against themselves), but
@@ -52,8 +34,6 @@ const skewWarnWithoutMinHold = time.Second
 
 // ClockSkew returns the Locker's latest reading of its wall clock's skew
 // against the database's, and false before its first successful claim.
-// Readings come from claims and heartbeat rounds, so a Locker that holds
-// leases keeps it fresh; its At says how old it is.
 func (l *Locker) ClockSkew() (Skew, bool) {
 	s, ok := l.skew.Get()
 	return Skew(s), ok

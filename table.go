@@ -181,11 +181,12 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		increment, maxValue, cache             int64
 		keyColl, keyType                       string
 		tablePersistence, seqPersistence       string
+		partition, keyBase                     string
 		fenceIdentity                          string
 	)
 	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
 		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
-			&tablePersistence, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
+			&tablePersistence, &partition, &keyBase, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
 	if err != nil {
 		return fmt.Errorf("checking the table and its fence sequence: %w", err)
 	}
@@ -194,8 +195,14 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		seqPersistence = ""
 	}
 	var errs []error
-	if err := persistenceProblem(t, tablePersistence, seqPersistence); err != nil {
+	if err := persistenceProblem(t, tablePersistence, partition, seqPersistence); err != nil {
 		errs = append(errs, err)
+	}
+	if keyBase != "" && keyBase != "text" && keyBase != "character varying" {
+		errs = append(errs, fmt.Errorf("column key is of type %s, which does not compare keys byte for byte (citext folds case, "+
+			"character(n) ignores trailing spaces, name cuts at 63 bytes): two keys would share one lease row, and a lease "+
+			"claimed under one spelling would be lost at its first heartbeat (run ALTER TABLE %s ALTER COLUMN key TYPE text)",
+			keyBase, t.name.Sanitize()))
 	}
 	if keyColl != "" {
 		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
@@ -219,11 +226,16 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 	return fenceBehind(ctx, db, t)
 }
 
-// persistenceProblem refuses a lease table or fence sequence that a crash
-// would empty (relpersistence 'u' or 't'; "" when not read or absent).
-func persistenceProblem(t table, table, seq string) error {
+// persistenceProblem refuses a lease table (or partition of it, when
+// partition names one) or fence sequence that a crash would empty
+// (relpersistence 'u' or 't'; "" when not read or absent).
+func persistenceProblem(t table, table, partition, seq string) error {
+	tableName := t.name.Sanitize()
+	if partition != "" {
+		tableName = "partition " + partition + " of " + tableName
+	}
 	var problems []string
-	for _, r := range []struct{ name, persistence string }{{t.name.Sanitize(), table}, {t.seq.Sanitize(), seq}} {
+	for _, r := range []struct{ name, persistence string }{{tableName, table}, {t.seq.Sanitize(), seq}} {
 		switch r.persistence {
 		case "u":
 			problems = append(problems, r.name+" is UNLOGGED")
@@ -234,8 +246,12 @@ func persistenceProblem(t table, table, seq string) error {
 	if len(problems) == 0 {
 		return nil
 	}
+	alter := t.name.Sanitize()
+	if partition != "" {
+		alter = partition
+	}
 	return fmt.Errorf("%s: a crash would empty it, and live leases could be claimed again or fences issued twice (ALTER TABLE %s SET LOGGED; ALTER SEQUENCE %s SET LOGGED)",
-		strings.Join(problems, ", "), t.name.Sanitize(), t.seq.Sanitize())
+		strings.Join(problems, ", "), alter, t.seq.Sanitize())
 }
 
 // fenceDefaultProblem refuses a fence column whose default does not draw
@@ -250,7 +266,7 @@ func fenceDefaultProblem(t table, identity string, fromSeq bool) error {
 		what = "is an identity column, which draws from a sequence of its own, not " + t.seq.Sanitize()
 		drop = fmt.Sprintf("run ALTER TABLE %s ALTER COLUMN fence DROP IDENTITY, then ", t.name.Sanitize())
 	}
-	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next mandate could get a smaller fence "+
+	return fmt.Errorf("column fence %s: a new row's fence and a re-claim's would come from two sequences, and a key's next lease could get a smaller fence "+
 		"(%srun ALTER TABLE %s ALTER COLUMN fence SET DEFAULT nextval('%s'))", what, drop, t.name.Sanitize(), t.seq.Sanitize())
 }
 
@@ -267,7 +283,7 @@ func fenceBehind(ctx context.Context, db DB, t table) error {
 	}
 	if maxFence > last {
 		return fmt.Errorf("fence sequence %s is behind the table's fences (its next fence %d, the largest fence %d): "+
-			"a key's next mandate would get a smaller fence (run SELECT setval('%s', (SELECT max(fence) FROM %s)))",
+			"a key's next lease would get a smaller fence (run SELECT setval('%s', (SELECT max(fence) FROM %s)))",
 			t.seq.Sanitize(), last+1, maxFence, t.seq.Sanitize(), t.name.Sanitize())
 	}
 	return nil

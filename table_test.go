@@ -193,7 +193,7 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 				var (
 					table string
 					db    pglease.DB = pool
-					opts  []pglease.LockerOption
+					opts  []pglease.Option
 				)
 				if fenced {
 					table, _ = fromSchemaSQL(t, pool, "key         text", "key         text COLLATE "+coll)
@@ -224,6 +224,98 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 				require.NoError(t, lease.Unlock(ctx))
 			})
 		}
+	})
+
+	// Guarantee: keys are compared byte for byte. A key column whose type
+	// folds keys (citext ignores case, character(n) trailing spaces, name
+	// cuts at 63 bytes) makes two keys share one row, as a
+	// nondeterministic collation does: the Locker's first claim and
+	// Migrate refuse it, naming the type and the fix, and write nothing.
+	t.Run("RefusesAKeyTypeThatFoldsKeys", func(t *testing.T) {
+		t.Parallel()
+		for name, typ := range map[string]string{"citext": "citext", "char": "character(40)", "name": "name"} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := pgtest.Ctx(t)
+				pool := pgtest.Pool(t, nil)
+				if typ == "citext" {
+					_, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS citext")
+					require.NoError(t, err)
+				}
+				table, _ := fromSchemaSQL(t, pool, "key         text", "key         "+typ)
+				quoted := pgx.Identifier{table}.Sanitize()
+				l := pgtest.Locker(t, pool, table, "a")
+				_, err := l.Claim(ctx, "job")
+				require.ErrorContains(t, err, "column key is of type", "the first claim refuses it")
+				require.ErrorContains(t, err, "ALTER TABLE "+quoted+" ALTER COLUMN key TYPE text")
+				require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "column key is of type", "Migrate refuses it")
+				var n int
+				require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+quoted).Scan(&n))
+				assert.Zero(t, n, "a refused claim wrote")
+
+				_, err = pool.Exec(ctx, "ALTER TABLE "+quoted+" ALTER COLUMN key TYPE text")
+				require.NoError(t, err)
+				lease, err := pgtest.Locker(t, pool, table, "b").Claim(ctx, "job")
+				require.NoError(t, err, "a claim once the type is fixed")
+				require.NoError(t, lease.Unlock(ctx))
+			})
+		}
+	})
+
+	// Guarantee: what a crash would empty is refused wherever it is: a
+	// lease table partitioned by key whose partitions are UNLOGGED holds
+	// its rows in them, and the first claim and Migrate refuse it, naming
+	// the partition.
+	t.Run("RefusesAnUnloggedPartitionAtFirstUse", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.TableName()
+		tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
+		part := pgx.Identifier{table + "_p1"}.Sanitize()
+		_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE SEQUENCE %[2]s AS bigint;
+CREATE TABLE %[1]s (
+    key text PRIMARY KEY, holder text NOT NULL,
+    fence bigint NOT NULL DEFAULT nextval('%[2]s'),
+    acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at timestamptz NOT NULL, CHECK (expires_at > acquired_at)) PARTITION BY HASH (key);
+CREATE TABLE %[3]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE UNLOGGED TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`,
+			tbl, seq, pgx.Identifier{table + "_p0"}.Sanitize(), part))
+		require.NoError(t, err)
+		_, err = pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
+		// regclass's text: quoted only where it must be.
+		require.ErrorContains(t, err, "partition "+table+"_p1 of "+tbl+" is UNLOGGED", "the first claim refuses it")
+		require.ErrorContains(t, err, "ALTER TABLE "+table+"_p1 SET LOGGED")
+		require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "UNLOGGED", "Migrate refuses it")
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+tbl).Scan(&n))
+		assert.Zero(t, n, "a refused claim wrote")
+	})
+
+	// Guarantee: a sound table is never refused. A fence sequence set
+	// ahead of every fence with setval(seq, n, false), as after a restore,
+	// shows no last value in the catalogs until its next nextval: it is
+	// accepted, and the next fence is above every fence issued.
+	t.Run("AcceptsASequenceSetAheadOfItsFences", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table, seq := fromSchemaSQL(t, pool)
+		before := pgtest.Locker(t, pool, table, "before")
+		var last int64
+		for range 3 {
+			lease, err := before.Claim(ctx, "job")
+			require.NoError(t, err)
+			last = lease.Fence()
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		_, err := pool.Exec(ctx, "SELECT setval($1::regclass, $2, false)", seq, last+100)
+		require.NoError(t, err)
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "Migrate accepts it")
+		lease, err := pgtest.Locker(t, pool, table, "after").Claim(ctx, "job")
+		require.NoError(t, err, "a sequence whose next value (%d) is above every fence (%d) was refused", last+100, last)
+		assert.GreaterOrEqual(t, lease.Fence(), last+100)
 	})
 
 	// Guarantee: no fence is issued twice. A Locker's first claim checks a

@@ -2,27 +2,23 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 
 	"github.com/go-co-op/gocron/v2"
 )
 
-// Task names a gocron job once and hands its run the job's lease. It
-// returns the task and the gocron.WithName option of a job named name,
-// which is the key of the job's lease; give both to gocron's NewJob, on a
-// scheduler whose distributed locker is l or a JobLocker of l
-// (gocron.WithDistributedJobLocker):
+// Task returns a gocron task and the gocron.WithName option of a job named
+// name, the key of its lease, for a scheduler whose distributed locker is l or
+// a JobLocker of l:
 //
 //	task, named := locker.Task("nightly-report", report)
 //	_, err := s.NewJob(gocron.DailyJob(1, at), task, named)
 //
-// run is called with a context that ends when the lease does (lost, released,
-// or the Locker closed) or when gocron cancels the job's context, and with
-// the run's lease, whose Fence is the run's fencing token. A run whose lease
-// ended between gocron's Lock and the start of the task is skipped: its loss
-// was reported already. Task panics on an invalid name, as gocron.WithName
-// cannot report one.
+// run gets a context that ends with the lease or the job's context, and the
+// run's lease, whose Fence is the run's fencing token. A run whose lease ended
+// before the task started is skipped. Task panics on an invalid name.
 func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) (gocron.Task, gocron.JobOption) {
 	if err := checkKey(name); err != nil {
 		panic("pglease: Task: " + err.Error())
@@ -80,6 +76,12 @@ func (l *Locker) warnUnnamed(key string) {
 	}
 	l.mu.Unlock()
 	if first {
-		l.emit(Event{Kind: EventUnnamedJob, Key: key, Err: ErrUnnamedJob})
+		l.emit(Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
 	}
 }
+
+// errUnnamedJob is the Err of EventUnnamedJob: Lock's key looks like
+// gocron's default job name, the Go function's name.
+var errUnnamedJob = errors.New("pglease: the key looks like a Go function name, gocron's default name of a job given no gocron.WithName: " +
+	"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
+	"name the job (gocron.WithName, or Locker.Task)")

@@ -28,12 +28,12 @@ const (
 )
 
 // newSchedule is the pauses of one waiting claim (internal/poll): while
-// polling, 10ms doubling up to MaxPollInterval, lengthened by up to a
+// polling, 10ms doubling up to maxPollInterval, lengthened by up to a
 // quarter; while notified, maxNotifyBackoff less up to half; at most until
 // the holder's expiry.
 func newSchedule() *poll.Schedule {
 	return &poll.Schedule{
-		Min: minWaitBackoff, Max: MaxPollInterval, Notified: maxNotifyBackoff, Margin: expiryMargin,
+		Min: minWaitBackoff, Max: maxPollInterval, Notified: maxNotifyBackoff, Margin: expiryMargin,
 		Jitter: func(d time.Duration) time.Duration { return rand.N(d + 1) },
 	}
 }
@@ -211,44 +211,14 @@ func (l *Locker) ownLease(ctx context.Context, key string) error {
 	return nil
 }
 
-// ClaimWait claims key, and while another holder has it, waits and tries
-// again until it gets the lease, ctx ends, or the Locker is closed. It
-// returns the same *Lease as Claim. A waiting claim never takes over a live
-// lease of its own Locker (Claim would, as a re-entrant claim): waiters of
-// one Locker take the key one after the other, like a mutex.
-//
-// It wakes when the key is released (the release statement notifies the
-// table's channel, which the Locker LISTENs on from the first waiting claim
-// until Close, with one connection of its pool or the connection of
-// WithListenDSN), when the holder's lease expires on the server's clock (a
-// lapsed lease notifies nobody; once an attempt at an expiry has found the
-// lease extended by its heartbeat, no sooner than its backoff), and at a
-// backoff with jitter: 10ms doubling up to MaxPollInterval (1s) when
-// notifications do not arrive (WaitMode says why: a DB that is not a
-// *pgxpool.Pool, a pooler such as PgBouncer, a listening connection lost),
-// 2.5 to 5s when they do. When notifications stop, a waiter asleep on that
-// 2.5 to 5s pause polls from then on. Each attempt is one claim and, while
-// the key is held, one read of the holder's expiry. The waiters of one key
-// in one Locker send one claim at a time between them.
-//
-// When ctx ends, the error wraps ctx.Err(), and ErrHeld if the key was held
-// at the last attempt. Another failure than contention is returned at once,
-// but once an attempt has found the key held, a waiting claim outlasts a
-// restart of the server: the server's word that it is shutting down or
-// starting up (SQLSTATE 57P01 to 57P03), and a new connection that could
-// not be opened (the claim was not sent), are tried again as contention is.
-// A claim that succeeded as ctx ended is returned, never left behind; one
-// whose outcome is unknown (cancelled in flight, its reply lost) is given
-// back before ClaimWait returns, on exactly the fence it drew. What no
-// client can undo is a claim the server goes on with after its sender gave
-// up on it: one that reaches the server only then (held up on the network
-// past the connection's end), or one whose connection stopped answering
-// (no answer to its cancel requests within a second) and that commits once
-// the network heals: it commits a row that nobody holds, which lapses at
-// its expiry. The key
-// is then held by nobody for at most that claim's TTL; it cuts no lease
-// short (a claim never moves a row's expiry back) and its fence is never
-// handed out.
+// ClaimWait claims key, waiting while another holder has it, until it gets
+// the lease, ctx ends, or the Locker is closed; it returns the same *Lease as
+// Claim. The waiters of one Locker take the key one after another. It wakes
+// when the key is released (see WaitMode and WithListenDSN), at the holder's
+// expiry, and otherwise about once a second. When ctx ends, the error wraps
+// ctx.Err(), and ErrHeld if the key was held. Any other failure is returned at
+// once, except a server restart once the key was found held. See
+// docs/GUIDE.md, "Locker.ClaimWait".
 func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "ClaimWait")
 	if err := checkKey(key); err != nil {
@@ -340,7 +310,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		} else {
 			// Jitter spreads out the waiters of several Lockers. While
 			// notifications arrive, the pause is only a safety net; while
-			// polling, it is at least MaxPollInterval once grown.
+			// polling, it is at least maxPollInterval once grown.
 			holder, left, rerr := l.remaining(ctx, key)
 			known := poll.Unknown
 			switch {

@@ -61,7 +61,7 @@ func studyFollowers(ctx context.Context, dsn string, n int, window time.Duration
 	defer func() { _ = b.Close() }()
 	var out []followerPoint
 	for i, path := range []string{viaDirect, viaBouncerPolling, viaBouncerListen} {
-		var opts []pglease.LockerOption
+		var opts []pglease.Option
 		poolDSN, mode := b.DSN(), pgx.QueryExecModeExec
 		switch path {
 		case viaDirect:
@@ -85,7 +85,7 @@ func studyFollowers(ctx context.Context, dsn string, n int, window time.Duration
 	return out, nil
 }
 
-func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.QueryExecMode, n int, window time.Duration, opts []pglease.LockerOption) (followerPoint, error) {
+func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.QueryExecMode, n int, window time.Duration, opts []pglease.Option) (followerPoint, error) {
 	leaderPool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		return followerPoint{}, err
@@ -94,7 +94,7 @@ func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.
 	if err := pglease.Migrate(ctx, leaderPool, pglease.WithTable(table)); err != nil {
 		return followerPoint{}, err
 	}
-	base := []pglease.LockerOption{pglease.WithTable(table), pglease.WithLogger(quiet)}
+	base := []pglease.Option{pglease.WithTable(table), pglease.WithLogger(quiet)}
 	leader, err := newStudyElector(leaderPool, append(base, pglease.WithHolder("leader")))
 	if err != nil {
 		return followerPoint{}, err
@@ -143,7 +143,7 @@ func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.
 		return followerPoint{}, err
 	}
 	sent := cnt.n.Load() - start
-	m, _ := followers[0].WaitMode()
+	m, _ := followers[0].locker.WaitMode()
 
 	released := time.Now()
 	if err := leader.Close(ctx); err != nil {
@@ -176,12 +176,9 @@ type studyElector struct {
 	pool   *pgxpool.Pool // a follower's own pool; nil for the leader
 }
 
-func newStudyElector(db pglease.DB, opts []pglease.LockerOption) (*studyElector, error) {
-	l, err := pglease.New(db, opts...)
-	if err != nil {
-		return nil, err
-	}
-	e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
+func newStudyElector(db pglease.DB, opts []pglease.Option) (*studyElector, error) {
+	l := pglease.NewLocker(db, opts...)
+	e, err := pglease.NewElector(l, "gocron-leader")
 	if err != nil {
 		_ = l.Close(context.Background())
 		return nil, err

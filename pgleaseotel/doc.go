@@ -38,7 +38,7 @@
 //	pglease.claim_wait.duration        histogram       s           from a waiting claim's start to its lease or failure, by pglease.outcome: acquired | failed (and error.type)
 //	pglease.elector.elections          counter         {election}  times an Elector became the leader
 //	pglease.elector.handover.duration  histogram       s           from the end of an Elector's leadership to the next leader of its key this Telemetry saw
-//	pglease.clock.skew                 gauge           s           database clock minus this replica's wall clock, by the latest claim or heartbeat round
+//	pglease.clock.skew                 gauge           s           database clock minus this replica's wall clock, by the latest claim or heartbeat
 //	pglease.clock.skew.uncertainty     gauge           s           the bound on its error (half the round trip of its sample)
 //	pglease.job.runs                   counter         {run}       gocron job runs (JobMonitor), by pglease.job.status: success | fail | skip (Lock failed: the key was held) | ...
 //	pglease.job.duration               histogram       s           time each gocron job run took (JobMonitor)
@@ -64,7 +64,7 @@
 //
 //	name                kind      from
 //	pglease.claim       client    EventAcquired, EventContended, EventClaimFailed: one per claim statement
-//	pglease.heartbeat   client    EventExtended, EventHeartbeatFailed: one per heartbeat round
+//	pglease.heartbeat   client    EventExtended, EventHeartbeatFailed: one per heartbeat
 //	pglease.release     client    EventReleased, EventReleaseFailed: one per Unlock or Close of a lease
 //	pglease.lost        internal  EventLost: the moment the Locker stopped trusting the lease
 //	pglease.guard       client    Telemetry.Guard
@@ -79,7 +79,7 @@
 //	pglease.key         the lease key (the job name); none on heartbeat rounds
 //	pglease.fence       the lease's fencing token, when one was issued
 //	pglease.holder      the holder: the Locker's, or the lease row's
-//	pglease.leases      heartbeat rounds: the leases in the round
+//	pglease.leases      heartbeats: the leases in the statement
 //	pglease.outcome     as in the metrics
 //
 // The db.* attributes and error.type follow OpenTelemetry's semantic
@@ -93,7 +93,7 @@
 // event and ends with it; a loss carries none and lasts no time. A claim's
 // and a release's span is a child of the span in the caller's context
 // (Event.Context: the job run or request that claimed or unlocked); a
-// heartbeat round and a loss belong to the Locker, not to a caller, and
+// heartbeat and a loss belong to the Locker, not to a caller, and
 // their spans are roots. The spans of Guard, ClaimWait and Campaign take
 // the context they are given, and are children of its span.
 //

@@ -235,7 +235,7 @@ func TestMetrics(t *testing.T) {
 			l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(holder),
 				pglease.WithHook(tel.Hook), pglease.WithLogger(slog.New(slog.DiscardHandler)))
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
-			e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
+			e, err := pglease.NewElector(l, "gocron-leader")
 			require.NoError(t, err)
 			return e
 		}

@@ -147,7 +147,7 @@ func New(opts Opts) (*Telemetry, error) {
 	t.rounds = counter("pglease.heartbeat.rounds", "{round}",
 		"Heartbeat rounds, by pglease.outcome: extended, or failed (retried until each lease's trust deadline).")
 	t.roundTime = histogram("pglease.heartbeat.duration",
-		"Round trip of each heartbeat round, which extends all the leases of a Locker in one statement.", hb)
+		"Round trip of each heartbeat, which extends all the leases of a Locker in one statement.", hb)
 	t.lost = counter("pglease.leases.lost", "{lease}",
 		"Leases that ended without being released, by error.type: revoked by an operator, or lost (taken by a later lease, lapsed, past their trust deadline).")
 	t.releases = counter("pglease.releases", "{release}",
@@ -163,7 +163,7 @@ func New(opts Opts) (*Telemetry, error) {
 	t.handovers = histogram("pglease.elector.handover.duration",
 		"Time from the end of an Elector's leadership to the next leader of its key that this Telemetry saw.", wb)
 	t.skew = gauge("pglease.clock.skew",
-		"The database's clock minus this replica's wall clock, as read by the latest claim or heartbeat round (positive: the database is ahead).")
+		"The database's clock minus this replica's wall clock, as read by the latest claim or heartbeat (positive: the database is ahead).")
 	t.skewUncertainty = gauge("pglease.clock.skew.uncertainty",
 		"The bound on the error of pglease.clock.skew (half the round trip of its sample): the skew is certain beyond it.")
 	t.jobRuns = counter("pglease.job.runs", "{run}",

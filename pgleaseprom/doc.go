@@ -1,5 +1,5 @@
 // Package pgleaseprom exports what a pglease Locker does as Prometheus
-// metrics: claims by outcome, leases held, leases lost, heartbeat round
+// metrics: claims by outcome, leases held, leases lost, heartbeat
 // latency and failures, and releases by outcome.
 //
 // It plugs into the Locker's hook, so the core package keeps no metrics
@@ -27,8 +27,8 @@
 //	pglease_claims_total{outcome}            acquired | held (another holder's live lease) | error
 //	pglease_leases_held                      leases held now
 //	pglease_leases_lost_total                leases that ended without being released
-//	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat round
-//	pglease_heartbeat_failures_total         failed heartbeat rounds (retried while the lease is trusted)
+//	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat
+//	pglease_heartbeat_failures_total         failed heartbeats (retried while the lease is trusted)
 //	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | error
 //	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim or heartbeat
 //	pglease_clock_skew_uncertainty_seconds   the bound on its error (half the round trip of its sample)
@@ -45,7 +45,7 @@
 // By default no metric carries the lease key: keys are job names, and a
 // label per key multiplies every series by the number of jobs. Opts.PerKey
 // adds a "key" label to the claim, held, lost and release metrics (not to
-// the heartbeat ones, which cover all the leases of a Locker in one round).
+// the heartbeat ones, which cover all the leases of a Locker in one statement).
 // Use it only with a small, fixed set of job names.
 //
 // # Module

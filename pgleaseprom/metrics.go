@@ -14,7 +14,7 @@ const DefaultNamespace = "pglease"
 
 // DefaultHeartbeatBuckets are the upper bounds, in seconds, of the heartbeat
 // latency histogram when Opts.HeartbeatBuckets is empty: 1 ms doubling up
-// to about 8 s. A heartbeat round is one UPDATE, so most rounds fall in the
+// to about 8 s. A heartbeat is one UPDATE, so most heartbeats fall in the
 // first few buckets; the long tail shows a database that is struggling.
 var DefaultHeartbeatBuckets = prometheus.ExponentialBuckets(0.001, 2, 14)
 
@@ -102,7 +102,7 @@ func New(opts Opts) *Metrics {
 			"Leases held now: acquired and not yet released or lost.")), keyLabel),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: opts.Subsystem, Name: "heartbeat_duration_seconds", ConstLabels: opts.ConstLabels,
-			Help:    "Round trip of each successful heartbeat round, which extends all the leases of a Locker in one statement.",
+			Help:    "Round trip of each successful heartbeat, which extends all the leases of a Locker in one statement.",
 			Buckets: buckets,
 		}),
 		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts(named("heartbeat_failures_total",

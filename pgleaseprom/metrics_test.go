@@ -229,7 +229,7 @@ func TestElectionsAreCountedWhenAnElectorBecomesTheLeader(t *testing.T) {
 	elector := func(holder string) *pglease.Elector {
 		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithHook(m.Hook), quiet)
 		t.Cleanup(func() { _ = l.Close(context.Background()) })
-		e, err := pglease.NewElector(l, pglease.DefaultLeaderKey)
+		e, err := pglease.NewElector(l, "gocron-leader")
 		require.NoError(t, err)
 		return e
 	}

@@ -7,7 +7,7 @@
 // took the key over.
 //
 // The summary proves, from the ledger alone, that no key's ledger holds a
-// write of a mandate committed after a later mandate's first write, and that
+// write of a lease committed after a later lease's first write, and that
 // the paused replicas' late commits were refused.
 //
 //	go run ./examples/ledger [-for 15s] [-replicas 3] [-keys 4] [-ttl 1s] [-seed N] [-dsn URL]
@@ -245,7 +245,7 @@ func summarize(ctx context.Context, db *pgxpool.Pool, out io.Writer, attempts []
 	}
 	written := map[string]bool{}
 	top := map[string]int64{}
-	mandates := map[string]map[int64]bool{}
+	leases := map[string]map[int64]bool{}
 	var violations []string
 	for _, e := range entries {
 		written[e.token] = true
@@ -253,10 +253,10 @@ func summarize(ctx context.Context, db *pgxpool.Pool, out io.Writer, attempts []
 			violations = append(violations, fmt.Sprintf("%s: fence %d (%s) committed after fence %d's first write", e.key, e.fence, e.holder, top[e.key]))
 		}
 		top[e.key] = max(top[e.key], e.fence)
-		if mandates[e.key] == nil {
-			mandates[e.key] = map[int64]bool{}
+		if leases[e.key] == nil {
+			leases[e.key] = map[int64]bool{}
 		}
-		mandates[e.key][e.fence] = true
+		leases[e.key][e.fence] = true
 	}
 	var committed, refused, refusedPaused, failed int
 	for _, a := range attempts {
@@ -279,10 +279,10 @@ func summarize(ctx context.Context, db *pgxpool.Pool, out io.Writer, attempts []
 		}
 	}
 	n := 0
-	for _, m := range mandates {
+	for _, m := range leases {
 		n += len(m)
 	}
-	fmt.Fprintf(out, "ledger: %d rows from %d mandates on %d keys; %d pauses past the TTL\n", len(entries), n, len(mandates), pauses)
+	fmt.Fprintf(out, "ledger: %d rows from %d leases on %d keys; %d pauses past the TTL\n", len(entries), n, len(leases), pauses)
 	fmt.Fprintf(out, "guarded transactions: %d committed, %d refused with ErrLost (%d of them late commits of a paused replica, refused by the server), %d failed otherwise\n",
 		committed, refused, refusedPaused, failed)
 	if len(violations) > 0 {

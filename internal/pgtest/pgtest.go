@@ -270,9 +270,9 @@ func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *State
 // Locker returns a quiet Locker on table, closed at cleanup, with what
 // Main's options ask of every Locker (EveryLocker) applied; under -sqldb a
 // pool of the tests' is taken through database/sql (Under).
-func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.LockerOption) *pglease.Locker {
+func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	tb.Helper()
-	all := append([]pglease.LockerOption{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
+	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
 	l := Each(pglease.NewLocker(Under(db), all...))
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l

@@ -67,7 +67,15 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 //   - tablepersistence, seqpersistence: an UNLOGGED ('u') or TEMPORARY
 //     ('t') table or sequence is emptied by a crash (CREATE UNLOGGED ...
 //     from schema.sql, ALTER ... SET UNLOGGED): every live lease could be
-//     claimed again, or every fence issued again.
+//     claimed again, or every fence issued again. The table's is the
+//     worst of the table and of every partition of it (a partitioned
+//     table holds no rows: its partitions do), partitionrel names the
+//     partition when it is one (pg_partition_tree is empty for a table
+//     that is not partitioned).
+//   - keybase: the key column's type, a domain's base type: only text and
+//     varchar compare keys bytewise. citext folds case, char(n) ignores
+//     trailing spaces, name truncates at 63 bytes: two keys would share
+//     one row, as with a nondeterministic collation.
 //   - fenceidentity, fencefromseq: a new row's fence comes from the fence
 //     column's default, a re-claim's from nextval of the sequence; a
 //     default that does not draw from it (an identity column, as ORMs
@@ -82,7 +90,15 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), coalesce(s.seqmax, 0),
        coalesce(s.seqcache, 0), coalesce(s.seqcycle, false),
        coalesce(k.coll, ''), coalesce(k.typ, ''),
-       coalesce((SELECT c.relpersistence::text FROM pg_class c WHERE c.oid = to_regclass($1)), ''),
+       coalesce((SELECT c.relpersistence::text FROM pg_class c
+                  WHERE c.oid = to_regclass($1) OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))
+                  ORDER BY c.relpersistence = 'p', c.oid <> to_regclass($1) LIMIT 1), ''),
+       coalesce((SELECT c.oid::regclass::text FROM pg_class c
+                  WHERE c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))
+                    AND c.oid <> to_regclass($1) AND c.relpersistence <> 'p'
+                  LIMIT 1), ''),
+       coalesce((SELECT coalesce(nullif(ty.typbasetype, 0), ty.oid)::regtype::text FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+                  WHERE a.attrelid = to_regclass($1) AND a.attname = 'key' AND NOT a.attisdropped), ''),
        coalesce((SELECT c.relpersistence::text FROM pg_class c WHERE c.oid = to_regclass($2)), ''),
        f.attnum IS NOT NULL, coalesce(f.attidentity::text, ''),
        EXISTS (SELECT FROM pg_attrdef d JOIN pg_depend p
@@ -104,11 +120,13 @@ const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), 
 // key's next mandate a smaller fence than the row's. pg_sequence_last_value
 // needs SELECT or USAGE on the sequence, which the runtime role has (a read
 // of the sequence itself would need SELECT); it is NULL when the sequence
-// has issued nothing since its creation or a RESTART, when nextval returns
-// its start, so seqstart - 1 stands for it (a RESTART WITH above the start
-// reads as behind until its first nextval; the setval named fixes it too).
-// max(fence) reads the whole table, which stays a few pages, once per
-// Locker.
-const FenceBehind = `SELECT coalesce((SELECT max(fence) FROM {table}), 0),
-       coalesce(pg_sequence_last_value(s.seqrelid), s.seqstart - 1)
-  FROM pg_sequence s WHERE s.seqrelid = to_regclass($1)`
+// has issued nothing since its creation, a RESTART or a setval(..., false),
+// when nextval returns a value the catalogs do not show: seqstart - 1
+// stands for it while the table has no fence, and otherwise one nextval
+// is drawn to read it (a fence skipped, which costs nothing: fences must
+// only grow). max(fence) reads the whole table, which stays a few pages,
+// once per Locker.
+const FenceBehind = `SELECT m.fence, coalesce(pg_sequence_last_value(s.seqrelid),
+         CASE WHEN m.fence > 0 THEN nextval(s.seqrelid) - 1 ELSE s.seqstart - 1 END)
+  FROM pg_sequence s, (SELECT coalesce(max(fence), 0) AS fence FROM {table}) m
+ WHERE s.seqrelid = to_regclass($1)`
