@@ -102,6 +102,10 @@ type conns struct {
 	reserve bool     // keep one connection of src
 
 	claim, heartbeat, release DB // the DB each kind of statement runs on
+	// claimRead is claim for a read, sent as any other statement (not
+	// under answering): a read has no outcome to learn when its caller
+	// gives up, and returns as its context ends.
+	claimRead DB
 
 	slot chan struct{} // holds the reserve while a statement uses it
 	// back is cancelled, and replaced, whenever the slot is given back: a
@@ -162,7 +166,8 @@ func newConns(db DB, keep bool) *conns {
 	} else {
 		c.claims.single = true
 	}
-	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
+	c.claim, c.heartbeat, c.release = connDB{c: c, u: useClaim}, connDB{c: c, u: useHeartbeat}, connDB{c: c, u: useRelease}
+	c.claimRead = connDB{c: c, u: useClaim, read: true}
 	return c
 }
 
@@ -665,8 +670,9 @@ func (c *conns) cause() string {
 // gives up. Begin, which no statement of the protocol uses, goes to the DB
 // as given.
 type connDB struct {
-	c *conns
-	u use
+	c    *conns
+	u    use
+	read bool // a read (conns.claimRead): never under answering
 }
 
 func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -749,7 +755,7 @@ func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin
 // stays known when its caller gives up (see answering), or nil for any
 // other statement, and for a DB whose connection pglease cannot reach.
 func (d connDB) answering(ctx context.Context, db DB) *answering {
-	if d.u != useClaim {
+	if d.u != useClaim || d.read {
 		return nil
 	}
 	switch conn := db.(type) {
