@@ -27,11 +27,13 @@ import (
 // trust) ends the Locker's previous lease of key, and gives back the row
 // it may have taken, on exactly the fence it drew. When ctx ends while the
 // statement runs, the server is asked to cancel it and its answer is read:
-// cancelled, or a row, which is given back too, since a cancel request
-// that reaches a commit waiting for a synchronous standby ends the wait
-// and the server reports success all the same (confirm.go). Claim returns
-// within two seconds of ctx's end (the answer, then the give-back). A claim the server goes on with
-// after its sender gave up on it (one that reaches the server only then,
+// cancelled, the end of the statement's own wait on a locked row (a claim
+// sent in a burst, or with a lock wait, may end so before a cancel request
+// lands: nothing written either), or a row, which is given back too, since
+// a cancel request that reaches a commit waiting for a synchronous standby
+// ends the wait and the server reports success all the same (confirm.go).
+// Claim returns within two seconds of ctx's end (the answer, then the
+// give-back). A claim the server goes on with after its sender gave up on it (one that reaches the server only then,
 // or whose connection stopped answering and that commits once the network
 // heals) leaves a row nobody holds, which lapses within that claim's TTL:
 // it cuts no lease short (a claim never moves a row's expiry back) and its
