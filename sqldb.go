@@ -33,8 +33,11 @@ import (
 // with its arguments written in its text, which lib/pq sends in one
 // message that the request reaches while it runs; with arguments apart,
 // lib/pq would send a parse and an execute in two round trips, and a
-// request reaching the connection idle between them would be ignored.
-// When database/sql drops the answer because the context ended, the
+// request reaching the connection idle between them would be ignored. A
+// request can still reach the backend before the statement, which pglease
+// cannot send again on lib/pq: there a claim never waits on a locked row
+// without bound, but at most its lock wait, and is sent again after a
+// pause, as on one connection. When database/sql drops the answer because the context ended, the
 // claim's outcome is unknown and the Locker gives the row back, as after a
 // lost reply; so does a statement that failed with driver.ErrBadConn,
 // which lib/pq also reports for a reply cut
