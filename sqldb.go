@@ -52,6 +52,13 @@ type sqlDB struct {
 	inline bool
 }
 
+// cancelsOnce reports whether the driver sends the cancel request of a
+// statement whose context ended itself, once, on a connection of its own
+// that pglease cannot reach to send it again (lib/pq): a request that
+// reaches the backend before the statement is lost. pgx's stdlib gives
+// pglease its pgx connection (sqlConn.pgConn), on which it sends its own.
+func (d *sqlDB) cancelsOnce() bool { return d.inline }
+
 // takesSlices reports whether d, a database/sql driver, encodes Go slices
 // as PostgreSQL arrays itself: pgx's stdlib does, lib/pq does not.
 func takesSlices(d driver.Driver) bool {
