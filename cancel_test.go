@@ -46,48 +46,64 @@ func TestClaimCancel(t *testing.T) {
 	t.Parallel()
 
 	// Guarantee: a claim whose first cancel request reaches the server
-	// before its statement does is still cancelled, promptly, and leaves no
-	// live row. Through a link with 200 ms of latency, on a connection the
-	// claim statement was never prepared on, pgx first prepares it (one
-	// round trip) and only then sends it. The caller gives up during the
-	// prepare: the first cancel request reaches the backend while it idles
-	// between the two, which the server ignores; the requests sent again
-	// every cancelResend cancel the statement once it runs. The error says
-	// the server cancelled the claim only when it did (a 57014).
+	// before its statement does still returns promptly, with its context's
+	// error, no statement running and no live row, and its error says what
+	// the server answered. Through a link with 200 ms of latency, on a
+	// connection the claim statement was never prepared on, pgx first
+	// prepares it (one round trip) and only then sends it. The caller gives
+	// up during the prepare: the first cancel request reaches the backend
+	// while it idles between the two, which the server ignores. A claim
+	// alone waits on the row lock without bound: only the requests sent
+	// again every cancelResend end it, and its error says the server
+	// cancelled it (a 57014). A claim through the burst's statement carries
+	// a lock wait of its own, which may end it first: its error then says
+	// the row was locked past that wait (55P03), never that the server
+	// cancelled it; either way the server answered, and nothing was written.
 	t.Run("SentBeforeTheStatement", func(t *testing.T) {
 		t.Parallel()
-		ctx, pool, table := pgtest.Setup(t)
-		freeRow(ctx, t, pool, table, "job")
+		for _, burst := range []bool{false, true} {
+			// One after the other: each needs its round trips on time.
+			t.Run(map[bool]string{false: "Alone", true: "ThroughTheBurstStatement"}[burst], func(t *testing.T) {
+				ctx, pool, table := pgtest.Setup(t)
+				freeRow(ctx, t, pool, table, "job")
 
-		p := pgtest.Proxy(t, "")
-		app := pgtest.AppName("cancelearly")
-		slow := pgtest.AppPool(t, "", p, app)
-		require.NoError(t, slow.Ping(ctx)) // one idle connection, nothing prepared on it
-		l := pgtest.Locker(t, slow, table, "claimer")
-		require.NoError(t, l.CheckTable(ctx)) // the Locker's one read of its table, before the link slows
-		p.SetLatency(200*time.Millisecond, 0, 1)
+				p := pgtest.Proxy(t, "")
+				app := pgtest.AppName("cancelearly")
+				slow := pgtest.AppPool(t, "", p, app)
+				require.NoError(t, slow.Ping(ctx)) // one idle connection, nothing prepared on it
+				l := pgtest.Locker(t, slow, table, "claimer")
+				pglease.SetCoalesceAll(l, burst)
+				require.NoError(t, l.CheckTable(ctx)) // the Locker's one read of its table, before the link slows
+				p.SetLatency(200*time.Millisecond, 0, 1)
 
-		end := pgtest.LockRow(t, pool, table, "job")
-		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		lease, err := l.Claim(cctx, "job")
-		took := time.Since(deadlineOf(cctx))
-		cancel()
-		end(true)
-		if err == nil {
-			require.NoError(t, lease.Unlock(ctx))
-			t.Fatal("a claim of a row locked until after its caller gave up succeeded")
+				end := pgtest.LockRow(t, pool, table, "job")
+				cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				lease, err := l.Claim(cctx, "job")
+				took := time.Since(deadlineOf(cctx))
+				cancel()
+				end(true)
+				if err == nil {
+					require.NoError(t, lease.Unlock(ctx))
+					t.Fatal("a claim of a row locked until after its caller gave up succeeded")
+				}
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
+					5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
+				requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
+				assert.Less(t, took, 2*answerGrace, "Claim's return after its context ended")
+				var pgErr *pgconn.PgError
+				if burst && !errors.As(err, &pgErr) {
+					require.Contains(t, err.Error(), "(SQLSTATE 55P03)", "the claim's own lock wait ended it: %v", err)
+					require.NotContains(t, err.Error(), "cancelled on the server")
+					return
+				}
+				// Each cancel request costs two of the link's 200 ms delays: the
+				// one sent again lands some 800 ms after the deadline.
+				require.ErrorAs(t, err, &pgErr, "the repeated cancel request lands on the statement: %v", err)
+				require.Equal(t, "57014", pgErr.Code)
+				require.Contains(t, err.Error(), "cancelled on the server")
+			})
 		}
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
-			5*time.Second, 10*time.Millisecond, "a claim statement still runs on the server")
-		requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
-		// Each cancel request costs two of the link's 200 ms delays: the
-		// one sent again lands some 800 ms after the deadline.
-		var pgErr *pgconn.PgError
-		require.ErrorAs(t, err, &pgErr, "the repeated cancel request lands on the statement: %v", err)
-		require.Equal(t, "57014", pgErr.Code)
-		require.Contains(t, err.Error(), "cancelled on the server")
-		assert.Less(t, took, 2*answerGrace, "Claim's return after its context ended")
 	})
 
 	// Guarantee: on every driver (pgx's pool, database/sql with pgx's

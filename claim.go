@@ -217,20 +217,21 @@ func (l *Locker) knownFence(key string) int64 {
 // out. The release matches that fence alone, so a release that arrives
 // late, after the Locker has claimed the key again, touches nothing. It is
 // sent within the claim's key turn, even if ctx has ended, within the
-// claim's timeout (driver.AnswerGrace once ctx has ended). Without a fence column each mandate has a holder of its
-// own, which the row does not tell apart from a lease handed out: such a
-// row lapses at its expiry.
+// claim's timeout (givenUpGiveBack once ctx has ended); its read is not
+// sent under answering, so that it ends with its context. Without a fence
+// column each mandate has a holder of its own, which the row does not tell
+// apart from a lease handed out: such a row lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
 		return
 	}
 	limit := t.timeout
 	if ctx.Err() != nil {
-		limit = min(limit, driver.AnswerGrace) // the caller has given up: it waits at most this long again
+		limit = min(limit, givenUpGiveBack) // the caller has given up: it waits at most this long again
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
-	m, err := l.proto.mandate(rctx, l.conns.Claim(), key)
+	m, err := l.proto.mandate(rctx, l.conns.ClaimRead(), key)
 	if err != nil {
 		if closing {
 			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
@@ -254,6 +255,12 @@ func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
 	}
 }
+
+// givenUpGiveBack is the longest the give-back of a claim whose caller
+// has given up may take: after driver.AnswerGrace for the answer, Claim then
+// returns within 2*driver.AnswerGrace of its context's end, with a quarter of a
+// second to spare for the rest of its return on a loaded machine.
+const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
 
 // closingGiveBack is the least a give-back sent once Close has begun may
 // take: two driver.AnswerGrace, as long as Close gives a cancelled claim to end.

@@ -73,15 +73,25 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 	claim func(i int, ctx context.Context, key string) (*Lease, error),
 ) (send func() ([]*Lease, []error)) {
 	c := l.claims
+	// Other claims of l may queue too: a signal that finds the buffer full
+	// is not needed (the buffer holds as many as there are keys), and must
+	// not block the coalescer, whose lock onQueue is called with.
 	queued := make(chan struct{}, len(keys))
-	c.Hold(func() { queued <- struct{}{} })
+	c.Hold(func() {
+		select {
+		case queued <- struct{}{}:
+		default:
+		}
+	})
 	leases, errs := make([]*Lease, len(keys)), make([]error, len(keys))
 	var wg sync.WaitGroup
 	seen := map[string]bool{}
 	for i, key := range keys {
 		wg.Add(1)
+		returned := make(chan struct{})
 		go func() {
 			defer wg.Done()
+			defer close(returned)
 			leases[i], errs[i] = claim(i, ctxs[i], key)
 		}()
 		if seen[key] {
@@ -90,6 +100,7 @@ func prepareBurst(ctxs []context.Context, l *Locker, keys []string,
 		seen[key] = true
 		select { // queued in the order of keys
 		case <-queued:
+		case <-returned: // never queued: Close came first, or it waited for a claim of its key
 		case <-ctxs[i].Done():
 		}
 	}

@@ -2,8 +2,11 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -131,8 +134,13 @@ func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, ls *Leas
 	return released, rows.Err()
 }
 
+// mandate reads the mandate of key's row; a key without a row carries
+// none (not live): the claim whose outcome was unknown wrote nothing.
 func (p *fenced) mandate(ctx context.Context, db DB, key string) (rowMandate, error) {
 	var m rowMandate
 	err := db.QueryRow(ctx, p.mandateSQL, key).Scan(&m.holder, &m.fence, &m.live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rowMandate{}, nil
+	}
 	return m, err
 }

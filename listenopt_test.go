@@ -83,7 +83,7 @@ func TestWithListenDSN(t *testing.T) {
 			ev = events.WaitFor(t, pglease.EventWaitByPolling, 10*time.Second)
 		}
 		require.Contains(t, ev.Err.Error(), "WithListenDSN (127.0.0.1:1)", "names the option and where it dials")
-		require.Contains(t, ev.Err.Error(), "MaxPollInterval", "says what polling costs")
+		require.Contains(t, ev.Err.Error(), "each waiting key tried about once per", "says what polling costs")
 		mode, reason := waiter.WaitMode()
 		require.Equal(t, pglease.WaitByPolling, mode)
 		require.Contains(t, reason, "WithListenDSN")

@@ -84,20 +84,28 @@ func Answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *Cl
 }
 
 // requestCancel sends cancel requests until the statement returns, for at
-// most AnswerGrace, after which the statement's context ends.
+// most AnswerGrace, after which the statement's context ends. Each request
+// waits for the server to take it, a round trip: they go out each on its
+// own, every cancelResend, so that on a slow link one still lands within
+// cancelResend of the statement reaching the backend, not a round trip
+// later. It returns once every request sent has been taken.
 func (a *Answering) requestCancel() {
 	defer close(a.sent)
+	var sending sync.WaitGroup
+	defer sending.Wait()
 	deadline := time.Now().Add(AnswerGrace)
 	for {
-		rctx, cancel := context.WithDeadline(a.ctx, deadline)
-		// pgx reads the server's answer (it closes the request's
-		// connection once it signalled the backend) but returns nil
-		// when rctx cut that read: a request is answered only if it
-		// returned nil before rctx ended.
-		if a.pg.CancelRequest(rctx) != nil || rctx.Err() != nil {
-			a.unanswered.Store(true)
-		}
-		cancel()
+		sending.Go(func() {
+			rctx, cancel := context.WithDeadline(a.ctx, deadline)
+			defer cancel()
+			// pgx reads the server's answer (it closes the request's
+			// connection once it signalled the backend) but returns
+			// nil when rctx cut that read: a request is answered only
+			// if it returned nil before rctx ended.
+			if a.pg.CancelRequest(rctx) != nil || rctx.Err() != nil {
+				a.unanswered.Store(true)
+			}
+		})
 		next := time.NewTimer(min(cancelResend, max(0, time.Until(deadline))))
 		select {
 		case <-a.returned:

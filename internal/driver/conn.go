@@ -134,6 +134,10 @@ type Conns struct {
 	reserve bool     // keep one connection of src
 
 	claim, heartbeat, release DB // the DB each kind of statement runs on
+	// claimRead is claim for a read, sent as any other statement (not
+	// under answering): a read has no outcome to learn when its caller
+	// gives up, and returns as its context ends.
+	claimRead DB
 
 	slot chan struct{} // holds the reserve while a statement uses it
 	// back is cancelled, and replaced, whenever the slot is given back: a
@@ -192,10 +196,14 @@ func NewConns(db DB, keep bool) *Conns {
 	if c.src != nil {
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
 		c.claims = claimBound{size: func() int { _, _, size := c.src.stat(); return size }, freed: make(chan struct{})}
+		if s, ok := db.(*SQLDB); ok {
+			c.claims.cancelOnce = s.cancelsOnce()
+		}
 	} else {
 		c.claims.single = true
 	}
-	c.claim, c.heartbeat, c.release = connDB{c, useClaim}, connDB{c, useHeartbeat}, connDB{c, useRelease}
+	c.claim, c.heartbeat, c.release = connDB{c: c, u: useClaim}, connDB{c: c, u: useHeartbeat}, connDB{c: c, u: useRelease}
+	c.claimRead = connDB{c: c, u: useClaim, read: true}
 	return c
 }
 
@@ -214,7 +222,12 @@ func (c *Conns) ClaimLimit(most int) int {
 }
 
 // Claim, Heartbeat and Release are the DBs each kind of statement runs on.
-func (c *Conns) Claim() DB     { return c.claim }
+func (c *Conns) Claim() DB { return c.claim }
+
+// ClaimRead is Claim for a read, never sent under answering: it ends
+// with its context.
+func (c *Conns) ClaimRead() DB { return c.claimRead }
+
 func (c *Conns) Heartbeat() DB { return c.heartbeat }
 func (c *Conns) Release() DB   { return c.release }
 
@@ -242,12 +255,15 @@ func (c *Conns) Pressed() bool { return c.claims.pressed() }
 // changed after New. A pool without a limit (size 0) opens a connection for
 // the heartbeat whatever claims hold: claims are not bounded then.
 type claimBound struct {
-	size    func() int // the pool's size now; nil: not a pool
-	single  bool       // not a pool: one connection, which every statement shares
-	mu      sync.Mutex
-	held    int
-	waiting int           // claim statements in flight that may wait on a row lock without bound (mayWait)
-	freed   chan struct{} // closed and replaced whenever a claim gives its connection back
+	size   func() int // the pool's size now; nil: not a pool
+	single bool       // not a pool: one connection, which every statement shares
+	// cancelOnce: the driver sends the one cancel request of a statement
+	// itself (lib/pq), and pglease cannot send it again (sqlDB.cancelsOnce).
+	cancelOnce bool
+	mu         sync.Mutex
+	held       int
+	waiting    int           // claim statements in flight that may wait on a row lock without bound (mayWait)
+	freed      chan struct{} // closed and replaced whenever a claim gives its connection back
 }
 
 // mayWait reports whether a claim statement may wait on a row lock for as
@@ -258,9 +274,13 @@ type claimBound struct {
 // rows an open transaction holds, however many, then cannot keep a claim
 // of a free key waiting for a connection longer than that wait. On a
 // single connection (not a pool), never: it is always the last, and the
-// heartbeat's. On a pool without a size, always.
+// heartbeat's. Through a driver whose one cancel request may be lost
+// (cancelOnce), never either: a request that reaches the backend before
+// the statement does is ignored, and the claim would then wait as long
+// as the row lock is held, its caller, and Close, with it. On a pool
+// without a size, always.
 func (b *claimBound) mayWait() bool {
-	if b.single {
+	if b.single || b.cancelOnce {
 		return false
 	}
 	limit := b.limit()
@@ -334,8 +354,21 @@ func (b *claimBound) give() {
 
 // take returns the DB one statement of kind u runs on, and what to call once
 // the statement is done. Its errors are NotSentError: the statement was
-// not sent.
+// not sent. A statement whose context ended while it waited for its
+// connection is not sent: a driver that sends it all the same (database/sql
+// hands a connection over even then) would send its cancel request at
+// once, which could reach the backend before the statement and be ignored.
 func (c *Conns) take(ctx context.Context, u use) (DB, func(), error) {
+	db, done, err := c.takeAny(ctx, u)
+	if err == nil && ctx.Err() != nil {
+		done()
+		return nil, nil, NotSentError(fmt.Errorf("its context ended while it waited for a connection: %w", context.Cause(ctx)))
+	}
+	return db, done, err
+}
+
+// takeAny is take, whether or not ctx has ended.
+func (c *Conns) takeAny(ctx context.Context, u use) (DB, func(), error) {
 	if u == useClaim && c.src != nil {
 		give, limit, err := c.claims.take(ctx)
 		if err != nil {
@@ -699,8 +732,9 @@ func (c *Conns) Cause() string {
 // gives up. Begin, which no statement of the protocol uses, goes to the DB
 // as given.
 type connDB struct {
-	c *Conns
-	u use
+	c    *Conns
+	u    use
+	read bool // a read (Conns.ClaimRead): never under answering
 }
 
 func (d connDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -774,7 +808,7 @@ func (d connDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.c.db.Begin
 // stays known when its caller gives up (see Answering), or nil for any
 // other statement, and for a DB whose connection pglease cannot reach.
 func (d connDB) answering(ctx context.Context, db DB) *Answering {
-	if d.u != useClaim {
+	if d.u != useClaim || d.read {
 		return nil
 	}
 	switch conn := db.(type) {

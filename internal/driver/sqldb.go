@@ -40,6 +40,13 @@ func NewSQLDB(db *sql.DB) *SQLDB {
 // DB is the *sql.DB under d.
 func (d *SQLDB) DB() *sql.DB { return d.db }
 
+// cancelsOnce reports whether the driver sends the cancel request of a
+// statement whose context ended itself, once, on a connection of its own
+// that pglease cannot reach to send it again (lib/pq): a request that
+// reaches the backend before the statement is lost. pgx's stdlib gives
+// pglease its pgx connection (SQLConn.pgConn), on which it sends its own.
+func (d *SQLDB) cancelsOnce() bool { return d.inline }
+
 var (
 	_ pgx.Tx   = (*SQLTx)(nil)
 	_ pgx.Rows = (*sqlRows)(nil)
