@@ -181,12 +181,12 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		increment, maxValue, cache             int64
 		keyColl, keyType                       string
 		tablePersistence, seqPersistence       string
-		partition, keyBase                     string
+		partition, keyBase, keyIndex           string
 		fenceIdentity                          string
 	)
 	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
 		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
-			&tablePersistence, &partition, &keyBase, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
+			&tablePersistence, &partition, &keyBase, &keyIndex, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
 	if err != nil {
 		return fmt.Errorf("checking the table and its fence sequence: %w", err)
 	}
@@ -208,6 +208,11 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
 			"would share one lease row, and a lease claimed under one spelling would be lost at its first heartbeat "+
 			"(run ALTER TABLE %s ALTER COLUMN key TYPE %s COLLATE \"C\")", keyColl, t.name.Sanitize(), keyType))
+	}
+	if index, coll, ok := strings.Cut(keyIndex, " "); ok {
+		errs = append(errs, fmt.Errorf("index %s on column key has the nondeterministic collation %s: a claim's ON CONFLICT (key) "+
+			"would take the row of another spelling of its key, and the lease would be lost at its first heartbeat (run DROP INDEX %s)",
+			index, coll, index))
 	}
 	switch {
 	case !fenced:
@@ -261,7 +266,7 @@ func fenceDefaultProblem(t table, identity string, fromSeq bool) error {
 	if identity == "" && fromSeq {
 		return nil
 	}
-	what, drop := "has a default that does not draw from "+t.seq.Sanitize(), ""
+	what, drop := "has a default other than nextval of "+t.seq.Sanitize(), ""
 	if identity != "" {
 		what = "is an identity column, which draws from a sequence of its own, not " + t.seq.Sanitize()
 		drop = fmt.Sprintf("run ALTER TABLE %s ALTER COLUMN fence DROP IDENTITY, then ", t.name.Sanitize())

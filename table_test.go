@@ -262,6 +262,67 @@ CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`
 		}
 	})
 
+	// Guarantee: a sound table is never refused: a key column of a domain
+	// over a domain over text compares keys byte for byte (the check
+	// follows domains down to their base type).
+	t.Run("AcceptsAKeyOfADomainOverADomainOverText", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		inner, outer := pgtest.Name("keytext"), pgtest.Name("keyname")
+		_, err := pool.Exec(ctx, "CREATE DOMAIN "+inner+" AS text CHECK (VALUE <> ''); CREATE DOMAIN "+outer+" AS "+inner)
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP DOMAIN IF EXISTS "+outer+", "+inner+" CASCADE") })
+		table, _ := fromSchemaSQL(t, pool, "key         text", "key         "+outer)
+		lease, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
+		require.NoError(t, err, "a sound table was refused")
+		require.NoError(t, lease.Unlock(ctx))
+	})
+
+	// Guarantee: keys are compared byte for byte. A unique index on key of
+	// a nondeterministic collation, beside the primary key, is an arbiter
+	// of the claim's ON CONFLICT (key): a claim of "REPORT" would take the
+	// row of "Report". The first claim and Migrate refuse it, naming the
+	// index, and write nothing.
+	t.Run("RefusesAKeyIndexOfANondeterministicCollation", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		coll := caseInsensitiveCollation(t, pool)
+		table, _ := fromSchemaSQL(t, pool)
+		quoted := pgx.Identifier{table}.Sanitize()
+		_, err := pool.Exec(ctx, "CREATE UNIQUE INDEX ON "+quoted+" (key COLLATE "+coll+")")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+quoted+" (key, holder, expires_at, acquired_at) VALUES ('Report', 'x', clock_timestamp() - interval '1 second', clock_timestamp() - interval '2 seconds')")
+		require.NoError(t, err)
+		_, err = pgtest.Locker(t, pool, table, "a").Claim(ctx, "REPORT")
+		require.ErrorContains(t, err, "on column key has the nondeterministic collation", "the first claim refuses it")
+		require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "nondeterministic collation", "Migrate refuses it")
+		var rows string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT string_agg(key || '=' || holder, ',') FROM "+quoted).Scan(&rows))
+		assert.Equal(t, "Report=x", rows, "the refused claim wrote")
+	})
+
+	// Guarantee: fences of a key only grow. A fence default that draws from
+	// the sequence through an expression (nextval(...) + 1000) gives new
+	// rows fences that re-claims, drawing nextval itself, go back below:
+	// only nextval of the sequence itself is accepted.
+	t.Run("RefusesAFenceDefaultOtherThanNextvalOfTheSequence", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.TableName()
+		ddl, err := pglease.Schema(pglease.WithTable(table))
+		require.NoError(t, err)
+		ddl = regexp.MustCompile(`DEFAULT (nextval\('[^']*'\))`).ReplaceAllString(ddl, "DEFAULT ($1 + 1000)")
+		require.Contains(t, ddl, "+ 1000")
+		_, err = pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+		_, err = pgtest.Locker(t, pool, table, "a").Claim(ctx, "job")
+		require.ErrorContains(t, err, "column fence has a default other than nextval of", "the first claim refuses it")
+		require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), "column fence has a default other than nextval of", "Migrate refuses it")
+	})
+
 	// Guarantee: what a crash would empty is refused wherever it is: a
 	// lease table partitioned by key whose partitions are UNLOGGED holds
 	// its rows in them, and the first claim and Migrate refuse it, naming

@@ -72,10 +72,17 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 //     table holds no rows: its partitions do), partitionrel names the
 //     partition when it is one (pg_partition_tree is empty for a table
 //     that is not partitioned).
-//   - keybase: the key column's type, a domain's base type: only text and
-//     varchar compare keys bytewise. citext folds case, char(n) ignores
+//   - keybase: the key column's type, a domain's base type (through
+//     domains over domains): only text and varchar compare keys bytewise. citext folds case, char(n) ignores
 //     trailing spaces, name truncates at 63 bytes: two keys would share
 //     one row, as with a nondeterministic collation.
+//   - keyindex: an index on key of a nondeterministic collation (its name
+//     and the collation's): ON CONFLICT (key) infers any unique index on
+//     the column whatever its collation, and the claim then takes the row
+//     of another spelling of the key.
+//   - fencefromseq: the fence default is exactly nextval of the sequence;
+//     an expression around it (nextval(...) + 1000) gives new rows fences
+//     that re-claims, drawing nextval itself, go back below.
 //   - fenceidentity, fencefromseq: a new row's fence comes from the fence
 //     column's default, a re-claim's from nextval of the sequence; a
 //     default that does not draw from it (an identity column, as ORMs
@@ -97,14 +104,23 @@ const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), 
                   WHERE c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))
                     AND c.oid <> to_regclass($1) AND c.relpersistence <> 'p'
                   LIMIT 1), ''),
-       coalesce((SELECT coalesce(nullif(ty.typbasetype, 0), ty.oid)::regtype::text FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
-                  WHERE a.attrelid = to_regclass($1) AND a.attname = 'key' AND NOT a.attisdropped), ''),
+       coalesce((WITH RECURSIVE b(typ, depth) AS (
+                   SELECT a.atttypid, 0 FROM pg_attribute a
+                    WHERE a.attrelid = to_regclass($1) AND a.attname = 'key' AND NOT a.attisdropped
+                   UNION ALL
+                   SELECT ty.typbasetype, b.depth + 1 FROM b JOIN pg_type ty ON ty.oid = b.typ WHERE ty.typbasetype <> 0)
+                 SELECT b.typ::regtype::text FROM b ORDER BY b.depth DESC LIMIT 1), ''),
+       coalesce((SELECT i.indexrelid::regclass::text || ' ' || co.oid::regcollation::text
+                   FROM pg_index i
+                  CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS u(attnum, coll)
+                   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = u.attnum AND a.attname = 'key'
+                   JOIN pg_collation co ON co.oid = u.coll
+                  WHERE i.indrelid = to_regclass($1) AND NOT co.collisdeterministic LIMIT 1), ''),
        coalesce((SELECT c.relpersistence::text FROM pg_class c WHERE c.oid = to_regclass($2)), ''),
        f.attnum IS NOT NULL, coalesce(f.attidentity::text, ''),
-       EXISTS (SELECT FROM pg_attrdef d JOIN pg_depend p
-                 ON p.classid = 'pg_attrdef'::regclass AND p.objid = d.oid
-                AND p.refclassid = 'pg_class'::regclass AND p.refobjid = to_regclass($2)
-                WHERE d.adrelid = f.attrelid AND d.adnum = f.attnum)
+       EXISTS (SELECT FROM pg_attrdef d
+                WHERE d.adrelid = f.attrelid AND d.adnum = f.attnum
+                  AND pg_get_expr(d.adbin, d.adrelid) = format('nextval(%L::regclass)', to_regclass($2)::text))
   FROM (VALUES (1)) AS one(x)
   LEFT JOIN pg_sequence s ON s.seqrelid = to_regclass($2)
   LEFT JOIN (SELECT a.attcollation::regcollation::text AS coll, format_type(a.atttypid, a.atttypmod) AS typ
