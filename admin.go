@@ -64,21 +64,24 @@ func (r LeaseInfo) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNo
 // SELECT on the table.
 func (a *Admin) List(ctx context.Context) ([]LeaseInfo, error) {
 	mustContext(ctx, "List")
-	t, db := a.table, a.db
-	rows, err := db.Query(ctx, t.render(sqlstmt.List))
-	if err != nil {
-		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
-	}
-	defer rows.Close()
+	t := a.table
 	out := []LeaseInfo{}
-	for rows.Next() {
-		r, _, err := scanLeaseRow(rows)
+	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
+		rows, err := db.Query(ctx, t.render(sqlstmt.List))
 		if err != nil {
-			return nil, fmt.Errorf("pglease: list %s: %w", t, err)
+			return err
 		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			r, _, err := scanLeaseRow(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
 	}
 	return out, nil
@@ -135,11 +138,15 @@ func serverTime(ts pgtype.Timestamptz) time.Time {
 // already handed out. It needs DELETE on the table.
 func (a *Admin) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
 	mustContext(ctx, "Purge")
-	t, db := a.table, a.db
+	t := a.table
 	if err := checkHorizon(olderThan); err != nil {
 		return 0, fmt.Errorf("pglease: purge %s: older than %v: %w", t, olderThan, err)
 	}
-	n, err := purge(ctx, db, t, olderThan)
+	var n int64
+	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) (err error) {
+		n, err = purge(ctx, db, t, olderThan)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("pglease: purge %s: %w", t, err)
 	}
@@ -195,37 +202,39 @@ type rowChange struct {
 // key's row, then changes it if it is live (and, for Revoke, not revoked
 // yet).
 func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocation, error) {
-	what, t, db := c.what, a.table, a.db
+	what, t := c.what, a.table
 	if err := checkKey(key); err != nil {
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
 	}
 	var rev Revocation
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("in table %s: %w", t, ErrNotFound)
-		}
-		if err != nil {
+	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
+		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("in table %s: %w", t, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			rev = Revocation{Row: row, ExpiresAt: row.ExpiresAt, ServerNow: row.ServerNow}
+			if !row.Live || c.revoke && row.Holder == RevokedHolder {
+				return nil
+			}
+			args := []any{key, holder} // nil for a NULL holder, matched as NULL
+			if c.revoke {
+				args = append(args, RevokedHolder)
+			}
+			var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
+			err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&expires, &rev.ServerNow)
+			rev.ExpiresAt = serverTime(expires)
+			if driver.Is(err, driver.StringTooLong) {
+				return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
+					"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
+					t, RevokedHolder, len(RevokedHolder), err)
+			}
+			rev.Changed = err == nil
 			return err
-		}
-		rev = Revocation{Row: row, ExpiresAt: row.ExpiresAt, ServerNow: row.ServerNow}
-		if !row.Live || c.revoke && row.Holder == RevokedHolder {
-			return nil
-		}
-		args := []any{key, holder} // nil for a NULL holder, matched as NULL
-		if c.revoke {
-			args = append(args, RevokedHolder)
-		}
-		var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
-		err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&expires, &rev.ServerNow)
-		rev.ExpiresAt = serverTime(expires)
-		if driver.Is(err, driver.StringTooLong) {
-			return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
-				"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
-				t, RevokedHolder, len(RevokedHolder), err)
-		}
-		rev.Changed = err == nil
-		return err
+		})
 	})
 	if err = driver.Confirmed(ctx, err); err != nil { // the commit's too
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)

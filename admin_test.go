@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -388,6 +390,13 @@ func TestAdmin(t *testing.T) {
 	// standby a cancel request cut short (pgx with a cancel-request
 	// handler, lib/pq) is an error wrapping the context's end, not success.
 	t.Run("UnreplicatedChangeIsNotReportedDone", testAdminUnreplicated)
+	// Guarantee: a cancel request the driver sent as an operator's
+	// statement's context ended (a pool that cancels by cancel request,
+	// shared with a Locker) never lands on a later statement: the
+	// connection is closed, not given back, so the Locker's next claim,
+	// whose commit waits for a synchronous standby, is never cut and handed
+	// out.
+	t.Run("CancelRequestNeverReachesALaterClaim", testAdminCancelRequest)
 }
 
 func testAdminUnreplicated(t *testing.T) {
@@ -430,4 +439,43 @@ func testAdminUnreplicated(t *testing.T) {
 			})
 		}
 	}
+}
+
+func testAdminCancelRequest(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	late := pgtest.NewLateCancel(t, 2500*time.Millisecond)
+	var warned atomic.Int64
+	cpool := pgtest.CancelRequestPool(t, pool.Config().ConnString(), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 2
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			if strings.Contains(n.Message, "canceling wait for synchronous replication") {
+				warned.Add(1)
+			}
+		}
+	})
+	l := pgtest.Locker(t, cpool, table, "holder", pglease.WithTTL(time.Minute))
+	lease, err := l.Claim(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+	adm := adminOf(t, cpool, pglease.WithTable(table))
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+
+	// Purge's reply comes 500 ms late, past its 200 ms context: pgx sends
+	// a cancel request, which lands 2.5 s later.
+	late.DelayNextReply(500 * time.Millisecond)
+	pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = adm.Purge(pctx, time.Hour)
+	cancel()
+	require.Error(t, err)
+
+	cctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+	defer cancel()
+	got, err := l.Claim(cctx, "free")
+	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
+		"the late cancel request was delivered: the case is the one described")
+	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
+	require.Nil(t, got)
 }

@@ -52,7 +52,8 @@ func Migrate(ctx context.Context, db DB, opts ...Option) error {
 		return err
 	}
 	t, _ := parseTable(cfg.table)
-	if err := migrate(ctx, db, t, cfg); err != nil {
+	err := driver.OnOneConnection(ctx, db, func(db driver.DB) error { return migrate(ctx, db, t, cfg) })
+	if err != nil {
 		return fmt.Errorf("pglease: migrate %s: %w", t, explainPrivilege(err))
 	}
 	return nil

@@ -258,12 +258,24 @@ func (c *Conns) DropIfEnded(ctx context.Context, db DB, done func()) func() {
 
 // drop closes the connection under db, if pglease can reach it.
 func (c *Conns) drop(db DB) {
+	pg, given := closeUnder(db)
+	if pg == nil {
+		return
+	}
+	c.Closing.add(pg.CleanupDone())
+	if given {
+		c.Closing.closedGiven.Store(true)
+	}
+}
+
+// closeUnder closes the pgx connection under db, if pglease can reach it
+// and it is open, and returns it, and whether it is a connection given as
+// the DB (a *pgx.Conn) rather than one of a pool.
+func closeUnder(db DB) (closed *pgconn.PgConn, given bool) {
 	var pg *pgconn.PgConn
-	given := false
 	switch x := db.(type) {
 	case takenDB:
-		c.drop(x.db)
-		return
+		return closeUnder(x.db)
 	case pgxConn:
 		pg = x.Conn.Conn().PgConn()
 	case sqlConn:
@@ -272,13 +284,39 @@ func (c *Conns) drop(db DB) {
 		pg, given = x.PgConn(), true
 	}
 	if pg == nil || pg.IsClosed() {
-		return
+		return nil, false
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
 	_ = pg.Close(cctx) // the pool destroys it on release
 	cancel()
-	c.Closing.add(pg.CleanupDone())
-	if given {
-		c.Closing.closedGiven.Store(true)
+	return pg, given
+}
+
+// OnOneConnection runs f on one connection of db (taken from it, when db
+// is a pool; db itself otherwise) and, when ctx ended before f returned,
+// closes that connection rather than give it back: a cancel request its
+// driver sent as ctx ended (pgx's CancelRequestContextWatcherHandler)
+// could otherwise land on its next statement, a Locker's claim among
+// them, and cut that commit's wait for a synchronous standby. Admin's and
+// Migrate's statements run so.
+func OnOneConnection(ctx context.Context, db DB, f func(DB) error) error {
+	var src connPool
+	switch p := db.(type) {
+	case Pooler:
+		src = pgxPool{p}
+	case *SQLDB:
+		src = sqlPool{p}
+	default:
+		return f(db)
 	}
+	conn, err := src.get(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	err = f(conn)
+	if ctx.Err() != nil {
+		closeUnder(conn)
+	}
+	return err
 }
