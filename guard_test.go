@@ -75,7 +75,11 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 
 // TestGuard pins Guard: a transaction commits only while its lease's
 // mandate is the row's, and every failure leaves the transaction aborted.
-func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedIt runs alone: its cases share a table and run in turn
+//
+// FailureAbortsWhateverEndedIt runs before its siblings: its cases share a
+// table and run in turn.
+func TestGuard(t *testing.T) {
+	t.Parallel()
 	// Guarantee: Guard and GuardSQL refuse a lease whose trust window only
 	// heartbeat rounds cut short in their wait for a synchronous standby
 	// would have moved: such a round extends nothing, so the lease is lost
