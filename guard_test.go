@@ -831,9 +831,9 @@ func TestGuard(t *testing.T) {
 		pool2 := pgtest.PoolAt(t, srv.DSN(), nil)
 		b := pgtest.Locker(t, pool2, table, "b")
 
-		// a's row has lapsed by now (TTL 1s, nobody could extend it across the
-		// crash); b must still wait for the prepared guard.
-		time.Sleep(1500 * time.Millisecond) // let a's server expiry pass: the fault, not a wait for an outcome
+		// Once a's row has lapsed (TTL 1s, nobody could extend it across the
+		// crash), b must still wait for the prepared guard.
+		pgtest.WaitExpired(t, pool2, table, "job", 10*time.Second)
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err = b.Claim(cctx, "job")
 		cancel()
