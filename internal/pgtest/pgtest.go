@@ -252,8 +252,8 @@ func Setup(tb testing.TB) (context.Context, *pgxpool.Pool, string) {
 // a fresh lease table.
 func PrivateSetup(tb testing.TB) (context.Context, *pgserver.Server, *pgxpool.Pool, string) {
 	tb.Helper()
-	ctx := Ctx(tb)
 	srv := PrivateServer(tb)
+	ctx := Ctx(tb) // its 30 s from the server's start, however long that took
 	p := PoolAt(tb, srv.DSN(), nil)
 	return ctx, srv, p, Table(tb, p)
 }
