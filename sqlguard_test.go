@@ -617,7 +617,8 @@ func TestSQLContract(t *testing.T) {
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
 			require.NoError(t, srv.Restart(ctx, pgserver.Fast))
-			deadline := time.Now().Add(11 * time.Second)
+			time.Sleep(time.Second)
+			deadline := time.Now().Add(10 * time.Second)
 			var next *pglease.Lease
 			for {
 				next, err = l.Claim(ctx, "after")
