@@ -75,7 +75,11 @@ func rowLockedAgainstUpdate(t *testing.T, db pglease.DB, table, key string) bool
 
 // TestGuard pins Guard: a transaction commits only while its lease's
 // mandate is the row's, and every failure leaves the transaction aborted.
-func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedIt runs alone: its cases share a table and run in turn
+//
+// FailureAbortsWhateverEndedIt runs before its siblings: its cases share a
+// table and run in turn.
+func TestGuard(t *testing.T) {
+	t.Parallel()
 	// Guarantee: Guard and GuardSQL refuse a lease whose trust window only
 	// heartbeat rounds cut short in their wait for a synchronous standby
 	// would have moved: such a round extends nothing, so the lease is lost
@@ -827,9 +831,9 @@ func TestGuard(t *testing.T) { //nolint:tparallel // FailureAbortsWhateverEndedI
 		pool2 := pgtest.PoolAt(t, srv.DSN(), nil)
 		b := pgtest.Locker(t, pool2, table, "b")
 
-		// a's row has lapsed by now (TTL 1s, nobody could extend it across the
-		// crash); b must still wait for the prepared guard.
-		time.Sleep(1500 * time.Millisecond) // let a's server expiry pass: the fault, not a wait for an outcome
+		// Once a's row has lapsed (TTL 1s, nobody could extend it across the
+		// crash), b must still wait for the prepared guard.
+		pgtest.WaitExpired(t, pool2, table, "job", 10*time.Second)
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err = b.Claim(cctx, "job")
 		cancel()

@@ -251,7 +251,12 @@ func TestSQLContract(t *testing.T) {
 				tx, err := sdb.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 				require.NoError(t, err)
 				ledgerWrite(ctx, t, tx, ledger, lease) // takes the snapshot
-				time.Sleep(400 * time.Millisecond)     // heartbeats extend the row
+				// Heartbeats extend the row: two rounds, the second sent
+				// after the first's reply, so after the snapshot.
+				for range 2 {
+					before := lease.ExpiresAt()
+					require.Eventually(t, func() bool { return lease.ExpiresAt().After(before) }, 5*time.Second, 5*time.Millisecond, "a heartbeat round extended the lease")
+				}
 				err = lease.GuardSQL(ctx, tx)
 				if err == nil {
 					require.NoError(t, tx.Commit())
@@ -405,7 +410,7 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 
 			b := pgtest.Locker(t, pool, table, "b")
-			time.Sleep(1500 * time.Millisecond) // past the row's expiry
+			pgtest.WaitExpired(t, pool, table, "job", 10*time.Second)
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			taken, err := b.Claim(cctx, "job")
 			cancel()
@@ -870,7 +875,7 @@ func TestSQLContract(t *testing.T) {
 			before := lease.ExpiresAt()
 			guarded := make(chan error, 1)
 			go func() { guarded <- lease.GuardSQL(ctx, tx) }()
-			time.Sleep(300 * time.Millisecond) // the guard waits on the row
+			pgtest.LockWaiter(t, pool, "", "AS mandate", 5*time.Second) // the guard waits on the row
 			end(true)
 			require.NoError(t, <-guarded)
 			require.NoError(t, tx.Commit())

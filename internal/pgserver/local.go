@@ -161,10 +161,10 @@ func startLocal(ctx context.Context, bin string, opts Options) (_ *localServer, 
 	if err != nil {
 		return nil, "", err
 	}
-	if err := pgproc.Run(l.command(ctx, "initdb", initdbArgs(major, l.dataDir())...)); err != nil {
-		return nil, "", fmt.Errorf("pgserver: %w", err)
+	if err := l.initCluster(ctx, major); err != nil {
+		return nil, "", err
 	}
-	l.logf("pgserver: initdb (PostgreSQL %d) done in %s", major, time.Since(began).Round(time.Millisecond))
+	l.logf("pgserver: cluster (PostgreSQL %d) made in %s", major, time.Since(began).Round(time.Millisecond))
 
 	if _, err := pgproc.OnFreePort(portAttempts, func(port int) error {
 		l.port = port

@@ -18,8 +18,8 @@ import (
 // right after it loses it, acknowledged as it was.
 func CrashableServer(tb testing.TB) *pgserver.Server {
 	tb.Helper()
-	ctx := Ctx(tb)
 	srv := PrivateServer(tb)
+	ctx := Ctx(tb) // its 30 s from the server's start, however long that took
 	conn, err := pgx.Connect(ctx, srv.DSN())
 	require.NoError(tb, err)
 	_, err = conn.Exec(ctx, `ALTER SYSTEM SET wal_writer_delay = '10s'`)

@@ -252,8 +252,8 @@ func Setup(tb testing.TB) (context.Context, *pgxpool.Pool, string) {
 // a fresh lease table.
 func PrivateSetup(tb testing.TB) (context.Context, *pgserver.Server, *pgxpool.Pool, string) {
 	tb.Helper()
-	ctx := Ctx(tb)
 	srv := PrivateServer(tb)
+	ctx := Ctx(tb) // its 30 s from the server's start, however long that took
 	p := PoolAt(tb, srv.DSN(), nil)
 	return ctx, srv, p, Table(tb, p)
 }
@@ -337,6 +337,20 @@ func ReadRow(tb testing.TB, db pglease.DB, table, key string) (Row, bool) {
 	}
 	require.NoError(tb, err)
 	return r, true
+}
+
+// WaitExpired waits until the row of key in table has expired by the
+// server's clock; the test fails after limit. A plain read: a row lock
+// held on the row does not hold it up.
+func WaitExpired(tb testing.TB, db pglease.DB, table, key string, limit time.Duration) {
+	tb.Helper()
+	query := fmt.Sprintf(`SELECT expires_at <= clock_timestamp() FROM %s WHERE key = $1`,
+		pgx.Identifier(strings.Split(table, ".")).Sanitize())
+	require.Eventually(tb, func() bool {
+		var expired bool
+		err := db.QueryRow(context.Background(), query, key).Scan(&expired)
+		return err == nil && expired
+	}, limit, 10*time.Millisecond, "the row of %q in %s expired by the server's clock", key, table)
 }
 
 // WaitDone waits for a lease to end, failing the test after limit.

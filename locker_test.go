@@ -11,8 +11,8 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestNewLocker pins what NewLocker accepts as its DB.
-func TestNewLocker(t *testing.T) {
+// TestLocker pins the Locker's own surface: what its constructors accept.
+func TestLocker(t *testing.T) {
 	t.Parallel()
 	// A Locker's statements must each commit on their own: on a pgx.Tx (which
 	// satisfies DB), a claim would live or die with the caller's transaction,
