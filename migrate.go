@@ -90,7 +90,7 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 // have checked the horizon against MinRetention.
 func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
 	tag, err := db.Exec(ctx, t.render(sqlstmt.Purge), olderThan.Seconds())
-	if err = driver.Confirmed(ctx, err); err != nil {
+	if err := driver.Confirmed(ctx, err); err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil

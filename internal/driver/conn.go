@@ -221,15 +221,18 @@ func (c *Conns) ClaimLimit(most int) int {
 	return most
 }
 
-// Claim, Heartbeat and Release are the DBs each kind of statement runs on.
+// Claim is the DB a claim's statement runs on.
 func (c *Conns) Claim() DB { return c.claim }
 
 // ClaimRead is Claim for a read, never sent under answering: it ends
 // with its context.
 func (c *Conns) ClaimRead() DB { return c.claimRead }
 
+// Heartbeat is the DB a heartbeat round's statement runs on.
 func (c *Conns) Heartbeat() DB { return c.heartbeat }
-func (c *Conns) Release() DB   { return c.release }
+
+// Release is the DB a release's statement runs on.
+func (c *Conns) Release() DB { return c.release }
 
 // DB is the DB the connections are handed out of.
 func (c *Conns) DB() DB { return c.db }

@@ -50,7 +50,9 @@ func TestClaimBound(t *testing.T) {
 	t.Run("TheLastConnectionIsForBoundedWaits", func(t *testing.T) {
 		t.Parallel()
 		b := bound(4) // claims hold 3, of which 2 may wait without bound
-		if !b.mayWait() || !b.mayWait() {
+		first := b.mayWait()
+		second := b.mayWait()
+		if !first || !second {
 			t.Fatal("the first two claims of a pool of 4 may not wait without bound")
 		}
 		if !b.pressed() || b.mayWait() {

@@ -12,6 +12,7 @@ import (
 // Outcome is what a statement's failure says it may have written.
 type Outcome int
 
+// The outcomes of a statement.
 const (
 	Done    Outcome = iota // the server's answer came back (a row, no row, or its error)
 	NotSent                // it never reached the server

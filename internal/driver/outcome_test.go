@@ -45,7 +45,8 @@ func TestOutcome(t *testing.T) {
 	t.Run("ConfirmedLeavesAnErrorOrALiveContextAlone", func(t *testing.T) {
 		t.Parallel()
 		err := &pgconn.PgError{Code: QueryCanceled}
-		if got := Confirmed(ended, err); got != error(err) {
+		var got *pgconn.PgError
+		if !errors.As(Confirmed(ended, err), &got) || got != err {
 			t.Errorf("Confirmed(ended, %v) = %v", err, got)
 		}
 		if got := Confirmed(context.Background(), nil); got != nil {

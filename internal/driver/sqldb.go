@@ -69,18 +69,22 @@ type sqlRunner interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
+// Exec is DB's Exec, sent through database/sql.
 func (d *SQLDB) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
 	return sqlExec(ctx, d.db, d.inline, query, args)
 }
 
+// Query is DB's Query, sent through database/sql.
 func (d *SQLDB) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
 	return sqlQuery(ctx, d.db, d.inline, query, args)
 }
 
+// QueryRow is DB's QueryRow, sent through database/sql.
 func (d *SQLDB) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	return sqlQueryRow(ctx, d.db, d.inline, query, args)
 }
 
+// Begin is DB's Begin, sent through database/sql.
 func (d *SQLDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -105,18 +109,22 @@ type SQLConn struct {
 	inline bool
 }
 
+// Exec is DB's Exec, sent through database/sql.
 func (c *SQLConn) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
 	return sqlExec(ctx, c.conn, c.inline, query, args)
 }
 
+// Query is DB's Query, sent through database/sql.
 func (c *SQLConn) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
 	return sqlQuery(ctx, c.conn, c.inline, query, args)
 }
 
+// QueryRow is DB's QueryRow, sent through database/sql.
 func (c *SQLConn) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	return sqlQueryRow(ctx, c.conn, c.inline, query, args)
 }
 
+// Begin is DB's Begin, sent through database/sql.
 func (c *SQLConn) Begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := c.conn.BeginTx(ctx, nil)
 	if err != nil {
@@ -297,17 +305,23 @@ func errSQLTx(method string) error {
 	return fmt.Errorf("pglease: %s is not available on a database/sql transaction (pglease.SQL): only Exec, Query, QueryRow, Commit and Rollback are", method)
 }
 
+// Begin is pgx.Tx's Begin on the database/sql transaction.
 func (t *SQLTx) Begin(context.Context) (pgx.Tx, error) {
 	return nil, errSQLTx("Begin (a savepoint)")
 }
 
-func (t *SQLTx) Commit(context.Context) error   { return sqlError(t.tx.Commit()) }
+// Commit is pgx.Tx's Commit on the database/sql transaction.
+func (t *SQLTx) Commit(context.Context) error { return sqlError(t.tx.Commit()) }
+
+// Rollback is pgx.Tx's Rollback on the database/sql transaction.
 func (t *SQLTx) Rollback(context.Context) error { return sqlError(t.tx.Rollback()) }
 
+// CopyFrom is pgx.Tx's CopyFrom on the database/sql transaction.
 func (t *SQLTx) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
 	return 0, errSQLTx("CopyFrom")
 }
 
+// SendBatch is pgx.Tx's SendBatch on the database/sql transaction.
 func (t *SQLTx) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
 	return errBatch{errSQLTx("SendBatch")}
 }
@@ -316,18 +330,22 @@ func (t *SQLTx) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
 // database/sql transaction has no pgx connection under it.
 func (t *SQLTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
+// Prepare is pgx.Tx's Prepare on the database/sql transaction.
 func (t *SQLTx) Prepare(context.Context, string, string) (*pgconn.StatementDescription, error) {
 	return nil, errSQLTx("Prepare")
 }
 
+// Exec is pgx.Tx's Exec on the database/sql transaction.
 func (t *SQLTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
 	return sqlExec(ctx, t.tx, t.inline, query, args)
 }
 
+// Query is pgx.Tx's Query on the database/sql transaction.
 func (t *SQLTx) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
 	return sqlQuery(ctx, t.tx, t.inline, query, args)
 }
 
+// QueryRow is pgx.Tx's QueryRow on the database/sql transaction.
 func (t *SQLTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	return sqlQueryRow(ctx, t.tx, t.inline, query, args)
 }

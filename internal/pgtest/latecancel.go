@@ -31,6 +31,7 @@ type LateCancel struct {
 // NewLateCancel is a LateCancel whose cancel requests land delay after
 // they are sent.
 func NewLateCancel(tb testing.TB, delay time.Duration) *LateCancel {
+	tb.Helper()
 	l := &LateCancel{delay: delay}
 	tb.Cleanup(l.late.Wait)
 	return l
@@ -97,7 +98,7 @@ func (c *lateCancelConn) Write(b []byte) (int, error) {
 		defer c.l.late.Done()
 		defer close(q)
 		time.Sleep(c.l.delay)
-		_ = c.Conn.SetWriteDeadline(time.Time{})
+		_ = c.SetWriteDeadline(time.Time{})
 		if _, err := c.Conn.Write(buf); err == nil {
 			c.l.landed.Add(1)
 		}
