@@ -697,12 +697,7 @@ func testLateCancelRequest(t *testing.T) {
 
 	// Cancel requests land 2.5 s after they are sent: past answerGrace.
 	cfg, late := pgtest.LateCancelConfig(t, pool.Config().ConnConfig.ConnString(), 2500*time.Millisecond)
-	var warned atomic.Int64
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.Contains(n.Message, "canceling wait for synchronous replication") {
-			warned.Add(1)
-		}
-	}
+	warned := pgtest.CountCutWaits(&cfg.Config)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })

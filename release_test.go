@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -49,17 +48,7 @@ func testReleaseCancelRequestNeverReachesALaterClaim(t *testing.T) {
 	t.Parallel()
 	ctx, srv, pool, table := pgtest.PrivateSetup(t)
 	late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
-	var warned atomic.Int64
-	cpool := pgtest.CancelRequestPool(t, pool.Config().ConnString(), func(cfg *pgxpool.Config) {
-		cfg.MaxConns = 2
-		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
-		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-			if strings.Contains(n.Message, "canceling wait for synchronous replication") {
-				warned.Add(1)
-			}
-		}
-	})
+	cpool, warned := late.Pool(t, pool.Config().ConnString(), 2)
 	l := pgtest.Locker(t, cpool, table, "holder", pglease.WithTTL(time.Minute), pglease.WithTimeout(200*time.Millisecond))
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,6 +48,35 @@ func LateCancelConfig(tb testing.TB, dsn string, delay time.Duration) (*pgx.Conn
 	l := NewLateCancel(tb, delay)
 	cfg.DialFunc = l.Dial(cfg.DialFunc)
 	return cfg, l
+}
+
+// Pool is a CancelRequestPool on dsn of maxConns connections dialled
+// through l, which never pings a connection it hands out (so that a late
+// request finds the next statement), and the count of the server's
+// WARNINGs that a cancel request cut a commit's wait for a synchronous
+// standby.
+func (l *LateCancel) Pool(tb testing.TB, dsn string, maxConns int32) (*pgxpool.Pool, *atomic.Int64) {
+	tb.Helper()
+	var cut *atomic.Int64
+	p := CancelRequestPool(tb, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = maxConns
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+		cfg.ConnConfig.DialFunc = l.Dial(cfg.ConnConfig.DialFunc)
+		cut = CountCutWaits(&cfg.ConnConfig.Config)
+	})
+	return p, cut
+}
+
+// CountCutWaits counts, on the connections of cfg, the server's WARNINGs
+// that a cancel request cut a commit's wait for a synchronous standby.
+func CountCutWaits(cfg *pgconn.Config) *atomic.Int64 {
+	cut := new(atomic.Int64)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "canceling wait for synchronous replication") {
+			cut.Add(1)
+		}
+	}
+	return cut
 }
 
 // Dial wraps dial.
