@@ -407,10 +407,12 @@ func TestClaimWait(t *testing.T) {
 		holder := pgtest.Locker(t, pool, table, "holder")
 		waiter := pgtest.Locker(t, pool, table, "waiter")
 
-		// Given up while held: ErrHeld and the context's error, nothing claimed.
+		// Given up while held: ErrHeld and the context's error, nothing
+		// claimed. A second leaves the first claim (a table check, a new
+		// backend planning the statement) time to learn the key is held.
 		_, err := holder.Claim(ctx, "job")
 		require.NoError(t, err)
-		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err = waiter.ClaimWait(wctx, "job")
 		cancel()
 		require.ErrorIs(t, err, pglease.ErrHeld)
