@@ -35,6 +35,16 @@ type containerServer struct {
 	stdin  io.WriteCloser
 	lines  <-chan string // the program's stdout, closed when it ends
 	stderr *tailBuffer
+
+	waitOnce sync.Once
+	waitErr  error
+}
+
+// wait waits once for the program to end, and with it for its stderr to
+// be copied into c.stderr.
+func (c *containerServer) wait() error {
+	c.waitOnce.Do(func() { c.waitErr = c.cmd.Wait() })
+	return c.waitErr
 }
 
 // containerProgram returns the command that runs internal/pgcontainer from
@@ -119,6 +129,7 @@ func (c *containerServer) ask(ctx context.Context, command string) (string, erro
 	select {
 	case line, ok := <-c.lines:
 		if !ok {
+			_ = c.wait() // its stderr is copied in by then
 			return "", fmt.Errorf("pgserver: the container program ended: %s", c.stderr.tail())
 		}
 		if msg, failed := strings.CutPrefix(line, "error "); failed {
@@ -183,7 +194,7 @@ func (c *containerServer) close() error {
 			killed = true
 		}
 	}
-	err := c.cmd.Wait()
+	err := c.wait()
 	switch {
 	case killed:
 		return errors.New("pgserver: the container program did not end in time, killed it")
