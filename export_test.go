@@ -172,6 +172,13 @@ func StoredHolder(holder string) Option {
 // for tests that time that claim's statement alone.
 func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx) }
 
+// RecheckTableEvery makes a check of l's table that passed stand for d
+// (tableRecheck) instead: call it before l's first claim.
+func (l *Locker) RecheckTableEvery(d time.Duration) { l.table.every = d }
+
+// TableRecheck is how long a check of the table that passed stands.
+const TableRecheck = tableRecheck
+
 // New is NewLocker returning its error instead of panicking with it, for
 // the tests that check that error.
 func New(db DB, opts ...Option) (*Locker, error) { return newLocker(db, opts...) }

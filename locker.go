@@ -165,6 +165,7 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.watchdog = l.newWatchdog()
 	l.waits.table = t
+	l.table.every = tableRecheck
 	return l, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -93,25 +94,42 @@ func (t table) String() string { return strings.Join(t.name, ".") }
 // (sqlstmt.Render).
 func (t table) render(tmpl string) string { return sqlstmt.Render(tmpl, t.name) }
 
-// tableCheck is the read a Locker makes of its table before its first
-// claim (Locker.checkTable): one read at a time, and none once one passed.
+// tableRecheck is how long a check of the table that passed stands: a
+// claim after that reads the catalogs again, so that a fence sequence set
+// back or a table made UNLOGGED while Lockers run (a restore, a migration
+// tool's down-and-up) is refused within it, not only by the next Locker.
+// One catalog read every ten seconds per claiming Locker, none while it
+// only heartbeats.
+const tableRecheck = 10 * time.Second
+
+// tableCheck is the read a Locker makes of its table before its claims
+// (Locker.checkTable): one read at a time, and none while one that passed
+// stands.
 type tableCheck struct {
-	mu   sync.Mutex
-	turn chan struct{} // held by the read in flight; made on first use
-	ok   atomic.Bool
+	mu     sync.Mutex
+	turn   chan struct{}             // held by the read in flight; made on first use
+	passed atomic.Pointer[time.Time] // when the last read that passed began; nil: none
+	every  time.Duration             // how long it stands: tableRecheck (tests change it)
+}
+
+// fresh reports whether a check passed within every.
+func (c *tableCheck) fresh() bool {
+	at := c.passed.Load()
+	return at != nil && time.Since(*at) < c.every
 }
 
 // checkTable refuses a claim on a table whose fence sequence could hand
 // out fences backwards, or whose key column's collation matches keys that
 // differ in bytes (checkTable, the function), before anything is written:
 // a table made from schema.sql by a migration tool is used without
-// Migrate's checks. It reads the catalogs once per Locker; a read that
-// failed or refused is made again at the next claim (after ALTER
-// SEQUENCE, a claim goes through). Every lease, and so every Guard, comes
-// from a claim that passed it.
+// Migrate's checks. It reads the catalogs at a Locker's first claim and
+// again at the first claim after tableRecheck; a read that failed or
+// refused is made again at the next claim (after ALTER SEQUENCE, a claim
+// goes through). Every lease, and so every Guard, comes from a claim that
+// passed a check at most tableRecheck old.
 func (l *Locker) checkTable(ctx context.Context) error {
 	c := &l.table
-	if c.ok.Load() {
+	if c.fresh() {
 		return nil
 	}
 	c.mu.Lock()
@@ -126,9 +144,10 @@ func (l *Locker) checkTable(ctx context.Context) error {
 		return fmt.Errorf("waiting for the check of the table: %w", context.Cause(ctx))
 	}
 	defer func() { <-turn }()
-	if c.ok.Load() {
+	if c.fresh() {
 		return nil
 	}
+	began := time.Now()
 	t, _ := parseTable(l.cfg.table) // checked by newConfig
 	use := claimFenced
 	if l.cfg.noFence {
@@ -149,9 +168,10 @@ func (l *Locker) checkTable(ctx context.Context) error {
 		err = check()
 	}
 	if err != nil {
+		c.passed.Store(nil)
 		return fmt.Errorf("table %s: %w", t, err)
 	}
-	c.ok.Store(true)
+	c.passed.Store(&began)
 	return nil
 }
 

@@ -526,14 +526,51 @@ CREATE UNLOGGED TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAI
 		require.ErrorIs(t, err, pglease.ErrHeld, "b claimed job after a crash while a's acknowledged lease (fence %d, held %v) had a minute to run", held.Fence(), stillHeld)
 	})
 
-	// Guarantee: the check of the table costs one read per Locker, however
-	// many claims, bursts and re-claims follow, and none on the heartbeat,
-	// release or Guard.
-	t.Run("CheckedOncePerLocker", func(t *testing.T) {
+	// Guarantee: a fence is never issued backwards, and a lease is handed
+	// out only on a table a crash does not empty, even when the table or
+	// its sequence changes under Lockers that already passed the check (a
+	// restore from a dump, a migration tool's down-and-up): a claim after
+	// the check's interval reads the catalogs again and is refused.
+	t.Run("RefusesWhatChangedWhileLockersRun", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		for _, c := range []struct{ name, change, names string }{
+			{"SequenceSetBack", "ALTER SEQUENCE %[2]s RESTART", "%[2]s"},
+			{"TableMadeUnlogged", "ALTER TABLE %[1]s SET UNLOGGED", "UNLOGGED"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				table, seq := fromSchemaSQL(t, pool)
+				named := func(format string) string {
+					return strings.NewReplacer("%[1]s", pgx.Identifier{table}.Sanitize(), "%[2]s", seq).Replace(format)
+				}
+				l := pgtest.Locker(t, pool, table, "a")
+				l.RecheckTableEvery(200 * time.Millisecond)
+				for range 3 {
+					lease, err := l.Claim(ctx, "job")
+					require.NoError(t, err)
+					require.NoError(t, lease.Unlock(ctx))
+				}
+				_, err := pool.Exec(ctx, named(c.change))
+				require.NoError(t, err)
+				time.Sleep(300 * time.Millisecond) // past the interval of the check that passed
+				_, err = l.Claim(ctx, "job")
+				require.ErrorContains(t, err, named(c.names), "a claim after the interval reads the table again and is refused, naming what changed")
+				_, held := l.Held("job")
+				require.False(t, held)
+			})
+		}
+	})
+
+	// Guarantee: the check of the table costs one read per Locker and
+	// interval, however many claims, bursts and re-claims follow, and none
+	// on the heartbeat, release or Guard.
+	t.Run("CheckedOncePerLockerAndInterval", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, counter := pgtest.SetupCounted(t)
 		counter.Reset()
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100*time.Millisecond))
+		l.RecheckTableEvery(time.Hour) // the test's claims all fall within one interval, however slow the machine
 		errs := make(chan error, 16)
 		for i := range cap(errs) {
 			go func() { _, err := l.Claim(ctx, fmt.Sprintf("job-%d", i)); errs <- err }()
@@ -559,6 +596,13 @@ CREATE UNLOGGED TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAI
 		_, err := other.Claim(ctx, "another")
 		require.NoError(t, err)
 		assert.Equal(t, 2*reads, counter.Count("tablecheck"), "one check per Locker")
+
+		// Past the interval, one more check, then none again.
+		l.RecheckTableEvery(0)
+		lease, err := l.Claim(ctx, "again")
+		require.NoError(t, err)
+		assert.Equal(t, 3*reads, counter.Count("tablecheck"), "a claim past the interval checks again")
+		require.NoError(t, lease.Unlock(ctx))
 	})
 }
 
