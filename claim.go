@@ -19,13 +19,22 @@ import (
 // "Locker.Claim".
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
-	return l.claim(ctx, key, l.terms())
+	return l.claim(ctx, key, l.terms(), reentrant)
 }
 
-// claim is Claim of a lease on the given terms: the Locker's, or a job's.
-// Every claim whose statement may have reached the server leaves through
-// settle, which ends what the statement superseded.
-func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error) {
+// claimMode is what a claim does with a live lease of its own Locker on
+// the key.
+type claimMode int
+
+const (
+	reentrant claimMode = iota // takes it over with a greater fence (Claim, Lock)
+	exclusive                  // counts it held (heldHereError): an attempt of a waiting claim
+)
+
+// claim is Claim of a lease on the given terms, the Locker's or a job's,
+// in mode. Every claim whose statement may have reached the server leaves
+// through settle, which ends what the statement superseded.
+func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode) (*Lease, error) {
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
@@ -49,9 +58,12 @@ func (l *Locker) claim(ctx context.Context, key string, t terms) (*Lease, error)
 		return nil, err
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
-	// A waiting claim does not take over its own Locker's lease (wait.go).
-	if err := l.ownLease(ctx, key); err != nil {
-		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+	if mode == exclusive {
+		// Asked in the key's turn, so that no claim of this Locker
+		// registers a lease of key between.
+		if err := l.ownLease(key); err != nil {
+			return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+		}
 	}
 	known := l.knownFence(key)
 	s := l.sendClaim(ctx, key, t, known, &done)

@@ -91,7 +91,7 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 // Claim is Locker.Claim with the job's TTL and min hold.
 func (j *JobLocker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
-	return j.locker.claim(ctx, key, j.terms)
+	return j.locker.claim(ctx, key, j.terms, reentrant)
 }
 
 // Lock implements gocron.Locker, as Locker.Lock does, with the job's terms

@@ -181,11 +181,6 @@ func (w *waiting) byNotification() bool {
 	return w.mode == WaitByNotification
 }
 
-// exclusiveClaim marks the context of a waiting claim's attempts: Claim
-// then treats a live lease of its own Locker on the key as held (heldHereError)
-// instead of taking it over as a re-entrant claim.
-type exclusiveClaim struct{}
-
 // heldHereError is ErrHeld by a lease of the claiming Locker itself, live or
 // being released; ended is closed once it is gone.
 type heldHereError struct{ ended <-chan struct{} }
@@ -193,13 +188,9 @@ type heldHereError struct{ ended <-chan struct{} }
 func (h heldHereError) Error() string { return "held by a lease of this Locker" }
 func (h heldHereError) Unwrap() error { return ErrHeld }
 
-// ownLease is the live lease of this Locker on key that the claim of ctx
-// must not take over, if ctx is a waiting claim's; nil otherwise. Claim
-// asks it in the key's turn, so no claim of this Locker registers between.
-func (l *Locker) ownLease(ctx context.Context, key string) error {
-	if ctx.Value(exclusiveClaim{}) == nil {
-		return nil
-	}
+// ownLease is heldHereError for the live lease of this Locker on key, or
+// its lease of key being released; nil when there is none.
+func (l *Locker) ownLease(key string) error {
 	if ls, ok := l.Held(key); ok {
 		return heldHereError{ls.Done()}
 	}
@@ -258,7 +249,6 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	defer func() { <-g.turn }()
 
 	schedule := newSchedule()
-	xctx := context.WithValue(ctx, exclusiveClaim{}, true)
 	reached := false // an attempt found the key held: the server answers
 	for {
 		drain(g.wake)
@@ -269,7 +259,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		if h.begin != nil {
 			h.begin()
 		}
-		lease, err := l.attempt(xctx, key, h.terms)
+		lease, err := l.attempt(ctx, key, h.terms)
 		if err == nil {
 			return lease, nil
 		}
@@ -369,15 +359,15 @@ func sleep(ctx context.Context, pause time.Duration, on sleepOn, schedule *poll.
 	}
 }
 
-// attempt is one claim of a waiting claim: on the terms t, within their
-// timeout, or on the Locker's within ctx alone when t is nil.
+// attempt is one claim of a waiting claim (exclusive): on the terms t,
+// within their timeout, or on the Locker's within ctx alone when t is nil.
 func (l *Locker) attempt(ctx context.Context, key string, t *terms) (*Lease, error) {
 	if t == nil {
-		return l.Claim(ctx, key)
+		return l.claim(ctx, key, l.terms(), exclusive)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	return l.claim(ctx, key, *t)
+	return l.claim(ctx, key, *t, exclusive)
 }
 
 // remaining reads the holder of key and the time its lease has left, on the
