@@ -159,13 +159,13 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 		leases:   make(map[string]*Lease),
 		electors: make(map[*Elector]struct{}),
 		closing:  make(chan struct{}),
+		table:    newTableCheck(),
 	}
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.watchdog = l.newWatchdog()
 	l.waits.table = t
-	l.table.every = tableRecheck
 	return l, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -106,10 +105,13 @@ const tableRecheck = 10 * time.Second
 // (Locker.checkTable): one read at a time, and none while one that passed
 // stands.
 type tableCheck struct {
-	mu     sync.Mutex
-	turn   chan struct{}             // held by the read in flight; made on first use
+	turn   chan struct{}             // held by the read in flight
 	passed atomic.Pointer[time.Time] // when the last read that passed began; nil: none
 	every  time.Duration             // how long it stands: tableRecheck (tests change it)
+}
+
+func newTableCheck() tableCheck {
+	return tableCheck{turn: make(chan struct{}, 1), every: tableRecheck}
 }
 
 // fresh reports whether a check passed within every.
@@ -132,18 +134,12 @@ func (l *Locker) checkTable(ctx context.Context) error {
 	if c.fresh() {
 		return nil
 	}
-	c.mu.Lock()
-	if c.turn == nil {
-		c.turn = make(chan struct{}, 1)
-	}
-	turn := c.turn
-	c.mu.Unlock()
 	select {
-	case turn <- struct{}{}:
+	case c.turn <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the check of the table: %w", context.Cause(ctx))
 	}
-	defer func() { <-turn }()
+	defer func() { <-c.turn }()
 	if c.fresh() {
 		return nil
 	}
