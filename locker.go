@@ -26,7 +26,9 @@ import (
 )
 
 // DB is what pglease needs from PostgreSQL. *pgxpool.Pool and *pgx.Conn
-// satisfy it. pglease never closes it: the pool is the caller's.
+// satisfy it. pglease never closes it: the pool is the caller's. A DB
+// that wraps a pool and also has its Acquire and Stat methods is used as
+// that pool (see docs/GUIDE.md, "DB").
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

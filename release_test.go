@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -41,31 +42,63 @@ func TestRelease(t *testing.T) {
 	// request) never lands on a later statement of the Locker: its
 	// connection is closed, not given back, so a later claim's commit
 	// waiting for a synchronous standby is never cut and handed out.
-	t.Run("CancelRequestNeverReachesALaterClaim", testReleaseCancelRequestNeverReachesALaterClaim)
+	// On the pool itself, and on a DB that wraps it (a tracing wrapper)
+	// and hands the pool over with Acquire and Stat: the Locker then takes
+	// its connections from the pool, and can close them.
+	t.Run("CancelRequestNeverReachesALaterClaim", func(t *testing.T) {
+		t.Run("Pool", releaseCancelRequestNeverReachesALaterClaim(func(p *pgxpool.Pool) pglease.DB { return p }))
+		t.Run("WrapperThatHandsOverItsPool", releaseCancelRequestNeverReachesALaterClaim(func(p *pgxpool.Pool) pglease.DB { return wrappedPool{p} }))
+	})
 }
 
-func testReleaseCancelRequestNeverReachesALaterClaim(t *testing.T) {
-	t.Parallel()
-	ctx, srv, pool, table := pgtest.PrivateSetup(t)
-	late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
-	cpool, warned := late.Pool(t, pool.Config().ConnString(), 2)
-	l := pgtest.Locker(t, cpool, table, "holder", pglease.WithTTL(time.Minute), pglease.WithTimeout(200*time.Millisecond))
-	lease, err := l.Claim(ctx, "job")
-	require.NoError(t, err)
-	pgtest.AbsentStandby(ctx, t, srv.DSN())
+// wrappedPool is a DB that wraps a pool, as a tracing wrapper does, and
+// hands the pool over to the Locker with Acquire and Stat.
+type wrappedPool struct{ p *pgxpool.Pool }
 
-	// The release's reply comes 500 ms late, past its 200 ms timeout: pgx
-	// sends a cancel request, which lands 2.5 s later.
-	late.DelayNextReply(500 * time.Millisecond)
-	t.Logf("Unlock, its reply late: %v", lease.Unlock(ctx))
+func (w wrappedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return w.p.Exec(ctx, sql, args...)
+}
 
-	cctx, cancel := context.WithTimeout(ctx, 6*time.Second)
-	defer cancel()
-	got, err := l.Claim(cctx, "free")
-	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
-	require.Nil(t, got)
-	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
-		"the late cancel request was delivered: the case is the one described")
+func (w wrappedPool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return w.p.Query(ctx, sql, args...)
+}
+
+func (w wrappedPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return w.p.QueryRow(ctx, sql, args...)
+}
+
+func (w wrappedPool) Begin(ctx context.Context) (pgx.Tx, error) { return w.p.Begin(ctx) }
+
+func (w wrappedPool) Acquire(ctx context.Context) (*pgxpool.Conn, error) { return w.p.Acquire(ctx) }
+
+func (w wrappedPool) Stat() *pgxpool.Stat { return w.p.Stat() }
+
+// releaseCancelRequestNeverReachesALaterClaim is the test on the DB that
+// wrap makes of the pool.
+func releaseCancelRequestNeverReachesALaterClaim(wrap func(*pgxpool.Pool) pglease.DB) func(*testing.T) {
+	return func(t *testing.T) {
+		t.Parallel()
+		ctx, srv, pool, table := pgtest.PrivateSetup(t)
+		late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
+		cpool, warned := late.Pool(t, pool.Config().ConnString(), 2)
+		l := pgtest.Locker(t, wrap(cpool), table, "holder", pglease.WithTTL(time.Minute), pglease.WithTimeout(200*time.Millisecond))
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		pgtest.AbsentStandby(ctx, t, srv.DSN())
+
+		// The release's reply comes 500 ms late, past its 200 ms timeout: pgx
+		// sends a cancel request, which lands 2.5 s later.
+		late.DelayNextReply(500 * time.Millisecond)
+		t.Logf("Unlock, its reply late: %v", lease.Unlock(ctx))
+
+		cctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+		defer cancel()
+		got, err := l.Claim(cctx, "free")
+		require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
+		require.Nil(t, got)
+		require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
+			"the late cancel request was delivered: the case is the one described")
+	}
 }
 
 // quietSpy is a pgx tracer that watches one-row releases: before the quiet
