@@ -186,3 +186,10 @@ func (r *roundState) cause() string {
 	}
 	return ""
 }
+
+// failing reports whether the last heartbeat round failed.
+func (r *roundState) failing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed != nil
+}

@@ -124,7 +124,7 @@ type config struct {
 	timeout    time.Duration
 	noFence    bool
 	keepConn   bool
-	listen     *pgx.ConnConfig // WithListenDSN (listenopt.go)
+	listen     *pgx.ConnConfig // WithListenDSN (listen.go)
 	logger     *slog.Logger
 	hooks      []func(Event)
 	errs       []error

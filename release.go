@@ -206,3 +206,81 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 	}
 	return out
 }
+
+// release ends the lease with ended (ErrReleased or ErrClosed), then
+// expires its row, ordered after any heartbeat round in flight.
+//
+// The lease ends before the release is sent: once it is on its way the
+// server may let another holder in, so from that moment nobody may believe
+// in it (Err, Held, Done and Context all say so). A lease already lost keeps
+// its loss, and Unlock returns it.
+func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
+	r, first := ls.startRelease(ended)
+	if !first {
+		return r.err
+	}
+	return l.finishRelease(ctx, r, l.sendRelease(ctx, r))
+}
+
+// releasing is one lease on its way out.
+type releasing struct {
+	ls        *Lease
+	prior     error     // the loss that had ended it before, if any
+	endedHere bool      // this release ended it
+	err       error     // when not first: the outcome of the release already made
+	at        time.Time // when it started: its event's Took counts from it
+}
+
+// startRelease marks the lease released and ends it with ended unless it
+// had ended already. first is false when a release was attempted before:
+// r.err is then its outcome.
+func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
+	ls.mu.Lock()
+	if ls.released {
+		err := ls.releaseErr
+		ls.mu.Unlock()
+		return releasing{ls: ls, err: err}, false
+	}
+	ls.released = true
+	// Recorded before anyone can see the lease released: waiting claims
+	// wait for it (wait.go), and so does Close.
+	ls.locker.waits.releaseStarted(ls)
+	ls.mu.Unlock()
+
+	prior := ls.lostErr()
+	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil), at: time.Now()}, true
+}
+
+// finishRelease reports the outcome err of the release r, records it for
+// later Unlocks, and returns it wrapped.
+func (l *Locker) finishRelease(ctx context.Context, r releasing, err error) error {
+	ls, took := r.ls, time.Since(r.at)
+	if err == nil {
+		// Reported only if this release ended the lease: one that ran out
+		// of trust meanwhile was reported lost already.
+		if r.endedHere {
+			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Took: took, Context: ctx})
+		}
+	} else {
+		// The lease is no longer extended either way, so at worst its row
+		// lapses at its expiry.
+		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
+		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err, Took: took, Context: ctx})
+	}
+	ls.mu.Lock()
+	ls.releaseErr = err
+	ls.mu.Unlock()
+	l.waits.releaseFinished(ls)
+	return err
+}
+
+// releaseOutcome is what a release reports: the earlier loss (prior), for
+// instance past its trust deadline while the database was unreachable, or
+// the outcome of the statement, which still frees the key early if the row
+// was still ours.
+func releaseOutcome(prior, err error) error {
+	if prior != nil {
+		return prior
+	}
+	return err
+}

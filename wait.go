@@ -135,46 +135,6 @@ func drain(ch <-chan struct{}) {
 	}
 }
 
-// startListener starts the listener at the first waiting claim, on a pool
-// only: a *pgx.Conn is shared with the heartbeat, and a wrapper may not be
-// able to LISTEN, so those poll. With WithListenDSN the listener dials a
-// connection of its own, whatever the DB.
-func (l *Locker) startListener() {
-	w := &l.waits
-	w.mu.Lock()
-	if w.closed || w.mode != WaitIdle {
-		w.mu.Unlock()
-		return
-	}
-	if l.conns.Pool() == nil && l.cfg.listen == nil {
-		w.mu.Unlock()
-		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.DB()))
-		return
-	}
-	w.mode, w.reason = WaitByPolling, "LISTEN not established yet"
-	ctx, stop := context.WithCancel(context.Background())
-	w.stop, w.done = stop, make(chan struct{})
-	go l.listen(ctx, w.done)
-	w.mu.Unlock()
-}
-
-// stopWaiting ends every waiting claim with ErrClosed and stops the
-// listener; Close calls it first.
-func (l *Locker) stopWaiting() {
-	w := &l.waits
-	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.stopCh())
-	}
-	stop, done := w.stop, w.done
-	w.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
-}
-
 func (w *waiting) byNotification() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -797,3 +797,182 @@ func raceReentrantClaimWithUnlock(ctx context.Context, t *testing.T, pool *pgxpo
 	}
 	t.Logf("released %d, lost %d", released, lost)
 }
+
+// TestLeases pins Locker.Leases: a sorted copy of what is held, with the
+// server's times, the trust deadline and what the last round found.
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	// Guarantee: Leases is a copy of the held leases sorted by key, with their
+	// server times and trust deadline.
+	t.Run("SortedCopyWithServerTimes", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(10*time.Second))
+		assert.Empty(t, l.Leases())
+
+		byKey := map[string]*pglease.Lease{}
+		for _, key := range []string{"c", "a", "b"} {
+			lease, err := l.Claim(ctx, key)
+			require.NoError(t, err)
+			byKey[key] = lease
+		}
+		require.NoError(t, byKey["c"].Unlock(ctx))
+
+		got := l.Leases()
+		require.Len(t, got, 2, "a released lease is not listed")
+		assert.Equal(t, "a", got[0].Key)
+		assert.Equal(t, "b", got[1].Key)
+		for _, info := range got {
+			lease := byKey[info.Key]
+			assert.Equal(t, lease.Holder(), info.Holder)
+			assert.Equal(t, lease.Fence(), info.Fence)
+			assert.True(t, lease.AcquiredAt().Equal(info.AcquiredAt))
+			assert.True(t, lease.ExpiresAt().Equal(info.ExpiresAt))
+			assert.Equal(t, pglease.LeaseConfirmed, info.State)
+			left := time.Until(info.TrustUntil)
+			assert.Positive(t, left)
+			assert.Less(t, left, l.TTL(), "trusted for less than the TTL from now")
+		}
+		got[0].Key = "changed"
+		assert.Equal(t, "a", l.Leases()[0].Key, "a copy")
+
+		// Safe for concurrent use (the race detector watches).
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := fmt.Sprintf("k%d", i)
+				lease, err := l.Claim(ctx, key)
+				if assert.NoError(t, err) {
+					_ = l.Leases()
+					assert.NoError(t, lease.Unlock(ctx))
+				}
+			}()
+			_ = l.Leases()
+		}
+		wg.Wait()
+		assert.Len(t, l.Leases(), 2)
+	})
+
+	// Guarantee: Leases says when a heartbeat round found the row locked or
+	// failed.
+	t.Run("SaysWhenARoundFoundTheRowLockedOrFailed", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		events := pgtest.NewEvents(t)
+		faulty := pgtest.NewFaultyDB(pool)
+		l := pgtest.Locker(t, faulty, table, "replica-a", pglease.WithTTL(5*time.Second),
+			pglease.WithHeartbeatInterval(50*time.Millisecond), pglease.WithHook(events.Hook))
+		_, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+
+		tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
+		require.Eventually(t, func() bool {
+			got := l.Leases()
+			return len(got) == 1 && got[0].State == pglease.LeaseRowLocked
+		}, 5*time.Second, 10*time.Millisecond, "a round skips the locked row")
+		require.NoError(t, tx.Rollback(ctx))
+		require.Eventually(t, func() bool {
+			got := l.Leases()
+			return len(got) == 1 && got[0].State == pglease.LeaseConfirmed
+		}, 5*time.Second, 10*time.Millisecond, "the next round extends it again")
+
+		faulty.SetFail("heartbeat", errors.New("injected: connection reset"))
+		events.WaitFor(t, pglease.EventHeartbeatFailed, 5*time.Second)
+		got := l.Leases()
+		require.Len(t, got, 1)
+		assert.Equal(t, pglease.LeaseRetrying, got[0].State)
+		faulty.SetFail("heartbeat", nil)
+	})
+}
+
+// TestLoss is about how a lost lease says what took it.
+func TestLoss(t *testing.T) {
+	t.Parallel()
+
+	fast := []pglease.Option{pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
+
+	t.Run("RevokeReadsAsRevokedByAnOperator", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		var logs lockedBuffer
+		events := pgtest.NewEvents(t)
+		l := pgtest.Locker(t, pool, table, "a", append(fast, pglease.WithHook(events.Hook), pglease.WithLogger(jsonLogger(&logs)))...)
+		lease, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+
+		_, err = adminOf(t, pool, pglease.WithTable(table)).Revoke(ctx, "k")
+		require.NoError(t, err)
+		pgtest.WaitDone(t, lease, 5*time.Second)
+		err = lease.Err()
+		t.Logf("revoked: %v", err)
+		require.ErrorIs(t, err, pglease.ErrLost, "a revoke is a loss")
+		require.ErrorIs(t, err, pglease.ErrRevoked)
+		assert.Contains(t, err.Error(), "revoked by an operator")
+		assert.NotContains(t, err.Error(), "another holder")
+
+		lost := events.WaitFor(t, pglease.EventLost, time.Second)
+		require.ErrorIs(t, lost.Err, pglease.ErrRevoked)
+		assert.Equal(t, lease.Fence(), lost.Fence)
+		lines := loggedLines(t, &logs, pglease.EventLost)
+		require.Len(t, lines, 1)
+		assert.Contains(t, lines[0]["error"], "lease revoked by an operator")
+
+		// Its Unlock reports the loss that ended it.
+		err = lease.Unlock(ctx)
+		require.ErrorIs(t, err, pglease.ErrRevoked)
+		require.ErrorIs(t, err, pglease.ErrLost)
+	})
+
+	t.Run("UnlockOfARevokedLeaseReadsAsRevoked", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		events := pgtest.NewEvents(t)
+		// No heartbeat round before the Unlock: the release finds the revoke.
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Minute), pglease.WithHook(events.Hook))
+		lease, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+		_, err = adminOf(t, pool, pglease.WithTable(table)).Revoke(ctx, "k")
+		require.NoError(t, err)
+
+		err = lease.Unlock(ctx)
+		t.Logf("released after revoke: %v", err)
+		require.ErrorIs(t, err, pglease.ErrLost)
+		require.ErrorIs(t, err, pglease.ErrRevoked)
+		assert.Contains(t, err.Error(), "revoked by an operator")
+		failed := events.WaitFor(t, pglease.EventReleaseFailed, time.Second)
+		require.ErrorIs(t, failed.Err, pglease.ErrRevoked)
+	})
+
+	t.Run("ReclaimByAnotherHolderIsNotARevoke", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", fast...)
+		lease, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE `+table+` SET holder = 'b', fence = fence + 1000 WHERE key = 'k'`)
+		require.NoError(t, err)
+		pgtest.WaitDone(t, lease, 5*time.Second)
+		err = lease.Err()
+		require.ErrorIs(t, err, pglease.ErrLost)
+		require.NotErrorIs(t, err, pglease.ErrRevoked)
+		assert.Contains(t, err.Error(), "re-claimed or lapsed")
+	})
+
+	t.Run("RevokeOfALaterMandateIsNotThisLeases", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", fast...)
+		lease, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+		// Another mandate (a new fence) took the row, and an operator then
+		// revoked that one: this lease was lost to the other mandate.
+		_, err = pool.Exec(ctx, `UPDATE `+table+` SET holder = $1, fence = fence + 1000 WHERE key = 'k'`, pglease.RevokedHolder)
+		require.NoError(t, err)
+		pgtest.WaitDone(t, lease, 5*time.Second)
+		err = lease.Err()
+		require.ErrorIs(t, err, pglease.ErrLost)
+		require.NotErrorIs(t, err, pglease.ErrRevoked)
+	})
+}

@@ -3,8 +3,10 @@ package pglease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/go-co-op/gocron/v2"
 )
@@ -85,3 +87,37 @@ func (l *Locker) warnUnnamed(key string) {
 var errUnnamedJob = errors.New("pglease: the key looks like a Go function name, gocron's default name of a job given no gocron.WithName: " +
 	"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
 	"name the job (gocron.WithName, or Locker.Task)")
+
+// StartOnGrid is the gocron job option that puts a gocron.DurationJob's runs
+// on the multiples of period since the Unix epoch: the same instants on every
+// replica, whenever each started (every minute at second 0, every 24h at
+// midnight UTC). Give it the DurationJob's period. The first run is the first
+// multiple at or after the job is scheduled. With ticks aligned and a min hold
+// H, each tick runs exactly once when D < H, H + D <= period and run + D <=
+// period, D being the spread of the claims around a tick and run the time from
+// claim to release. It reads time.Now (not gocron.WithClock), sets
+// gocron.WithStartAt, and panics with an *OptionError when period <= 0. See
+// docs/GUIDE.md, "StartOnGrid".
+func StartOnGrid(period time.Duration) gocron.JobOption {
+	if period <= 0 {
+		panic(&OptionError{Option: "StartOnGrid", msg: fmt.Sprintf("StartOnGrid(%v): the period must be positive", period)})
+	}
+	// A start on the grid in the past, not the next one: gocron moves a
+	// past start forward by whole periods to the first at or after the
+	// moment it schedules the job, so the first run is on the grid however
+	// long after this call the scheduler starts, and the option never fails
+	// (WithStartDateTime refuses a start that passed by the time NewJob
+	// runs).
+	return gocron.WithStartAt(gocron.WithStartDateTimePast(gridFloor(time.Now(), period)))
+}
+
+// gridFloor is the last multiple of period since the Unix epoch at or
+// before t.
+func gridFloor(t time.Time, period time.Duration) time.Time {
+	ns, p := t.UnixNano(), int64(period)
+	off := ns % p
+	if off < 0 {
+		off += p // before 1970
+	}
+	return time.Unix(0, ns-off)
+}

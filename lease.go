@@ -3,12 +3,14 @@ package pglease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/pglease/pglease/internal/sqlstmt"
 	"github.com/pglease/pglease/internal/trust"
 )
 
@@ -118,84 +120,6 @@ func (ls *Lease) Unlock(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
 	defer cancel()
 	return ls.locker.release(ctx, ls, ErrReleased)
-}
-
-// release ends the lease with ended (ErrReleased or ErrClosed), then
-// expires its row, ordered after any heartbeat round in flight.
-//
-// The lease ends before the release is sent: once it is on its way the
-// server may let another holder in, so from that moment nobody may believe
-// in it (Err, Held, Done and Context all say so). A lease already lost keeps
-// its loss, and Unlock returns it.
-func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
-	r, first := ls.startRelease(ended)
-	if !first {
-		return r.err
-	}
-	return l.finishRelease(ctx, r, l.sendRelease(ctx, r))
-}
-
-// releasing is one lease on its way out.
-type releasing struct {
-	ls        *Lease
-	prior     error     // the loss that had ended it before, if any
-	endedHere bool      // this release ended it
-	err       error     // when not first: the outcome of the release already made
-	at        time.Time // when it started: its event's Took counts from it
-}
-
-// startRelease marks the lease released and ends it with ended unless it
-// had ended already. first is false when a release was attempted before:
-// r.err is then its outcome.
-func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
-	ls.mu.Lock()
-	if ls.released {
-		err := ls.releaseErr
-		ls.mu.Unlock()
-		return releasing{ls: ls, err: err}, false
-	}
-	ls.released = true
-	// Recorded before anyone can see the lease released: waiting claims
-	// wait for it (wait.go), and so does Close.
-	ls.locker.waits.releaseStarted(ls)
-	ls.mu.Unlock()
-
-	prior := ls.lostErr()
-	return releasing{ls: ls, prior: prior, endedHere: prior == nil && ls.end(ended, nil), at: time.Now()}, true
-}
-
-// finishRelease reports the outcome err of the release r, records it for
-// later Unlocks, and returns it wrapped.
-func (l *Locker) finishRelease(ctx context.Context, r releasing, err error) error {
-	ls, took := r.ls, time.Since(r.at)
-	if err == nil {
-		// Reported only if this release ended the lease: one that ran out
-		// of trust meanwhile was reported lost already.
-		if r.endedHere {
-			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Took: took, Context: ctx})
-		}
-	} else {
-		// The lease is no longer extended either way, so at worst its row
-		// lapses at its expiry.
-		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
-		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err, Took: took, Context: ctx})
-	}
-	ls.mu.Lock()
-	ls.releaseErr = err
-	ls.mu.Unlock()
-	l.waits.releaseFinished(ls)
-	return err
-}
-
-// releaseOutcome is what a release reports: the earlier loss (prior), for
-// instance past its trust deadline while the database was unreachable, or
-// the outcome of the statement, which still frees the key early if the row
-// was still ours.
-func releaseOutcome(prior, err error) error {
-	if prior != nil {
-		return prior
-	}
-	return err
 }
 
 // lostErr is the loss that ended the lease, or nil.
@@ -352,4 +276,139 @@ func (ls *Lease) end(err error, report func()) bool {
 	ls.locker.forget(ls)
 	close(ls.done)
 	return true
+}
+
+// lostReadTimeout bounds the read that tells a revoked lease from one a
+// later lease took: the loss is not declared before it returns, so a
+// server that has just answered the statement that found the row gone, and
+// then stalls, delays the loss by this much at most.
+const lostReadTimeout = 250 * time.Millisecond
+
+// revokedOf returns the leases, among those a heartbeat round or a release
+// found gone (leases not in found), whose rows an operator revoked: the
+// row's holder is RevokedHolder and its fence the lease's own (any fence,
+// on a table without one). It sends nothing when no lease is gone, and
+// reports none revoked when the read fails: the loss then reads as the
+// generic one, which it still is.
+func (l *Locker) revokedOf(ctx context.Context, db DB, leases []*Lease, gone func(*Lease) bool) map[*Lease]bool {
+	var keys []string
+	for _, ls := range leases {
+		if gone(ls) {
+			keys = append(keys, ls.key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	t, err := parseTable(l.cfg.table)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, lostReadTimeout)
+	defer cancel()
+	rows, err := db.Query(ctx, t.render(sqlstmt.LostRows), keys)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	revokedFence := make(map[string]*int64)
+	for rows.Next() {
+		var (
+			key, holder string
+			fence       *int64
+		)
+		if rows.Scan(&key, &holder, &fence) != nil {
+			return nil
+		}
+		if holder == RevokedHolder {
+			revokedFence[key] = fence
+		}
+	}
+	if rows.Err() != nil || len(revokedFence) == 0 {
+		return nil
+	}
+	out := make(map[*Lease]bool)
+	for _, ls := range leases {
+		// Without a fence column (WithoutFenceColumn) the forged holder
+		// was the lease, and the marker replaced it: any fence matches.
+		if fence, ok := revokedFence[ls.key]; ok && gone(ls) && (l.cfg.noFence || fence == nil || *fence == ls.fence) {
+			out[ls] = true
+		}
+	}
+	return out
+}
+
+// lostInRound ends ls, which a heartbeat round found gone: revoked by an
+// operator (ErrRevoked), or re-claimed or lapsed (ErrLost).
+func (ls *Lease) lostInRound(revoked bool) {
+	if revoked {
+		ls.loseTo("heartbeat found its row's holder is the revoke marker "+RevokedHolder, ErrRevoked)
+		return
+	}
+	ls.lose("heartbeat found the row re-claimed or lapsed")
+}
+
+// loseTo is lose with the sentinel the error wraps: ErrLost, or ErrRevoked
+// (which is ErrLost too).
+func (ls *Lease) loseTo(why string, sentinel error) {
+	err := fmt.Errorf("pglease: lease %q fence %d: %s: %w", ls.key, ls.fence, why, sentinel)
+	ls.end(err, func() {
+		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
+	})
+}
+
+// goneOnRelease is the outcome of a release that found its row gone:
+// revoked by an operator (ErrRevoked), or taken by a later lease or
+// lapsed (ErrLost).
+func goneOnRelease(revoked bool) error {
+	if revoked {
+		return fmt.Errorf("its row's holder is the revoke marker %s: %w", RevokedHolder, ErrRevoked)
+	}
+	return fmt.Errorf("row taken by a later lease or lapsed: %w", ErrLost)
+}
+
+// LeaseState says how sure a Locker is of a lease it holds.
+type LeaseState string
+
+// The states of a held lease. Each is trusted until its TrustUntil; past
+// it the lease is lost, whatever the state said.
+const (
+	LeaseConfirmed LeaseState = "confirmed"  // its last claim or heartbeat extended it
+	LeaseRetrying  LeaseState = "retrying"   // the last heartbeat failed; it is retried
+	LeaseRowLocked LeaseState = "row_locked" // the last heartbeat found its row locked by another transaction
+)
+
+// Leases returns a snapshot of the leases this Locker holds now (Held's
+// view), sorted by key. It sends nothing to the database.
+func (l *Locker) Leases() []LeaseInfo {
+	now := time.Now()
+	retrying := l.round.failing()
+	var out []LeaseInfo
+	for _, ls := range l.snapshot() {
+		ls.checkTrust(now)
+		ls.mu.Lock()
+		held := ls.err == nil
+		info := LeaseInfo{
+			Key:        ls.key,
+			Holder:     ls.holder,
+			Fence:      ls.fence,
+			AcquiredAt: ls.acquiredAt,
+			ExpiresAt:  ls.expiresAt,
+			Live:       true,
+			TrustUntil: now.Add(ls.trustUntil.Left(now)),
+			State:      LeaseConfirmed,
+		}
+		switch {
+		case retrying:
+			info.State = LeaseRetrying
+		case !ls.skippedSince.IsZero():
+			info.State = LeaseRowLocked
+		}
+		ls.mu.Unlock()
+		if held {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b LeaseInfo) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }

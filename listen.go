@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/listen"
 	"github.com/pglease/pglease/internal/sqlstmt"
@@ -132,4 +135,82 @@ func (l *Locker) pollingReason(reason error) string {
 		return reason.Error() + "; WithListenDSN gives the Locker a direct connection to LISTEN on"
 	}
 	return reason.Error()
+}
+
+// WithListenDSN gives the Locker a connection of its own, dialed with dsn (as
+// pgx.ParseConfig reads it), on which it LISTENs for the releases its waiting
+// claims (ClaimWait, an Elector's campaign) wait for; statements still run on
+// the DB. Use it behind a transaction pooler, which delivers no notifications:
+// point dsn at the server itself. The connection is dialed at the first
+// waiting claim, checked with a probe notification, dialed again when lost,
+// and closed by Close. The default is none: on a *pgxpool.Pool the Locker
+// listens on one of the pool's connections. See docs/GUIDE.md,
+// "WithListenDSN".
+func WithListenDSN(dsn string) Option {
+	return Option{"WithListenDSN", atLocker, lockerWide, func(c *config) {
+		if strings.TrimSpace(dsn) == "" {
+			c.invalid("WithListenDSN", "WithListenDSN: dsn is empty: give the server's address, past the pooler")
+			return
+		}
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			// pgx's error redacts the password.
+			c.invalid("WithListenDSN", "WithListenDSN: dsn does not parse: %v", err)
+			return
+		}
+		c.listen = cfg
+	}}
+}
+
+// listenSource is where the listener takes its connection: the one of
+// WithListenDSN, probed through the DB the statements run on, or else one
+// of the pool's (startListener has checked that there is a pool).
+func (l *Locker) listenSource() listen.Source {
+	if cfg := l.cfg.listen; cfg != nil {
+		return listen.DialSource{Config: cfg, Send: func(ctx context.Context, sql string, args ...any) error {
+			_, err := l.conns.Release().Exec(ctx, sql, args...)
+			return err
+		}}
+	}
+	return listen.PoolSource{Pool: l.conns.Pool()}
+}
+
+// startListener starts the listener at the first waiting claim, on a pool
+// only: a *pgx.Conn is shared with the heartbeat, and a wrapper may not be
+// able to LISTEN, so those poll. With WithListenDSN the listener dials a
+// connection of its own, whatever the DB.
+func (l *Locker) startListener() {
+	w := &l.waits
+	w.mu.Lock()
+	if w.closed || w.mode != WaitIdle {
+		w.mu.Unlock()
+		return
+	}
+	if l.conns.Pool() == nil && l.cfg.listen == nil {
+		w.mu.Unlock()
+		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.DB()))
+		return
+	}
+	w.mode, w.reason = WaitByPolling, "LISTEN not established yet"
+	ctx, stop := context.WithCancel(context.Background())
+	w.stop, w.done = stop, make(chan struct{})
+	go l.listen(ctx, w.done)
+	w.mu.Unlock()
+}
+
+// stopWaiting ends every waiting claim with ErrClosed and stops the
+// listener; Close calls it first.
+func (l *Locker) stopWaiting() {
+	w := &l.waits
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stopCh())
+	}
+	stop, done := w.stop, w.done
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 }
