@@ -72,7 +72,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 
 // sent is what became of one claim statement.
 type sent struct {
-	c    claimed
+	c    driver.Claimed
 	ok   bool      // a row came back: the key was taken (new, expired, or our own)
 	at   time.Time // when the statement was sent: the trust window counts from it
 	err  error
@@ -125,13 +125,13 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
 	case !s.ok:
 		return fail(EventContended, 0, ErrHeld)
-	case !s.c.live:
+	case !s.c.Live:
 		// The claim waited on the row lock past its own expiry. The row
 		// carries our holder but is already expired: it is nobody's lease.
 		// It also has a new fence: the previous lease is over.
 		l.supersede(key, "re-claimed by the same holder")
-		l.fences.See(key, s.c.fence, time.Now(), t.ttl+t.minHold)
-		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
+		l.fences.See(key, s.c.Fence, time.Now(), t.ttl+t.minHold)
+		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
 	}
 	trustUntil := l.trustDeadline(s.at, t.ttl)
 	if trustUntil.Left(time.Now()) <= 0 {
@@ -139,27 +139,27 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 		// window: the Locker could not vouch for it for a moment. Its row
 		// is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
-		l.fences.See(key, s.c.fence, time.Now(), t.ttl+t.minHold)
-		l.giveBack(ctx, &Lease{key: key, holder: s.c.holder, fence: s.c.fence, acquiredAt: s.c.acquiredAt, terms: t})
-		return fail(EventClaimFailed, s.c.fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
+		l.fences.See(key, s.c.Fence, time.Now(), t.ttl+t.minHold)
+		l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})
+		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
 	}
 
 	lease := &Lease{
 		locker:     l,
 		key:        key,
-		holder:     s.c.holder,
-		fence:      s.c.fence,
-		acquiredAt: s.c.acquiredAt,
-		table:      s.c.table,
+		holder:     s.c.Holder,
+		fence:      s.c.Fence,
+		acquiredAt: s.c.AcquiredAt,
+		table:      s.c.Table,
 		terms:      t,
-		expiresAt:  s.c.expiresAt,
+		expiresAt:  s.c.ExpiresAt,
 		trustUntil: trustUntil,
 		done:       make(chan struct{}),
 	}
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
-	skew := l.recordSkew(s.c.acquiredAt, s.at, took)
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.holder, Fence: s.c.fence, Took: took, Skew: skew, Context: ctx})
+	skew := l.recordSkew(s.c.AcquiredAt, s.at, took)
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx})
 	prev, err := l.register(lease)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the
@@ -243,18 +243,18 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
-	m, err := l.proto.mandate(rctx, l.conns.ClaimRead(), key)
+	m, err := l.proto.Mandate(rctx, l.conns.ClaimRead(), key)
 	if err != nil {
 		if closing {
 			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
 		}
 		return
 	}
-	if !m.live || m.holder != l.cfg.holder || m.fence <= known {
+	if !m.Live || m.Holder != l.cfg.holder || m.Fence <= known {
 		return
 	}
-	l.fences.See(key, m.fence, time.Now(), t.ttl+t.minHold)
-	l.giveBack(rctx, &Lease{key: key, holder: m.holder, fence: m.fence, terms: t})
+	l.fences.See(key, m.Fence, time.Now(), t.ttl+t.minHold)
+	l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
 }
 
 // giveBack expires the row of ls, a mandate nobody holds, keeping its min
@@ -263,7 +263,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
-	if _, err := l.proto.release(rctx, l.conns.Release(), []*Lease{ls}); err != nil && closing {
+	if _, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls}); err != nil && closing {
 		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
 	}
 }

@@ -28,28 +28,9 @@ const maxBurstLockWait = 500 * time.Millisecond
 // free key waits for a connection behind claims of rows locked elsewhere.
 const maxAloneLockWait = 50 * time.Millisecond
 
-// batchClaimer is a protocol that can send a burst of claims in one
-// statement. WithoutFenceColumn's protocol cannot: its claims go one by one.
-type batchClaimer interface {
-	// claimAll claims keys (distinct), each for its TTL in ttls (seconds),
-	// in one statement and returns what the statement returned for each key
-	// it took; a key missing from the result is held by another holder.
-	claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]claimed, error)
-}
-
-// claimAll retries a burst's statement on a serialization failure, as
-// claim does; only a protocol that is a batchClaimer gets here (newClaims).
-func (r serializationRetry) claimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (got map[string]claimed, err error) {
-	err = driver.RetrySerialization(ctx, func() error {
-		got, err = r.protocol.(batchClaimer).claimAll(ctx, db, keys, ttls, lockWait)
-		return err
-	})
-	return got, err
-}
-
 // claimOutcome is what the statement that carried one claim said of it.
 type claimOutcome struct {
-	c     claimed
+	c     driver.Claimed
 	ok    bool // taken; false with a nil err: held by another
 	err   error
 	sent  time.Time // when that statement was sent: the trust window counts from it
@@ -72,11 +53,7 @@ type claimCall struct {
 // newClaims is the coalescer of a Locker's claims, or nil when its
 // protocol sends them one by one.
 func (l *Locker) newClaims() *coalesce.Coalescer[claimCall, claimOutcome] {
-	p := l.proto
-	if r, ok := p.(serializationRetry); ok {
-		p = r.protocol
-	}
-	if _, ok := p.(batchClaimer); !ok {
+	if !l.proto.Bursts() {
 		return nil
 	}
 	return &coalesce.Coalescer[claimCall, claimOutcome]{Send: l.sendClaims, Orphan: l.orphanClaim, Limit: l.conns.ClaimLimit(maxAloneInFlight), Linger: burstLockWait(l.cfg.ttl)}
@@ -117,8 +94,7 @@ func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64
 
 // claimAlone sends the claim of key in a statement of its own, after
 // pause if not zero. A claim that may not wait on a row lock without bound
-// (claimBound.mayWait) is sent with a lock wait (aloneLockWait,
-// Locker.claimWithin), and while its row stays locked past it, sent again
+// (claimBound.mayWait) is sent with a lock wait (aloneLockWait), and while its row stays locked past it, sent again
 // after a pause that doubles up to maxLockedRetry: between two attempts it
 // holds no connection.
 func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time.Duration) sent {
@@ -134,44 +110,16 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 		}
 		at := time.Now()
 		if l.conns.MayWait() {
-			c, ok, err := l.proto.claim(ctx, l.conns.Claim(), key, t.ttl)
+			c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, 0)
 			l.conns.Waited()
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
-		c, ok, err := l.claimWithin(ctx, key, t.ttl, aloneLockWait(t.ttl))
+		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, aloneLockWait(t.ttl))
 		if !driver.Is(err, driver.LockNotAvailable) {
 			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 		}
 		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
 	}
-}
-
-// boundedClaimer is a protocol without the burst's statement that can send
-// a claim whose wait on its row's lock is bounded (unfenced.claimWithin).
-type boundedClaimer interface {
-	claimWithin(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (claimed, bool, error)
-}
-
-// claimWithin sends the claim of key in a statement that waits on its
-// row's lock at most lockWait: a burst of one where the protocol has the
-// burst's statement, its bounded claim otherwise.
-func (l *Locker) claimWithin(ctx context.Context, key string, ttl, lockWait time.Duration) (claimed, bool, error) {
-	if b, ok := l.proto.(boundedClaimer); ok && !isBatchClaimer(l.proto) {
-		return b.claimWithin(ctx, l.conns.Claim(), key, ttl, lockWait)
-	}
-	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.Claim(), []string{key}, []float64{ttl.Seconds()}, lockWait)
-	c, ok := got[key]
-	return c, ok, err
-}
-
-// isBatchClaimer reports whether p, or the protocol serializationRetry
-// wraps, has the burst's statement.
-func isBatchClaimer(p protocol) bool {
-	if r, ok := p.(serializationRetry); ok {
-		p = r.protocol
-	}
-	_, ok := p.(batchClaimer)
-	return ok
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
@@ -188,7 +136,7 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 	sent := time.Now()
 	if len(calls) == 1 && !l.coalesceAll {
 		if l.conns.MayWait() {
-			c, ok, err := l.proto.claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl)
+			c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl, 0)
 			l.conns.Waited()
 			out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
 			return out
@@ -207,7 +155,7 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 		// wait for it no longer than this.
 		wait = aloneLockWait(shortest)
 	}
-	got, err := l.proto.(batchClaimer).claimAll(ctx, l.conns.Claim(), keys, ttls, wait)
+	got, err := l.proto.ClaimAll(ctx, l.conns.Claim(), keys, ttls, wait)
 	for i, key := range keys {
 		c, ok := got[key]
 		switch {
@@ -257,8 +205,8 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	// a previous mandate, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
-	l.fences.See(cl.key, o.c.fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
-	if o.c.live {
-		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.holder, fence: o.c.fence, acquiredAt: o.c.acquiredAt, terms: cl.terms})
+	l.fences.See(cl.key, o.c.Fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
+	if o.c.Live {
+		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms})
 	}
 }

@@ -19,16 +19,7 @@ func ShiftWallClock(l *Locker, d time.Duration) { l.clock.Shift(d) }
 // that the contract tests cover them too. Call it before l's first claim.
 // The tests' TestMain sets it on every Locker pgtest builds when
 // PGLEASE_COALESCE_ALL is set.
-func SetCoalesceAll(l *Locker, on bool) {
-	l.coalesceAll = on
-	p := l.proto
-	if r, ok := p.(serializationRetry); ok {
-		p = r.protocol
-	}
-	if f, ok := p.(*fenced); ok {
-		f.coalesceAll = on
-	}
-}
+func SetCoalesceAll(l *Locker, on bool) { l.coalesceAll = on }
 
 // SetElectorCoalesceAll is SetCoalesceAll for the Locker of e. Call it
 // before e's first campaign.

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -32,27 +33,39 @@ func Waiters(l *Locker, key string) int {
 // waiting claims existed: benchmarks measure what the notification costs.
 // Call it before l's first claim.
 func DropReleaseNotify(l *Locker) {
-	p := l.proto.(serializationRetry).protocol.(*fenced)
 	notify := "pg_notify(" + quoteChannel(l.waits.table) + ", l.key)"
-	p.releaseSQL = strings.Replace(p.releaseSQL, ", "+notify, "", 1)
-	p.releaseOneSQL = strings.Replace(p.releaseOneSQL, "RETURNING "+notify, "RETURNING l.key", 1)
-	if !strings.Contains(p.releaseSQL, "pg_notify") && !strings.Contains(p.releaseOneSQL, "pg_notify") {
-		return
-	}
-	panic("DropReleaseNotify: release statement not recognised")
+	rewriteReleases(l, "DropReleaseNotify", func(sql string) string {
+		sql = strings.Replace(sql, ", "+notify, "", 1)
+		return strings.Replace(sql, "RETURNING "+notify, "RETURNING l.key", 1)
+	}, "pg_notify")
 }
 
 // SyncRelease makes l's releases commit synchronously, waiting for the WAL
 // flush as any statement does: what the asynchronous commit of the release
 // saves, notification included, is measured against it.
 func SyncRelease(l *Locker) {
-	p := l.proto.(serializationRetry).protocol.(*fenced)
 	async := regexp.MustCompile(`\n\s+AND set_config\('synchronous_commit', 'off', true\) IS NOT NULL`)
-	p.releaseSQL = async.ReplaceAllLiteralString(p.releaseSQL, "")
-	p.releaseOneSQL = async.ReplaceAllLiteralString(p.releaseOneSQL, "")
-	if strings.Contains(p.releaseSQL+p.releaseOneSQL, "'synchronous_commit', 'off'") {
-		panic("SyncRelease: release statement not recognised")
+	rewriteReleases(l, "SyncRelease", func(sql string) string {
+		return async.ReplaceAllLiteralString(sql, "")
+	}, "'synchronous_commit', 'off'")
+}
+
+// rewriteReleases gives l the fenced protocol with the release statements
+// (sqlstmt.Release, sqlstmt.ReleaseOne) rewritten by rewrite, and panics,
+// naming who, if either still contains gone afterwards.
+func rewriteReleases(l *Locker, who string, rewrite func(string) string, gone string) {
+	t := l.waits.table
+	for _, tmpl := range []string{sqlstmt.Release, sqlstmt.ReleaseOne} {
+		if strings.Contains(rewrite(t.render(tmpl)), gone) {
+			panic(who + ": release statement not recognised")
+		}
 	}
+	l.proto = driver.Fenced(func(tmpl string) string {
+		if tmpl == sqlstmt.Release || tmpl == sqlstmt.ReleaseOne {
+			return rewrite(t.render(tmpl))
+		}
+		return t.render(tmpl)
+	}, l.cfg.holder)
 }
 
 func quoteChannel(t table) string { return "'" + strings.ReplaceAll(t.channel(), "'", "''") + "'" }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // minRetry is the shortest wait before retrying a failed heartbeat round.
@@ -107,7 +109,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	qctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	l.round.start(sent)
-	got, err := l.proto.extend(qctx, l.conns.Heartbeat(), leases)
+	got, err := l.extendStatement(qctx, l.conns.Heartbeat(), leases)
 	l.round.end(err)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
@@ -131,15 +133,15 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 		switch e, found := got[ls]; {
 		case !found:
 			ls.lostInRound(revoked[ls])
-		case e.locked:
+		case e.Locked:
 			ls.skipped(sent)
 			skipped = append(skipped, ls)
 		default:
-			ls.extend(e.expiresAt, sent)
+			ls.extend(e.ExpiresAt, sent)
 			extended++
 		}
-		if e, found := got[ls]; found && (server.IsZero() || e.serverNow.Before(server)) {
-			server = e.serverNow
+		if e, found := got[ls]; found && (server.IsZero() || e.ServerNow.Before(server)) {
+			server = e.ServerNow
 		}
 	}
 	var skew Skew
@@ -192,4 +194,11 @@ func (r *roundState) failing() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.failed != nil
+}
+
+// extendStatement runs one heartbeat round of leases on db
+// (driver.Protocol.Extend) and reports by lease.
+func (l *Locker) extendStatement(ctx context.Context, db DB, leases []*Lease) (map[*Lease]driver.Extension, error) {
+	got, err := l.proto.Extend(ctx, db, mandates(leases))
+	return byLease(leases, got), err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 	"github.com/pglease/pglease/internal/trust"
 )
@@ -411,4 +412,27 @@ func (l *Locker) Leases() []LeaseInfo {
 	}
 	slices.SortFunc(out, func(a, b LeaseInfo) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// mandate is ls as the heartbeat and release statements match its row.
+func (ls *Lease) mandate() driver.Mandate {
+	return driver.Mandate{Key: ls.key, Fence: ls.fence, Holder: ls.holder, AcquiredAt: ls.acquiredAt, TTL: ls.terms.ttl, MinHold: ls.terms.minHold}
+}
+
+// byLease is got, a statement's report by index in leases, by lease.
+func byLease[V any](leases []*Lease, got map[int]V) map[*Lease]V {
+	out := make(map[*Lease]V, len(got))
+	for i, v := range got {
+		out[leases[i]] = v
+	}
+	return out
+}
+
+// mandates is the mandate of each of leases.
+func mandates(leases []*Lease) []driver.Mandate {
+	ms := make([]driver.Mandate, len(leases))
+	for i, ls := range leases {
+		ms[i] = ls.mandate()
+	}
+	return ms
 }

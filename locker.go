@@ -65,8 +65,8 @@ var _ gocron.Locker = (*Locker)(nil)
 type Locker struct {
 	cfg config
 
-	proto protocol      // the statements, with or without the fence column
-	conns *driver.Conns // the connections they run on
+	proto driver.Protocol // the statements, with or without the fence column
+	conns *driver.Conns   // the connections they run on
 
 	// gate lets a heartbeat round run alone and releases together, so that
 	// a heartbeat already in flight can never re-arm a lease that Unlock has
@@ -85,9 +85,9 @@ type Locker struct {
 	// one.
 	claims   *coalesce.Coalescer[claimCall, claimOutcome]
 	releases *coalesce.Coalescer[releasing, releaseResult]
-	// coalesceAll sends even a claim alone through the burst's statement,
-	// so that tests run every contract through it (export_test.go); set
-	// before the first claim.
+	// coalesceAll sends even a claim or release alone through the
+	// burst's statements, so that tests run every contract through them
+	// (export_test.go); set before the first claim.
 	coalesceAll bool
 
 	mu       sync.Mutex
@@ -171,13 +171,14 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 			"a claim waiting on a row lock would leave the heartbeat none; allow two or more")
 	}
 	t, _ := parseTable(cfg.table) // checked by newConfig
-	var proto protocol = newFenced(t, cfg)
+	proto := driver.Fenced(t.render, cfg.holder)
 	if cfg.noFence {
-		proto = newUnfenced(t, cfg)
+		forge := func() string { return cfg.holder + forgeSep + randomSuffix() }
+		proto = driver.Unfenced(t.render, t.String(), t.name.Sanitize(), cfg.holder+forgeSep, forge)
 	}
 	l := &Locker{
 		cfg:      cfg,
-		proto:    retrySerialization(proto),
+		proto:    proto,
 		conns:    driver.NewConns(db, cfg.keepConn),
 		leases:   make(map[string]*Lease),
 		electors: make(map[*Elector]struct{}),

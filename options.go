@@ -347,6 +347,11 @@ func defaultHolder() string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
+// forgeSep separates a Locker's holder from its own suffix, and in
+// WithoutFenceColumn mode the replica's holder from the suffix forged for
+// each lease.
+const forgeSep = "#"
+
 // suffixLen is the length of a random suffix: 16 lowercase hex digits.
 const suffixLen = 16
 

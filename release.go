@@ -116,7 +116,7 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]b
 		}
 		db, done, back := l.conns.ReleaseNow(ctx, had)
 		if db != nil {
-			got, err := l.proto.release(ctx, db, leases)
+			got, err := l.releaseStatement(ctx, db, leases)
 			l.conns.DropIfEnded(ctx, db, done)()
 			l.gate.LeaveRelease()
 			return got, err
@@ -283,4 +283,18 @@ func releaseOutcome(prior, err error) error {
 		return prior
 	}
 	return err
+}
+
+// releaseStatement expires the rows of leases on db in one statement
+// (driver.Protocol.Release), one lease's in the statement that costs least
+// (ReleaseOne) unless coalesceAll, and reports by lease.
+func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
+	var got map[int]bool
+	var err error
+	if len(leases) == 1 && !l.coalesceAll {
+		got, err = l.proto.ReleaseOne(ctx, db, leases[0].mandate())
+	} else {
+		got, err = l.proto.Release(ctx, db, mandates(leases))
+	}
+	return byLease(leases, got), err
 }

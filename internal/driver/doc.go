@@ -1,6 +1,9 @@
 // Package driver is how pglease sends its statements to PostgreSQL, the
 // statements themselves being internal/sqlstmt's:
 //
+//   - protocol.go, fenced.go, unfenced.go: what a Locker sends to its lease
+//     rows (claim, burst, heartbeat, release, the read of a row's lease),
+//     over plain values, with or without the fence column;
 //   - conn.go: the connection each kind of statement (claim, heartbeat,
 //     release) runs on, from a *pgxpool.Pool, a database/sql pool, or the
 //     one connection given, and how many claims may hold at once;

@@ -1,0 +1,155 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
+)
+
+// fenced is the protocol on a table created by Migrate: a fence column fed
+// by a sequence, so that each lease is matched on the replica's holder and
+// its own fence. Its statements are in internal/sqlstmt, where they say why
+// they are shaped that way.
+type fenced struct {
+	claimSQL, heartbeatSQL, releaseSQL string
+	releaseOneSQL, releaseOneQuietSQL  string
+	releaseQuietSQL                    string
+	claimAllSQL, mandateSQL            string
+	holder                             string
+}
+
+// Fenced is the protocol of holder on the table render names (it renders
+// each sqlstmt template for that table).
+func Fenced(render func(string) string, holder string) Protocol {
+	return &fenced{
+		claimSQL:           render(sqlstmt.Claim),
+		heartbeatSQL:       render(sqlstmt.Heartbeat),
+		releaseSQL:         render(sqlstmt.Release),
+		releaseOneSQL:      render(sqlstmt.ReleaseOne),
+		releaseOneQuietSQL: render(sqlstmt.ReleaseOneQuiet),
+		releaseQuietSQL:    render(sqlstmt.ReleaseQuiet),
+		claimAllSQL:        render(sqlstmt.ClaimAll),
+		mandateSQL:         render(sqlstmt.Mandate),
+		holder:             holder,
+	}
+}
+
+func (p *fenced) Bursts() bool { return true }
+
+// Claim with a lock wait is a burst of one, the statement that carries one.
+func (p *fenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (Claimed, bool, error) {
+	if lockWait > 0 {
+		got, err := p.ClaimAll(ctx, db, []string{key}, []float64{ttl.Seconds()}, lockWait)
+		c, ok := got[key]
+		return c, ok, err
+	}
+	type result struct {
+		c  Claimed
+		ok bool
+	}
+	r, err := retried(ctx, func() (result, error) {
+		c := Claimed{Holder: p.holder}
+		err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+		c, ok, err := claimOutcomeOf(c, err)
+		return result{c, ok}, err
+	})
+	return r.c, r.ok, err
+}
+
+func (p *fenced) ClaimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]Claimed, error) {
+	return retried(ctx, func() (map[string]Claimed, error) {
+		rows, err := db.Query(ctx, p.claimAllSQL, p.holder, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		got := make(map[string]Claimed, len(keys))
+		for rows.Next() {
+			var key string
+			c := Claimed{Holder: p.holder}
+			if err := rows.Scan(&key, &c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil); err != nil {
+				return nil, err
+			}
+			got[key] = c
+		}
+		return got, rows.Err()
+	})
+}
+
+func (p *fenced) Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Extension, error) {
+	return retried(ctx, func() (map[int]Extension, error) {
+		keys, fences := keysAnd(ms, fenceOf)
+		rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, seconds(ms, ttlOf), keys, fences)
+		if err != nil {
+			return nil, err
+		}
+		return extensions(readReport(rows, ms, fenceOf, heartbeatFields))
+	})
+}
+
+func (p *fenced) Release(ctx context.Context, db DB, ms []Mandate) (map[int]bool, error) {
+	return retried(ctx, func() (map[int]bool, error) {
+		keys, fences := keysAnd(ms, fenceOf)
+		return releaseReported(ctx, db, p.releaseSQL, p.releaseQuietSQL, ms, fenceOf,
+			p.holder, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait)
+	})
+}
+
+// ReleaseOne sends sqlstmt.ReleaseOne: a row locked past its lock wait is
+// reported skipped, as Release reports it.
+func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Mandate) (map[int]bool, error) {
+	return retried(ctx, func() (map[int]bool, error) {
+		released, err := p.releaseOneWith(ctx, db, p.releaseOneSQL, m)
+		if released && Is(err, LockNotAvailable) {
+			// The row came back, then the commit could not get the
+			// notification queue's lock within the wait: nothing was
+			// released. Once more, at once, without the notification.
+			released, err = p.releaseOneWith(ctx, db, p.releaseOneQuietSQL, m)
+		}
+		switch {
+		case Is(err, LockNotAvailable) || StatementTimedOut(ctx, err):
+			// The row's lock outlasted the wait (lock_not_available), or a
+			// statement_timeout of the session shorter than the wait
+			// (query_canceled while the caller still waits): not released,
+			// sent again later, as a row Release skips.
+			return map[int]bool{0: false}, nil
+		case err != nil:
+			return nil, err
+		case released:
+			return map[int]bool{0: true}, nil
+		}
+		return map[int]bool{}, nil
+	})
+}
+
+// releaseOneWith sends sql, a release of one lease, and reports whether its
+// row came back, and the statement's error, which may come after the row
+// (at its commit).
+func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Mandate) (bool, error) {
+	rows, err := db.Query(ctx, sql, p.holder, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait)
+	if err != nil {
+		return false, err
+	}
+	released := false
+	for rows.Next() {
+		released = true
+	}
+	rows.Close()
+	return released, rows.Err()
+}
+
+// Mandate reads the lease key's row carries; a key without a row carries
+// none (not live): the claim whose outcome was unknown wrote nothing.
+func (p *fenced) Mandate(ctx context.Context, db DB, key string) (RowMandate, error) {
+	var m RowMandate
+	err := db.QueryRow(ctx, p.mandateSQL, key).Scan(&m.Holder, &m.Fence, &m.Live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RowMandate{}, nil
+	}
+	return m, err
+}

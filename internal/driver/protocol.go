@@ -1,0 +1,228 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Protocol is the SQL a Locker speaks to its lease rows, over plain
+// values; every SQL text is a constant of internal/sqlstmt. Fenced runs
+// the fenced statements: a fence column fed by a sequence. Unfenced
+// (WithoutFenceColumn) works on a table it cannot alter, with a holder
+// identifier forged per lease instead of a fence.
+//
+// Every statement but Mandate is sent again on a serialization failure
+// (RetrySerialization): where default_transaction_isolation is repeatable
+// read or serializable, a claim whose ON CONFLICT meets a row a heartbeat
+// or release committed after its snapshot fails so, and the failure is
+// neither contention nor a loss.
+type Protocol interface {
+	// Claim takes key for ttl in a statement of its own, waiting on the
+	// row's lock at most lockWait (0: as long as it is held); ok is false
+	// when another holder's lease is live.
+	Claim(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (c Claimed, ok bool, err error)
+	// Bursts reports whether ClaimAll sends many claims in one statement.
+	Bursts() bool
+	// ClaimAll claims keys (distinct), each for its TTL in ttls (seconds),
+	// in one statement, waiting on a row's lock at most lockWait, and
+	// returns what it returned for each key it took; a key missing from
+	// the result is held by another holder. Only where Bursts.
+	ClaimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]Claimed, error)
+	// Extend runs one heartbeat round, each lease extended by its own TTL,
+	// and reports, by index in ms, on each lease whose row still matched:
+	// extended to a new server expiry, or locked by another transaction
+	// and to be retried. The others are lost.
+	Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Extension, error)
+	// Release expires the rows of ms in one statement, each kept for its
+	// own min hold, and reports, by index, on each lease whose row still
+	// matched: released (true), or locked by another transaction and to be
+	// sent again (false). The others were lost.
+	Release(ctx context.Context, db DB, ms []Mandate) (map[int]bool, error)
+	// ReleaseOne is Release of one lease, in the statement that costs
+	// least.
+	ReleaseOne(ctx context.Context, db DB, m Mandate) (map[int]bool, error)
+	// Mandate reads the lease key's row carries now, for a give-back; a
+	// key with no row carries none (not live). Unfenced has none to tell.
+	Mandate(ctx context.Context, db DB, key string) (RowMandate, error)
+}
+
+// Claimed is what a claim statement returned for its key.
+type Claimed struct {
+	Holder     string
+	Fence      int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	Live       bool
+	Table      uint32 // the oid of the table the row is in, for Guard
+}
+
+// Mandate is a lease as a heartbeat or release statement matches its
+// row: its key and its fence (Fenced) or forged holder (Unfenced), with
+// its terms.
+type Mandate struct {
+	Key        string
+	Fence      int64
+	Holder     string
+	AcquiredAt time.Time // Unfenced counts the min hold from it
+	TTL        time.Duration
+	MinHold    time.Duration
+}
+
+// Extension is what a heartbeat round found for one lease.
+type Extension struct {
+	ExpiresAt time.Time // the new server expiry, if extended
+	Locked    bool      // not extended: the row is locked by another transaction, and still matched as last committed
+	ServerNow time.Time // the server's clock as the statement ran, for the clock-skew reading
+}
+
+// RowMandate is the lease a row carries.
+type RowMandate struct {
+	Holder string
+	Fence  int64
+	Live   bool
+}
+
+// ReleaseLockWait is how long the release of one lease waits on its row's
+// lock before it counts the row skipped: far longer than a claim in
+// flight holds it, far shorter than a heartbeat interval.
+const ReleaseLockWait = "20ms"
+
+// claimOutcomeOf is what the Scan of a claim statement's row says: no row
+// means another holder's lease is live.
+func claimOutcomeOf(c Claimed, err error) (Claimed, bool, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, false, nil
+	}
+	return c, err == nil, err
+}
+
+// seconds is each lease's TTL or min hold in seconds, as make_interval
+// takes them: the array a heartbeat or release statement carries beside
+// the keys, so that one statement serves leases of every TTL.
+func seconds(ms []Mandate, of func(Mandate) time.Duration) []float64 {
+	out := make([]float64, len(ms))
+	for i, m := range ms {
+		out[i] = of(m).Seconds()
+	}
+	return out
+}
+
+func ttlOf(m Mandate) time.Duration     { return m.TTL }
+func minHoldOf(m Mandate) time.Duration { return m.MinHold }
+func fenceOf(m Mandate) int64           { return m.Fence }
+func holderOf(m Mandate) string         { return m.Holder }
+
+// keysAnd is each lease's key and what its row is matched on (its fence,
+// or its forged holder): the arrays a heartbeat or release statement
+// carries.
+func keysAnd[M any](ms []Mandate, match func(Mandate) M) ([]string, []M) {
+	keys := make([]string, len(ms))
+	out := make([]M, len(ms))
+	for i, m := range ms {
+		keys[i], out[i] = m.Key, match(m)
+	}
+	return keys, out
+}
+
+// readReport reads what a heartbeat or release statement reported, one row
+// per lease whose row still matched: its key, what it is matched on, and
+// what the statement did to it (V, read into the columns fields gives).
+// A row counts only for the lease of that key and that very match. A
+// lease reported neither way is left out: it is lost.
+func readReport[M comparable, V any](rows pgx.Rows, ms []Mandate, match func(Mandate) M, fields func(*V) []any) (map[int]V, error) {
+	defer rows.Close()
+	byKey := make(map[string]int, len(ms))
+	for i, m := range ms {
+		byKey[m.Key] = i
+	}
+	got := make(map[int]V, len(ms))
+	for rows.Next() {
+		var (
+			key  string
+			m    M
+			what V
+		)
+		if err := rows.Scan(append([]any{&key, &m}, fields(&what)...)...); err != nil {
+			return nil, err
+		}
+		if i, ok := byKey[key]; ok && match(ms[i]) == m {
+			got[i] = what
+		}
+	}
+	return got, rows.Err()
+}
+
+// releaseReported sends sql, a release statement of ms, and reads its
+// report (readReport). A statement whose rows came back and whose commit
+// then failed with 55P03 (its lock wait passed while the commit waited for
+// the notification queue's lock: nothing was released) is sent again at
+// once as quiet, the same statement without its notification. A 55P03
+// before any row (a lock on the table past the wait) reports every lease
+// skipped, to be sent again later.
+func releaseReported[M comparable](ctx context.Context, db DB, sql, quiet string, ms []Mandate, match func(Mandate) M, args ...any) (map[int]bool, error) {
+	send := func(sql string) (map[int]bool, error) {
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		return readReport(rows, ms, match, releaseFields)
+	}
+	got, err := send(sql)
+	if Is(err, LockNotAvailable) && len(got) > 0 {
+		got, err = send(quiet)
+	}
+	if Is(err, LockNotAvailable) {
+		got = make(map[int]bool, len(ms))
+		for i := range ms {
+			got[i] = false
+		}
+		return got, nil
+	}
+	return got, err
+}
+
+// heartbeatRow is what a heartbeat statement reports on one lease: its new
+// expiry, or NULL when its row was skipped because locked, and the
+// server's clock.
+type heartbeatRow struct {
+	expiresAt *time.Time
+	now       time.Time
+}
+
+func heartbeatFields(r *heartbeatRow) []any { return []any{&r.expiresAt, &r.now} }
+
+// releaseFields reads whether a release statement released the row (true)
+// or skipped it because locked (false).
+func releaseFields(released *bool) []any { return []any{released} }
+
+// extensions is a heartbeat statement's report (readReport) as
+// extensions.
+func extensions(got map[int]heartbeatRow, err error) (map[int]Extension, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Extension, len(got))
+	for i, r := range got {
+		if r.expiresAt == nil {
+			out[i] = Extension{Locked: true, ServerNow: r.now}
+		} else {
+			out[i] = Extension{ExpiresAt: *r.expiresAt, ServerNow: r.now}
+		}
+	}
+	return out, nil
+}
+
+// retried is the result of send, sent again on a serialization failure
+// (RetrySerialization).
+func retried[T any](ctx context.Context, send func() (T, error)) (T, error) {
+	var out T
+	err := RetrySerialization(ctx, func() error {
+		var err error
+		out, err = send()
+		return err
+	})
+	return out, err
+}
