@@ -111,7 +111,7 @@ func (r sqlRunner) Query(ctx context.Context, query string, args ...any) (pgx.Ro
 func (r sqlRunner) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	rows, err := r.Query(ctx, query, args...)
 	if err != nil {
-		return errRow{err}
+		return ErrRow{err}
 	}
 	return sqlRow{rows.(*sqlRows)}
 }
@@ -317,17 +317,19 @@ func (t *SQLTx) Prepare(context.Context, string, string) (*pgconn.StatementDescr
 // Conn is nil: a database/sql transaction has no pgx connection to show.
 func (t *SQLTx) Conn() *pgx.Conn { return nil }
 
-// errRow is a row that failed before its statement was sent.
-type errRow struct{ err error }
+// ErrRow is the pgx.Row of a statement that failed before it was sent:
+// Scan returns Err.
+type ErrRow struct{ Err error }
 
-func (r errRow) Scan(...any) error { return r.err }
+// Scan returns r.Err.
+func (r ErrRow) Scan(...any) error { return r.Err }
 
 // errBatch is the pgx.BatchResults of a batch that was not sent.
 type errBatch struct{ err error }
 
 func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) QueryRow() pgx.Row                { return ErrRow{b.err} }
 func (b errBatch) Close() error                     { return b.err }
 func (b errBatch) Tx() pgx.Tx                       { return nil }
 
