@@ -31,6 +31,23 @@ func ledgerWrite(ctx context.Context, t *testing.T, tx *sql.Tx, ledger string, l
 	require.NoError(t, err)
 }
 
+// ledgerTx begins a tx on sdb and inserts lease's entry into ledger in it.
+func ledgerTx(ctx context.Context, t *testing.T, sdb *sql.DB, ledger string, lease *pglease.Lease) *sql.Tx {
+	t.Helper()
+	tx, err := sdb.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	ledgerWrite(ctx, t, tx, ledger, lease)
+	return tx
+}
+
+// requireUncommitted checks that tx, after a refused guard, can neither
+// run a statement nor commit, and that ledger holds none of its writes.
+func requireUncommitted(ctx context.Context, t *testing.T, tx *sql.Tx, pool *pgxpool.Pool, ledger string) {
+	t.Helper()
+	requireUnusable(ctx, t, tx)
+	assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+}
+
 // requireUnusable checks that tx, after a refused guard, can neither run
 // a statement nor commit.
 func requireUnusable(ctx context.Context, t *testing.T, tx *sql.Tx) {
@@ -162,12 +179,9 @@ func TestSQLContract(t *testing.T) {
 			_, err = admin.Revoke(ctx, "job")
 			require.NoError(t, err)
 
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: a failed GuardSQL leaves a *sql.Tx that cannot commit even
@@ -190,9 +204,7 @@ func TestSQLContract(t *testing.T) {
 				later, err := a2.Claim(ctx, "job")
 				require.NoError(t, err)
 
-				tx, err := sdb.BeginTx(ctx, nil)
-				require.NoError(t, err)
-				ledgerWrite(ctx, t, tx, ledger, first)
+				tx := ledgerTx(ctx, t, sdb, ledger, first)
 				rows, err := tx.QueryContext(ctx, `SELECT generate_series(1, 10000)`)
 				require.NoError(t, err)
 				require.True(t, rows.Next(), "the result set is open")
@@ -228,12 +240,9 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, err)
 			require.Greater(t, taken.Fence(), lease.Fence())
 
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: under each isolation level a guarded tx begun after the
@@ -267,8 +276,7 @@ func TestSQLContract(t *testing.T) {
 				var pgErr *pgconn.PgError
 				require.ErrorAs(t, err, &pgErr)
 				assert.Equal(t, "40001", pgErr.Code, "%v", err)
-				requireUnusable(ctx, t, tx)
-				assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+				requireUncommitted(ctx, t, tx, pool, ledger)
 			})
 		}
 
@@ -288,8 +296,7 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, err)
 			ledgerWrite(ctx, t, tx, ledger, lease)
 			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: a tx in which the caller already failed a statement is
@@ -322,9 +329,7 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a")
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := other.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, other, ledger, lease)
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 			require.NoError(t, tx.Commit())
@@ -340,14 +345,11 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a")
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			ended, cancel := context.WithCancel(ctx)
 			cancel()
 			require.Error(t, lease.GuardSQL(ended, tx))
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Guarantee: GuardSQL returns within 2s of its context's end while its
@@ -404,9 +406,7 @@ func TestSQLContract(t *testing.T) {
 			a := pgtest.Locker(t, db, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := a.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 
 			b := pgtest.Locker(t, pool, table, "b")
@@ -629,9 +629,7 @@ func TestSQLContract(t *testing.T) {
 			}
 			require.NoError(t, err, "a claim after the restart")
 			_ = next
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			if gerr := lease.GuardSQL(ctx, tx); gerr != nil {
 				require.ErrorIs(t, gerr, pglease.ErrLost)
 				require.Error(t, tx.Commit())
@@ -654,17 +652,14 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(10*time.Second))
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			end := pgtest.LockRow(t, pool, table, "job")
 			gctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			gerr := lease.GuardSQL(gctx, tx)
 			cancel()
 			end(false)
 			require.Error(t, gerr)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: a guard waiting on the row whose context ends as its
@@ -867,9 +862,7 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			end := pgtest.LockRow(t, pool, table, "job")
 			t.Cleanup(func() { end(false) })
 			before := lease.ExpiresAt()
@@ -901,9 +894,7 @@ func TestSQLContract(t *testing.T) {
 			sl, err := onSQL.Claim(ctx, "on-sql")
 			require.NoError(t, err)
 
-			stx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, stx, ledger, pl)
+			stx := ledgerTx(ctx, t, sdb, ledger, pl)
 			require.NoError(t, pl.GuardSQL(ctx, stx))
 			require.NoError(t, stx.Commit())
 
