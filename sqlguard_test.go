@@ -446,14 +446,9 @@ func TestSQLContract(t *testing.T) {
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			cctx, cancel := context.WithTimeout(ctx, 3*ttl)
-			defer cancel()
-			waiting := pgtest.ClaimInBackground(cctx, l, "locked")
-			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
-			time.Sleep(5 * ttl / 2)
-			require.NoError(t, lease.Err(), "the heartbeat waited behind a claim on the only connection")
-			cancel()
-			<-waiting
+			whileClaimsWait(ctx, t, pool, l, ttl, []string{"locked"}, func() {
+				require.NoError(t, lease.Err(), "the heartbeat waited behind a claim on the only connection")
+			})
 		})
 
 		// Shows: the bound on claims follows the pool's limit as it is when
@@ -471,20 +466,9 @@ func TestSQLContract(t *testing.T) {
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
 			sdb.SetMaxOpenConns(2)
-
-			cctx, cancel := context.WithTimeout(ctx, 3*ttl)
-			defer cancel()
-			var waiting []<-chan pgtest.Claimed
-			for _, key := range keys {
-				waiting = append(waiting, pgtest.ClaimInBackground(cctx, l, key))
-			}
-			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
-			time.Sleep(5 * ttl / 2)
-			require.NoError(t, lease.Err(), "the heartbeat waited behind claims holding every connection")
-			cancel()
-			for _, w := range waiting {
-				<-w
-			}
+			whileClaimsWait(ctx, t, pool, l, ttl, keys, func() {
+				require.NoError(t, lease.Err(), "the heartbeat waited behind claims holding every connection")
+			})
 		})
 
 		// Shows: with no idle connections kept and connections that live
