@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/lib/pq"
+	_ "github.com/lib/pq" // the "postgres" driver of pgtest.PQConnector
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -68,38 +68,21 @@ type lostReplyConnector struct {
 	hits  atomic.Int32
 }
 
-// lostReplyConn is what a lib/pq connection serves database/sql.
-type lostReplyConn interface {
-	driver.Conn
-	driver.ConnBeginTx
-	driver.QueryerContext
-	driver.ExecerContext
-	driver.Pinger
-	driver.NamedValueChecker
-	driver.SessionResetter
-	driver.Validator
-}
-
 func (c *lostReplyConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.Connector.Connect(ctx)
+	pc, err := pgtest.ConnectPQ(ctx, c.Connector)
 	if err != nil {
 		return nil, err
-	}
-	pc, ok := dc.(lostReplyConn)
-	if !ok {
-		_ = dc.Close()
-		return nil, fmt.Errorf("a %T is not a lib/pq connection", dc)
 	}
 	return &lostReplyDriverConn{pc, c}, nil
 }
 
 type lostReplyDriverConn struct {
-	lostReplyConn
+	pgtest.PQConn
 	c *lostReplyConnector
 }
 
 func (c *lostReplyDriverConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	rows, err := c.lostReplyConn.QueryContext(ctx, query, args)
+	rows, err := c.PQConn.QueryContext(ctx, query, args)
 	if err != nil || pgtest.StatementKind(query) != "claim" || !c.c.armed.CompareAndSwap(true, false) {
 		return rows, err
 	}
@@ -109,16 +92,6 @@ func (c *lostReplyDriverConn) QueryContext(ctx context.Context, query string, ar
 	_ = rows.Close() // the statement has committed: its reply is now lost
 	c.c.hits.Add(1)
 	return nil, driver.ErrBadConn
-}
-
-// pqDSNOf is the lib/pq connection string of p's server and user.
-func pqDSNOf(p *pgxpool.Pool) string {
-	c := p.Config().ConnConfig
-	dsn := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", c.Host, c.Port, c.User, c.Database)
-	if c.Password != "" {
-		dsn += " password=" + c.Password
-	}
-	return dsn
 }
 
 // wrappingConnector is c behind a driver of another package, as tracing
@@ -909,15 +882,13 @@ func TestSQLContract(t *testing.T) {
 	t.Run("ClaimReplyLostAsBadConnIsGivenBack", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		pc, err := pq.NewConnector(pqDSNOf(pool))
-		require.NoError(t, err)
-		c := &lostReplyConnector{Connector: pc}
+		c := &lostReplyConnector{Connector: pgtest.PQConnector(t, pool)}
 		sdb := sql.OpenDB(c)
 		t.Cleanup(func() { _ = sdb.Close() })
 		sdb.SetMaxOpenConns(4)
 		a := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(30*time.Second))
 		c.armed.Store(true)
-		_, err = a.Claim(ctx, "job")
+		_, err := a.Claim(ctx, "job")
 		require.Error(t, err)
 		require.Equal(t, int32(1), c.hits.Load(), "the claim ran on the server and its reply was lost")
 		b := pgtest.Locker(t, pool, table, "b")
