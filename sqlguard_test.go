@@ -389,16 +389,7 @@ func TestSQLContract(t *testing.T) {
 			cancel()
 			require.Error(t, err, "a claim went past a guarded tx's row lock: fence %v", taken)
 			require.NoError(t, tx.Commit())
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				taken, err = b.Claim(ctx, "job")
-				if err == nil || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			require.NoError(t, err, "the key once the guarded tx ended")
-			assert.Greater(t, taken.Fence(), lease.Fence())
+			pgtest.TakeOver(ctx, t, b, "job", lease, 5*time.Second) // the key once the guarded tx ended, with a greater fence
 			require.Len(t, pgtest.ReadLedger(t, pool, ledger), 1)
 		})
 
