@@ -38,6 +38,31 @@ func claimsRunning(ctx context.Context, t *testing.T, pool pglease.DB, app strin
 	return n
 }
 
+// bystander runs stmt on db again and again, as another client of the
+// server, until stop, which waits for it and returns how many of its
+// statements ran and how many were cancelled (57014).
+func bystander(ctx context.Context, db pglease.DB, stmt string) (stop func() (ran, cancelled int64)) {
+	bctx, cancel := context.WithCancel(ctx)
+	var n, c atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for bctx.Err() == nil {
+			_, err := db.Exec(bctx, stmt)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "57014" {
+				c.Add(1)
+			}
+			n.Add(1)
+		}
+	}()
+	return func() (int64, int64) {
+		cancel()
+		<-done
+		return n.Load(), c.Load()
+	}
+}
+
 // TestClaimCancel pins what becomes of a claim whose caller gives up while
 // its statement runs: it is cancelled on the server and its answer read,
 // the caller returns promptly and sees why, no live row is left that
@@ -283,23 +308,7 @@ func TestClaimCancel(t *testing.T) {
 			})
 		}
 		l := pgtest.Locker(t, bounced(4), table, "claimer")
-		bystander := bounced(1)
-
-		bctx, stopBystander := context.WithCancel(ctx)
-		var cancelled, ran atomic.Int64
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for bctx.Err() == nil {
-				_, err := bystander.Exec(bctx, "SELECT pg_sleep(0.02)")
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && pgErr.Code == "57014" {
-					cancelled.Add(1)
-				}
-				ran.Add(1)
-			}
-		}()
+		stopBystander := bystander(ctx, bounced(1), "SELECT pg_sleep(0.02)")
 		const rounds = 40
 		var gaveUp int
 		for i := range rounds {
@@ -322,10 +331,9 @@ func TestClaimCancel(t *testing.T) {
 				require.NoError(t, lease.Unlock(ctx))
 			}
 		}
-		stopBystander()
-		wg.Wait()
-		require.Positive(t, ran.Load())
-		assert.Zero(t, cancelled.Load(), "statements of another client cancelled by the cancel requests of claims (of %d run)", ran.Load())
+		ran, cancelled := stopBystander()
+		require.Positive(t, ran)
+		assert.Zero(t, cancelled, "statements of another client cancelled by the cancel requests of claims (of %d run)", ran)
 		t.Logf("%d of %d claims gave up", gaveUp, rounds)
 		for i := range rounds {
 			requireNoLiveRowOf(t, pool, table, "claimer", 2*time.Second, fmt.Sprintf("job-%d", i))
@@ -556,22 +564,7 @@ func manyAtOnce(t *testing.T, bounced bool) {
 		_, err := other.Claim(ctx, fmt.Sprintf("held-%d", i))
 		require.NoError(t, err)
 	}
-
-	bctx, stopBystander := context.WithCancel(ctx)
-	var cancelled, ran atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for bctx.Err() == nil {
-			_, err := lp.Exec(bctx, "SELECT pg_sleep(0.002)")
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "57014" {
-				cancelled.Add(1)
-			}
-			ran.Add(1)
-		}
-	}()
+	stopBystander := bystander(ctx, lp, "SELECT pg_sleep(0.002)")
 
 	var mu sync.Mutex
 	var failed []string
@@ -606,15 +599,14 @@ func manyAtOnce(t *testing.T, bounced bool) {
 		}()
 	}
 	claims.Wait()
-	stopBystander()
-	wg.Wait()
-	t.Logf("%d claims succeeded, %d failed; %d bystander statements", len(leases), len(failed), ran.Load())
+	ran, cancelled := stopBystander()
+	t.Logf("%d claims succeeded, %d failed; %d bystander statements", len(leases), len(failed), ran)
 	require.Eventually(t, func() bool { return claimsRunning(ctx, t, pool, app) == 0 },
 		5*time.Second, 10*time.Millisecond, "claim statements still run on the server")
 	if bounced {
 		time.Sleep(time.Second) // the claims' backends are PgBouncer's, not named app
 	}
-	assert.Zero(t, cancelled.Load(), "the application's statements cancelled by cancel requests of claims")
+	assert.Zero(t, cancelled, "the application's statements cancelled by cancel requests of claims")
 	require.NoError(t, kept.Err(), "the lease extended while claims were cancelled")
 	for _, lease := range leases {
 		row, ok := pgtest.ReadRow(t, pool, table, lease.Key())

@@ -19,6 +19,34 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
+// lockedRows inserts n lapsed rows, locked-1 to locked-n, into table and
+// locks them in a transaction it returns (pgtest.LockRows).
+func lockedRows(ctx context.Context, t *testing.T, db pglease.DB, table string, n int) pgx.Tx {
+	t.Helper()
+	_, err := db.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
+		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, %d) AS g`,
+		pgx.Identifier{table}.Sanitize(), n))
+	require.NoError(t, err)
+	return pgtest.LockRows(t, db, table, `key LIKE 'locked-%'`)
+}
+
+// claimLockedRows claims locked-1 to locked-n on l, each in a goroutine of
+// its own that releases the lease it gets; the channel receives the error
+// of each (of its claim or of its release).
+func claimLockedRows(ctx context.Context, l *pglease.Locker, n int) <-chan error {
+	blocked := make(chan error, n)
+	for i := range n {
+		go func() {
+			lease, err := l.Claim(ctx, fmt.Sprintf("locked-%d", i+1))
+			if err == nil {
+				err = lease.Unlock(ctx)
+			}
+			blocked <- err
+		}()
+	}
+	return blocked
+}
+
 // TestBurst pins the coalesced claim: a burst of claims is one statement
 // that hands each claim exactly the outcome it would have had alone, one
 // winner per key, and a claim given up in flight gives its row back.
@@ -404,15 +432,11 @@ func TestBurst(t *testing.T) {
 	t.Run("LockedRowsHoldUpNoOtherClaim", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		ident := pgx.Identifier{table}.Sanitize()
 		l := pgtest.Locker(t, pgtest.Pool(t, nil), table, "a")
 		// Six lapsed rows (the pool has 8 connections), locked by an open
 		// transaction: each claim of one
 		// waits on its lock, as a claim alone always has.
-		_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
-		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 6) AS g`, ident))
-		require.NoError(t, err)
-		tx := pgtest.LockRows(t, pool, table, `key LIKE 'locked-%'`)
+		tx := lockedRows(ctx, t, pool, table, 6)
 
 		blocked := make(chan error, 6)
 		for i := range 6 {
@@ -460,22 +484,8 @@ func TestBurst(t *testing.T) {
 			c.ConnConfig.RuntimeParams["application_name"] = app
 		})
 		l := pgtest.Locker(t, pool, table, "a")
-		_, err := direct.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
-		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 4) AS g`,
-			pgx.Identifier{table}.Sanitize()))
-		require.NoError(t, err)
-		tx := pgtest.LockRows(t, direct, table, `key LIKE 'locked-%'`)
-
-		blocked := make(chan error, 4)
-		for i := range 4 {
-			go func() {
-				lease, err := l.Claim(ctx, fmt.Sprintf("locked-%d", i+1))
-				if err == nil {
-					err = lease.Unlock(ctx)
-				}
-				blocked <- err
-			}()
-		}
+		tx := lockedRows(ctx, t, direct, table, 4)
+		blocked := claimLockedRows(ctx, l, 4)
 		require.Eventually(t, func() bool {
 			var n int
 			_ = direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity

@@ -159,7 +159,7 @@ func (ls *Lease) guardArgs() []any {
 func queryGuard(ctx context.Context, tx pgx.Tx, sql string, args ...any) (row pgx.Row) {
 	defer func() {
 		if r := recover(); r != nil {
-			row = errRow{errors.New("tx is nil (a wrapper around a nil transaction): Guard needs the open transaction whose commit it guards")}
+			row = driver.ErrRow{Err: errors.New("tx is nil (a wrapper around a nil transaction): Guard needs the open transaction whose commit it guards")}
 		}
 	}()
 	return tx.QueryRow(ctx, sql, args...)
@@ -182,8 +182,3 @@ func isNilTx(tx pgx.Tx) bool {
 	v := reflect.ValueOf(tx)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
-
-// errRow is a row that failed before its statement was sent.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }

@@ -32,6 +32,29 @@ func sqlSetup(t *testing.T, driver string) (context.Context, *pgxpool.Pool, stri
 	return ctx, pool, table, db, pglease.SQL(db)
 }
 
+// whileClaimsWait claims each key on l in the background (their rows
+// locked by lockFreeRows), for at most 3*ttl; once one of the claims waits
+// on its row lock, it lets several heartbeat rounds go by (5*ttl/2) and
+// runs check. Then it cancels the claims and returns what they returned.
+func whileClaimsWait(ctx context.Context, t *testing.T, pool pglease.DB, l *pglease.Locker, ttl time.Duration, keys []string, check func()) []pgtest.Claimed {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(ctx, 3*ttl)
+	defer cancel()
+	var waiting []<-chan pgtest.Claimed
+	for _, key := range keys {
+		waiting = append(waiting, pgtest.ClaimInBackground(cctx, l, key))
+	}
+	pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
+	time.Sleep(5 * ttl / 2)
+	check()
+	cancel()
+	claimed := make([]pgtest.Claimed, len(waiting))
+	for i, w := range waiting {
+		claimed[i] = <-w
+	}
+	return claimed
+}
+
 // failFirst fails the first statement of kind with err, unsent
 // (pgtest.TracedConnector), and counts the statements of kind (n) and of
 // every kind (all) but the Locker's one read of its table before its first
@@ -262,19 +285,11 @@ func TestSQL(t *testing.T) {
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
 
-			cctx, cancel := context.WithTimeout(ctx, 3*ttl)
-			defer cancel()
-			var waiting []<-chan pgtest.Claimed
-			for _, key := range keys {
-				waiting = append(waiting, pgtest.ClaimInBackground(cctx, l, key))
-			}
-			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
-			time.Sleep(5 * ttl / 2)
-			require.NoError(t, lease.Err(), "the heartbeat waited behind the claims")
-			assert.True(t, lease.ExpiresAt().After(time.Now()))
-			cancel()
-			for _, w := range waiting {
-				r := <-w
+			claimed := whileClaimsWait(ctx, t, pool, l, ttl, keys, func() {
+				require.NoError(t, lease.Err(), "the heartbeat waited behind the claims")
+				assert.True(t, lease.ExpiresAt().After(time.Now()))
+			})
+			for _, r := range claimed {
 				require.ErrorIs(t, r.Err, context.Canceled)
 			}
 		})
@@ -290,18 +305,10 @@ func TestSQL(t *testing.T) {
 			ctx, pool, table, sdb, db := sqlSetup(t, driver)
 			ledger := pgtest.NewLedger(t, pool)
 			l := pgtest.Locker(t, db, table, "a")
-			write := func(tx *sql.Tx, lease *pglease.Lease) {
-				t.Helper()
-				_, err := tx.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger),
-					lease.Key(), lease.Holder(), lease.Fence())
-				require.NoError(t, err)
-			}
 
 			current, err := l.Claim(ctx, "current")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			write(tx, current)
+			tx := ledgerTx(ctx, t, sdb, ledger, current)
 			require.NoError(t, current.GuardSQL(ctx, tx))
 			require.NoError(t, tx.Commit())
 
@@ -309,18 +316,14 @@ func TestSQL(t *testing.T) {
 			require.NoError(t, err)
 			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET fence = fence + 1000 WHERE key = 'stolen'`, table))
 			require.NoError(t, err)
-			tx, err = sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			write(tx, stolen)
+			tx = ledgerTx(ctx, t, sdb, ledger, stolen)
 			require.ErrorIs(t, stolen.GuardSQL(ctx, tx), pglease.ErrLost)
 			require.Error(t, tx.Commit(), "a commit after a failed GuardSQL")
 
 			ended, err := l.Claim(ctx, "ended")
 			require.NoError(t, err)
 			require.NoError(t, ended.Unlock(ctx))
-			tx, err = sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			write(tx, ended)
+			tx = ledgerTx(ctx, t, sdb, ledger, ended)
 			require.ErrorIs(t, ended.GuardSQL(ctx, tx), pglease.ErrLost)
 			require.Error(t, tx.Commit(), "a commit after a failed GuardSQL")
 

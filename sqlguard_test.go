@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/lib/pq"
+	_ "github.com/lib/pq" // the "postgres" driver of pgtest.PQConnector
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +29,23 @@ func ledgerWrite(ctx context.Context, t *testing.T, tx *sql.Tx, ledger string, l
 	_, err := tx.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, fence) VALUES ($1, $2, $3)`, ledger),
 		lease.Key(), lease.Holder(), lease.Fence())
 	require.NoError(t, err)
+}
+
+// ledgerTx begins a tx on sdb and inserts lease's entry into ledger in it.
+func ledgerTx(ctx context.Context, t *testing.T, sdb *sql.DB, ledger string, lease *pglease.Lease) *sql.Tx {
+	t.Helper()
+	tx, err := sdb.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	ledgerWrite(ctx, t, tx, ledger, lease)
+	return tx
+}
+
+// requireUncommitted checks that tx, after a refused guard, can neither
+// run a statement nor commit, and that ledger holds none of its writes.
+func requireUncommitted(ctx context.Context, t *testing.T, tx *sql.Tx, pool *pgxpool.Pool, ledger string) {
+	t.Helper()
+	requireUnusable(ctx, t, tx)
+	assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
 }
 
 // requireUnusable checks that tx, after a refused guard, can neither run
@@ -51,38 +68,21 @@ type lostReplyConnector struct {
 	hits  atomic.Int32
 }
 
-// lostReplyConn is what a lib/pq connection serves database/sql.
-type lostReplyConn interface {
-	driver.Conn
-	driver.ConnBeginTx
-	driver.QueryerContext
-	driver.ExecerContext
-	driver.Pinger
-	driver.NamedValueChecker
-	driver.SessionResetter
-	driver.Validator
-}
-
 func (c *lostReplyConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.Connector.Connect(ctx)
+	pc, err := pgtest.ConnectPQ(ctx, c.Connector)
 	if err != nil {
 		return nil, err
-	}
-	pc, ok := dc.(lostReplyConn)
-	if !ok {
-		_ = dc.Close()
-		return nil, fmt.Errorf("a %T is not a lib/pq connection", dc)
 	}
 	return &lostReplyDriverConn{pc, c}, nil
 }
 
 type lostReplyDriverConn struct {
-	lostReplyConn
+	pgtest.PQConn
 	c *lostReplyConnector
 }
 
 func (c *lostReplyDriverConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	rows, err := c.lostReplyConn.QueryContext(ctx, query, args)
+	rows, err := c.PQConn.QueryContext(ctx, query, args)
 	if err != nil || pgtest.StatementKind(query) != "claim" || !c.c.armed.CompareAndSwap(true, false) {
 		return rows, err
 	}
@@ -92,16 +92,6 @@ func (c *lostReplyDriverConn) QueryContext(ctx context.Context, query string, ar
 	_ = rows.Close() // the statement has committed: its reply is now lost
 	c.c.hits.Add(1)
 	return nil, driver.ErrBadConn
-}
-
-// pqDSNOf is the lib/pq connection string of p's server and user.
-func pqDSNOf(p *pgxpool.Pool) string {
-	c := p.Config().ConnConfig
-	dsn := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", c.Host, c.Port, c.User, c.Database)
-	if c.Password != "" {
-		dsn += " password=" + c.Password
-	}
-	return dsn
 }
 
 // wrappingConnector is c behind a driver of another package, as tracing
@@ -162,12 +152,9 @@ func TestSQLContract(t *testing.T) {
 			_, err = admin.Revoke(ctx, "job")
 			require.NoError(t, err)
 
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: a failed GuardSQL leaves a *sql.Tx that cannot commit even
@@ -190,9 +177,7 @@ func TestSQLContract(t *testing.T) {
 				later, err := a2.Claim(ctx, "job")
 				require.NoError(t, err)
 
-				tx, err := sdb.BeginTx(ctx, nil)
-				require.NoError(t, err)
-				ledgerWrite(ctx, t, tx, ledger, first)
+				tx := ledgerTx(ctx, t, sdb, ledger, first)
 				rows, err := tx.QueryContext(ctx, `SELECT generate_series(1, 10000)`)
 				require.NoError(t, err)
 				require.True(t, rows.Next(), "the result set is open")
@@ -228,12 +213,9 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, err)
 			require.Greater(t, taken.Fence(), lease.Fence())
 
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: under each isolation level a guarded tx begun after the
@@ -267,8 +249,7 @@ func TestSQLContract(t *testing.T) {
 				var pgErr *pgconn.PgError
 				require.ErrorAs(t, err, &pgErr)
 				assert.Equal(t, "40001", pgErr.Code, "%v", err)
-				requireUnusable(ctx, t, tx)
-				assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+				requireUncommitted(ctx, t, tx, pool, ledger)
 			})
 		}
 
@@ -288,8 +269,7 @@ func TestSQLContract(t *testing.T) {
 			require.NoError(t, err)
 			ledgerWrite(ctx, t, tx, ledger, lease)
 			require.ErrorIs(t, lease.GuardSQL(ctx, tx), pglease.ErrLost)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: a tx in which the caller already failed a statement is
@@ -322,9 +302,7 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a")
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := other.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, other, ledger, lease)
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 			require.NoError(t, tx.Commit())
@@ -340,14 +318,11 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a")
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			ended, cancel := context.WithCancel(ctx)
 			cancel()
 			require.Error(t, lease.GuardSQL(ended, tx))
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Guarantee: GuardSQL returns within 2s of its context's end while its
@@ -404,9 +379,7 @@ func TestSQLContract(t *testing.T) {
 			a := pgtest.Locker(t, db, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := a.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			require.NoError(t, lease.GuardSQL(ctx, tx))
 
 			b := pgtest.Locker(t, pool, table, "b")
@@ -416,16 +389,7 @@ func TestSQLContract(t *testing.T) {
 			cancel()
 			require.Error(t, err, "a claim went past a guarded tx's row lock: fence %v", taken)
 			require.NoError(t, tx.Commit())
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				taken, err = b.Claim(ctx, "job")
-				if err == nil || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			require.NoError(t, err, "the key once the guarded tx ended")
-			assert.Greater(t, taken.Fence(), lease.Fence())
+			pgtest.TakeOver(ctx, t, b, "job", lease, 5*time.Second) // the key once the guarded tx ended, with a greater fence
 			require.Len(t, pgtest.ReadLedger(t, pool, ledger), 1)
 		})
 
@@ -446,14 +410,9 @@ func TestSQLContract(t *testing.T) {
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			cctx, cancel := context.WithTimeout(ctx, 3*ttl)
-			defer cancel()
-			waiting := pgtest.ClaimInBackground(cctx, l, "locked")
-			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
-			time.Sleep(5 * ttl / 2)
-			require.NoError(t, lease.Err(), "the heartbeat waited behind a claim on the only connection")
-			cancel()
-			<-waiting
+			whileClaimsWait(ctx, t, pool, l, ttl, []string{"locked"}, func() {
+				require.NoError(t, lease.Err(), "the heartbeat waited behind a claim on the only connection")
+			})
 		})
 
 		// Shows: the bound on claims follows the pool's limit as it is when
@@ -471,20 +430,9 @@ func TestSQLContract(t *testing.T) {
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
 			sdb.SetMaxOpenConns(2)
-
-			cctx, cancel := context.WithTimeout(ctx, 3*ttl)
-			defer cancel()
-			var waiting []<-chan pgtest.Claimed
-			for _, key := range keys {
-				waiting = append(waiting, pgtest.ClaimInBackground(cctx, l, key))
-			}
-			pgtest.LockWaiter(t, pool, "", "INSERT INTO", 5*time.Second)
-			time.Sleep(5 * ttl / 2)
-			require.NoError(t, lease.Err(), "the heartbeat waited behind claims holding every connection")
-			cancel()
-			for _, w := range waiting {
-				<-w
-			}
+			whileClaimsWait(ctx, t, pool, l, ttl, keys, func() {
+				require.NoError(t, lease.Err(), "the heartbeat waited behind claims holding every connection")
+			})
 		})
 
 		// Shows: with no idle connections kept and connections that live
@@ -629,9 +577,7 @@ func TestSQLContract(t *testing.T) {
 			}
 			require.NoError(t, err, "a claim after the restart")
 			_ = next
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			if gerr := lease.GuardSQL(ctx, tx); gerr != nil {
 				require.ErrorIs(t, gerr, pglease.ErrLost)
 				require.Error(t, tx.Commit())
@@ -654,17 +600,14 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(10*time.Second))
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			end := pgtest.LockRow(t, pool, table, "job")
 			gctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			gerr := lease.GuardSQL(gctx, tx)
 			cancel()
 			end(false)
 			require.Error(t, gerr)
-			requireUnusable(ctx, t, tx)
-			assert.Empty(t, pgtest.ReadLedger(t, pool, ledger))
+			requireUncommitted(ctx, t, tx, pool, ledger)
 		})
 
 		// Shows: a guard waiting on the row whose context ends as its
@@ -867,9 +810,7 @@ func TestSQLContract(t *testing.T) {
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
-			tx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, tx, ledger, lease)
+			tx := ledgerTx(ctx, t, sdb, ledger, lease)
 			end := pgtest.LockRow(t, pool, table, "job")
 			t.Cleanup(func() { end(false) })
 			before := lease.ExpiresAt()
@@ -901,9 +842,7 @@ func TestSQLContract(t *testing.T) {
 			sl, err := onSQL.Claim(ctx, "on-sql")
 			require.NoError(t, err)
 
-			stx, err := sdb.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			ledgerWrite(ctx, t, stx, ledger, pl)
+			stx := ledgerTx(ctx, t, sdb, ledger, pl)
 			require.NoError(t, pl.GuardSQL(ctx, stx))
 			require.NoError(t, stx.Commit())
 
@@ -934,15 +873,13 @@ func TestSQLContract(t *testing.T) {
 	t.Run("ClaimReplyLostAsBadConnIsGivenBack", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		pc, err := pq.NewConnector(pqDSNOf(pool))
-		require.NoError(t, err)
-		c := &lostReplyConnector{Connector: pc}
+		c := &lostReplyConnector{Connector: pgtest.PQConnector(t, pool)}
 		sdb := sql.OpenDB(c)
 		t.Cleanup(func() { _ = sdb.Close() })
 		sdb.SetMaxOpenConns(4)
 		a := pgtest.Locker(t, pglease.SQL(sdb), table, "a", pglease.WithTTL(30*time.Second))
 		c.armed.Store(true)
-		_, err = a.Claim(ctx, "job")
+		_, err := a.Claim(ctx, "job")
 		require.Error(t, err)
 		require.Equal(t, int32(1), c.hits.Load(), "the claim ran on the server and its reply was lost")
 		b := pgtest.Locker(t, pool, table, "b")

@@ -161,21 +161,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 			c.ConnConfig.RuntimeParams["application_name"] = app
 		})
 		l := pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn())
-		_, err := admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at)
-		SELECT 'locked-' || g, 'old', now() - interval '2 hours', now() - interval '1 hour' FROM generate_series(1, 4) AS g`, table))
-		require.NoError(t, err)
-		tx := pgtest.LockRows(t, admin, table, `key LIKE 'locked-%'`)
-
-		blocked := make(chan error, 4)
-		for i := range 4 {
-			go func() {
-				lease, err := l.Claim(ctx, fmt.Sprintf("locked-%d", i+1))
-				if err == nil {
-					err = lease.Unlock(ctx)
-				}
-				blocked <- err
-			}()
-		}
+		tx := lockedRows(ctx, t, admin, table, 4)
+		blocked := claimLockedRows(ctx, l, 4)
 		require.Eventually(t, func() bool {
 			var n int
 			_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity

@@ -93,6 +93,25 @@ func waitN(t *testing.T, ch <-chan struct{}, n int) {
 	}
 }
 
+// queuedBehindOne sends call 1 on c (of limit 1) alone, then calls 2 and
+// 3, and returns once both are queued behind call 1's statement, which
+// still runs: out receives each call's result, leave2 and leave3 end the
+// contexts of calls 2 and 3 with a cause.
+func queuedBehindOne(t *testing.T, s *statements, c *Coalescer[int, int]) (out chan result, leave2, leave3 context.CancelCauseFunc) {
+	t.Helper()
+	onQueue, queued := queueOf(2)
+	c.onQueue = onQueue
+	out = make(chan result, 3)
+	do(context.Background(), c, 1, out)
+	entry(t, s)
+	ctx2, leave2 := context.WithCancelCause(context.Background())
+	ctx3, leave3 := context.WithCancelCause(context.Background())
+	do(ctx2, c, 2, out)
+	do(ctx3, c, 3, out)
+	waitN(t, queued, 2)
+	return out, leave2, leave3
+}
+
 func TestCoalescer(t *testing.T) {
 	t.Parallel()
 
@@ -163,18 +182,9 @@ func TestCoalescer(t *testing.T) {
 	t.Run("NeverSendsACallWhoseCallerLeftWhileQueued", func(t *testing.T) {
 		t.Parallel()
 		s := newStatements()
-		onQueue, queued := queueOf(2)
-		c := &Coalescer[int, int]{Send: s.send, Limit: 1}
-		c.onQueue = onQueue
-		out := make(chan result, 3)
-		do(context.Background(), c, 1, out)
-		entry(t, s)
-		ctx, cancel := context.WithCancelCause(context.Background())
+		out, leave, _ := queuedBehindOne(t, s, &Coalescer[int, int]{Send: s.send, Limit: 1})
 		gone := errors.New("gone")
-		do(ctx, c, 2, out)
-		do(context.Background(), c, 3, out)
-		waitN(t, queued, 2)
-		cancel(gone)
+		leave(gone)
 		if r := <-out; r.q != 2 || !errors.Is(r.err, gone) || r.handedOff {
 			t.Fatalf("the call that left got %+v, want its cause and not handed off", r)
 		}
@@ -190,20 +200,12 @@ func TestCoalescer(t *testing.T) {
 	t.Run("HandsTheResultOfACallerWhoLeftAfterItWasSentToOrphan", func(t *testing.T) {
 		t.Parallel()
 		s := newStatements()
-		onQueue, queued := queueOf(2)
 		orphans := make(chan [2]int, 1)
 		c := &Coalescer[int, int]{Send: s.send, Limit: 1, Orphan: func(q, r int) { orphans <- [2]int{q, r} }}
-		c.onQueue = onQueue
-		out := make(chan result, 3)
-		do(context.Background(), c, 1, out)
-		entry(t, s)
-		ctx, cancel := context.WithCancel(context.Background())
-		do(ctx, c, 2, out)
-		do(context.Background(), c, 3, out)
-		waitN(t, queued, 2)
+		out, leave, _ := queuedBehindOne(t, s, c)
 		s.proceed <- struct{}{} // [1] returns; [2 3] is sent
 		entry(t, s)
-		cancel()
+		leave(nil) // context.Canceled
 		var left result
 		for range 2 {
 			if r := <-out; r.q == 2 {
@@ -228,17 +230,8 @@ func TestCoalescer(t *testing.T) {
 	t.Run("CancelsAStatementOnceEveryCallerInItLeft", func(t *testing.T) {
 		t.Parallel()
 		s := newStatements()
-		onQueue, queued := queueOf(2)
 		c := &Coalescer[int, int]{Send: s.send, Limit: 1}
-		c.onQueue = onQueue
-		out := make(chan result, 3)
-		do(context.Background(), c, 1, out)
-		entry(t, s)
-		ctx2, cancel2 := context.WithCancelCause(context.Background())
-		ctx3, cancel3 := context.WithCancelCause(context.Background())
-		do(ctx2, c, 2, out)
-		do(ctx3, c, 3, out)
-		waitN(t, queued, 2)
+		out, cancel2, cancel3 := queuedBehindOne(t, s, c)
 		s.proceed <- struct{}{}
 		<-out
 		entry(t, s)

@@ -776,7 +776,7 @@ func (d connDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	db, done, err := d.c.take(ctx, d.u)
 	if err != nil {
-		return errRow{err}
+		return ErrRow{err}
 	}
 	if a := d.answering(ctx, db); a != nil {
 		return doneRow{row: a.Row(db.QueryRow(a.Ctx(), sql, args...)), ctx: ctx, done: done}

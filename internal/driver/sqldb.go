@@ -26,15 +26,12 @@ import (
 // why.
 type SQLDB struct {
 	db *sql.DB
-	// inline sends each statement with its arguments written in its text
-	// (inlineArgs): the driver (lib/pq) sends a statement with arguments in
-	// two round trips, and takes no Go slices.
-	inline bool
+	sqlRunner
 }
 
 // NewSQLDB is db as a SQLDB.
 func NewSQLDB(db *sql.DB) *SQLDB {
-	return &SQLDB{db: db, inline: !takesSlices(db.Driver())}
+	return &SQLDB{db: db, sqlRunner: sqlRunner{on: db, inline: !takesSlices(db.Driver())}}
 }
 
 // DB is the *sql.DB under d.
@@ -63,35 +60,73 @@ func takesSlices(d sqldriver.Driver) bool {
 	return t != nil && strings.HasPrefix(t.PkgPath(), "github.com/jackc/pgx/")
 }
 
-// sqlRunner is what *sql.DB, *sql.Conn and *sql.Tx have in common.
-type sqlRunner interface {
+// sqlSession is what *sql.DB, *sql.Conn and *sql.Tx have in common.
+type sqlSession interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
+// sqlRunner serves DB's Exec, Query and QueryRow on a sqlSession, for
+// SQLDB, SQLConn and SQLTx alike.
+type sqlRunner struct {
+	on sqlSession
+	// inline sends each statement with its arguments written in its text
+	// (inlineArgs): the driver (lib/pq) sends a statement with arguments in
+	// two round trips, and takes no Go slices.
+	inline bool
+}
+
 // Exec is DB's Exec, sent through database/sql.
-func (d *SQLDB) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	return sqlExec(ctx, d.db, d.inline, query, args)
+func (r sqlRunner) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	query, args, err := sqlArgs(r.inline, query, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	res, err := r.on.ExecContext(ctx, query, args...)
+	if err != nil {
+		return pgconn.CommandTag{}, sqlError(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		n = 0 // a statement that affects no rows (DDL, SET)
+	}
+	verb, _, _ := strings.Cut(strings.TrimSpace(query), " ")
+	return pgconn.NewCommandTag(fmt.Sprintf("%s %d", strings.ToUpper(verb), n)), nil
 }
 
 // Query is DB's Query, sent through database/sql.
-func (d *SQLDB) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	return sqlQuery(ctx, d.db, d.inline, query, args)
-}
-
-// QueryRow is DB's QueryRow, sent through database/sql.
-func (d *SQLDB) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return sqlQueryRow(ctx, d.db, d.inline, query, args)
-}
-
-// Begin is DB's Begin, sent through database/sql.
-func (d *SQLDB) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+func (r sqlRunner) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	query, args, err := sqlArgs(r.inline, query, args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.on.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, sqlError(err)
 	}
-	return &SQLTx{tx: tx, inline: d.inline}, nil
+	return &sqlRows{rows: rows}, nil
 }
+
+// QueryRow is DB's QueryRow, sent through database/sql.
+func (r sqlRunner) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	rows, err := r.Query(ctx, query, args...)
+	if err != nil {
+		return ErrRow{err}
+	}
+	return sqlRow{rows.(*sqlRows)}
+}
+
+// began is the SQLTx of tx, begun by r's BeginTx, its statements sent as
+// r's.
+func (r sqlRunner) began(tx *sql.Tx, err error) (pgx.Tx, error) {
+	if err != nil {
+		return nil, sqlError(err)
+	}
+	return &SQLTx{tx: tx, sqlRunner: sqlRunner{on: tx, inline: r.inline}}, nil
+}
+
+// Begin is DB's Begin, sent through database/sql.
+func (d *SQLDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.began(d.db.BeginTx(ctx, nil)) }
 
 // Conn takes a connection of d for one statement (or as a Locker's
 // reserve): SQLConn.Close gives it back.
@@ -100,37 +135,18 @@ func (d *SQLDB) Conn(ctx context.Context) (*SQLConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SQLConn{conn: conn, inline: d.inline}, nil
+	return &SQLConn{conn: conn, sqlRunner: sqlRunner{on: conn, inline: d.inline}}, nil
 }
 
 // SQLConn is one connection of a SQLDB, taken for one statement.
 type SQLConn struct {
-	conn   *sql.Conn
-	inline bool
-}
-
-// Exec is DB's Exec, sent through database/sql.
-func (c *SQLConn) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	return sqlExec(ctx, c.conn, c.inline, query, args)
-}
-
-// Query is DB's Query, sent through database/sql.
-func (c *SQLConn) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	return sqlQuery(ctx, c.conn, c.inline, query, args)
-}
-
-// QueryRow is DB's QueryRow, sent through database/sql.
-func (c *SQLConn) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return sqlQueryRow(ctx, c.conn, c.inline, query, args)
+	conn *sql.Conn
+	sqlRunner
 }
 
 // Begin is DB's Begin, sent through database/sql.
 func (c *SQLConn) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := c.conn.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, sqlError(err)
-	}
-	return &SQLTx{tx: tx, inline: c.inline}, nil
+	return c.began(c.conn.BeginTx(ctx, nil))
 }
 
 // Close gives the connection back to its pool. database/sql drops a
@@ -154,43 +170,6 @@ func (c *SQLConn) PgConn() *pgconn.PgConn {
 		return nil
 	})
 	return pc
-}
-
-func sqlExec(ctx context.Context, r sqlRunner, inline bool, query string, args []any) (pgconn.CommandTag, error) {
-	query, args, err := sqlArgs(inline, query, args)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	res, err := r.ExecContext(ctx, query, args...)
-	if err != nil {
-		return pgconn.CommandTag{}, sqlError(err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		n = 0 // a statement that affects no rows (DDL, SET)
-	}
-	verb, _, _ := strings.Cut(strings.TrimSpace(query), " ")
-	return pgconn.NewCommandTag(fmt.Sprintf("%s %d", strings.ToUpper(verb), n)), nil
-}
-
-func sqlQuery(ctx context.Context, r sqlRunner, inline bool, query string, args []any) (pgx.Rows, error) {
-	query, args, err := sqlArgs(inline, query, args)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := r.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, sqlError(err)
-	}
-	return &sqlRows{rows: rows}, nil
-}
-
-func sqlQueryRow(ctx context.Context, r sqlRunner, inline bool, query string, args []any) pgx.Row {
-	rows, err := sqlQuery(ctx, r, inline, query, args)
-	if err != nil {
-		return errRow{err}
-	}
-	return sqlRow{rows.(*sqlRows)}
 }
 
 // sqlRows is a *sql.Rows as pgx.Rows. A nil destination of Scan skips its
@@ -292,13 +271,13 @@ func (r sqlRow) Scan(dest ...any) error {
 // QueryRow, Commit and Rollback. A tx that has ended reads as
 // pgx.ErrTxClosed (and sql.ErrTxDone).
 type SQLTx struct {
-	tx     *sql.Tx
-	inline bool
+	tx *sql.Tx
+	sqlRunner
 }
 
 // NewSQLTx is tx as a SQLTx, each statement sent with its arguments
 // written in its text, whatever tx's driver.
-func NewSQLTx(tx *sql.Tx) *SQLTx { return &SQLTx{tx: tx, inline: true} }
+func NewSQLTx(tx *sql.Tx) *SQLTx { return &SQLTx{tx: tx, sqlRunner: sqlRunner{on: tx, inline: true}} }
 
 // errSQLTx is the error of the pgx.Tx methods a *sql.Tx cannot serve.
 func errSQLTx(method string) error {
@@ -335,35 +314,22 @@ func (t *SQLTx) Prepare(context.Context, string, string) (*pgconn.StatementDescr
 	return nil, errSQLTx("Prepare")
 }
 
-// Exec is pgx.Tx's Exec on the database/sql transaction.
-func (t *SQLTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	return sqlExec(ctx, t.tx, t.inline, query, args)
-}
-
-// Query is pgx.Tx's Query on the database/sql transaction.
-func (t *SQLTx) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	return sqlQuery(ctx, t.tx, t.inline, query, args)
-}
-
-// QueryRow is pgx.Tx's QueryRow on the database/sql transaction.
-func (t *SQLTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return sqlQueryRow(ctx, t.tx, t.inline, query, args)
-}
-
 // Conn is nil: a database/sql transaction has no pgx connection to show.
 func (t *SQLTx) Conn() *pgx.Conn { return nil }
 
-// errRow is a row that failed before its statement was sent.
-type errRow struct{ err error }
+// ErrRow is the pgx.Row of a statement that failed before it was sent:
+// Scan returns Err.
+type ErrRow struct{ Err error }
 
-func (r errRow) Scan(...any) error { return r.err }
+// Scan returns r.Err.
+func (r ErrRow) Scan(...any) error { return r.Err }
 
 // errBatch is the pgx.BatchResults of a batch that was not sent.
 type errBatch struct{ err error }
 
 func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b errBatch) QueryRow() pgx.Row                { return errRow(b) }
+func (b errBatch) QueryRow() pgx.Row                { return ErrRow{b.err} }
 func (b errBatch) Close() error                     { return b.err }
 func (b errBatch) Tx() pgx.Tx                       { return nil }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // FaultyDB wraps a DB and fails or holds pglease's statements by kind
@@ -110,14 +111,10 @@ func (f *FaultyDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	return f.DB.Query(ctx, sql, args...)
 }
 
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
 // QueryRow implements pglease.DB.
 func (f *FaultyDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := f.before(ctx, sql); err != nil {
-		return errRow{err}
+		return driver.ErrRow{Err: err}
 	}
 	return f.DB.QueryRow(ctx, sql, args...)
 }

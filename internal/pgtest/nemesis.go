@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // ErrReplyLost is what a NemesisDB returns instead of the result of a
@@ -258,17 +259,17 @@ func (n *NemesisDB) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 func (n *NemesisDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	f, delay, wait := n.choose(sql)
 	if err := hold(ctx, wait); err != nil {
-		return errRow{err}
+		return driver.ErrRow{Err: err}
 	}
 	switch f {
 	case loseReply:
 		if err := drainRows(n.db.Query(ctx, sql, args...)); err != nil {
-			return errRow{err}
+			return driver.ErrRow{Err: err}
 		}
-		return errRow{ErrReplyLost}
+		return driver.ErrRow{Err: ErrReplyLost}
 	case sendLate:
 		n.later(ctx, delay, func(lctx context.Context) { _ = drainRows(n.db.Query(lctx, sql, args...)) })
-		return errRow{errGaveUp}
+		return driver.ErrRow{Err: errGaveUp}
 	}
 	return n.db.QueryRow(ctx, sql, args...)
 }

@@ -118,7 +118,7 @@ func openSQL(tb testing.TB, p *pgxpool.Pool, driver string) *sql.DB {
 	var db *sql.DB
 	switch driver {
 	case "pq":
-		db = sql.OpenDB(TracedConnector(pqConnector(tb, pqDSN(cfg.ConnConfig)), cfg.ConnConfig.Tracer))
+		db = sql.OpenDB(TracedConnector(PQConnector(tb, p), cfg.ConnConfig.Tracer))
 	case "pgx":
 		db = stdlib.OpenDB(*cfg.ConnConfig.Copy())
 	default:
@@ -126,6 +126,13 @@ func openSQL(tb testing.TB, p *pgxpool.Pool, driver string) *sql.DB {
 	}
 	db.SetMaxOpenConns(int(cfg.MaxConns))
 	return db
+}
+
+// PQConnector is lib/pq's connector to the server of p, as its user, with
+// its settings (OpenSQL's "pq", without p's tracer).
+func PQConnector(tb testing.TB, p *pgxpool.Pool) driver.Connector {
+	tb.Helper()
+	return pqConnector(tb, pqDSN(p.Config().ConnConfig))
 }
 
 // pqConnector is lib/pq's connector to dsn. pgtest does not import lib/pq,
@@ -283,8 +290,8 @@ type tracedConnector struct {
 	tr pgx.QueryTracer
 }
 
-// pqConn is what a lib/pq connection serves database/sql.
-type pqConn interface {
+// PQConn is what a lib/pq connection serves database/sql.
+type PQConn interface {
 	driver.Conn
 	driver.ConnBeginTx
 	driver.QueryerContext
@@ -295,21 +302,31 @@ type pqConn interface {
 	driver.Validator
 }
 
-func (c tracedConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.Connector.Connect(ctx)
+// ConnectPQ opens a connection of c, a lib/pq connector, for a wrapper
+// of it to serve database/sql.
+func ConnectPQ(ctx context.Context, c driver.Connector) (PQConn, error) {
+	dc, err := c.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pc, ok := dc.(pqConn)
+	pc, ok := dc.(PQConn)
 	if !ok {
 		_ = dc.Close()
 		return nil, fmt.Errorf("pgtest: a %T is not a lib/pq connection", dc)
+	}
+	return pc, nil
+}
+
+func (c tracedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	pc, err := ConnectPQ(ctx, c.Connector)
+	if err != nil {
+		return nil, err
 	}
 	return tracedConn{pc, c.tr}, nil
 }
 
 type tracedConn struct {
-	pqConn
+	PQConn
 	tr pgx.QueryTracer
 }
 
@@ -319,7 +336,7 @@ func (c tracedConn) QueryContext(ctx context.Context, query string, args []drive
 		c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
 		return nil, err
 	}
-	rows, err := c.pqConn.QueryContext(ctx, query, args)
+	rows, err := c.PQConn.QueryContext(ctx, query, args)
 	c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
 	return rows, err
 }
@@ -330,7 +347,7 @@ func (c tracedConn) ExecContext(ctx context.Context, query string, args []driver
 		c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
 		return nil, err
 	}
-	res, err := c.pqConn.ExecContext(ctx, query, args)
+	res, err := c.PQConn.ExecContext(ctx, query, args)
 	c.tr.TraceQueryEnd(ctx, nil, pgx.TraceQueryEndData{Err: err})
 	return res, err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // Mishap is what a Wire does to one statement.
@@ -136,7 +137,7 @@ func (w *Wire) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	switch a.mishap {
 	case DeliverLate:
 		w.sendLate(a, sql, args)
-		return errRow{ErrWire}
+		return driver.ErrRow{Err: ErrWire}
 	case LoseReply:
 		return lostRow{row: w.DB.QueryRow(context.WithoutCancel(ctx), sql, args...), a: a}
 	}
