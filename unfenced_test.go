@@ -233,19 +233,32 @@ func TestWithoutFenceColumn(t *testing.T) {
 		table, dsn := legacyTable(t, legacyColumns)
 		const period, ticks = time.Second, 8
 		log := newRunLog()
+		skews := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
+		names := make([]string, len(skews))
+		lockers := make([]gocron.Locker, len(skews))
+		ctx := pgtest.Ctx(t)
+		for i := range skews {
+			names[i] = fmt.Sprintf("new-%d", i)
+			if i%2 == 0 {
+				names[i] = fmt.Sprintf("old-%d", i)
+				lockers[i] = &oldLocker{pool: pgtest.PoolAt(t, dsn, nil), table: table, holder: names[i]}
+			} else {
+				lockers[i] = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, names[i], pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
+			}
+			// What a replica does once, before its first tick (a
+			// connection, the check of the table), is done before the
+			// ticks begin: the replicas' skews are then the test's alone,
+			// not a loaded machine's.
+			warm, err := lockers[i].Lock(ctx, "warm-up "+names[i])
+			require.NoError(t, err)
+			require.NoError(t, warm.Unlock(ctx))
+		}
 		base := time.Now().Add(500 * time.Millisecond)
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		scheds := map[string]gocron.Scheduler{}
-		for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
-			name := fmt.Sprintf("new-%d", i)
-			var locker gocron.Locker
-			if i%2 == 0 {
-				name = fmt.Sprintf("old-%d", i)
-				locker = &oldLocker{pool: pgtest.PoolAt(t, dsn, nil), table: table, holder: name}
-			} else {
-				locker = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, name, pglease.WithoutFenceColumn(), pglease.WithTTL(5*time.Second))
-			}
+		for i, skew := range skews {
+			name, locker := names[i], lockers[i]
 			s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Shutdown() })
