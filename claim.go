@@ -45,7 +45,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 		return nil, err
 	}
 	defer leave()
-	if err := l.checkTable(ctx); err != nil { // once per Locker (table.go)
+	if err := l.checkTable(ctx); err != nil { // at most once per tableRecheck (table.go)
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
@@ -65,9 +65,31 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 			return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
 		}
 	}
-	known := l.knownFence(key)
+	known, drawn := l.knownFence(key), l.drawn.Load()
 	s := l.sendClaim(ctx, key, t, known, &done)
-	return l.settle(ctx, key, t, known, s)
+	return l.settle(ctx, key, t, known, drawn, s)
+}
+
+// sawDrawn records fence, drawn by a claim of this Locker.
+func (l *Locker) sawDrawn(fence int64) {
+	for {
+		was := l.drawn.Load()
+		if fence <= was || l.drawn.CompareAndSwap(was, fence) {
+			return
+		}
+	}
+}
+
+// drewBackwards is the error of a claim that drew fence though a claim of
+// this Locker answered before it was sent had drawn drawn, no smaller:
+// the fence sequence went backwards under the running Locker (the table
+// and its sequence restored from a dump, or dropped and created again),
+// and fences already issued are being issued again.
+func (l *Locker) drewBackwards(fence, drawn int64) error {
+	t, _ := parseTable(l.cfg.table) // checked by newConfig
+	return fmt.Errorf("the fence sequence went backwards: fence %d drawn after this Locker's claims drew %d "+
+		"(the lease table or its sequence was restored or created again while replicas ran): stop the replicas, "+
+		"then set the sequence above every fence issued, as in SELECT setval('%s', %d + 1000000)", fence, drawn, t.seq.Sanitize(), drawn)
 }
 
 // sent is what became of one claim statement.
@@ -106,7 +128,7 @@ func fateOf(err error) fate {
 // case in which it may have written the row without handing out a lease,
 // ends the Locker's previous lease of key first (the row has a new fence,
 // and maybe a shorter expiry) and gives the row back.
-func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s sent) (*Lease, error) {
+func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn int64, s sent) (*Lease, error) {
 	took := time.Since(s.at)
 	fail := func(kind EventKind, fence int64, err error) (*Lease, error) {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) && !errors.Is(err, ErrClosed) {
@@ -131,8 +153,16 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known int64, s
 		// It also has a new fence: the previous lease is over.
 		l.supersede(key, "re-claimed by the same holder")
 		l.fences.See(key, s.c.Fence, time.Now(), t.ttl+t.minHold)
+		l.sawDrawn(s.c.Fence)
 		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
+	case !l.cfg.noFence && s.c.Fence <= drawn:
+		// A fence this Locker drew before may be another lease's now, or
+		// a fenced store's: the row is given back, on exactly its fence.
+		l.supersede(key, "re-claimed by the same holder")
+		l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})
+		return fail(EventClaimFailed, s.c.Fence, l.drewBackwards(s.c.Fence, drawn))
 	}
+	l.sawDrawn(s.c.Fence)
 	trustUntil := l.trustDeadline(s.at, t.ttl)
 	if trustUntil.Left(time.Now()) <= 0 {
 		// Live on the server, but the round trip ate the whole trust

@@ -206,6 +206,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
 	l.fences.See(cl.key, o.c.Fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
+	l.sawDrawn(o.c.Fence)
 	if o.c.Live {
 		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms})
 	}

@@ -120,10 +120,14 @@ type Locker struct {
 	// fences remembers the fences handed out, for the give-back of a claim
 	// whose outcome is unknown (claim.go).
 	fences fence.Known[string]
-	// table is the check of the table before the first claim (table.go).
+	// table is the check of the table before claims (table.go).
 	table tableCheck
 
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
+	// drawn is the greatest fence this Locker's claims have drawn: a claim
+	// sent later draws a greater one, unless the fence sequence went
+	// backwards (claim.go, drewBackwards).
+	drawn atomic.Int64
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
 	// or 0 when none has one: the clock-skew warning's bound (skewBound).
 	minHold atomic.Int64

@@ -198,11 +198,11 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		keyColl, keyType                       string
 		tablePersistence, seqPersistence       string
 		partition, keyBase, keyIndex           string
-		fenceIdentity                          string
+		fenceIdentity, timeColumns             string
 	)
 	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
 		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
-			&tablePersistence, &partition, &keyBase, &keyIndex, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq)
+			&tablePersistence, &partition, &keyBase, &keyIndex, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq, &timeColumns)
 	if err != nil {
 		return fmt.Errorf("checking the table and its fence sequence: %w", err)
 	}
@@ -224,6 +224,12 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
 			"would share one lease row, and a lease claimed under one spelling would be lost at its first heartbeat "+
 			"(run ALTER TABLE %s ALTER COLUMN key TYPE %s COLLATE \"C\")", keyColl, t.name.Sanitize(), keyType))
+	}
+	if timeColumns != "" {
+		errs = append(errs, fmt.Errorf("%s: an expiry must be a timestamptz of full precision (a timestamp without time zone "+
+			"is read in each session's time zone, and a replica ahead would take a live lease; timestamptz(0) rounds an expiry "+
+			"past a short lease's trust margin) (run ALTER TABLE %s ALTER COLUMN expires_at TYPE timestamptz, and the same for acquired_at)",
+			timeColumns, t.name.Sanitize()))
 	}
 	if index, coll, ok := strings.Cut(keyIndex, " "); ok {
 		errs = append(errs, fmt.Errorf("index %s on column key has the nondeterministic collation %s: a claim's ON CONFLICT (key) "+

@@ -522,6 +522,193 @@ CREATE UNLOGGED TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAI
 		}
 	})
 
+	// Guarantee: a fence never goes backwards. A table and sequence put
+	// back to an earlier state under a running Locker (a dump restored, a
+	// migration tool's down and up) are consistent with each other, and
+	// pass the table's check; the Locker itself knows the greatest fence
+	// its claims drew, and refuses a claim that draws one no greater.
+	t.Run("RefusesAFenceDrawnBackwards", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			name    string
+			restore func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table, seq string, dump func())
+		}{
+			{"RestoredFromADump", func(_ context.Context, t *testing.T, _ *pgxpool.Pool, _, _ string, dump func()) {
+				t.Helper()
+				dump()
+			}},
+			{"DroppedAndMigratedAgain", func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, table, seq string, _ func()) {
+				t.Helper()
+				_, err := pool.Exec(ctx, fmt.Sprintf("DROP TABLE %s; DROP SEQUENCE %s", pgx.Identifier{table}.Sanitize(), seq))
+				require.NoError(t, err)
+				require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
+			}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table := pgtest.Setup(t)
+				tbl, seq := pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_fence_seq"}.Sanitize()
+				l := pgtest.Locker(t, pool, table, "a")
+				l.RecheckTableEvery(100 * time.Millisecond)
+				claimAndRelease(t, l, "job", 1)
+				// The dump: the table's rows and the sequence's last value.
+				snap := pgtest.Name("snap")
+				_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s AS SELECT * FROM %s", snap, tbl))
+				require.NoError(t, err)
+				var last int64
+				require.NoError(t, pool.QueryRow(ctx, "SELECT last_value FROM "+seq).Scan(&last))
+				issued := claimAndRelease(t, l, "job", 5)
+				c.restore(ctx, t, pool, table, seq, func() {
+					tx, err := pool.Begin(ctx)
+					require.NoError(t, err)
+					_, err = tx.Exec(ctx, "DELETE FROM "+tbl)
+					require.NoError(t, err)
+					_, err = tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s SELECT * FROM %s", tbl, snap))
+					require.NoError(t, err)
+					_, err = tx.Exec(ctx, "SELECT setval($1::regclass, $2)", seq, last)
+					require.NoError(t, err)
+					require.NoError(t, tx.Commit(ctx))
+				})
+				time.Sleep(300 * time.Millisecond) // past the interval of the check that passed
+				lease, err := l.Claim(ctx, "job")
+				require.ErrorContains(t, err, "the fence sequence went backwards", "fence %d issued before, the claim after the restore got %v", issued, lease)
+				require.ErrorContains(t, err, seq, "the error names the sequence to set ahead")
+				_, held := l.Held("job")
+				require.False(t, held)
+				row, ok := pgtest.ReadRow(t, pool, table, "job")
+				require.True(t, ok)
+				require.False(t, row.Live, "the row of the refused claim is given back")
+			})
+		}
+	})
+
+	// Guarantee: a fence never goes backwards, on every claim path, even
+	// for a claim that passed the table's check and then waited on its
+	// row's lock while the sequence was set back.
+	t.Run("RefusesAFenceDrawnBackwardsAfterAWaitOnTheRow", func(t *testing.T) {
+		t.Parallel()
+		for _, path := range []struct {
+			name  string
+			claim func(ctx context.Context, l *pglease.Locker) (int64, error)
+		}{
+			{"Claim", func(ctx context.Context, l *pglease.Locker) (int64, error) {
+				lease, err := l.Claim(ctx, "job")
+				if err != nil {
+					return 0, err
+				}
+				return lease.Fence(), nil
+			}},
+			{"Lock", func(ctx context.Context, l *pglease.Locker) (int64, error) {
+				if _, err := l.Lock(ctx, "job"); err != nil {
+					return 0, err
+				}
+				lease, _ := l.Held("job")
+				return lease.Fence(), nil
+			}},
+			{"JobLock", func(ctx context.Context, l *pglease.Locker) (int64, error) {
+				j, err := l.Job(pglease.WithTimeout(20 * time.Second))
+				if err != nil {
+					return 0, err
+				}
+				if _, err := j.Lock(ctx, "job"); err != nil {
+					return 0, err
+				}
+				lease, _ := l.Held("job")
+				return lease.Fence(), nil
+			}},
+			{"ClaimWait", func(ctx context.Context, l *pglease.Locker) (int64, error) {
+				lease, err := l.ClaimWait(ctx, "job")
+				if err != nil {
+					return 0, err
+				}
+				return lease.Fence(), nil
+			}},
+			{"ElectorCampaign", func(ctx context.Context, l *pglease.Locker) (int64, error) {
+				e, err := pglease.NewElector(l, "job")
+				if err != nil {
+					return 0, err
+				}
+				lease, err := e.Campaign(ctx)
+				if err != nil {
+					return 0, err
+				}
+				return lease.Fence(), nil
+			}},
+		} {
+			t.Run(path.name, func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table := pgtest.Setup(t)
+				seq := pgx.Identifier{table + "_fence_seq"}.Sanitize()
+				l := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(20*time.Second))
+				l.RecheckTableEvery(100 * time.Millisecond)
+				// Fences far above 1: a claim sent again after each lock
+				// wait (lib/pq) draws a discarded value each time.
+				_, err := pool.Exec(ctx, "SELECT setval($1::regclass, 1000)", seq)
+				require.NoError(t, err)
+				issued := claimAndRelease(t, l, "job", 5)
+
+				end := pgtest.LockRow(t, pool, table, "job")
+				type result struct {
+					fence int64
+					err   error
+				}
+				waiting := make(chan result, 1)
+				go func() { f, err := path.claim(ctx, l); waiting <- result{f, err} }()
+				pgtest.LockWaiter(t, pool, "", table, 5*time.Second)
+				_, err = pool.Exec(ctx, "SELECT setval($1::regclass, 1)", seq)
+				require.NoError(t, err)
+				time.Sleep(300 * time.Millisecond) // past the interval
+				_, err = l.Claim(ctx, "other")
+				require.Error(t, err, "the re-check refuses the sequence set back")
+				time.Sleep(300 * time.Millisecond)
+				end(false)
+
+				got := <-waiting
+				if got.err == nil {
+					require.Greater(t, got.fence, issued, "a claim that waited on its row while the sequence was set back drew fence %d below %d", got.fence, issued)
+				}
+			})
+		}
+	})
+
+	// Guarantee: a lease is handed out once. An expiry column of another
+	// type than a timestamptz of full precision (an ORM's or a migration
+	// tool's schema.sql) is refused, by Migrate and by a Locker, and
+	// when a column is changed so under running Lockers, within the
+	// check's interval: a timestamp without time zone is read in each
+	// session's time zone (a replica ahead sees a live lease expired),
+	// timestamptz(0) rounds an expiry past a short lease's trust margin.
+	t.Run("RefusesAnExpiryOtherThanTimestamptz", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		for _, c := range []struct{ name, typ, names string }{
+			{"WithoutTimeZone", "timestamp", "expires_at timestamp without time zone"},
+			{"RoundedToTheSecond", "timestamptz(0)", "expires_at timestamp(0) with time zone"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				table, _ := fromSchemaSQL(t, pool, "timestamptz", c.typ)
+				l := pgtest.Locker(t, pool, table, "a")
+				_, err := l.Claim(ctx, "job")
+				require.ErrorContains(t, err, c.names)
+				require.ErrorContains(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)), c.names)
+				_, ok := pgtest.ReadRow(t, pool, table, "job")
+				require.False(t, ok, "nothing is written")
+			})
+		}
+		t.Run("ChangedUnderRunningLockers", func(t *testing.T) {
+			table, dsn := legacyTable(t, legacyColumns)
+			l := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "a", pglease.WithoutFenceColumn())
+			l.RecheckTableEvery(100 * time.Millisecond)
+			claimAndRelease(t, l, "job", 1)
+			_, err := pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN expires_at TYPE timestamp USING expires_at AT TIME ZONE 'UTC'`, pgx.Identifier{table}.Sanitize()))
+			require.NoError(t, err)
+			time.Sleep(300 * time.Millisecond) // past the interval of the check that passed
+			_, err = l.Claim(ctx, "job")
+			require.ErrorContains(t, err, "expires_at timestamp without time zone")
+		})
+	})
+
 	// Guarantee: the check of the table costs one read per Locker and
 	// interval, however many claims, bursts and re-claims follow, and none
 	// on the heartbeat, release or Guard.

@@ -41,8 +41,9 @@ const Purge = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_i
 // Transaction-scoped, so it also works behind PgBouncer in transaction mode.
 const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 
-// TableCheck reads, in one statement, what Migrate and a Locker's first
-// claim refuse in a table and sequence they did not create as they are (a
+// TableCheck reads, in one statement, what Migrate and a Locker's claims
+// (its first, then one per ten seconds of claims) refuse in a table and
+// sequence they did not create as they are (a
 // migration tool may have altered schema.sql, CREATE ... IF NOT EXISTS
 // keeps what it finds): the fence sequence ($2, its quoted name; found is
 // false when that name is not a sequence, as when a table or view of the
@@ -90,6 +91,13 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 //     key's next mandate a smaller fence. An identity is not in pg_attrdef;
 //     a default's use of a sequence is its pg_depend row on it.
 //     fencefound is false when the table has no fence column.
+//   - timecolumns: expires_at and acquired_at when either is not a
+//     timestamptz of full precision, with its type. A timestamp without
+//     time zone reads clock_timestamp() in the session's time zone, so a
+//     replica whose TimeZone is ahead sees a live lease expired and takes
+//     it; timestamptz(0) rounds each expiry to the second, past the
+//     trust margin of a short TTL, so another replica takes the key while
+//     its holder still trusts it.
 //
 // From the catalogs (pg_sequence, not the pg_sequences view), which the
 // runtime role reads without privileges on the sequence. It returns one
@@ -120,7 +128,11 @@ const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), 
        f.attnum IS NOT NULL, coalesce(f.attidentity::text, ''),
        EXISTS (SELECT FROM pg_attrdef d
                 WHERE d.adrelid = f.attrelid AND d.adnum = f.attnum
-                  AND pg_get_expr(d.adbin, d.adrelid) = format('nextval(%L::regclass)', to_regclass($2)::text))
+                  AND pg_get_expr(d.adbin, d.adrelid) = format('nextval(%L::regclass)', to_regclass($2)::text)),
+       coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attname)
+                   FROM pg_attribute a
+                  WHERE a.attrelid = to_regclass($1) AND a.attname IN ('expires_at', 'acquired_at') AND NOT a.attisdropped
+                    AND (a.atttypid <> 'timestamptz'::regtype OR a.atttypmod NOT IN (-1, 6))), '')
   FROM (VALUES (1)) AS one(x)
   LEFT JOIN pg_sequence s ON s.seqrelid = to_regclass($2)
   LEFT JOIN (SELECT a.attcollation::regcollation::text AS coll, format_type(a.atttypid, a.atttypmod) AS typ
@@ -141,7 +153,7 @@ const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), 
 // stands for it while the table has no fence, and otherwise one nextval
 // is drawn to read it (a fence skipped, which costs nothing: fences must
 // only grow). max(fence) reads the whole table, which stays a few pages,
-// once per Locker.
+// once per Locker and ten seconds of claims.
 const FenceBehind = `SELECT m.fence, coalesce(pg_sequence_last_value(s.seqrelid),
          CASE WHEN m.fence > 0 THEN nextval(s.seqrelid) - 1 ELSE s.seqstart - 1 END)
   FROM pg_sequence s, (SELECT coalesce(max(fence), 0) AS fence FROM {table}) m
