@@ -188,10 +188,11 @@ func checkColumns(cols map[string]column, holderLen int) (hasAcquired bool, err 
 	if holder, ok := need("holder", "text", textual); ok && holder.typmod > 4 && int(holder.typmod-4) < holderLen {
 		problems = append(problems, fmt.Sprintf("column holder is %s, too short for the %d-character holder identifiers of this replica", holder.typ, holderLen))
 	}
-	need("expires_at", "timestamptz", timestamptz)
-	if _, hasAcquired = cols["acquired_at"]; hasAcquired {
-		need("acquired_at", "timestamptz", timestamptz)
-	}
+	// The expiry columns' types are the table check's (sqlstmt.TableCheck,
+	// in both modes, before any claim): a timestamptz of full precision,
+	// or a domain over one. Here they need only be there.
+	need("expires_at", "timestamptz", anyType)
+	_, hasAcquired = cols["acquired_at"]
 	for name, c := range cols {
 		switch name {
 		case "key", "holder", "expires_at", "acquired_at":
@@ -211,4 +212,4 @@ func textual(typ string) bool {
 	return typ == "text" || strings.HasPrefix(typ, "character varying")
 }
 
-func timestamptz(typ string) bool { return typ == "timestamp with time zone" }
+func anyType(string) bool { return true }

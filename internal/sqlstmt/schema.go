@@ -92,7 +92,10 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 //     a default's use of a sequence is its pg_depend row on it.
 //     fencefound is false when the table has no fence column.
 //   - timecolumns: expires_at and acquired_at when either is not a
-//     timestamptz of full precision, with its type. A timestamp without
+//     timestamptz of full precision, with its type; a domain is judged by
+//     its base type (through domains over domains) and the precision the
+//     column or the nearest domain gives it (a domain column's own typmod
+//     is -1). A timestamp without
 //     time zone reads clock_timestamp() in the session's time zone, so a
 //     replica whose TimeZone is ahead sees a live lease expired and takes
 //     it; timestamptz(0) rounds each expiry to the second, past the
@@ -131,8 +134,15 @@ const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), 
                   AND pg_get_expr(d.adbin, d.adrelid) = format('nextval(%L::regclass)', to_regclass($2)::text)),
        coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attname)
                    FROM pg_attribute a
+                  CROSS JOIN LATERAL (
+                        WITH RECURSIVE b(typ, mod, depth) AS (
+                          SELECT a.atttypid, a.atttypmod, 0
+                          UNION ALL
+                          SELECT ty.typbasetype, CASE WHEN b.mod = -1 THEN ty.typtypmod ELSE b.mod END, b.depth + 1
+                            FROM b JOIN pg_type ty ON ty.oid = b.typ WHERE ty.typbasetype <> 0)
+                        SELECT b.typ, b.mod FROM b ORDER BY b.depth DESC LIMIT 1) AS base
                   WHERE a.attrelid = to_regclass($1) AND a.attname IN ('expires_at', 'acquired_at') AND NOT a.attisdropped
-                    AND (a.atttypid <> 'timestamptz'::regtype OR a.atttypmod NOT IN (-1, 6))), '')
+                    AND (base.typ <> 'timestamptz'::regtype OR base.mod NOT IN (-1, 6))), '')
   FROM (VALUES (1)) AS one(x)
   LEFT JOIN pg_sequence s ON s.seqrelid = to_regclass($2)
   LEFT JOIN (SELECT a.attcollation::regcollation::text AS coll, format_type(a.atttypid, a.atttypmod) AS typ
