@@ -118,7 +118,7 @@ type Locker struct {
 	// Close ends them and waits for them.
 	inFlight flight.Flights
 	// fences remembers the fences handed out, for the give-back of a claim
-	// whose outcome is unknown (claim.go).
+	// whose outcome is unknown (release.go).
 	fences fence.Known[string]
 	// table is the check of the table before claims (table.go).
 	table tableCheck

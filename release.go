@@ -298,3 +298,89 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 	}
 	return byLease(leases, got), err
 }
+
+// giveBackUnknown gives back what a claim of key may have committed unseen,
+// on exactly the mandate it made: it first reads the row (harmless however
+// late it arrives), and expires it through the release statement only if
+// the row carries this holder, is live, and has a fence greater than any
+// this Locker knows of (known): a mandate of its own that it never handed
+// out. The release matches that fence alone, so a release that arrives
+// late, after the Locker has claimed the key again, touches nothing. It is
+// sent within the claim's key turn, even if ctx has ended, within the
+// claim's timeout (givenUpGiveBack once ctx has ended); its read is not
+// sent under answering, so that it ends with its context. Without a fence
+// column each mandate has a holder of its own, which the row does not tell
+// apart from a lease handed out: such a row lapses at its expiry.
+func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
+	if l.cfg.noFence {
+		return
+	}
+	limit := t.timeout
+	if ctx.Err() != nil {
+		limit = min(limit, givenUpGiveBack) // the caller has given up: it waits at most this long again
+	}
+	rctx, cancel, closing := l.giveBackContext(ctx, limit)
+	defer cancel()
+	m, err := l.proto.Mandate(rctx, l.conns.ClaimRead(), key)
+	if err != nil {
+		if closing {
+			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
+		}
+		return
+	}
+	if !m.Live || m.Holder != l.cfg.holder || m.Fence <= known {
+		return
+	}
+	l.fences.See(key, m.Fence, time.Now(), t.ttl+t.minHold)
+	l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
+}
+
+// giveBack expires the row of ls, a mandate nobody holds, keeping its min
+// hold, in one attempt of the release statement: a row locked elsewhere
+// lapses at its expiry.
+func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
+	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
+	defer cancel()
+	if _, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls}); err != nil && closing {
+		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
+	}
+}
+
+// givenUpGiveBack is the longest the give-back of a claim whose caller
+// has given up may take: after driver.AnswerGrace for the answer, Claim then
+// returns within 2*driver.AnswerGrace of its context's end, with a quarter of a
+// second to spare for the rest of its return on a loaded machine.
+const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
+
+// closingGiveBack is the least a give-back sent once Close has begun may
+// take: two driver.AnswerGrace, as long as Close gives a cancelled claim to end.
+const closingGiveBack = 2 * driver.AnswerGrace
+
+// giveBackContext is the context of a give-back sent under ctx: limit
+// from now, or, once Close has begun, within Close's own context and at
+// least closingGiveBack (closing), which Close waits for: on a link slower
+// than the Locker's timeout, what a claim Close ended may have written is
+// still given back before Close returns, or Close says it was not. Only on
+// a pool: on one connection the give-back waits behind the statement Close
+// cancelled, and keeps the bound it has outside Close.
+func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
+	l.mu.Lock()
+	closeCtx := l.closeCtx
+	l.mu.Unlock()
+	if closeCtx != nil && l.conns.IsPool() {
+		// Not limit alone: the Locker's timeout may be shorter than a
+		// round trip of a slow link, and Close waits for this anyway.
+		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))
+		return rctx, cancel, true
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	return rctx, cancel, false
+}
+
+// giveUp records, for Close to return, that what a claim of key may have
+// written could not be given back.
+func (l *Locker) giveUp(key string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err))
+}
