@@ -201,7 +201,7 @@ func (r *roundState) failing() bool {
 // extendStatement runs one heartbeat round of leases on db
 // (driver.Protocol.Extend) and reports by lease.
 func (l *Locker) extendStatement(ctx context.Context, db DB, leases []*Lease) (map[*Lease]driver.Extension, error) {
-	got, err := l.proto.Extend(ctx, db, mandates(leases))
+	got, err := l.proto.Extend(ctx, db, rowsOf(leases))
 	return byLease(leases, got), err
 }
 

@@ -414,9 +414,9 @@ func (l *Locker) Leases() []LeaseInfo {
 	return out
 }
 
-// mandate is ls as the heartbeat and release statements match its row.
-func (ls *Lease) mandate() driver.Mandate {
-	return driver.Mandate{Key: ls.key, Fence: ls.fence, Holder: ls.holder, AcquiredAt: ls.acquiredAt, TTL: ls.terms.ttl, MinHold: ls.terms.minHold}
+// row is ls as the heartbeat and release statements match its row.
+func (ls *Lease) row() driver.Lease {
+	return driver.Lease{Key: ls.key, Fence: ls.fence, Holder: ls.holder, AcquiredAt: ls.acquiredAt, TTL: ls.terms.ttl, MinHold: ls.terms.minHold}
 }
 
 // byLease is got, a statement's report by index in leases, by lease.
@@ -428,11 +428,11 @@ func byLease[V any](leases []*Lease, got map[int]V) map[*Lease]V {
 	return out
 }
 
-// mandates is the mandate of each of leases.
-func mandates(leases []*Lease) []driver.Mandate {
-	ms := make([]driver.Mandate, len(leases))
+// rowsOf is each of leases as the statements match its row.
+func rowsOf(leases []*Lease) []driver.Lease {
+	ms := make([]driver.Lease, len(leases))
 	for i, ls := range leases {
-		ms[i] = ls.mandate()
+		ms[i] = ls.row()
 	}
 	return ms
 }

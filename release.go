@@ -292,9 +292,9 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 	var got map[int]bool
 	var err error
 	if len(leases) == 1 && !l.coalesceAll {
-		got, err = l.proto.ReleaseOne(ctx, db, leases[0].mandate())
+		got, err = l.proto.ReleaseOne(ctx, db, leases[0].row())
 	} else {
-		got, err = l.proto.Release(ctx, db, mandates(leases))
+		got, err = l.proto.Release(ctx, db, rowsOf(leases))
 	}
 	return byLease(leases, got), err
 }
@@ -321,7 +321,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
-	m, err := l.proto.Mandate(rctx, l.conns.ClaimRead(), key)
+	m, err := l.proto.ReadRow(rctx, l.conns.ClaimRead(), key)
 	if err != nil {
 		if closing {
 			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))

@@ -19,7 +19,7 @@ type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
 	releaseOneSQL, releaseOneQuietSQL  string
 	releaseQuietSQL                    string
-	claimAllSQL, mandateSQL            string
+	claimAllSQL, rowSQL                string
 	holder                             string
 }
 
@@ -34,7 +34,7 @@ func Fenced(render func(string) string, holder string) Protocol {
 		releaseOneQuietSQL: render(sqlstmt.ReleaseOneQuiet),
 		releaseQuietSQL:    render(sqlstmt.ReleaseQuiet),
 		claimAllSQL:        render(sqlstmt.ClaimAll),
-		mandateSQL:         render(sqlstmt.Mandate),
+		rowSQL:             render(sqlstmt.Mandate),
 		holder:             holder,
 	}
 }
@@ -81,7 +81,7 @@ func (p *fenced) ClaimAll(ctx context.Context, db DB, keys []string, ttls []floa
 	})
 }
 
-func (p *fenced) Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Extension, error) {
+func (p *fenced) Extend(ctx context.Context, db DB, ms []Lease) (map[int]Extension, error) {
 	return retried(ctx, func() (map[int]Extension, error) {
 		keys, fences := keysAnd(ms, fenceOf)
 		rows, err := db.Query(ctx, p.heartbeatSQL, p.holder, seconds(ms, ttlOf), keys, fences)
@@ -92,7 +92,7 @@ func (p *fenced) Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Exten
 	})
 }
 
-func (p *fenced) Release(ctx context.Context, db DB, ms []Mandate) (map[int]bool, error) {
+func (p *fenced) Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, error) {
 	return retried(ctx, func() (map[int]bool, error) {
 		keys, fences := keysAnd(ms, fenceOf)
 		return releaseReported(ctx, db, p.releaseSQL, p.releaseQuietSQL, ms, fenceOf,
@@ -102,7 +102,7 @@ func (p *fenced) Release(ctx context.Context, db DB, ms []Mandate) (map[int]bool
 
 // ReleaseOne sends sqlstmt.ReleaseOne: a row locked past its lock wait is
 // reported skipped, as Release reports it.
-func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Mandate) (map[int]bool, error) {
+func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, error) {
 	return retried(ctx, func() (map[int]bool, error) {
 		released, err := p.releaseOneWith(ctx, db, p.releaseOneSQL, m)
 		if released && Is(err, LockNotAvailable) {
@@ -130,7 +130,7 @@ func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Mandate) (map[int]bool
 // releaseOneWith sends sql, a release of one lease, and reports whether its
 // row came back, and the statement's error, which may come after the row
 // (at its commit).
-func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Mandate) (bool, error) {
+func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Lease) (bool, error) {
 	rows, err := db.Query(ctx, sql, p.holder, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait)
 	if err != nil {
 		return false, err
@@ -143,13 +143,13 @@ func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Mandat
 	return released, rows.Err()
 }
 
-// Mandate reads the lease key's row carries; a key without a row carries
+// ReadRow reads the lease key's row carries; a key without a row carries
 // none (not live): the claim whose outcome was unknown wrote nothing.
-func (p *fenced) Mandate(ctx context.Context, db DB, key string) (RowMandate, error) {
-	var m RowMandate
-	err := db.QueryRow(ctx, p.mandateSQL, key).Scan(&m.Holder, &m.Fence, &m.Live)
+func (p *fenced) ReadRow(ctx context.Context, db DB, key string) (RowLease, error) {
+	var m RowLease
+	err := db.QueryRow(ctx, p.rowSQL, key).Scan(&m.Holder, &m.Fence, &m.Live)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return RowMandate{}, nil
+		return RowLease{}, nil
 	}
 	return m, err
 }

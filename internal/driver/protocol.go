@@ -14,7 +14,7 @@ import (
 // (WithoutFenceColumn) works on a table it cannot alter, with a holder
 // identifier forged per lease instead of a fence.
 //
-// Every statement but Mandate is sent again on a serialization failure
+// Every statement but ReadRow is sent again on a serialization failure
 // (RetrySerialization): where default_transaction_isolation is repeatable
 // read or serializable, a claim whose ON CONFLICT meets a row a heartbeat
 // or release committed after its snapshot fails so, and the failure is
@@ -35,18 +35,18 @@ type Protocol interface {
 	// and reports, by index in ms, on each lease whose row still matched:
 	// extended to a new server expiry, or locked by another transaction
 	// and to be retried. The others are lost.
-	Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Extension, error)
+	Extend(ctx context.Context, db DB, ms []Lease) (map[int]Extension, error)
 	// Release expires the rows of ms in one statement, each kept for its
 	// own min hold, and reports, by index, on each lease whose row still
 	// matched: released (true), or locked by another transaction and to be
 	// sent again (false). The others were lost.
-	Release(ctx context.Context, db DB, ms []Mandate) (map[int]bool, error)
+	Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, error)
 	// ReleaseOne is Release of one lease, in the statement that costs
 	// least.
-	ReleaseOne(ctx context.Context, db DB, m Mandate) (map[int]bool, error)
-	// Mandate reads the lease key's row carries now, for a give-back; a
+	ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, error)
+	// ReadRow reads the lease key's row carries now, for a give-back; a
 	// key with no row carries none (not live). Unfenced has none to tell.
-	Mandate(ctx context.Context, db DB, key string) (RowMandate, error)
+	ReadRow(ctx context.Context, db DB, key string) (RowLease, error)
 }
 
 // Claimed is what a claim statement returned for its key.
@@ -59,10 +59,10 @@ type Claimed struct {
 	Table      uint32 // the oid of the table the row is in, for Guard
 }
 
-// Mandate is a lease as a heartbeat or release statement matches its
+// Lease is a lease as a heartbeat or release statement matches its
 // row: its key and its fence (Fenced) or forged holder (Unfenced), with
 // its terms.
-type Mandate struct {
+type Lease struct {
 	Key        string
 	Fence      int64
 	Holder     string
@@ -78,8 +78,8 @@ type Extension struct {
 	ServerNow time.Time // the server's clock as the statement ran, for the clock-skew reading
 }
 
-// RowMandate is the lease a row carries.
-type RowMandate struct {
+// RowLease is the lease a row carries.
+type RowLease struct {
 	Holder string
 	Fence  int64
 	Live   bool
@@ -102,7 +102,7 @@ func claimOutcomeOf(c Claimed, err error) (Claimed, bool, error) {
 // seconds is each lease's TTL or min hold in seconds, as make_interval
 // takes them: the array a heartbeat or release statement carries beside
 // the keys, so that one statement serves leases of every TTL.
-func seconds(ms []Mandate, of func(Mandate) time.Duration) []float64 {
+func seconds(ms []Lease, of func(Lease) time.Duration) []float64 {
 	out := make([]float64, len(ms))
 	for i, m := range ms {
 		out[i] = of(m).Seconds()
@@ -110,15 +110,15 @@ func seconds(ms []Mandate, of func(Mandate) time.Duration) []float64 {
 	return out
 }
 
-func ttlOf(m Mandate) time.Duration     { return m.TTL }
-func minHoldOf(m Mandate) time.Duration { return m.MinHold }
-func fenceOf(m Mandate) int64           { return m.Fence }
-func holderOf(m Mandate) string         { return m.Holder }
+func ttlOf(m Lease) time.Duration     { return m.TTL }
+func minHoldOf(m Lease) time.Duration { return m.MinHold }
+func fenceOf(m Lease) int64           { return m.Fence }
+func holderOf(m Lease) string         { return m.Holder }
 
 // keysAnd is each lease's key and what its row is matched on (its fence,
 // or its forged holder): the arrays a heartbeat or release statement
 // carries.
-func keysAnd[M any](ms []Mandate, match func(Mandate) M) ([]string, []M) {
+func keysAnd[M any](ms []Lease, match func(Lease) M) ([]string, []M) {
 	keys := make([]string, len(ms))
 	out := make([]M, len(ms))
 	for i, m := range ms {
@@ -132,7 +132,7 @@ func keysAnd[M any](ms []Mandate, match func(Mandate) M) ([]string, []M) {
 // what the statement did to it (V, read into the columns fields gives).
 // A row counts only for the lease of that key and that very match. A
 // lease reported neither way is left out: it is lost.
-func readReport[M comparable, V any](rows pgx.Rows, ms []Mandate, match func(Mandate) M, fields func(*V) []any) (map[int]V, error) {
+func readReport[M comparable, V any](rows pgx.Rows, ms []Lease, match func(Lease) M, fields func(*V) []any) (map[int]V, error) {
 	defer rows.Close()
 	byKey := make(map[string]int, len(ms))
 	for i, m := range ms {
@@ -162,7 +162,7 @@ func readReport[M comparable, V any](rows pgx.Rows, ms []Mandate, match func(Man
 // once as quiet, the same statement without its notification. A 55P03
 // before any row (a lock on the table past the wait) reports every lease
 // skipped, to be sent again later.
-func releaseReported[M comparable](ctx context.Context, db DB, sql, quiet string, ms []Mandate, match func(Mandate) M, args ...any) (map[int]bool, error) {
+func releaseReported[M comparable](ctx context.Context, db DB, sql, quiet string, ms []Lease, match func(Lease) M, args ...any) (map[int]bool, error) {
 	send := func(sql string) (map[int]bool, error) {
 		rows, err := db.Query(ctx, sql, args...)
 		if err != nil {

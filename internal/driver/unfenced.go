@@ -77,7 +77,7 @@ func (p *unfenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait t
 	return r.c, r.ok, err
 }
 
-func (p *unfenced) Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Extension, error) {
+func (p *unfenced) Extend(ctx context.Context, db DB, ms []Lease) (map[int]Extension, error) {
 	return retried(ctx, func() (map[int]Extension, error) {
 		keys, holders := keysAnd(ms, holderOf)
 		rows, err := db.Query(ctx, p.hbSQL, seconds(ms, ttlOf), keys, holders)
@@ -90,7 +90,7 @@ func (p *unfenced) Extend(ctx context.Context, db DB, ms []Mandate) (map[int]Ext
 
 // Release measures each lease's min hold from the acquired time its claim
 // returned (a server time), since the table may have no acquired_at column.
-func (p *unfenced) Release(ctx context.Context, db DB, ms []Mandate) (map[int]bool, error) {
+func (p *unfenced) Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, error) {
 	return retried(ctx, func() (map[int]bool, error) {
 		keys, holders := keysAnd(ms, holderOf)
 		acquired := make([]time.Time, len(ms))
@@ -104,14 +104,14 @@ func (p *unfenced) Release(ctx context.Context, db DB, ms []Mandate) (map[int]bo
 
 // ReleaseOne is Release of one lease: this protocol has one release
 // statement.
-func (p *unfenced) ReleaseOne(ctx context.Context, db DB, m Mandate) (map[int]bool, error) {
-	return p.Release(ctx, db, []Mandate{m})
+func (p *unfenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, error) {
+	return p.Release(ctx, db, []Lease{m})
 }
 
-// Mandate: a row's forged holder does not say whether this Locker handed
+// ReadRow: a row's forged holder does not say whether this Locker handed
 // that lease out, so nothing is given back on it.
-func (p *unfenced) Mandate(context.Context, DB, string) (RowMandate, error) {
-	return RowMandate{}, errors.New("pglease: a table without a fence column has no lease to read")
+func (p *unfenced) ReadRow(context.Context, DB, string) (RowLease, error) {
+	return RowLease{}, errors.New("pglease: a table without a fence column has no lease to read")
 }
 
 // check reads the table's columns once and returns the claim statement that
