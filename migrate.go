@@ -54,7 +54,9 @@ func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	t, _ := parseTable(cfg.table)
 	err := driver.OnOneConnection(ctx, db, func(db driver.DB) error { return migrate(ctx, db, t, cfg) })
 	if err != nil {
-		return fmt.Errorf("pglease: migrate %s: %w", t, explainPrivilege(err))
+		// Whatever statement the end of ctx cut short, the error names
+		// the cause (a 57014 alone does not say it was ctx's).
+		return fmt.Errorf("pglease: migrate %s: %w", t, explainPrivilege(withCause(ctx, err)))
 	}
 	return nil
 }

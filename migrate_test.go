@@ -367,6 +367,31 @@ func TestMigrate(t *testing.T) {
 			})
 		}
 	})
+	// Guarantee: a statement of Migrate cut short by the end of its context
+	// (the server reports only "canceling statement due to user request")
+	// fails with an error that names the context's end, whichever statement
+	// it was; nothing is committed.
+	t.Run("NamesTheEndOfItsContext", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.Pool(t, nil)
+		table := pgtest.Table(t, pool)
+		name := pgx.Identifier{table}.Sanitize()
+		// The table locked by another transaction: Migrate's statements
+		// that touch it wait until its context ends and pgx sends a
+		// cancel request.
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		_, err = tx.Exec(ctx, "LOCK TABLE "+name+" IN ACCESS EXCLUSIVE MODE")
+		require.NoError(t, err)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		err = pglease.Migrate(cctx, pgtest.CancelRequestPool(t, pgtest.Server.DSN(), nil), pglease.WithTable(table))
+		require.Error(t, err)
+		require.ErrorContains(t, err, "57014", "cut short by the server on the cancel request")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
 }
 
 // TestSchema pins schema.sql, for operators who apply the DDL by hand: it

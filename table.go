@@ -204,7 +204,9 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
 			&tablePersistence, &partition, &keyBase, &keyIndex, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq, &timeColumns)
 	if err != nil {
-		return fmt.Errorf("checking the table and its fence sequence: %w", err)
+		// A deadline that ends the catalog read is named with it (57014
+		// alone does not say whose).
+		return fmt.Errorf("checking the table and its fence sequence: %w", withCause(ctx, err))
 	}
 	fenced := use != claimUnfenced
 	if !fenced {
