@@ -95,7 +95,8 @@ func (l *Locker) drewBackwards(fence, drawn int64) error {
 // sent is what became of one claim statement.
 type sent struct {
 	c    driver.Claimed
-	ok   bool      // a row came back: the key was taken (new, expired, or our own)
+	tick *driver.TickClaim // a claim of a tick: the tick, and the row that refused it
+	ok   bool              // a row came back: the key was taken (new, expired, or our own)
 	at   time.Time // when the statement was sent: the trust window counts from it
 	err  error
 	fate fate
@@ -145,6 +146,8 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
 	case s.err != nil: // nothing was written, or the coalescer settles it
 		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
+	case !s.ok && s.tick != nil:
+		return fail(EventContended, 0, tickRefused(s.tick.Tick, s.tick.RowTick, s.tick.Holder, s.tick.Fence, s.tick.Live))
 	case !s.ok:
 		return fail(EventContended, 0, ErrHeld)
 	case !s.c.Live:
@@ -182,6 +185,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		acquiredAt: s.c.AcquiredAt,
 		table:      s.c.Table,
 		terms:      t,
+		tick:       tickOf(s),
 		expiresAt:  s.c.ExpiresAt,
 		trustUntil: trustUntil,
 		done:       make(chan struct{}),
@@ -211,6 +215,14 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	lease.mu.Unlock()
 	l.watch()
 	return lease, nil
+}
+
+// tickOf is the tick a claim took, if it claimed one.
+func tickOf(s sent) time.Time {
+	if s.tick == nil {
+		return time.Time{}
+	}
+	return s.tick.Tick
 }
 
 // withCause is err, the failure of a claim statement, wrapping the cause

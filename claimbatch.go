@@ -74,6 +74,9 @@ const maxAloneInFlight = 4
 // coalescer, which calls it once that statement has returned, and
 // replaces it with a no-op.
 func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64, done *func()) sent {
+	if t.ticks != nil {
+		return l.claimAlone(ctx, key, t, 0) // its statement is its own (sqlstmt.ClaimTick)
+	}
 	if l.claims == nil {
 		return l.claimAlone(ctx, key, t, 0)
 	}
@@ -108,18 +111,30 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 			case <-timer.C:
 			}
 		}
-		at := time.Now()
 		if l.conns.MayWait() {
-			c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, 0)
+			s := l.claimOne(ctx, key, t, 0)
 			l.conns.Waited()
-			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+			return s
 		}
-		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, aloneLockWait(t.ttl))
-		if !driver.Is(err, driver.LockNotAvailable) {
-			return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+		s := l.claimOne(ctx, key, t, aloneLockWait(t.ttl))
+		if !driver.Is(s.err, driver.LockNotAvailable) {
+			return s
 		}
 		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
 	}
+}
+
+// claimOne sends the claim of key alone, waiting on its row's lock at most
+// lockWait (0: as long as it is held): the claim statement, or for a job of
+// ticks the claim of the tick its schedule has around the local clock.
+func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait time.Duration) sent {
+	at := time.Now()
+	if t.ticks == nil {
+		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, lockWait)
+		return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+	}
+	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, t.ticks.around(at))
+	return sent{c: tc.Claimed, tick: &tc, ok: tc.Took, at: at, err: err, fate: fateOf(err)}
 }
 
 // sendClaims is the coalescer's statement: the claim statement for a claim

@@ -30,6 +30,7 @@ func ExampleSchema() {
 	//     fence       bigint      NOT NULL DEFAULT nextval('"jobs"."lease_fence_seq"'),
 	//     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	//     expires_at  timestamptz NOT NULL,
+	//     tick        timestamptz,
 	//     CHECK (expires_at > acquired_at)
 	// );
 }

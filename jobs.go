@@ -18,6 +18,7 @@ import (
 // one release or claim statement.
 type terms struct {
 	ttl, minHold, timeout time.Duration
+	ticks                 *ticks // WithPeriod: a job whose claims claim ticks (ticks.go)
 }
 
 // terms are the Locker's own, from its options.
@@ -62,6 +63,9 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 // Locker whose heartbeat extends them, and makes them known to it: its
 // watchdog and its clock-skew bound follow the shortest.
 func (l *Locker) ownTerms(who string, c config) (terms, error) {
+	if c.period > 0 && l.cfg.noFence {
+		c.invalid("WithPeriod", "%s: WithPeriod(%v): a tick is stored in the lease table's tick column, which a table WithoutFenceColumn lacks: run Migrate, or schedule the job without WithPeriod", who, c.period)
+	}
 	if len(c.errs) == 0 {
 		// The rules of newConfig, with the heartbeat interval the Locker
 		// has: it extends these leases too.
@@ -85,7 +89,11 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 	if c.minHold > 0 {
 		lower(&l.minHold, c.minHold)
 	}
-	return terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}, nil
+	t := terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}
+	if c.period > 0 {
+		t.ticks = &ticks{period: c.period}
+	}
+	return t, nil
 }
 
 // Claim is Locker.Claim with the job's TTL and min hold.

@@ -28,6 +28,7 @@ type Lease struct {
 	acquiredAt time.Time
 	table      uint32 // oid of the lease table the claim wrote to
 	terms      terms  // its TTL, min hold and timeout: the Locker's, or a job's
+	tick       time.Time
 
 	mu           sync.Mutex
 	expiresAt    time.Time      // server time, from the last claim or heartbeat
@@ -53,6 +54,10 @@ func (ls *Lease) Holder() string { return ls.holder }
 // key only grow. Pass it to every downstream write, and let the downstream
 // refuse writes with a fence lower than one it has seen.
 func (ls *Lease) Fence() int64 { return ls.fence }
+
+// Tick is the tick of the job's schedule the lease was claimed for
+// (WithPeriod), or the zero time for a lease of no tick.
+func (ls *Lease) Tick() time.Time { return ls.tick }
 
 // AcquiredAt is the server time of the claim.
 func (ls *Lease) AcquiredAt() time.Time { return ls.acquiredAt }

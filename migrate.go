@@ -79,6 +79,15 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 			return err
 		}
 	}
+	var hasTick bool
+	if err := tx.QueryRow(ctx, sqlstmt.HasTick, t.name.Sanitize()).Scan(&hasTick); err != nil {
+		return fmt.Errorf("looking for the tick column: %w", err)
+	}
+	if !hasTick {
+		if _, err := tx.Exec(ctx, t.render(sqlstmt.AddTick)); err != nil {
+			return fmt.Errorf("adding the tick column: %w", err)
+		}
+	}
 	if err := checkTable(ctx, tx, t, migrating); err != nil {
 		return err
 	}

@@ -59,6 +59,7 @@ const MaxKeyLen = 1024
 //	WithTTL                     x       x       x
 //	WithTimeout                 x       x       x
 //	WithMinHold                 x       x
+//	WithPeriod                          x
 //	WithHeartbeatInterval       x
 //	WithTable                   x                         x        x        x
 //	WithoutFenceColumn          x                                           x
@@ -118,7 +119,8 @@ type config struct {
 	ttl        time.Duration
 	heartbeat  time.Duration // 0: ttl/3
 	minHold    time.Duration
-	minHoldSet bool // WithMinHold was given
+	minHoldSet bool          // WithMinHold was given
+	period     time.Duration // WithPeriod (ticks.go): a job's claims claim ticks
 	table      string
 	retention  time.Duration
 	timeout    time.Duration

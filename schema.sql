@@ -31,5 +31,6 @@ CREATE TABLE IF NOT EXISTS "lease" (
     fence       bigint      NOT NULL DEFAULT nextval('"lease_fence_seq"'),
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at  timestamptz NOT NULL,
+    tick        timestamptz,
     CHECK (expires_at > acquired_at)
 );

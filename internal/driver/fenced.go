@@ -19,7 +19,7 @@ type fenced struct {
 	claimSQL, heartbeatSQL, releaseSQL string
 	releaseOneSQL, releaseOneQuietSQL  string
 	releaseQuietSQL                    string
-	claimAllSQL, rowSQL                string
+	claimAllSQL, rowSQL, claimTickSQL  string
 	holder                             string
 }
 
@@ -34,6 +34,7 @@ func Fenced(render func(string) string, holder string) Protocol {
 		releaseOneQuietSQL: render(sqlstmt.ReleaseOneQuiet),
 		releaseQuietSQL:    render(sqlstmt.ReleaseQuiet),
 		claimAllSQL:        render(sqlstmt.ClaimAll),
+		claimTickSQL:       render(sqlstmt.ClaimTick),
 		rowSQL:             render(sqlstmt.Mandate),
 		holder:             holder,
 	}
@@ -59,6 +60,26 @@ func (p *fenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait tim
 		return result{c, ok}, err
 	})
 	return r.c, r.ok, err
+}
+
+func (p *fenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, ticks []time.Time) (TickClaim, error) {
+	var wait *string
+	if lockWait > 0 {
+		w := fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1))
+		wait = &w
+	}
+	return retried(ctx, func() (TickClaim, error) {
+		var c TickClaim
+		err := db.QueryRow(ctx, p.claimTickSQL, key, p.holder, ttl.Seconds(), ticks, wait).
+			Scan(&c.Took, &c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, &c.Holder, &c.RowTick, &c.Tick)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return TickClaim{}, nil // no row: the claim's snapshot did not see the one that refused it
+		}
+		if c.RowTick.Unix() == 0 {
+			c.RowTick = time.Time{} // the row had none (the statement says 'epoch')
+		}
+		return c, err
+	})
 }
 
 func (p *fenced) ClaimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]Claimed, error) {

@@ -24,6 +24,12 @@ type Protocol interface {
 	// row's lock at most lockWait (0: as long as it is held); ok is false
 	// when another holder's lease is live.
 	Claim(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (c Claimed, ok bool, err error)
+	// ClaimTick takes key for ttl for one tick of a job's schedule: of
+	// ticks (the schedule's instants around the caller's clock), the one
+	// nearest the server's clock, and only if the row's tick is earlier.
+	// It waits on the row's lock at most lockWait (0: as long as it is
+	// held). Unfenced has no column for the tick and refuses.
+	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, ticks []time.Time) (TickClaim, error)
 	// Bursts reports whether ClaimAll sends many claims in one statement.
 	Bursts() bool
 	// ClaimAll claims keys (distinct), each for its TTL in ttls (seconds),
@@ -57,6 +63,16 @@ type Claimed struct {
 	ExpiresAt  time.Time
 	Live       bool
 	Table      uint32 // the oid of the table the row is in, for Guard
+}
+
+// TickClaim is what a claim of a tick found: the lease it took (Took),
+// or the row as it stood (Holder, Fence, ExpiresAt, Live and RowTick say
+// why it took nothing). Tick is the tick the server's clock was at.
+type TickClaim struct {
+	Claimed
+	Took    bool
+	Tick    time.Time
+	RowTick time.Time // the row's tick when refused; zero if it had none
 }
 
 // Lease is a lease as a heartbeat or release statement matches its

@@ -52,6 +52,12 @@ func (p *unfenced) ClaimAll(context.Context, DB, []string, []float64, time.Durat
 	return nil, errors.New("pglease: a table without a fence column has no claim of many keys")
 }
 
+// ClaimTick is not a statement of this protocol: the table has no column
+// for the tick (Locker.Job refuses a schedule WithoutFenceColumn).
+func (p *unfenced) ClaimTick(context.Context, DB, string, time.Duration, time.Duration, []time.Time) (TickClaim, error) {
+	return TickClaim{}, errors.New("pglease: a table without a fence column has no tick column")
+}
+
 // Claim waits on the row's lock at most lockWait when it is not zero
 // (sqlstmt.UnfencedClaim's $5).
 func (p *unfenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (Claimed, bool, error) {

@@ -41,6 +41,12 @@ var (
 		"WHERE lease.holder = EXCLUDED.holder", "OR lease.expires_at <= clock_timestamp()",
 		"GREATEST(lease.expires_at, EXCLUDED.expires_at)",
 	}}
+	// tickClaimOfFreeOrOwn is claimOfFreeOrOwn for the claim of a tick,
+	// which also takes the row only for a tick after the row's.
+	tickClaimOfFreeOrOwn = writeClass{"takes only an expired row or its own, for a later tick, never moving the expiry back", []string{
+		"lease.holder = EXCLUDED.holder", "OR lease.expires_at <= clock_timestamp()",
+		"GREATEST(lease.expires_at, EXCLUDED.expires_at)", "lease.tick < EXCLUDED.tick",
+	}}
 	// unfencedClaimOfFreeOrOwn is claimOfFreeOrOwn for the forged holders
 	// of a table without a fence column.
 	unfencedClaimOfFreeOrOwn = writeClass{"takes only an expired row or one of its own forged holders, never moving the expiry back", []string{
@@ -74,6 +80,7 @@ var (
 var writes = map[string]writeClass{
 	"Claim":                     claimOfFreeOrOwn,
 	"ClaimAll":                  claimOfFreeOrOwn,
+	"ClaimTick":                 tickClaimOfFreeOrOwn,
 	"UnfencedClaim":             unfencedClaimOfFreeOrOwn,
 	"Heartbeat":                 mandateOfFence,
 	"Release":                   mandateOfFence,

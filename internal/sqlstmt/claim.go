@@ -253,3 +253,51 @@ func UnfencedClaimFor(hasAcquired bool) string {
 // harmless however late it arrives, and a release of that fence arriving
 // after a newer claim touches nothing.
 const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`
+
+// ClaimTick is Claim of one tick of a job's schedule: the run of that tick,
+// at most once whoever claims it and however late. $4 are the instants of
+// the schedule around the claimer's clock; the tick claimed is the one
+// nearest the server's clock (clock.t), so replicas whose clocks are off by
+// less than half the schedule's step agree on it whenever they claim.
+//
+//   - tick is stored in the row with the lease and never moved back: a
+//     claim takes the row only for a tick after the row's (tickAfter, in
+//     the read and in the conflict arm), so a tick run and released, lapsed
+//     or revoked is never run again, and no min hold is needed.
+//   - Otherwise the claim is Claim: claimFree, claimConflict's rules for a
+//     live row, the deferred synchronous commit, one clock reading.
+//   - lock_timeout ($5, when not NULL), as in UnfencedClaim: a claim that
+//     may not wait on a row lock without bound waits at most that long.
+//   - A claim that takes nothing returns the row as it was (took = false):
+//     whose it is and its tick say why (the tick was run, or the run of an
+//     earlier tick still holds the key), at no cost of a round trip; a row
+//     without a tick says 'epoch', so that every driver scans a time.
+//
+// The tick's own read and the refusal read see the statement's snapshot; a
+// row a concurrent claim inserts after it is judged by the conflict arm
+// after its lock, as in Claim.
+const ClaimTick = `WITH clock AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
+     tick AS (SELECT at FROM clock, unnest($4::timestamptz[]) AS at
+               ORDER BY abs(extract(epoch FROM at - clock.t)), at LIMIT 1),
+     claimed AS (
+INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
+SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), tick.at
+  FROM clock, tick, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
+ WHERE clock.sync IS NOT NULL AND ` + claimFree + `
+   AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= tick.at)
+   AND ($5::text IS NULL OR set_config('lock_timeout', $5::text, true) IS NOT NULL)
+ON CONFLICT (key) DO UPDATE
+   SET holder      = EXCLUDED.holder,
+       expires_at  = GREATEST(lease.expires_at, EXCLUDED.expires_at),
+       acquired_at = EXCLUDED.acquired_at,
+       fence       = nextval({seqlit}),
+       tick        = EXCLUDED.tick
+ WHERE (lease.tick IS NULL OR lease.tick < EXCLUDED.tick)
+   AND (lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp())
+RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable, holder, tick)
+SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked FROM claimed
+UNION ALL
+SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > clock.t, cur.tableoid, cur.holder,
+       COALESCE(cur.tick, 'epoch'), tick.at
+  FROM clock, tick, {table} AS cur
+ WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`

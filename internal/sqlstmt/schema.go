@@ -23,8 +23,23 @@ const CreateTable = `CREATE TABLE IF NOT EXISTS {table} (
     fence       bigint      NOT NULL DEFAULT nextval({seqlit}),
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at  timestamptz NOT NULL,
+    tick        timestamptz,
     CHECK (expires_at > acquired_at)
 )`
+
+// HasTick reports whether the table ($1, its quoted name) has the tick
+// column, which a job's claims of ticks (sqlstmt.ClaimTick) store: tables
+// made before it was added lack it.
+const HasTick = `SELECT EXISTS (SELECT 1 FROM pg_attribute
+                WHERE attrelid = to_regclass($1) AND attname = 'tick' AND attnum > 0 AND NOT attisdropped)`
+
+// AddTick adds the tick column to a table made without it. Migrate sends
+// it only when HasTick says the column is missing: ALTER TABLE takes the
+// table's ACCESS EXCLUSIVE lock even when IF NOT EXISTS finds the column,
+// and would queue every claim behind the longest transaction on the table
+// at each replica's start. Nullable, with no default: adding it rewrites
+// nothing, and a row without a tick is a lease of no tick.
+const AddTick = `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tick timestamptz`
 
 // Purge deletes rows expired longer than the retention ($1, in seconds)
 // ago. It is the only DELETE pglease runs, in Migrate and Purge (and so
