@@ -97,7 +97,7 @@ type sent struct {
 	c    driver.Claimed
 	tick *driver.TickClaim // a claim of a tick: the tick, and the row that refused it
 	ok   bool              // a row came back: the key was taken (new, expired, or our own)
-	at   time.Time // when the statement was sent: the trust window counts from it
+	at   time.Time         // when the statement was sent: the trust window counts from it
 	err  error
 	fate fate
 }
