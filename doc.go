@@ -15,15 +15,20 @@
 //		sendInvoices func(ctx context.Context, fence int64)) error {
 //		locker := pglease.NewLocker(pool,
 //			pglease.WithTTL(30*time.Second), // a crashed replica's jobs wait this long
-//			pglease.WithMinHold(every/2),    // half the period, at most the TTL: see below
 //		)
 //		defer locker.Close(ctx) // after s.Shutdown(): releases what is held
 //
-//		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+//		// Each tick of the period's grid runs at most once, judged on the
+//		// database's clock: no min hold, any run time.
+//		invoices, err := locker.Job(pglease.WithPeriod(every))
 //		if err != nil {
 //			return err
 //		}
-//		_, err = s.NewJob(gocron.DurationJob(every),
+//		s, err := gocron.NewScheduler()
+//		if err != nil {
+//			return err
+//		}
+//		_, err = invoices.Schedule(s,
 //			gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
 //				lease, ok := locker.Held("send-invoices")
 //				if !ok {
@@ -34,7 +39,6 @@
 //				sendInvoices(ctx, lease.Fence())
 //			}),
 //			gocron.WithName("send-invoices"), // the lease key: always name jobs
-//			pglease.StartOnGrid(every),       // the same ticks on every replica
 //		)
 //		if err != nil {
 //			return errors.Join(err, s.Shutdown())
@@ -44,9 +48,10 @@
 //		return s.Shutdown()
 //	}
 //
-// The min hold keeps each lease after its run, so that a replica whose timer
-// fires a little later finds the key held; [StartOnGrid] puts the ticks at
-// the same instants on every replica. [Migrate] creates the table. Outside
+// Each claim of the job takes the tick of its period's grid nearest the
+// database's clock ([WithPeriod]), stored with the lease, so a tick runs at
+// most once however late a replica's timer fires; [JobLocker.Schedule] puts
+// the ticks at the same instants on every replica. [Migrate] creates the table. Outside
 // gocron, [Locker.Claim] takes a key and [Locker.ClaimWait] waits for one;
 // an [Elector] runs all of a service's jobs on one leader.
 //
@@ -63,7 +68,7 @@
 // These rest on a replica's clock not running slow by more than a tenth of
 // the TTL (at most a second) over one TTL, on a durable server, and across a
 // failover on a synchronous standby. Fencing protects only what checks the
-// fence. The [user guide] says why, how to choose TTL and min hold, and how
+// fence. The [user guide] says why, how to choose TTL and heartbeat, and how
 // the protocol works; [Operations] covers the schema, grants, PgBouncer, the
 // pglease command and metrics.
 //

@@ -26,15 +26,20 @@ func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
 	sendInvoices func(ctx context.Context, fence int64)) error {
 	locker := pglease.NewLocker(pool,
 		pglease.WithTTL(30*time.Second), // a crashed replica's jobs wait this long
-		pglease.WithMinHold(every/2),    // half the period, at most the TTL: see below
 	)
 	defer locker.Close(ctx) // after s.Shutdown(): releases what is held
 
-	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	// Each tick of the period's grid runs at most once, judged on the
+	// database's clock: no min hold, any run time.
+	invoices, err := locker.Job(pglease.WithPeriod(every))
 	if err != nil {
 		return err
 	}
-	_, err = s.NewJob(gocron.DurationJob(every),
+	s, err := gocron.NewScheduler()
+	if err != nil {
+		return err
+	}
+	_, err = invoices.Schedule(s,
 		gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
 			lease, ok := locker.Held("send-invoices")
 			if !ok {
@@ -45,7 +50,6 @@ func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
 			sendInvoices(ctx, lease.Fence())
 		}),
 		gocron.WithName("send-invoices"), // the lease key: always name jobs
-		pglease.StartOnGrid(every),       // the same ticks on every replica
 	)
 	if err != nil {
 		return errors.Join(err, s.Shutdown())
