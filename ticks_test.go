@@ -2,7 +2,6 @@ package pglease_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -95,7 +94,7 @@ func TestTicks(t *testing.T) {
 			for _, x := range runs[j.name] {
 				require.False(t, x.tick.IsZero(), "%s ran with a lease of no tick", j.name)
 				assert.Zero(t, x.tick.UnixNano()%int64(period), "%s: tick %v is on the period's grid", j.name, x.tick)
-				assert.NoError(t, x.lostAtEnd, "%s: the run of tick %v kept its lease to its end", j.name, x.tick)
+				require.NoError(t, x.lostAtEnd, "%s: the run of tick %v kept its lease to its end", j.name, x.tick)
 				perTick[x.tick] = append(perTick[x.tick], x)
 			}
 			ran := 0
@@ -213,7 +212,7 @@ func TestTicks(t *testing.T) {
 		require.ErrorContains(t, err, "WithPeriod")
 		require.ErrorContains(t, err, "tick column")
 
-		require.True(t, errors.Is(pglease.Migrate(context.Background(), pool, pglease.WithTable(table), pglease.WithPeriod(time.Second)), pglease.ErrInvalidOption),
+		require.ErrorIs(t, pglease.Migrate(context.Background(), pool, pglease.WithTable(table), pglease.WithPeriod(time.Second)), pglease.ErrInvalidOption,
 			"Migrate takes no period")
 
 		plain := mustJob(t, pgtest.Locker(t, pool, table, "b"))
