@@ -50,6 +50,8 @@ type LeaseInfo struct {
 	NeverExpires bool       // expires_at is 'infinity'
 	ServerNow    time.Time  // List: the server's clock at the read; ExpiresAt - ServerNow is the time left
 	Live         bool       // List: ExpiresAt > ServerNow; every lease of Leases is live
+	ReleasedAt   time.Time  // List: when its holder released it; zero if it did not (expired: it lapsed)
+	Tick         time.Time  // the tick of a job's schedule it was claimed for (WithPeriod); zero if none
 	TrustUntil   time.Time  // Leases: the local time until which the Locker trusts the lease
 	State        LeaseState // Leases: how sure the Locker is of the lease
 }
@@ -87,8 +89,9 @@ func (a *Admin) List(ctx context.Context) ([]LeaseInfo, error) {
 	return out, nil
 }
 
-// scanLeaseRow reads key, holder, fence, acquired_at, expires_at and the
-// server's time, holder, fence and acquired_at possibly null. It returns
+// scanLeaseRow reads key, holder, fence, acquired_at, expires_at, the
+// server's time, released_at and tick, all but key, expires_at and the
+// server's time possibly null. It returns
 // the holder as stored too: nil when NULL, which the row reads as empty.
 func scanLeaseRow(row pgx.Row) (LeaseInfo, *string, error) {
 	var (
@@ -96,8 +99,9 @@ func scanLeaseRow(row pgx.Row) (LeaseInfo, *string, error) {
 		holder            *string
 		fence             *int64
 		acquired, expires pgtype.Timestamptz
+		released, tick    pgtype.Timestamptz
 	)
-	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &expires, &r.ServerNow); err != nil {
+	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &expires, &r.ServerNow, &released, &tick); err != nil {
 		return r, nil, err
 	}
 	if holder != nil {
@@ -107,6 +111,7 @@ func scanLeaseRow(row pgx.Row) (LeaseInfo, *string, error) {
 		r.Fence = *fence
 	}
 	r.AcquiredAt, r.ExpiresAt = serverTime(acquired), serverTime(expires)
+	r.ReleasedAt, r.Tick = serverTime(released), serverTime(tick)
 	r.NeverExpires = expires.InfinityModifier == pgtype.Infinity
 	r.Live = r.ExpiresAt.After(r.ServerNow)
 	return r, holder, nil

@@ -387,6 +387,48 @@ func TestAdmin(t *testing.T) {
 	// its commit was confirmed: a commit whose wait for a synchronous
 	// standby a cancel request cut short (pgx with a cancel-request
 	// handler, lib/pq) is an error wrapping the context's end, not success.
+	// Guarantee: List tells a lease its holder released (Unlock alone, a
+	// release of many at Close) from one that lapsed, and a claim of a
+	// released row makes it a live lease again, with no release time.
+	t.Run("ListTellsAReleaseFromALapse", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a")
+		one, err := l.Claim(ctx, "one")
+		require.NoError(t, err)
+		require.NoError(t, one.Unlock(ctx))
+		again, err := l.Claim(ctx, "again")
+		require.NoError(t, err)
+		require.NoError(t, again.Unlock(ctx))
+		_, err = l.Claim(ctx, "again")
+		require.NoError(t, err)
+		closed := pgtest.Locker(t, pool, table, "b")
+		for _, key := range []string{"many-1", "many-2"} {
+			_, err := closed.Claim(ctx, key)
+			require.NoError(t, err)
+		}
+		require.NoError(t, closed.Close(ctx)) // one release of both
+		insertAdminRow(t, pool, pgx.Identifier{table}.Sanitize(), "lapsed", "gone", time.Hour, -time.Minute)
+
+		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+		require.NoError(t, err)
+		rows, err := admin.List(ctx)
+		require.NoError(t, err)
+		byKey := map[string]pglease.LeaseInfo{}
+		for _, r := range rows {
+			byKey[r.Key] = r
+		}
+		require.Len(t, byKey, 5)
+		for _, key := range []string{"one", "many-1", "many-2"} {
+			r := byKey[key]
+			assert.False(t, r.Live, key)
+			assert.False(t, r.ReleasedAt.IsZero(), "%s was released", key)
+			assert.False(t, r.ReleasedAt.Before(r.AcquiredAt), "%s released after its claim", key)
+		}
+		assert.True(t, byKey["again"].Live)
+		assert.True(t, byKey["again"].ReleasedAt.IsZero(), "claimed again after its release: live, not released")
+		assert.True(t, byKey["lapsed"].ReleasedAt.IsZero(), "expired without a release")
+	})
 	t.Run("UnreplicatedChangeIsNotReportedDone", testAdminUnreplicated)
 	// Guarantee: a cancel request the driver sent as an operator's
 	// statement's context ended (a pool that cancels by cancel request,

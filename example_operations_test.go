@@ -31,6 +31,7 @@ func ExampleSchema() {
 	//     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	//     expires_at  timestamptz NOT NULL,
 	//     tick        timestamptz,
+	//     released_at timestamptz,
 	//     CHECK (expires_at > acquired_at)
 	// );
 }

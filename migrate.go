@@ -79,13 +79,13 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 			return err
 		}
 	}
-	var hasTick bool
-	if err := tx.QueryRow(ctx, sqlstmt.HasTick, t.name.Sanitize()).Scan(&hasTick); err != nil {
-		return fmt.Errorf("looking for the tick column: %w", err)
+	var missing string
+	if err := tx.QueryRow(ctx, sqlstmt.MissingColumns, t.name.Sanitize()).Scan(&missing); err != nil {
+		return fmt.Errorf("looking for the columns added since the table was made: %w", err)
 	}
-	if !hasTick {
-		if _, err := tx.Exec(ctx, t.render(sqlstmt.AddTick)); err != nil {
-			return fmt.Errorf("adding the tick column: %w", err)
+	if missing != "" {
+		if _, err := tx.Exec(ctx, t.render(sqlstmt.AddColumns)); err != nil {
+			return fmt.Errorf("adding the columns %s: %w", missing, err)
 		}
 	}
 	if err := checkTable(ctx, tx, t, migrating); err != nil {

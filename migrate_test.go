@@ -367,6 +367,28 @@ func TestMigrate(t *testing.T) {
 			})
 		}
 	})
+	// Guarantee: Migrate adds the columns added since a table was made
+	// (tick, released_at) to a table made without them, keeping its rows;
+	// a Locker refuses such a table until then, naming the ALTER TABLE.
+	t.Run("AddsTheColumnsAddedSinceTheTableWasMade", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		name := pgx.Identifier{table}.Sanitize()
+		_, err := pool.Exec(ctx, "ALTER TABLE "+name+" DROP COLUMN tick, DROP COLUMN released_at")
+		require.NoError(t, err)
+		insertAdminRow(t, pool, name, "kept", "old", time.Minute, time.Hour)
+		_, err = pgtest.Locker(t, pool, table, "a").Claim(ctx, "k")
+		require.ErrorContains(t, err, "lacks the columns released_at, tick")
+		require.ErrorContains(t, err, "ADD COLUMN IF NOT EXISTS tick timestamptz, ADD COLUMN IF NOT EXISTS released_at timestamptz")
+
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
+		var holder string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT holder FROM "+name+" WHERE key = 'kept' AND tick IS NULL AND released_at IS NULL").Scan(&holder))
+		assert.Equal(t, "old", holder, "the row is kept")
+		lease, err := pgtest.Locker(t, pool, table, "a").Claim(ctx, "k")
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+	})
 	// Guarantee: a statement of Migrate cut short by the end of its context
 	// (the server reports only "canceling statement due to user request")
 	// fails with an error that names the context's end, whichever statement
@@ -453,7 +475,9 @@ func TestSchema(t *testing.T) {
 			"acquired_at timestamp with time zone notnull=t default=clock_timestamp() identity= generated= collation=-")
 		assert.Contains(t, fromFile["columns"],
 			"tick timestamp with time zone notnull=f default=- identity= generated= collation=-", "a nullable tick, for jobs of ticks")
-		assert.Len(t, fromFile["columns"], 6)
+		assert.Contains(t, fromFile["columns"],
+			"released_at timestamp with time zone notnull=f default=- identity= generated= collation=-", "when its holder released it")
+		assert.Len(t, fromFile["columns"], 7)
 		assert.Contains(t, fromFile["constraints"], "lease_check c CHECK ((expires_at > acquired_at))")
 		assert.Contains(t, fromFile["constraints"], "lease_pkey p PRIMARY KEY (key)")
 		assert.Len(t, fromFile["indexes"], 1, "only the primary key: no index on expires_at")

@@ -32,5 +32,6 @@ CREATE TABLE IF NOT EXISTS "lease" (
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at  timestamptz NOT NULL,
     tick        timestamptz,
+    released_at timestamptz,
     CHECK (expires_at > acquired_at)
 );

@@ -198,11 +198,11 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		keyColl, keyType                       string
 		tablePersistence, seqPersistence       string
 		partition, keyBase, keyIndex           string
-		fenceIdentity, timeColumns             string
+		fenceIdentity, timeColumns, missing    string
 	)
 	err := db.QueryRow(ctx, sqlstmt.TableCheck, t.name.Sanitize(), t.seq.Sanitize()).
 		Scan(&found, &increment, &maxValue, &cache, &cycle, &keyColl, &keyType,
-			&tablePersistence, &partition, &keyBase, &keyIndex, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq, &timeColumns)
+			&tablePersistence, &partition, &keyBase, &keyIndex, &seqPersistence, &fenceFound, &fenceIdentity, &fenceFromSeq, &timeColumns, &missing)
 	if err != nil {
 		// A deadline that ends the catalog read is named with it (57014
 		// alone does not say whose).
@@ -226,6 +226,10 @@ func checkTable(ctx context.Context, db DB, t table, use tableUse) error {
 		errs = append(errs, fmt.Errorf("column key has the nondeterministic collation %s: keys that differ in case or accents "+
 			"would share one lease row, and a lease claimed under one spelling would be lost at its first heartbeat "+
 			"(run ALTER TABLE %s ALTER COLUMN key TYPE %s COLLATE \"C\")", keyColl, t.name.Sanitize(), keyType))
+	}
+	if missing != "" && fenced && use != migrating {
+		errs = append(errs, fmt.Errorf("the table lacks the columns %s, which this version writes: run Migrate, or %s",
+			missing, t.render(sqlstmt.AddColumns)))
 	}
 	if timeColumns != "" {
 		errs = append(errs, fmt.Errorf("%s: an expiry must be a timestamptz of full precision (a timestamp without time zone "+

@@ -22,14 +22,15 @@ import (
 // however it is partitioned.
 func TestTable(t *testing.T) { //nolint:tparallel // NamedLikeAPartOfTheStatements runs alone: it creates tables of bare names in public
 	// Guarantee: a lease table works whatever its (valid) name. The statements
-	// name their own parts (WITH h, mine, extended, r, released, server), and an
+	// name their own parts (WITH h, mine, extended, r, released, server,
+	// instant, nearest, taken), and an
 	// unqualified table of one of those names would be read as that part: the
 	// release of a table named "r" failed with "column l.holder does not
 	// exist". The bare names are refused with the way out; with its schema the
 	// table works through claim, heartbeat, release and listing.
 	t.Run("NamedLikeAPartOfTheStatements", func(t *testing.T) {
 		ctx, pool, _ := pgtest.Setup(t)
-		for _, name := range []string{"h", "mine", "extended", "r", "released", "server"} {
+		for _, name := range []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "taken"} {
 			t.Run(name, func(t *testing.T) {
 				err := pglease.Migrate(ctx, pool, pglease.WithTable(name))
 				require.ErrorIs(t, err, pglease.ErrInvalidOption)
@@ -50,6 +51,9 @@ func TestTable(t *testing.T) { //nolint:tparallel // NamedLikeAPartOfTheStatemen
 				require.NoError(t, err)
 				require.Len(t, rows, 1)
 				require.NoError(t, lease.Unlock(ctx))
+				ticked, err := mustJob(t, l, pglease.WithPeriod(time.Hour)).Claim(ctx, "tick")
+				require.NoError(t, err, "the claim of a tick")
+				require.NoError(t, ticked.Unlock(ctx))
 			})
 		}
 	})
@@ -69,7 +73,8 @@ CREATE TABLE %[1]s (
     key text PRIMARY KEY, holder text NOT NULL,
     fence bigint NOT NULL DEFAULT nextval('%[2]s'),
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    expires_at timestamptz NOT NULL, CHECK (expires_at > acquired_at)) PARTITION BY HASH (key);
+    expires_at timestamptz NOT NULL, tick timestamptz, released_at timestamptz,
+    CHECK (expires_at > acquired_at)) PARTITION BY HASH (key);
 CREATE TABLE %[3]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 0);
 CREATE TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`,
 			tbl, seq, pgx.Identifier{name + "_p0"}.Sanitize(), pgx.Identifier{name + "_p1"}.Sanitize()))
@@ -334,7 +339,8 @@ CREATE TABLE %[1]s (
     key text PRIMARY KEY, holder text NOT NULL,
     fence bigint NOT NULL DEFAULT nextval('%[2]s'),
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    expires_at timestamptz NOT NULL, CHECK (expires_at > acquired_at)) PARTITION BY HASH (key);
+    expires_at timestamptz NOT NULL, tick timestamptz, released_at timestamptz,
+    CHECK (expires_at > acquired_at)) PARTITION BY HASH (key);
 CREATE TABLE %[3]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 0);
 CREATE UNLOGGED TABLE %[4]s PARTITION OF %[1]s FOR VALUES WITH (MODULUS 2, REMAINDER 1);`,
 			tbl, seq, pgx.Identifier{table + "_p0"}.Sanitize(), part))

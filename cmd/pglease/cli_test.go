@@ -31,7 +31,7 @@ func TestMigrateIsIdempotentAndCreatesATableALockerCanUse(t *testing.T) {
 	require.NoError(t, err)
 }
 
-func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) {
+func TestStatusListsEveryKeySortedWithHolderFenceAndState(t *testing.T) {
 	t.Parallel()
 	ctx := pgtest.Ctx(t)
 	pool := pgtest.Pool(t, nil)
@@ -41,11 +41,14 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 	require.NoError(t, err)
 	a, err := l.Claim(ctx, "a-job")
 	require.NoError(t, err)
-	insertRow(t, pool, table, "c-job", "replica-gone", 2*time.Hour, -time.Hour)
+	insertRow(t, pool, table, "c-job", "replica-gone", 2*time.Hour, -time.Hour) // lapsed: expired, never released
+	d, err := l.Claim(ctx, "d-job")
+	require.NoError(t, err)
+	require.NoError(t, d.Unlock(ctx))
 
 	out := ok(t, "status", "-table", table)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 4, out)
+	require.Len(t, lines, 5, out)
 	assert.Equal(t, []string{"KEY", "HOLDER", "FENCE", "ACQUIRED", "EXPIRES", "IN", "STATE"}, strings.Fields(lines[0]))
 	for i, want := range []struct {
 		key, holder string
@@ -54,7 +57,8 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 	}{
 		{"a-job", l.Holder(), a.Fence(), "live"},
 		{"b-job", l.Holder(), b.Fence(), "live"},
-		{"c-job", "replica-gone", 0, "expired"},
+		{"c-job", "replica-gone", 0, "lapsed"},
+		{"d-job", l.Holder(), d.Fence(), "released"},
 	} {
 		f := strings.Fields(lines[i+1])
 		require.Len(t, f, 6, lines[i+1])
@@ -69,7 +73,7 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 
 	var rows []statusRow
 	require.NoError(t, json.Unmarshal([]byte(ok(t, "status", "-table", table, "-json")), &rows))
-	require.Len(t, rows, 3)
+	require.Len(t, rows, 4)
 	assert.Equal(t, "a-job", rows[0].Key)
 	require.NotNil(t, rows[0].Fence)
 	assert.Equal(t, a.Fence(), *rows[0].Fence)
@@ -83,6 +87,12 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndLiveOrExpired(t *testing.T) 
 	assert.False(t, rows[2].Live)
 	require.NotNil(t, rows[2].ExpiresInSeconds)
 	assert.InDelta(t, -3600, *rows[2].ExpiresInSeconds, 10)
+	assert.Equal(t, "lapsed", rows[2].State)
+	assert.Nil(t, rows[2].ReleasedAt)
+	assert.Equal(t, "released", rows[3].State)
+	require.NotNil(t, rows[3].ReleasedAt, "the release's time")
+	assert.False(t, rows[3].ReleasedAt.Before(d.AcquiredAt()))
+	assert.Equal(t, "live", rows[0].State)
 }
 
 func TestStatusJSONOfAnEmptyTableIsAnEmptyArray(t *testing.T) {

@@ -23,6 +23,24 @@ type statusRow struct {
 	ExpiresAt        serverTime  `json:"expires_at"`         // "infinity" for a row that never expires
 	ExpiresInSeconds *float64    `json:"expires_in_seconds"` // negative once expired; null for a row that never expires
 	Live             bool        `json:"live"`
+	State            string      `json:"state"`       // live, released, lapsed or revoked
+	ReleasedAt       *serverTime `json:"released_at"` // null unless its holder released it
+	Tick             *serverTime `json:"tick"`        // null unless claimed for a job's tick
+}
+
+// stateOf is what became of a row: live, revoked (Revoke, `pglease
+// release`), released by its holder, or lapsed (expired without a release:
+// its holder stopped, crashed, or lost touch with the database).
+func stateOf(l pglease.LeaseInfo) string {
+	switch {
+	case l.Holder == pglease.RevokedHolder:
+		return "revoked"
+	case l.Live:
+		return "live"
+	case !l.ReleasedAt.IsZero():
+		return "released"
+	}
+	return "lapsed"
 }
 
 // serverTime is a time of a row in JSON: RFC 3339, or "infinity" (as
@@ -53,10 +71,11 @@ var statusCommand = command{
 	name: "status",
 	summary: "Lists every key of the table, sorted: its holder, its current fence, when it was\n" +
 		"acquired, how long until it expires (negative: expired that long ago; never, for a\n" +
-		"row whose expires_at is infinity) and whether it is live, all by the database's\n" +
-		"clock. -json prints a JSON array of objects with key, holder, fence, acquired_at,\n" +
-		"expires_at (\"infinity\" for a row that never expires), expires_in_seconds (null\n" +
-		"then) and live.",
+		"row whose expires_at is infinity) and its state, all by the database's clock: live,\n" +
+		"released (by its holder), lapsed (expired without a release: its holder stopped or\n" +
+		"crashed) or revoked. -json prints a JSON array of objects with key, holder, fence,\n" +
+		"acquired_at, expires_at (\"infinity\" for a row that never expires),\n" +
+		"expires_in_seconds (null then), live, state, released_at and tick (null when none).",
 	flags: func(fs *flag.FlagSet, c *cli) {
 		fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a table")
 	},
@@ -93,6 +112,13 @@ func statusRows(listed []pglease.LeaseInfo) []statusRow {
 			Holder:    l.Holder,
 			ExpiresAt: serverTime{Time: l.ExpiresAt, infinite: l.NeverExpires},
 			Live:      l.Live,
+			State:     stateOf(l),
+		}
+		if !l.ReleasedAt.IsZero() {
+			r.ReleasedAt = &serverTime{Time: l.ReleasedAt}
+		}
+		if !l.Tick.IsZero() {
+			r.Tick = &serverTime{Time: l.Tick}
 		}
 		if !l.NeverExpires {
 			in := math.Round(l.ExpiresIn().Seconds()*1000) / 1000 // to the millisecond
@@ -113,10 +139,7 @@ func printStatus(c *cli, rows []statusRow) error {
 	w := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "KEY\tHOLDER\tFENCE\tACQUIRED\tEXPIRES IN\tSTATE")
 	for _, r := range rows {
-		state := "expired"
-		if r.Live {
-			state = "live"
-		}
+		state := r.State
 		in := "never"
 		if r.ExpiresInSeconds != nil {
 			in = time.Duration(*r.ExpiresInSeconds * float64(time.Second)).Round(time.Millisecond).String()

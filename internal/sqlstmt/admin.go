@@ -15,7 +15,8 @@ package sqlstmt
 // it is read as it is, and lists as an empty holder rather than failing the
 // whole listing.
 const List = `WITH server AS (SELECT clock_timestamp() AS now)
-SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now
+SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, server.now,
+       ` + releasedAndTick + `
   FROM {table} AS t, server
  ORDER BY key COLLATE "C"`
 
@@ -25,8 +26,14 @@ SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquire
 // to_jsonb so that a table without them (WithoutFenceColumn) works too. The
 // holder is read as it is, NULL included, for Revoke and ForceExpire to
 // match it.
-const LockRow = `SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp()
+const LockRow = `SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_jsonb(t) ->> 'acquired_at')::timestamptz, expires_at, clock_timestamp(),
+       ` + releasedAndTick + `
   FROM {table} AS t WHERE key = $1 FOR UPDATE`
+
+// releasedAndTick reads released_at and tick of the row t, through
+// to_jsonb so that a table without them (made before them, or
+// WithoutFenceColumn) lists too, with nulls.
+const releasedAndTick = `(to_jsonb(t) ->> 'released_at')::timestamptz, (to_jsonb(t) ->> 'tick')::timestamptz`
 
 // Revoke takes a live lease's mandate away from its holder without
 // letting anyone else in early: it writes the revoke marker ($3,

@@ -68,10 +68,13 @@ const raiseSessionSyncCommit = `set_config('synchronous_commit',
 // was told: only the new mandate's own heartbeat or release, which match its
 // fence, can shorten it, and the Locker ends the earlier lease before either
 // is sent.
+//
+// released_at = NULL: the row is a live mandate again, not a released one.
 const claimConflict = `ON CONFLICT (key) DO UPDATE
    SET holder      = EXCLUDED.holder,
        expires_at  = GREATEST(lease.expires_at, EXCLUDED.expires_at),
        acquired_at = EXCLUDED.acquired_at,
+       released_at = NULL,
        fence       = nextval({seqlit})
  WHERE lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp()
 `
@@ -276,28 +279,29 @@ const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {tabl
 // The tick's own read and the refusal read see the statement's snapshot; a
 // row a concurrent claim inserts after it is judged by the conflict arm
 // after its lock, as in Claim.
-const ClaimTick = `WITH clock AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
-     tick AS (SELECT at FROM clock, unnest($4::timestamptz[]) AS at
-               ORDER BY abs(extract(epoch FROM at - clock.t)), at LIMIT 1),
-     claimed AS (
+const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
+     nearest AS (SELECT at FROM instant, unnest($4::timestamptz[]) AS at
+                  ORDER BY abs(extract(epoch FROM at - instant.t)), at LIMIT 1),
+     taken AS (
 INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
-SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), tick.at
-  FROM clock, tick, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
+SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), nearest.at
+  FROM (SELECT t, sync FROM instant) AS clock, nearest, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
  WHERE clock.sync IS NOT NULL AND ` + claimFree + `
-   AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= tick.at)
+   AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= nearest.at)
    AND ($5::text IS NULL OR set_config('lock_timeout', $5::text, true) IS NOT NULL)
 ON CONFLICT (key) DO UPDATE
    SET holder      = EXCLUDED.holder,
        expires_at  = GREATEST(lease.expires_at, EXCLUDED.expires_at),
        acquired_at = EXCLUDED.acquired_at,
+       released_at = NULL,
        fence       = nextval({seqlit}),
        tick        = EXCLUDED.tick
  WHERE (lease.tick IS NULL OR lease.tick < EXCLUDED.tick)
    AND (lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp())
 RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable, holder, tick)
-SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked FROM claimed
+SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked FROM taken
 UNION ALL
-SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > clock.t, cur.tableoid, cur.holder,
-       COALESCE(cur.tick, 'epoch'), tick.at
-  FROM clock, tick, {table} AS cur
- WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`
+SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, cur.holder,
+       COALESCE(cur.tick, 'epoch'), nearest.at
+  FROM instant, nearest, {table} AS cur
+ WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`

@@ -64,7 +64,8 @@ const releaseRows = `WITH r AS (
   UPDATE {table} AS l
      SET expires_at = GREATEST(clock_timestamp(),
                                l.acquired_at + make_interval(secs => mine.min_hold),
-                               l.acquired_at + interval '1 microsecond')
+                               l.acquired_at + interval '1 microsecond'),
+         released_at = clock_timestamp()
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
@@ -126,7 +127,8 @@ RETURNING l.key`
 const releaseOneRow = `UPDATE {table} AS l
    SET expires_at = GREATEST(clock_timestamp(),
                              l.acquired_at + make_interval(secs => $4),
-                             l.acquired_at + interval '1 microsecond')
+                             l.acquired_at + interval '1 microsecond'),
+       released_at = clock_timestamp()
  WHERE l.key = $2 AND l.holder = $1 COLLATE "C" AND l.fence = $3
    AND l.expires_at > clock_timestamp()
    AND set_config('synchronous_commit', 'off', true) IS NOT NULL

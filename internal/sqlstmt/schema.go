@@ -24,22 +24,32 @@ const CreateTable = `CREATE TABLE IF NOT EXISTS {table} (
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at  timestamptz NOT NULL,
     tick        timestamptz,
+    released_at timestamptz,
     CHECK (expires_at > acquired_at)
 )`
 
-// HasTick reports whether the table ($1, its quoted name) has the tick
-// column, which a job's claims of ticks (sqlstmt.ClaimTick) store: tables
-// made before it was added lack it.
-const HasTick = `SELECT EXISTS (SELECT 1 FROM pg_attribute
-                WHERE attrelid = to_regclass($1) AND attname = 'tick' AND attnum > 0 AND NOT attisdropped)`
+// The columns a table made before them lacks: tick, the tick of a job's
+// schedule the lease was claimed for (sqlstmt.ClaimTick), and released_at,
+// when the lease's holder released it (the release statements set it, the
+// claims clear it), which tells a lease released from one that lapsed.
 
-// AddTick adds the tick column to a table made without it. Migrate sends
-// it only when HasTick says the column is missing: ALTER TABLE takes the
-// table's ACCESS EXCLUSIVE lock even when IF NOT EXISTS finds the column,
-// and would queue every claim behind the longest transaction on the table
-// at each replica's start. Nullable, with no default: adding it rewrites
-// nothing, and a row without a tick is a lease of no tick.
-const AddTick = `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tick timestamptz`
+// MissingColumns names the columns of AddColumns the table ($1, its quoted
+// name) lacks, comma-separated; '' when it has them all.
+const MissingColumns = missingColumns
+
+const missingColumns = `SELECT coalesce(string_agg(c.name, ', ' ORDER BY c.name), '')
+  FROM unnest(ARRAY['tick', 'released_at']) AS c(name)
+ WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                    WHERE a.attrelid = to_regclass($1) AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)`
+
+// AddColumns adds them to a table made without them. Migrate sends it only
+// when MissingColumns names one: ALTER TABLE takes the table's ACCESS
+// EXCLUSIVE lock even when IF NOT EXISTS finds the column, and would queue
+// every claim behind the longest transaction on the table at each
+// replica's start. Nullable, with no default: adding them rewrites
+// nothing; a row without a tick is a lease of no tick, one without a
+// release time a lease not released.
+const AddColumns = `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tick timestamptz, ADD COLUMN IF NOT EXISTS released_at timestamptz`
 
 // Purge deletes rows expired longer than the retention ($1, in seconds)
 // ago. It is the only DELETE pglease runs, in Migrate and Purge (and so
@@ -106,6 +116,8 @@ const MigrateLock = `SELECT pg_advisory_xact_lock($1)`
 //     key's next mandate a smaller fence. An identity is not in pg_attrdef;
 //     a default's use of a sequence is its pg_depend row on it.
 //     fencefound is false when the table has no fence column.
+//   - missing: the columns added since the first tables were made
+//     (MissingColumns), which the fenced statements write.
 //   - timecolumns: expires_at and acquired_at when either is not a
 //     timestamptz of full precision, with its type; a domain is judged by
 //     its base type (through domains over domains) and the precision the
@@ -157,7 +169,8 @@ const TableCheck = `SELECT s.seqrelid IS NOT NULL, coalesce(s.seqincrement, 0), 
                             FROM b JOIN pg_type ty ON ty.oid = b.typ WHERE ty.typbasetype <> 0)
                         SELECT b.typ, b.mod FROM b ORDER BY b.depth DESC LIMIT 1) AS base
                   WHERE a.attrelid = to_regclass($1) AND a.attname IN ('expires_at', 'acquired_at') AND NOT a.attisdropped
-                    AND (base.typ <> 'timestamptz'::regtype OR base.mod NOT IN (-1, 6))), '')
+                    AND (base.typ <> 'timestamptz'::regtype OR base.mod NOT IN (-1, 6))), ''),
+       (` + missingColumns + `)
   FROM (VALUES (1)) AS one(x)
   LEFT JOIN pg_sequence s ON s.seqrelid = to_regclass($2)
   LEFT JOIN (SELECT a.attcollation::regcollation::text AS coll, format_type(a.atttypid, a.atttypmod) AS typ

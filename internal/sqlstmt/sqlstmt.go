@@ -89,8 +89,8 @@ func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + 
 
 // PartNames are the names pglease's statements give their own parts (WITH
 // queries): h, mine, extended (heartbeat), r, released (release), server
-// (the admin listing). Inside such a statement an unqualified table of the
+// (the admin listing), instant, nearest, taken (the claim of a tick). Inside such a statement an unqualified table of the
 // same name would be read as that part, not as the table: the lease table
 // may carry one of these names only with its schema (WithTable refuses
 // the bare name and says so).
-var PartNames = []string{"h", "mine", "extended", "r", "released", "server"}
+var PartNames = []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "taken"}
