@@ -126,14 +126,14 @@ func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time
 
 // claimOne sends the claim of key alone, waiting on its row's lock at most
 // lockWait (0: as long as it is held): the claim statement, or for a job of
-// ticks the claim of the tick its schedule has around the local clock.
+// ticks the claim of the tick nearest the server's clock.
 func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait time.Duration) sent {
 	at := time.Now()
 	if t.ticks == nil {
 		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, lockWait)
 		return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 	}
-	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, t.ticks.around(at))
+	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, t.ticks.period)
 	return sent{c: tc.Claimed, tick: &tc, ok: tc.Took, at: at, err: err, fate: fateOf(err)}
 }
 

@@ -34,6 +34,16 @@ func ExampleSchema() {
 	//     released_at timestamptz,
 	//     CHECK (expires_at > acquired_at)
 	// );
+	// CREATE TABLE IF NOT EXISTS "jobs"."lease_run" (
+	//     fence      bigint      PRIMARY KEY,
+	//     key        text        NOT NULL,
+	//     tick       timestamptz NOT NULL,
+	//     holder     text        NOT NULL,
+	//     started_at timestamptz NOT NULL,
+	//     ended_at   timestamptz,
+	//     outcome    text
+	// );
+	// CREATE INDEX IF NOT EXISTS "lease_run_key" ON "jobs"."lease_run" (key, started_at);
 }
 
 // Work on a lease table an older library created, as it is: no fence

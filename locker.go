@@ -228,11 +228,7 @@ func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, er
 	l.warnUnnamed(key)
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	mode := reentrant
-	if t.ticks != nil {
-		mode = exclusive // a run that outlasts its period keeps its lease
-	}
-	lease, err := l.claim(ctx, key, t, mode)
+	lease, err := l.claim(ctx, key, t, reentrant)
 	if err != nil {
 		return nil, err // a nil gocron.Lock, not a nil *Lease in one
 	}

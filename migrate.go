@@ -13,7 +13,7 @@ import (
 )
 
 // schemaStatements is the DDL Migrate runs, in order.
-var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable}
+var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable, sqlstmt.CreateRuns, sqlstmt.CreateRunsIndex}
 
 // Schema returns the DDL that Migrate runs for the table its options name
 // (WithTable), for migration tools (goose, golang-migrate, atlas); schema.sql
@@ -97,12 +97,23 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 	return driver.Confirmed(ctx, tx.Commit(ctx))
 }
 
-// purge runs sqlstmt.Purge and returns how many rows it deleted. The callers
-// have checked the horizon against MinRetention.
+// purge runs sqlstmt.Purge and returns how many rows it deleted, then
+// deletes the runs of the ledger started as long ago, if the table has a
+// ledger. The callers have checked the horizon against MinRetention.
 func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
 	tag, err := db.Exec(ctx, t.render(sqlstmt.Purge), olderThan.Seconds())
 	if err := driver.Confirmed(ctx, err); err != nil {
 		return 0, err
+	}
+	var ledger bool
+	if err := db.QueryRow(ctx, sqlstmt.HasRuns, sqlstmt.Runs(t.name).Sanitize()).Scan(&ledger); err != nil {
+		return 0, fmt.Errorf("looking for the ledger of runs: %w", err)
+	}
+	if ledger {
+		_, err := db.Exec(ctx, t.render(sqlstmt.PurgeRuns), olderThan.Seconds())
+		if err := driver.Confirmed(ctx, err); err != nil {
+			return 0, fmt.Errorf("purging the ledger of runs: %w", err)
+		}
 	}
 	return tag.RowsAffected(), nil
 }

@@ -5,8 +5,11 @@
 -- migration when the service's role may not run DDL, and give that role
 -- only what it needs at run time:
 --
---   GRANT SELECT, INSERT, UPDATE ON lease TO app;
+--   GRANT SELECT, INSERT, UPDATE ON lease, lease_run TO app;
 --   GRANT USAGE ON SEQUENCE lease_fence_seq TO app;
+--
+-- lease_run is the ledger of the runs of jobs with ticks (WithPeriod),
+-- written by their claims.
 --
 -- For another table name, print the DDL with pglease.Schema(WithTable(...)):
 -- the sequence must be named "<table>_fence_seq", beside the table.
@@ -35,3 +38,13 @@ CREATE TABLE IF NOT EXISTS "lease" (
     released_at timestamptz,
     CHECK (expires_at > acquired_at)
 );
+CREATE TABLE IF NOT EXISTS "lease_run" (
+    fence      bigint      PRIMARY KEY,
+    key        text        NOT NULL,
+    tick       timestamptz NOT NULL,
+    holder     text        NOT NULL,
+    started_at timestamptz NOT NULL,
+    ended_at   timestamptz,
+    outcome    text
+);
+CREATE INDEX IF NOT EXISTS "lease_run_key" ON "lease_run" (key, started_at);

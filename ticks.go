@@ -24,19 +24,11 @@ func WithPeriod(period time.Duration) Option {
 			func(c *config) { c.period = period })}
 }
 
-// ticks are the instants of a job's schedule: the claims of the job claim
-// one of them each, judged on the server's clock.
+// ticks are the instants of a job's schedule, the multiples of period
+// since the Unix epoch: the claims of the job claim one of them each, the
+// one nearest the server's clock (sqlstmt.ClaimTick).
 type ticks struct {
 	period time.Duration
-}
-
-// around is the ticks a claim sent at now offers the server: the grid's
-// instants from one period before now to two after, among which the one
-// nearest the server's clock is whenever now is off from it by less than
-// half a period (plus the claim's transit).
-func (t *ticks) around(now time.Time) []time.Time {
-	floor := gridFloor(now, t.period)
-	return []time.Time{floor.Add(-t.period), floor, floor.Add(t.period), floor.Add(2 * t.period)}
 }
 
 // tickRefused is ErrHeld for a claim of a tick that took nothing, saying

@@ -24,12 +24,12 @@ type Protocol interface {
 	// row's lock at most lockWait (0: as long as it is held); ok is false
 	// when another holder's lease is live.
 	Claim(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (c Claimed, ok bool, err error)
-	// ClaimTick takes key for ttl for one tick of a job's schedule: of
-	// ticks (the schedule's instants around the caller's clock), the one
-	// nearest the server's clock, and only if the row's tick is earlier.
-	// It waits on the row's lock at most lockWait (0: as long as it is
-	// held). Unfenced has no column for the tick and refuses.
-	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, ticks []time.Time) (TickClaim, error)
+	// ClaimTick takes key for ttl for one tick of a job's period: the
+	// multiple of period since the Unix epoch nearest the server's clock,
+	// and only if the row's tick is earlier. It waits on the row's lock at
+	// most lockWait (0: as long as it is held). Unfenced has no column for
+	// the tick and refuses.
+	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait, period time.Duration) (TickClaim, error)
 	// Bursts reports whether ClaimAll sends many claims in one statement.
 	Bursts() bool
 	// ClaimAll claims keys (distinct), each for its TTL in ttls (seconds),

@@ -258,19 +258,27 @@ func UnfencedClaimFor(hasAcquired bool) string {
 const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`
 
 // ClaimTick is Claim of one tick of a job's schedule: the run of that tick,
-// at most once whoever claims it and however late. $4 are the instants of
-// the schedule around the claimer's clock; the tick claimed is the one
-// nearest the server's clock (clock.t), so replicas whose clocks are off by
-// less than half the schedule's step agree on it whenever they claim.
+// at most once whoever claims it and however late. $4 is the job's period
+// in microseconds; the tick claimed is the multiple of it since the Unix
+// epoch nearest the server's clock (instant.t, read once, in whole
+// microseconds, a half rounded up), whatever the claimer's clock says and
+// however long the statement took to arrive, so replicas whose clocks are
+// off by less than half the period agree on it.
 //
 //   - tick is stored in the row with the lease and never moved back: a
-//     claim takes the row only for a tick after the row's (tickAfter, in
-//     the read and in the conflict arm), so a tick run and released, lapsed
-//     or revoked is never run again, and no min hold is needed.
+//     claim takes the row only for a tick after the row's (in the read
+//     and in the conflict arm), so a tick run and released, lapsed or
+//     revoked is never run again, and no min hold is needed.
 //   - Otherwise the claim is Claim: claimFree, claimConflict's rules for a
 //     live row, the deferred synchronous commit, one clock reading.
 //   - lock_timeout ($5, when not NULL), as in UnfencedClaim: a claim that
 //     may not wait on a row lock without bound waits at most that long.
+//   - The run is entered in the ledger ({runs}) by the same statement,
+//     and the run whose row it took over (prev: the row as the statement's
+//     snapshot shows it) is closed there with how it ended: completed if
+//     its holder released it, revoked, superseded if it was still live
+//     (its own holder's claim of a later tick), lapsed otherwise. No round
+//     trip of its own, and no write at all for a claim that takes nothing.
 //   - A claim that takes nothing returns the row as it was (took = false):
 //     whose it is and its tick say why (the tick was run, or the run of an
 //     earlier tick still holds the key), at no cost of a round trip; a row
@@ -280,8 +288,9 @@ const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {tabl
 // row a concurrent claim inserts after it is judged by the conflict arm
 // after its lock, as in Claim.
 const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
-     nearest AS (SELECT at FROM instant, unnest($4::timestamptz[]) AS at
-                  ORDER BY abs(extract(epoch FROM at - instant.t)), at LIMIT 1),
+     nearest AS (SELECT to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0) AS at
+                   FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us FROM instant) AS now_us),
+     prev AS (SELECT fence, holder, expires_at, released_at FROM {table} WHERE key = $1),
      taken AS (
 INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), nearest.at
@@ -298,7 +307,17 @@ ON CONFLICT (key) DO UPDATE
        tick        = EXCLUDED.tick
  WHERE (lease.tick IS NULL OR lease.tick < EXCLUDED.tick)
    AND (lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp())
-RETURNING fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable, holder, tick)
+RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable, holder, tick),
+     logged AS (INSERT INTO {runs} (fence, key, tick, holder, started_at)
+                SELECT fence, key, tick, holder, acquired_at FROM taken),
+     closed AS (UPDATE {runs} AS run
+                   SET ended_at = LEAST(coalesce(prev.released_at, prev.expires_at), instant.t),
+                       outcome  = CASE WHEN prev.holder = '` + revokedHolder + `' THEN 'revoked'
+                                       WHEN prev.released_at IS NOT NULL THEN 'completed'
+                                       WHEN prev.expires_at > instant.t THEN 'superseded'
+                                       ELSE 'lapsed' END
+                  FROM prev, instant
+                 WHERE run.fence = prev.fence AND run.outcome IS NULL AND EXISTS (SELECT 1 FROM taken))
 SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked FROM taken
 UNION ALL
 SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, cur.holder,

@@ -59,7 +59,15 @@ const AddColumns = `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tick timestampt
 // claim that drew its fence before a later lease of the key was handed out
 // would otherwise find the row gone and insert the smaller fence (see
 // MinRetention).
-const Purge = `DELETE FROM {table} WHERE expires_at < clock_timestamp() - make_interval(secs => $1)`
+//
+// It keeps every row that carries a tick, however old: the row is the only
+// record that its job's tick ran, and a claim may still come for that tick
+// up to half the job's period after it (a weekly job's, days later), which
+// without the row would run it again. A retired job's row stays until an
+// operator deletes it. The tick is read through to_jsonb, so that a table
+// without the column (WithoutFenceColumn, or made before it) purges too.
+const Purge = `DELETE FROM {table} AS t WHERE expires_at < clock_timestamp() - make_interval(secs => $1)
+   AND to_jsonb(t) ->> 'tick' IS NULL`
 
 // MigrateLock serializes concurrent Migrate calls on one table (two
 // concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog).

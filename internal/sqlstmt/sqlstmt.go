@@ -70,14 +70,21 @@ func Channel(name string) string {
 // Render fills a statement template for table (one part, or schema and
 // name): {table} becomes the quoted table name, {seq} the quoted name of
 // its fence sequence, {seqlit} that name as a string literal for nextval(),
-// {chanlit} its release channel (Channel) as a string literal, and {chan}
-// that channel as a quoted identifier.
+// {chanlit} its release channel (Channel) as a string literal, {chan}
+// that channel as a quoted identifier, {runs} the quoted name of its
+// ledger of runs (Runs) and {runsindex} the name of the ledger's index
+// (an index is made in its table's schema).
 // Identifiers are quoted by pgx.Identifier.Sanitize, and the literals
 // double any single quote, so no name can change the statement.
 func Render(tmpl string, table pgx.Identifier) string {
 	seq := FenceSeq(table).Sanitize()
+	runs := Runs(table)
+	index := append(pgx.Identifier{}, runs...)
+	index[len(index)-1] += "_key"
 	return strings.NewReplacer(
 		"{table}", table.Sanitize(),
+		"{runs}", runs.Sanitize(),
+		"{runsindex}", pgx.Identifier{index[len(index)-1]}.Sanitize(),
 		"{seq}", seq,
 		"{seqlit}", literal(seq),
 		"{chanlit}", literal(Channel(strings.Join(table, "."))),
@@ -89,8 +96,9 @@ func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + 
 
 // PartNames are the names pglease's statements give their own parts (WITH
 // queries): h, mine, extended (heartbeat), r, released (release), server
-// (the admin listing), instant, nearest, taken (the claim of a tick). Inside such a statement an unqualified table of the
+// (the admin listing), instant, nearest, prev, taken, logged, closed (the
+// claim of a tick). Inside such a statement an unqualified table of the
 // same name would be read as that part, not as the table: the lease table
 // may carry one of these names only with its schema (WithTable refuses
 // the bare name and says so).
-var PartNames = []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "taken"}
+var PartNames = []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "prev", "taken", "logged", "closed"}
