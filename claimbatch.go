@@ -134,6 +134,9 @@ func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait tim
 		return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 	}
 	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, t.ticks.period)
+	if driver.Is(err, driver.UndefinedTable) {
+		err = fmt.Errorf("%w (a job with ticks enters its runs in the ledger beside the lease table: run Migrate, or apply pglease.Schema())", err)
+	}
 	return sent{c: tc.Claimed, tick: &tc, ok: tc.Took, at: at, err: err, fate: fateOf(err)}
 }
 

@@ -200,6 +200,70 @@ func TestTicks(t *testing.T) {
 		require.NoError(t, lock.Unlock(ctx))
 	})
 
+	// Guarantee: each claim of a tick enters its run in the ledger, and the
+	// next claim closes the run it took the row from with how it ended:
+	// completed when released, lapsed when it expired without a release,
+	// revoked; the run still holding the key reads as running.
+	t.Run("TheLedgerRecordsEachRunAndHowItEnded", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const period = 700 * time.Millisecond
+		job := func(name string) *pglease.JobLocker {
+			return mustJob(t, pgtest.Locker(t, pool, table, name, pglease.WithTTL(time.Second)), pglease.WithPeriod(period))
+		}
+		a, b := job("a"), job("b")
+		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+		require.NoError(t, err)
+		nextTick := func(after time.Time) { time.Sleep(time.Until(after.Add(period))) }
+
+		// Each claim well inside its tick's half period: the server's
+		// clock rounds to the tick the test means.
+		time.Sleep(time.Until(time.Now().Truncate(period).Add(period + period/10)))
+		completed, err := a.Claim(ctx, "job")
+		require.NoError(t, err)
+		require.NoError(t, completed.Unlock(ctx))
+		nextTick(completed.Tick())
+		lapsed, err := b.Claim(ctx, "job")
+		require.NoError(t, err)
+		_, err = admin.ForceExpire(ctx, "job") // expired without a release, as when its holder is killed
+		require.NoError(t, err)
+		nextTick(lapsed.Tick())
+		revoked, err := a.Claim(ctx, "job")
+		require.NoError(t, err)
+		_, err = admin.Revoke(ctx, "job")
+		require.NoError(t, err)
+		nextTick(revoked.Tick().Add(2 * period)) // a revoked lease lives out its TTL (1s)
+		running, err := job("c").Claim(ctx, "job") // b may still trust its lease until its heartbeat
+		require.NoError(t, err)
+
+		runs, err := admin.Runs(ctx, "job", time.Hour)
+		require.NoError(t, err)
+		require.Len(t, runs, 4, "%+v", runs)
+		for i, want := range []struct {
+			lease   *pglease.Lease
+			outcome string
+		}{{completed, "completed"}, {lapsed, "lapsed"}, {revoked, "revoked"}, {running, "running"}} {
+			r := runs[i]
+			assert.Equal(t, want.outcome, r.Outcome, "run %d", i)
+			assert.Equal(t, want.lease.Fence(), r.Fence, "run %d", i)
+			assert.True(t, want.lease.Tick().Equal(r.Tick), "run %d: tick %v, the lease's %v", i, r.Tick, want.lease.Tick())
+			assert.Equal(t, want.lease.Holder(), r.Holder, "run %d", i)
+			assert.True(t, want.lease.AcquiredAt().Equal(r.StartedAt), "run %d starts at its claim", i)
+			if want.outcome == "running" {
+				assert.True(t, r.EndedAt.IsZero(), "a run in progress has no end")
+			} else {
+				assert.False(t, r.EndedAt.Before(r.StartedAt), "run %d ends after it starts: %+v", i, r)
+			}
+		}
+		all, err := admin.Runs(ctx, "", time.Hour)
+		require.NoError(t, err)
+		assert.Len(t, all, 4, "every job's runs")
+		none, err := admin.Runs(ctx, "another-job", time.Hour)
+		require.NoError(t, err)
+		assert.Empty(t, none)
+		require.NoError(t, running.Unlock(ctx))
+	})
+
 	// Guarantee: a schedule needs a table with the tick column, and is a
 	// job's alone: refused with an error naming the option elsewhere.
 	t.Run("RefusedWhereItCannotWork", func(t *testing.T) {

@@ -51,7 +51,9 @@ type cli struct {
 	// Flags of single commands.
 	retention time.Duration    // migrate
 	olderThan requiredDuration // purge
-	jsonOut   bool             // status
+	jsonOut   bool             // status, runs
+	job       string           // runs
+	since     time.Duration    // runs
 	now       bool             // release
 
 	conn     *pgx.ConnConfig // parsed from dsn

@@ -95,6 +95,33 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndState(t *testing.T) {
 	assert.Equal(t, "live", rows[0].State)
 }
 
+func TestRunsListsTheRunsOfJobsWithTicksAndHowTheyEnded(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table := migrated(t)
+	job, err := pgtest.Locker(t, pgtest.Pool(t, nil), table, "replica-a").Job(pglease.WithPeriod(time.Hour))
+	require.NoError(t, err)
+	lease, err := job.Claim(ctx, "hourly")
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+
+	var rows []runRow
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "runs", "-table", table, "-json", "-job", "hourly")), &rows))
+	require.Len(t, rows, 1)
+	assert.Equal(t, "hourly", rows[0].Key)
+	assert.Equal(t, lease.Fence(), rows[0].Fence)
+	assert.True(t, lease.Tick().Equal(rows[0].Tick.Time))
+	assert.Equal(t, "completed", rows[0].Outcome)
+	require.NotNil(t, rows[0].EndedAt, "released: its end is known")
+
+	out := ok(t, "runs", "-table", table)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	assert.Equal(t, []string{"JOB", "TICK", "FENCE", "HOLDER", "STARTED", "TOOK", "OUTCOME"}, strings.Fields(lines[0]))
+	assert.Equal(t, "completed", strings.Fields(lines[1])[len(strings.Fields(lines[1]))-1])
+	assert.JSONEq(t, "[]", ok(t, "runs", "-table", table, "-json", "-job", "another"))
+}
+
 func TestStatusJSONOfAnEmptyTableIsAnEmptyArray(t *testing.T) {
 	t.Parallel()
 	table := migrated(t)

@@ -6,7 +6,9 @@
 //	pglease <command> [flags] [args]
 //
 //	migrate          create the fence sequence and the table if missing, purge old rows
-//	status [-json]   list every key: holder, fence, acquired, expires in, live or expired
+//	status [-json]   list every key: holder, fence, acquired, expires in, state
+//	runs [-job KEY] [-since D] [-json]
+//	                 list the runs of jobs with ticks: tick, fence, holder, took, outcome
 //	purge            delete rows expired longer ago than -older-than
 //	release KEY      revoke the lease on KEY: its holder loses it at its next heartbeat,
 //	                 and any holder can claim it once it would have expired
@@ -46,7 +48,10 @@ Commands:
   migrate          create the fence sequence and the table if missing (idempotent),
                    then purge rows expired longer ago than -retention
   status           list every key, sorted: holder, fence, acquired, expires in,
-                   live or expired (-json for machine output)
+                   state: live, released, lapsed or revoked (-json for machine output)
+  runs             list the runs of jobs with ticks from the ledger: tick, fence,
+                   holder, start, duration, outcome (completed, lapsed...);
+                   -job KEY, -since 24h, -json
   purge            delete rows expired longer ago than -older-than; prints how many
   release KEY      revoke the lease on KEY: its holder loses it at its next
                    heartbeat, and any holder can claim it (with a greater fence)
@@ -92,7 +97,7 @@ type command struct {
 	do      func(ctx context.Context, c *cli) error
 }
 
-var commands = []command{migrateCommand, statusCommand, purgeCommand, releaseCommand}
+var commands = []command{migrateCommand, statusCommand, runsCommand, purgeCommand, releaseCommand}
 
 // wrongArgs says that a command that takes want positional arguments,
 // named names (for the usage line), was given got.

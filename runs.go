@@ -1,0 +1,74 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/sqlstmt"
+)
+
+// Run is one run of a job with ticks (WithPeriod), as the ledger of runs
+// beside the lease table records it: entered by the claim of its tick, and
+// closed by the next.
+type Run struct {
+	Key       string
+	Tick      time.Time
+	Fence     int64
+	Holder    string
+	StartedAt time.Time // the server's time of its claim
+	EndedAt   time.Time // zero while it runs, and when unknown
+	// Outcome is running; completed (released by its holder); lapsed
+	// (expired without a release: its holder was killed, paused past its
+	// TTL or cut off from the database, and the run may not have
+	// finished); revoked (Revoke); superseded (its own holder claimed a
+	// later tick while it ran); or unknown (a claim outside the job's
+	// ticks took the row before the run was closed).
+	Outcome string
+}
+
+// Runs returns the runs of the job key, or of every job when key is "",
+// started within since of the server's clock, sorted by key byte-wise,
+// then by tick. It needs SELECT on the lease table and its ledger.
+func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Run, error) {
+	mustContext(ctx, "Runs")
+	t := a.table
+	if since <= 0 {
+		return nil, fmt.Errorf("pglease: runs of %s: since %v: must be positive", t, since)
+	}
+	var job *string
+	if key != "" {
+		job = &key
+	}
+	out := []Run{}
+	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
+		rows, err := db.Query(ctx, t.render(sqlstmt.ListRuns), job, since.Seconds())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				r     Run
+				ended pgtype.Timestamptz
+				now   time.Time
+			)
+			if err := rows.Scan(&r.Key, &r.Tick, &r.Fence, &r.Holder, &r.StartedAt, &ended, &r.Outcome, &now); err != nil {
+				return err
+			}
+			r.EndedAt = serverTime(ended)
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if driver.Is(err, driver.UndefinedTable) {
+		err = fmt.Errorf("%w (the ledger of runs, %s, is made by Migrate, beside the lease table)", err, sqlstmt.Runs(t.name).Sanitize())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pglease: runs of %s: %w", t, err)
+	}
+	return out, nil
+}
