@@ -232,7 +232,7 @@ func TestTicks(t *testing.T) {
 		require.NoError(t, err)
 		_, err = admin.Revoke(ctx, "job")
 		require.NoError(t, err)
-		nextTick(revoked.Tick().Add(2 * period)) // a revoked lease lives out its TTL (1s)
+		nextTick(revoked.Tick().Add(2 * period))   // a revoked lease lives out its TTL (1s)
 		running, err := job("c").Claim(ctx, "job") // b may still trust its lease until its heartbeat
 		require.NoError(t, err)
 
