@@ -34,7 +34,7 @@ const CreateTable = `CREATE TABLE IF NOT EXISTS {table} (
 // claims clear it), which tells a lease released from one that lapsed.
 
 // MissingColumns names the columns of AddColumns the table ($1, its quoted
-// name) lacks, comma-separated; ” when it has them all.
+// name) lacks, comma-separated; empty when it has them all.
 const MissingColumns = missingColumns
 
 const missingColumns = `SELECT coalesce(string_agg(c.name, ', ' ORDER BY c.name), '')
