@@ -2,12 +2,16 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -287,4 +291,517 @@ func TestTicks(t *testing.T) {
 		require.ErrorContains(t, err, "no schedule")
 		assert.Empty(t, sched.Jobs(), "nothing added")
 	})
+
+	t.Run("AnEarlierTicksRunKeepsItsLeaseAgainstItsOwnLocker", testTicksAnEarlierTicksRunKeepsItsLeaseAgainstItsOwnLocker)
+	t.Run("AtMostOnceAcrossPurges", testTicksAtMostOnceAcrossPurges)
+	t.Run("AtMostOnceUnderConcurrentClaimsAtItsEdge", testTicksAtMostOnceUnderConcurrentClaimsAtItsEdge)
+	t.Run("AtMostOnceAfterAClaimOfUnknownOutcome", testTicksAtMostOnceAfterAClaimOfUnknownOutcome)
+	t.Run("AtMostOnceAfterRevokeOrForceExpire", testTicksAtMostOnceAfterRevokeOrForceExpire)
+	t.Run("AtMostOnceWithPlainClaimsOfTheKeyBetween", testTicksAtMostOnceWithPlainClaimsOfTheKeyBetween)
+	t.Run("AtMostOnceWhenTheFenceDoesNotGrow", testTicksAtMostOnceWhenTheFenceDoesNotGrow)
+	t.Run("IsTheOneNearestTheServersClockHoweverLateTheClaimArrives", testTicksIsTheOneNearestTheServersClockHoweverLateTheClaimArrives)
+	t.Run("ATickTakenIsErrHeldToEveryClaimOfItsOwnLocker", testTicksATickTakenIsErrHeldToEveryClaimOfItsOwnLocker)
+	t.Run("AtMostOnceAcrossAServerCrash", testTicksAtMostOnceAcrossAServerCrash)
+	t.Run("AtMostOnceDuringARollingUpgradeWithTheMinHoldKept", testTicksAtMostOnceDuringARollingUpgradeWithTheMinHoldKept)
+	t.Run("AtMostOnceUnderLostAndLateClaims", testTicksAtMostOnceUnderLostAndLateClaims)
+}
+
+// sleepToPhase sleeps until the next instant after now that lies phase (a
+// fraction of the period) past a multiple of period.
+func sleepToPhase(period time.Duration, phase float64) {
+	now := time.Now()
+	at := now.Truncate(period).Add(time.Duration(phase * float64(period)))
+	for !at.After(now) {
+		at = at.Add(period)
+	}
+	time.Sleep(time.Until(at))
+}
+
+// nearestTick is the multiple of period nearest t.
+func nearestTick(t time.Time, period time.Duration) time.Time {
+	return time.Unix(0, 0).Add(t.Sub(time.Unix(0, 0)).Round(period))
+}
+
+// Guarantee: "a claim of a tick ... while a run of an earlier tick holds the
+// key, is ErrHeld; a run that outlasts its period keeps its lease".
+// Case: the claim of the next tick comes from the very Locker whose run
+// holds the key, through JobLocker.Claim (re-entrant), or through Claim
+// while gocron's Lock of the earlier tick holds it.
+func testTicksAnEarlierTicksRunKeepsItsLeaseAgainstItsOwnLocker(t *testing.T) {
+	t.Parallel()
+	const period = time.Second
+	for name, first := range map[string]func(context.Context, *pglease.JobLocker) (*pglease.Lease, error){
+		"ClaimThenClaim": func(ctx context.Context, j *pglease.JobLocker) (*pglease.Lease, error) { return j.Claim(ctx, "k") },
+		"LockThenClaim": func(ctx context.Context, j *pglease.JobLocker) (*pglease.Lease, error) {
+			lock, err := j.Lock(ctx, "k")
+			if err != nil {
+				return nil, err
+			}
+			return lock.(*pglease.Lease), nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			l := pgtest.Locker(t, pool, table, "a")
+			j := mustJob(t, l, pglease.WithPeriod(period))
+			sleepToPhase(period, 0.2) // far from a tick's edge
+			run, err := first(ctx, j)
+			require.NoError(t, err)
+			// The run of that tick outlasts its period: the next tick comes.
+			time.Sleep(time.Until(run.Tick().Add(period + 150*time.Millisecond)))
+			next, err := j.Claim(ctx, "k")
+			if err == nil {
+				t.Logf("claimed tick %v (fence %d) while the run of tick %v (fence %d) held the key", next.Tick(), next.Fence(), run.Tick(), run.Fence())
+			}
+			require.ErrorIs(t, err, pglease.ErrHeld, "a claim of the next tick while the run of an earlier tick holds the key")
+			assert.NoError(t, run.Err(), "a run that outlasts its period keeps its lease")
+		})
+	}
+}
+
+// Guarantee: "each tick of a job runs at most once, whatever ... replica
+// restarts": Migrate, which replicas run as they start, purges rows expired
+// longer ago than the retention (24h by default, 1h at least), the tick
+// with them; a tick's claim window (half a period either side) is longer
+// than that for a period over twice the retention.
+//
+// The run is made to have happened `since` ago by moving the row's times
+// back (the server's clock cannot be moved): the row then is exactly what
+// a claim of that tick at that time, released at once, leaves.
+func testTicksAtMostOnceAcrossPurges(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		since   time.Duration
+		periods []time.Duration
+		migrate []pglease.Option
+	}{
+		"WeeklyJobDefaultRetention":    {since: 25 * time.Hour, periods: []time.Duration{7 * 24 * time.Hour, 8 * 24 * time.Hour}},
+		"DailyJobMinRetention":         {since: 2 * time.Hour, periods: []time.Duration{24 * time.Hour, 25 * time.Hour, 27 * time.Hour}, migrate: []pglease.Option{pglease.WithRetention(pglease.MinRetention)}},
+		"DailyJobAdminPurgeMinHorizon": {since: 2 * time.Hour, periods: []time.Duration{24 * time.Hour, 25 * time.Hour, 27 * time.Hour}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			// A period over twice the retention, for which the claim made
+			// `since` ago took the same tick as a claim now.
+			period := fitPeriod(t, c.periods, c.since)
+			a := mustJob(t, pgtest.Locker(t, pool, table, "a"), pglease.WithPeriod(period))
+			run, err := a.Claim(ctx, "k")
+			require.NoError(t, err)
+			require.NoError(t, run.Unlock(ctx))
+			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET acquired_at = acquired_at - make_interval(secs => $1),
+				expires_at = expires_at - make_interval(secs => $1) WHERE key = 'k'`, pgx.Identifier{table}.Sanitize()), c.since.Seconds())
+			require.NoError(t, err)
+
+			// A replica restarts: it runs Migrate (or an operator purges).
+			if name == "DailyJobAdminPurgeMinHorizon" {
+				adm, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+				require.NoError(t, err)
+				n, err := adm.Purge(ctx, pglease.MinRetention)
+				require.NoError(t, err)
+				t.Logf("Admin.Purge deleted %d rows", n)
+			} else {
+				require.NoError(t, pglease.Migrate(ctx, pool, append([]pglease.Option{pglease.WithTable(table)}, c.migrate...)...))
+			}
+
+			// Then a claim of the job within the same tick's window: a
+			// replica's clock off by less than half the period, a gocron
+			// RunNow, a restarted replica's first run.
+			b := mustJob(t, pgtest.Locker(t, pool, table, "b"), pglease.WithPeriod(period))
+			again, err := b.Claim(ctx, "k")
+			if err == nil {
+				t.Logf("tick %v run by fence %d, then again by fence %d", run.Tick(), run.Fence(), again.Fence())
+				assert.NotEqual(t, run.Tick(), again.Tick(), "tick %v claimed twice", run.Tick())
+			}
+			require.ErrorIs(t, err, pglease.ErrHeld, "the tick run %v ago, claimed again after the purge", c.since)
+		})
+	}
+}
+
+// fitPeriod is the first of periods whose tick nearest now is also the one
+// nearest since (and a minute) ago.
+func fitPeriod(t *testing.T, periods []time.Duration, since time.Duration) time.Duration {
+	t.Helper()
+	for _, p := range periods {
+		if nearestTick(time.Now(), p).Equal(nearestTick(time.Now().Add(-since-time.Minute), p)) {
+			return p
+		}
+	}
+	t.Skip("no period fits the time of day")
+	return 0
+}
+
+// Guarantee: each tick at most once with concurrent claims at a tick's
+// edge, by several Lockers and several goroutines of each, under read
+// committed and under a serializable default.
+func testTicksAtMostOnceUnderConcurrentClaimsAtItsEdge(t *testing.T) {
+	t.Parallel()
+	for name, params := range map[string]map[string]string{
+		"ReadCommitted":  nil,
+		"Serializable":   {"default_transaction_isolation": "serializable"},
+		"RepeatableRead": {"default_transaction_isolation": "repeatable read", "TimeZone": "Pacific/Chatham"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if params != nil && pgtest.ThroughPooler() {
+				t.Skip("PgBouncer refuses these startup parameters")
+			}
+			const period = 200 * time.Millisecond
+			base := pgtest.Pool(t, nil)
+			table := pgtest.Table(t, base)
+			var (
+				mu    sync.Mutex
+				taken = map[time.Time][]int64{}
+			)
+			deadline := time.Now().Add(3 * time.Second)
+			var wg sync.WaitGroup
+			for i := range 4 {
+				pool := pgtest.PoolWith(t, base.Config().ConnConfig.ConnString(), func(c *pgxpool.Config) {
+					for k, v := range params {
+						c.ConnConfig.RuntimeParams[k] = v
+					}
+				})
+				l := pgtest.Locker(t, pool, table, fmt.Sprintf("r%d", i))
+				j := mustJob(t, l, pglease.WithPeriod(period))
+				for g := range 3 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						rnd := rand.New(rand.NewSource(int64(i*10 + g)))
+						for time.Now().Before(deadline) {
+							// aim at the edge between two ticks (the midpoint)
+							now := time.Now()
+							edge := now.Truncate(period).Add(period / 2)
+							if edge.Before(now) {
+								edge = edge.Add(period)
+							}
+							time.Sleep(time.Until(edge.Add(time.Duration(rnd.Intn(6000)-3000) * time.Microsecond)))
+							lease, err := j.Claim(context.Background(), "k")
+							if err != nil {
+								continue
+							}
+							mu.Lock()
+							taken[lease.Tick()] = append(taken[lease.Tick()], lease.Fence())
+							mu.Unlock()
+							if rnd.Intn(2) == 0 {
+								_ = lease.Unlock(context.Background())
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			assert.NotEmpty(t, taken)
+			for tick, fences := range taken {
+				assert.Len(t, fences, 1, "tick %v taken by fences %v", tick, fences)
+				assert.Zero(t, tick.UnixNano()%int64(period), "tick %v on the grid", tick)
+			}
+			t.Logf("%d ticks taken", len(taken))
+		})
+	}
+}
+
+// Guarantee: each tick at most once when a claim's outcome is unknown (its
+// reply lost after it committed): the claim is given back, and the same
+// tick claimed again by someone, the claimer included, is ErrHeld.
+func testTicksAtMostOnceAfterAClaimOfUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 2 * time.Second
+	nem := pgtest.NewNemesisDB(t, pool, 1)
+	la := pgtest.Locker(t, nem, table, "a")
+	a := mustJob(t, la, pglease.WithPeriod(period))
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b"), pglease.WithPeriod(period))
+	sleepToPhase(period, 0.1)
+	nem.LoseReplies("claim", 1)
+	_, err := a.Claim(ctx, "k")
+	nem.Heal()
+	require.Error(t, err)
+	t.Logf("claim of unknown outcome: %v", err)
+	row, ok := pgtest.ReadRow(t, pool, table, "k")
+	require.True(t, ok, "the claim committed")
+	assert.False(t, row.Live, "given back")
+	_, err = b.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "another Locker, the same tick")
+	_, err = a.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the same Locker, the same tick")
+}
+
+// Guarantee: each tick at most once across an operator's Revoke (`pglease
+// release`) or ForceExpire of its run's lease: the same tick claimed again
+// once the lease lapsed is ErrHeld, the next one is not.
+func testTicksAtMostOnceAfterRevokeOrForceExpire(t *testing.T) {
+	t.Parallel()
+	const period = 6 * time.Second
+	for _, how := range []string{"Revoke", "ForceExpire"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			opts := []pglease.Option{pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(300 * time.Millisecond)}
+			a := mustJob(t, pgtest.Locker(t, pool, table, "a", opts...), pglease.WithPeriod(period))
+			b := mustJob(t, pgtest.Locker(t, pool, table, "b", opts...), pglease.WithPeriod(period))
+			sleepToPhase(period, 0.05)
+			run, err := a.Claim(ctx, "k")
+			require.NoError(t, err)
+			adm, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+			require.NoError(t, err)
+			if how == "Revoke" {
+				_, err = adm.Revoke(ctx, "k")
+			} else {
+				_, err = adm.ForceExpire(ctx, "k")
+			}
+			require.NoError(t, err)
+			time.Sleep(1200 * time.Millisecond) // past the expiry
+			for name, j := range map[string]*pglease.JobLocker{"a": a, "b": b} {
+				_, err = j.Claim(ctx, "k")
+				require.ErrorIs(t, err, pglease.ErrHeld, "%s claimed tick %v again", name, run.Tick())
+			}
+		})
+	}
+}
+
+// Guarantee: each tick at most once when plain claims (Locker.Claim, a job
+// without a period) of the same key come between the claims of ticks: a
+// row taken by a plain claim keeps its tick.
+func testTicksAtMostOnceWithPlainClaimsOfTheKeyBetween(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 4 * time.Second
+	la, lb := pgtest.Locker(t, pool, table, "a"), pgtest.Locker(t, pool, table, "b")
+	a := mustJob(t, la, pglease.WithPeriod(period))
+	sleepToPhase(period, 0.05)
+	plain, err := lb.Claim(ctx, "k") // a row without a tick
+	require.NoError(t, err)
+	require.NoError(t, plain.Unlock(ctx))
+	run, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, run.Unlock(ctx))
+	plain, err = lb.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, plain.Unlock(ctx))
+	plainJob := mustJob(t, lb)
+	plain, err = plainJob.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, plain.Unlock(ctx))
+	c := mustJob(t, pgtest.Locker(t, pool, table, "c"), pglease.WithPeriod(period))
+	_, err = c.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "tick %v claimed again after plain claims", run.Tick())
+}
+
+// Guarantee: each tick at most once when the fence sequence goes back
+// (a restore): the claim that draws a fence no greater than one drawn is
+// given back, and its tick is not claimed again by another replica.
+func testTicksAtMostOnceWhenTheFenceDoesNotGrow(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 3 * time.Second
+	la := pgtest.Locker(t, pool, table, "a")
+	a := mustJob(t, la, pglease.WithPeriod(period))
+	sleepToPhase(period, 0.1)
+	first, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, first.Unlock(ctx))
+	for i := range 5 { // this Locker draws fences up to about 10
+		other, err := la.Claim(ctx, fmt.Sprintf("other-%d", i))
+		require.NoError(t, err)
+		require.NoError(t, other.Unlock(ctx))
+	}
+	_, err = pool.Exec(ctx, fmt.Sprintf("SELECT setval('%s', 1, false)", table+"_fence_seq"))
+	if err != nil {
+		var seq string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'fence')", table).Scan(&seq))
+		t.Skipf("sequence name: %v (%q)", err, seq)
+	}
+	time.Sleep(time.Until(first.Tick().Add(period + 100*time.Millisecond)))
+	second, err := a.Claim(ctx, "k")
+	if err == nil {
+		t.Logf("first fence %d tick %v, second fence %d tick %v", first.Fence(), first.Tick(), second.Fence(), second.Tick())
+	}
+	require.Error(t, err, "a claim that drew a fence no greater than one this Locker drew")
+	t.Logf("claim with a fence that did not grow: %v", err)
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b"), pglease.WithPeriod(period))
+	lease, err := b.Claim(ctx, "k")
+	assert.Nil(t, lease, "a tick whose claim was given back is claimed again")
+	require.Error(t, err)
+	t.Logf("another replica's claim of that tick: %v", err)
+	// The operator fixes the sequence as told; the tick still is not run.
+	_, err = pool.Exec(ctx, fmt.Sprintf("SELECT setval('%s', (SELECT max(fence) FROM %s))", table+"_fence_seq", pgx.Identifier{table}.Sanitize()))
+	require.NoError(t, err)
+	c := mustJob(t, pgtest.Locker(t, pool, table, "c"), pglease.WithPeriod(period))
+	lease, err = c.Claim(ctx, "k")
+	assert.Nil(t, lease, "a tick whose claim was given back is claimed again after the sequence's fix")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+}
+
+// Guarantee: a claim claims "the instant of the period's grid nearest the
+// PostgreSQL server's clock at the claim" (lease.AcquiredAt is that clock,
+// clock.t of the statement). Case: the claim statement reaches the server
+// a few periods after the Locker read its own clock (a slow link, a wait
+// for a pool connection, a retried serialization failure), with the
+// replica's clock exactly right.
+func testTicksIsTheOneNearestTheServersClockHoweverLateTheClaimArrives(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 400 * time.Millisecond
+	nem := pgtest.NewNemesisDB(t, pool, 1)
+	l := pgtest.Locker(t, nem, table, "a", pglease.WithTTL(10*time.Second), pglease.WithTimeout(10*time.Second))
+	j := mustJob(t, l, pglease.WithPeriod(period))
+	sleepToPhase(period, 0.1)
+	nem.Slow(3 * period)
+	lease, err := j.Claim(ctx, "k")
+	nem.Heal()
+	require.NoError(t, err)
+	want := nearestTick(lease.AcquiredAt(), period)
+	assert.True(t, lease.Tick().Equal(want), "claimed tick %v, the server's clock at the claim %v, whose nearest tick is %v",
+		lease.Tick().UTC(), lease.AcquiredAt().UTC(), want.UTC())
+	require.NoError(t, lease.Unlock(ctx))
+}
+
+// Guarantee: a claim of the tick its own run holds (a re-entrant claim of
+// the same tick) is ErrHeld, and the run keeps its lease.
+func testTicksATickTakenIsErrHeldToEveryClaimOfItsOwnLocker(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 3 * time.Second
+	l := pgtest.Locker(t, pool, table, "a")
+	j := mustJob(t, l, pglease.WithPeriod(period))
+	sleepToPhase(period, 0.6) // the tick is the next one, not yet come
+	run, err := j.Claim(ctx, "k")
+	require.NoError(t, err)
+	_, err = j.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	_, err = j.Lock(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	_, err = mustJob(t, l, pglease.WithPeriod(period)).Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "another JobLocker of the same Locker")
+	require.NoError(t, run.Err(), "the run keeps its lease")
+	assert.True(t, run.Tick().After(run.AcquiredAt()), "the nearest tick is ahead: %v at %v", run.Tick(), run.AcquiredAt())
+	require.NoError(t, run.Unlock(ctx))
+}
+
+// Guarantee: each tick at most once across a server crash, with sessions
+// that commit asynchronously (synchronous_commit = off): the claim of a
+// tick is durable once acknowledged, its release need not be.
+func testTicksAtMostOnceAcrossAServerCrash(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.CrashableServer(t)
+	table := pgtest.DurableTable(t, srv)
+	ctx := pgtest.Ctx(t)
+	const period = 10 * time.Second
+	pool := pgtest.PoolWith(t, srv.DSN(), func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	})
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second)), pglease.WithPeriod(period))
+	sleepToPhase(period, 0.05)
+	run, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, run.Unlock(ctx))
+	pgtest.CrashAndRestart(t, srv)
+	pool2 := pgtest.PoolAt(t, srv.DSN(), nil)
+	b := mustJob(t, pgtest.Locker(t, pool2, table, "b", pglease.WithTTL(2*time.Second)), pglease.WithPeriod(period))
+	require.Eventually(t, func() bool {
+		_, err = b.Claim(ctx, "k")
+		return err == nil || errors.Is(err, pglease.ErrHeld)
+	}, 5*time.Second, 50*time.Millisecond)
+	require.ErrorIs(t, err, pglease.ErrHeld, "tick %v claimed again after the crash", run.Tick())
+	time.Sleep(2500 * time.Millisecond) // the claim's lease, restored with the crash's loss of the release, lapses
+	_, err = b.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "tick %v claimed again after the crash, once its lease lapsed", run.Tick())
+}
+
+// Guarantee: during a rolling upgrade to WithPeriod, a job whose new
+// replicas keep the old min hold (as GUIDE, "Ticks", says) runs each tick
+// once: a replica not yet upgraded claims without a tick, and only the
+// min hold keeps it from the tick an upgraded replica ran and released.
+func testTicksAtMostOnceDuringARollingUpgradeWithTheMinHoldKept(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 2 * time.Second
+	upgraded := mustJob(t, pgtest.Locker(t, pool, table, "new"), pglease.WithPeriod(period), pglease.WithMinHold(500*time.Millisecond))
+	old := mustJob(t, pgtest.Locker(t, pool, table, "old"), pglease.WithMinHold(500*time.Millisecond))
+	sleepToPhase(period, 0)
+	run, err := upgraded.Lock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, run.Unlock(ctx)) // a quick job
+	time.Sleep(time.Until(run.(*pglease.Lease).Tick().Add(100 * time.Millisecond)))
+	again, err := old.Lock(ctx, "k")
+	if err == nil {
+		t.Logf("tick %v run by %s (fence %d), then by %s (fence %d)", run.(*pglease.Lease).Tick(),
+			run.(*pglease.Lease).Holder(), run.(*pglease.Lease).Fence(), again.(*pglease.Lease).Holder(), again.(*pglease.Lease).Fence())
+	}
+	require.ErrorIs(t, err, pglease.ErrHeld, "the tick run by an upgraded replica, run again by one not yet upgraded")
+}
+
+// Guarantee: each tick at most once, and no two runs that kept their leases
+// overlap, when claim replies are lost and claims are delivered late (after
+// their sender gave up), with runs that sometimes outlast their period.
+func testTicksAtMostOnceUnderLostAndLateClaims(t *testing.T) {
+	t.Parallel()
+	const period = 300 * time.Millisecond
+	base := pgtest.Pool(t, nil)
+	table := pgtest.Table(t, base)
+	type run struct {
+		replica    int
+		tick       time.Time
+		fence      int64
+		start, end time.Time
+		kept       bool
+	}
+	var (
+		mu   sync.Mutex
+		runs []run
+		wg   sync.WaitGroup
+	)
+	deadline := time.Now().Add(6 * time.Second)
+	for i := range 3 {
+		nem := pgtest.NewNemesisDB(t, base, int64(i+1))
+		nem.LoseReplies("claim", 0.15)
+		nem.DeliverLate("claim", 0.15, 50*time.Millisecond, 400*time.Millisecond)
+		l := pgtest.Locker(t, nem, table, fmt.Sprintf("r%d", i), pglease.WithTTL(3*time.Second), pglease.WithHeartbeatInterval(time.Second))
+		j := mustJob(t, l, pglease.WithPeriod(period))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer nem.Heal()
+			rnd := rand.New(rand.NewSource(int64(i)))
+			for time.Now().Before(deadline) {
+				sleepToPhase(period, float64(rnd.Intn(200)-100)/1000+1) // around each tick, +-0.1 period
+				lock, err := j.Lock(context.Background(), "k")
+				if err != nil {
+					continue
+				}
+				lease := lock.(*pglease.Lease)
+				x := run{replica: i, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()}
+				time.Sleep(time.Duration(rnd.Intn(int(2 * period))))
+				x.end, x.kept = time.Now(), lease.Err() == nil
+				_ = lease.Unlock(context.Background())
+				mu.Lock()
+				runs = append(runs, x)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	perTick := map[time.Time][]run{}
+	for _, x := range runs {
+		perTick[x.tick] = append(perTick[x.tick], x)
+	}
+	for tick, xs := range perTick {
+		assert.Len(t, xs, 1, "tick %v ran more than once: %+v", tick, xs)
+	}
+	for a := range runs {
+		for b := a + 1; b < len(runs); b++ {
+			x, y := runs[a], runs[b]
+			if x.kept && y.kept && x.start.Before(y.end) && y.start.Before(x.end) {
+				t.Errorf("runs of ticks %v (r%d, fence %d) and %v (r%d, fence %d) overlapped, both keeping their leases",
+					x.tick, x.replica, x.fence, y.tick, y.replica, y.fence)
+			}
+		}
+	}
+	t.Logf("%d runs of %d ticks", len(runs), len(perTick))
 }

@@ -49,8 +49,8 @@ func StatementKind(sql string) string {
 	switch {
 	case strings.Contains(sql, "collisdeterministic"), strings.Contains(sql, "pg_sequence_last_value("):
 		return "tablecheck" // the reads of a table before a Locker's first claim of it, and in Migrate
-	case strings.HasPrefix(sql, "INSERT INTO"):
-		return "claim"
+	case strings.HasPrefix(sql, "INSERT INTO"), strings.Contains(sql, "ON CONFLICT (key) DO UPDATE"):
+		return "claim" // alone, in a burst, or of a tick (a WITH statement)
 	case strings.Contains(sql, "'synchronous_commit', 'off'"):
 		return "release" // one or many (Close): the only statements that commit asynchronously
 	case strings.Contains(sql, "unnest("):
