@@ -521,7 +521,7 @@ func TestBurst(t *testing.T) {
 		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(c *pgxpool.Config) {
 			c.ConnConfig.RuntimeParams["statement_timeout"] = "150ms"
 		})
-		table := pgtest.Table(t, pool)
+		table := pgtest.Table(t, pgtest.Pool(t, nil)) // the DDL is the deploy's, not the subject
 		old := pgtest.Locker(t, pool, table, "old")
 		lease, err := old.Claim(ctx, "b")
 		require.NoError(t, err)

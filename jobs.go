@@ -63,6 +63,9 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 // Locker whose heartbeat extends them, and makes them known to it: its
 // watchdog and its clock-skew bound follow the shortest.
 func (l *Locker) ownTerms(who string, c config) (terms, error) {
+	if c.catchUp && c.period == 0 {
+		c.invalid("WithCatchUp", "%s: WithCatchUp: only a job of ticks catches up on a lapsed run: give WithPeriod too", who)
+	}
 	if c.period > 0 && l.cfg.noFence {
 		c.invalid("WithPeriod", "%s: WithPeriod(%v): a tick is stored in the lease table's tick column, which a table WithoutFenceColumn lacks: run Migrate, or schedule the job without WithPeriod", who, c.period)
 	}
@@ -91,7 +94,7 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 	}
 	t := terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}
 	if c.period > 0 {
-		t.ticks = &ticks{period: c.period}
+		t.ticks = &ticks{period: c.period, catchUpOn: c.catchUp}
 	}
 	return t, nil
 }

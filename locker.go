@@ -226,9 +226,13 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 // their timeout.
 func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, error) {
 	l.warnUnnamed(key)
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	lease, err := l.claim(ctx, key, t, reentrant)
+	lease, err := l.claim(cctx, key, t, reentrant)
+	var th *tickHeld
+	if err != nil && t.ticks != nil && t.ticks.catchUpOn && errors.As(err, &th) && th.mayLapse() {
+		lease, err = l.catchUp(ctx, key, t, th.tick)
+	}
 	if err != nil {
 		return nil, err // a nil gocron.Lock, not a nil *Lease in one
 	}

@@ -60,6 +60,7 @@ const MaxKeyLen = 1024
 //	WithTimeout                 x       x       x
 //	WithMinHold                 x       x
 //	WithPeriod                          x
+//	WithCatchUp                         x
 //	WithHeartbeatInterval       x
 //	WithTable                   x                         x        x        x
 //	WithoutFenceColumn          x                                           x
@@ -121,6 +122,7 @@ type config struct {
 	minHold    time.Duration
 	minHoldSet bool          // WithMinHold was given
 	period     time.Duration // WithPeriod (ticks.go): a job's claims claim ticks
+	catchUp    bool          // WithCatchUp (ticks.go)
 	table      string
 	retention  time.Duration
 	timeout    time.Duration

@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -28,25 +29,80 @@ func WithPeriod(period time.Duration) Option {
 // since the Unix epoch: the claims of the job claim one of them each, the
 // one nearest the server's clock (sqlstmt.ClaimTick).
 type ticks struct {
-	period time.Duration
+	period    time.Duration
+	catchUpOn bool      // WithCatchUp: a tick whose run lapsed is run once more
+	catchUp   time.Time // the tick a catch-up claims; zero for the nearest
 }
 
-// tickRefused is ErrHeld for a claim of a tick that took nothing, saying
-// why from the row as the claim found it.
-func tickRefused(tick, rowTick time.Time, holder string, fence int64, live bool) error {
-	at := tick.UTC().Format(time.RFC3339Nano)
+// WithCatchUp makes a job of ticks (WithPeriod) run a tick once more when
+// its run lapsed: its holder was killed, paused past its TTL or cut off
+// from the database, and its lease expired without a release. The Lock of a
+// replica that finds the tick's run holding the key waits for that run's
+// end, as ClaimWait waits, for at most the job's TTL and period: a run
+// released, revoked, or followed by the next tick's ends the wait (ErrHeld,
+// a skip); a lapse lets one waiting replica claim the same tick with a
+// greater fence and run it. Each tick then runs at least once while a
+// replica lives, and more than once only when a run lapsed after doing its
+// work. Only Locker.Job takes it, with WithPeriod.
+func WithCatchUp() Option {
+	return Option{"WithCatchUp", atJob, "catching up is a job's: give it to Locker.Job, with WithPeriod",
+		func(c *config) { c.catchUp = true }}
+}
+
+// tickHeld is ErrHeld for a claim of a tick that took nothing, with the row
+// as the claim found it, which says why.
+type tickHeld struct {
+	tick, rowTick time.Time
+	holder        string
+	fence         int64
+	live          bool
+	released      bool
+}
+
+func (e *tickHeld) Unwrap() error { return ErrHeld }
+
+func (e *tickHeld) Error() string {
+	at := e.tick.UTC().Format(time.RFC3339Nano)
 	switch {
-	case !rowTick.IsZero() && !rowTick.Before(tick) && live:
-		return fmt.Errorf("tick %s taken by %s (fence %d), its run holding the key: %w", at, holder, fence, ErrHeld)
-	case !rowTick.IsZero() && !rowTick.Before(tick):
-		return fmt.Errorf("tick %s already taken (by %s, fence %d): %w", at, holder, fence, ErrHeld)
-	case live && !rowTick.IsZero():
-		return fmt.Errorf("tick %s skipped: the run of tick %s (%s, fence %d) still holds the key: %w",
-			at, rowTick.UTC().Format(time.RFC3339Nano), holder, fence, ErrHeld)
-	case live:
-		return fmt.Errorf("tick %s skipped: %s (fence %d) holds the key: %w", at, holder, fence, ErrHeld)
+	case !e.rowTick.IsZero() && !e.rowTick.Before(e.tick) && e.live:
+		return fmt.Sprintf("tick %s taken by %s (fence %d), its run holding the key", at, e.holder, e.fence)
+	case !e.rowTick.IsZero() && !e.rowTick.Before(e.tick):
+		return fmt.Sprintf("tick %s already taken (by %s, fence %d)", at, e.holder, e.fence)
+	case e.live && !e.rowTick.IsZero():
+		return fmt.Sprintf("tick %s skipped: the run of tick %s (%s, fence %d) still holds the key",
+			at, e.rowTick.UTC().Format(time.RFC3339Nano), e.holder, e.fence)
+	case e.live:
+		return fmt.Sprintf("tick %s skipped: %s (fence %d) holds the key", at, e.holder, e.fence)
 	}
-	return fmt.Errorf("tick %s: %w", at, ErrHeld)
+	return fmt.Sprintf("tick %s held", at)
+}
+
+// mayLapse reports whether the refusal is by a run of the very tick asked
+// that was not released nor revoked: running, or lapsed already.
+func (e *tickHeld) mayLapse() bool {
+	return !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != RevokedHolder
+}
+
+// catchUp waits for the run of tick, which holds key, to end, and claims
+// that tick once more if the run lapsed (WithCatchUp): a waiting claim on
+// the job's terms, ended as soon as an attempt finds the run released,
+// revoked or followed by a later tick, and at most the job's TTL and
+// period after it began.
+func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Time) (*Lease, error) {
+	tk := *t.ticks
+	tk.catchUp = tick
+	ct := t
+	ct.ticks = &tk
+	ctx, cancel := context.WithTimeout(ctx, t.ttl+t.ticks.period)
+	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	return l.claimWait(ctx, key, waitHooks{terms: &ct, held: func(_ string, err error) {
+		var th *tickHeld
+		if errors.As(err, &th) && !th.mayLapse() {
+			stop(th) // run to its end, or no longer the tick's: nothing to catch up
+		}
+	}})
 }
 
 // Schedule adds the job to s on its schedule (WithPeriod: every period,

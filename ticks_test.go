@@ -268,6 +268,70 @@ func TestTicks(t *testing.T) {
 		require.NoError(t, running.Unlock(ctx))
 	})
 
+	// Guarantee: with WithCatchUp, a tick whose run lapsed (its holder cut
+	// off from the database, as a killed replica is) is run once more by
+	// exactly one of the replicas whose Lock found that run holding the
+	// key, with a greater fence, within a second of the lapse; the others
+	// skip it once that run is released. Without it, the tick is skipped at
+	// once. The ledger shows the lapsed run and the one that caught up.
+	t.Run("CatchUpRunsALapsedTickOnceMore", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		const period, ttl = 3 * time.Second, time.Second
+		locker := func(db pglease.DB, name string) *pglease.Locker {
+			return pgtest.Locker(t, db, table, name, pglease.WithTTL(ttl))
+		}
+		killedPool := pgtest.Pool(t, nil)
+		killed := mustJob(t, locker(killedPool, "killed"), pglease.WithPeriod(period), pglease.WithCatchUp())
+		sleepToPhase(period, 0.05)
+		run, err := killed.Lock(ctx, "job")
+		require.NoError(t, err)
+		first := run.(*pglease.Lease)
+		killedPool.Close() // its heartbeats and release never reach the server again
+
+		plain := mustJob(t, locker(pool, "plain"), pglease.WithPeriod(period))
+		_, err = plain.Lock(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld, "without catch-up the tick is skipped")
+
+		type outcome struct {
+			lease *pglease.Lease
+			err   error
+		}
+		got := make(chan outcome, 2)
+		for _, name := range []string{"b", "c"} {
+			j := mustJob(t, locker(pool, name), pglease.WithPeriod(period), pglease.WithCatchUp())
+			go func() {
+				lock, err := j.Lock(ctx, "job")
+				o := outcome{err: err}
+				if err == nil {
+					o.lease = lock.(*pglease.Lease)
+				}
+				got <- o
+			}()
+		}
+		winner := <-got
+		require.NoError(t, winner.err, "one replica catches up")
+		row, ok := pgtest.ReadRow(t, pool, table, "job")
+		require.True(t, ok)
+		assert.True(t, winner.lease.Tick().Equal(first.Tick()), "the same tick, run once more")
+		assert.Greater(t, winner.lease.Fence(), first.Fence())
+		lapse := first.AcquiredAt().Add(ttl) // at the latest: no heartbeat of it reached the server
+		assert.Less(t, winner.lease.AcquiredAt().Sub(lapse), time.Second, "caught up within a second of the lapse")
+		assert.Equal(t, winner.lease.Fence(), row.Fence)
+		time.Sleep(100 * time.Millisecond) // the run
+		require.NoError(t, winner.lease.Unlock(ctx))
+		loser := <-got
+		require.ErrorIs(t, loser.err, pglease.ErrHeld, "the other skips the tick once the run that caught up is released")
+
+		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+		require.NoError(t, err)
+		runs, err := admin.Runs(ctx, "job", time.Hour)
+		require.NoError(t, err)
+		require.Len(t, runs, 2, "%+v", runs)
+		assert.Equal(t, []string{"lapsed", "completed"}, []string{runs[0].Outcome, runs[1].Outcome})
+		assert.Equal(t, first.Fence(), runs[0].Fence)
+	})
+
 	// Guarantee: a schedule needs a table with the tick column, and is a
 	// job's alone: refused with an error naming the option elsewhere.
 	t.Run("RefusedWhereItCannotWork", func(t *testing.T) {
@@ -282,6 +346,10 @@ func TestTicks(t *testing.T) {
 
 		require.ErrorIs(t, pglease.Migrate(context.Background(), pool, pglease.WithTable(table), pglease.WithPeriod(time.Second)), pglease.ErrInvalidOption,
 			"Migrate takes no period")
+
+		_, err = pgtest.Locker(t, pool, table, "c").Job(pglease.WithCatchUp())
+		require.ErrorAs(t, err, &oe)
+		require.ErrorContains(t, err, "give WithPeriod too")
 
 		plain := mustJob(t, pgtest.Locker(t, pool, table, "b"))
 		sched, err := gocron.NewScheduler()

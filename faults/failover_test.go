@@ -566,7 +566,7 @@ func sequenceOn(ctx context.Context, t *testing.T, dsn, table string) int64 {
 func runPartitionedPromotion(t *testing.T) partitionFindings {
 	t.Helper()
 	const (
-		ttl      = 20 * time.Second // the leases held before the partition outlive it
+		ttl      = 60 * time.Second // the leases held before the partition outlive it, however slow the machine
 		interval = 3 * time.Second
 		timeout  = time.Second // a claim's: the Locker's (Lock) or the caller's (Claim)
 		replicas = 5           // the last two on database/sql: pgx's stdlib driver, lib/pq

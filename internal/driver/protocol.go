@@ -28,8 +28,9 @@ type Protocol interface {
 	// multiple of period since the Unix epoch nearest the server's clock,
 	// and only if the row's tick is earlier. It waits on the row's lock at
 	// most lockWait (0: as long as it is held). Unfenced has no column for
-	// the tick and refuses.
-	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait, period time.Duration) (TickClaim, error)
+	// the tick and refuses. A catch-up (catchUp not zero) claims that
+	// tick instead, and takes a row of that tick whose run lapsed.
+	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait, period time.Duration, catchUp time.Time) (TickClaim, error)
 	// Bursts reports whether ClaimAll sends many claims in one statement.
 	Bursts() bool
 	// ClaimAll claims keys (distinct), each for its TTL in ttls (seconds),
@@ -72,7 +73,8 @@ type TickClaim struct {
 	Claimed
 	Took    bool
 	Tick    time.Time
-	RowTick time.Time // the row's tick when refused; zero if it had none
+	RowTick  time.Time // the row's tick when refused; zero if it had none
+	Released bool      // when refused: the row's lease was released by its holder
 }
 
 // Lease is a lease as a heartbeat or release statement matches its

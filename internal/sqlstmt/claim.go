@@ -257,6 +257,14 @@ func UnfencedClaimFor(hasAcquired bool) string {
 // after a newer claim touches nothing.
 const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`
 
+// lapsedCur and lapsedLease are true of a row (cur in a read, lease in
+// the conflict arm) whose run lapsed: expired without a release, and not
+// revoked.
+const (
+	lapsedCur   = `cur.expires_at <= clock.t AND cur.released_at IS NULL AND cur.holder <> '` + revokedHolder + `'`
+	lapsedLease = `lease.expires_at <= clock_timestamp() AND lease.released_at IS NULL AND lease.holder <> '` + revokedHolder + `'`
+)
+
 // ClaimTick is Claim of one tick of a job's schedule: the run of that tick,
 // at most once whoever claims it and however late. $4 is the job's period
 // in microseconds; the tick claimed is the multiple of it since the Unix
@@ -279,6 +287,11 @@ const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {tabl
 //     its holder released it, revoked, superseded if it was still live
 //     (its own holder's claim of a later tick), lapsed otherwise. No round
 //     trip of its own, and no write at all for a claim that takes nothing.
+//   - A catch-up ($6, the tick, when not NULL) claims that tick, not the
+//     nearest, and takes the row also when it carries that very tick but
+//     its run lapsed (lapsedCur, lapsedLease): expired, never released, not revoked.
+//     The run it replaces is closed as lapsed; its holder stopped trusting
+//     its lease before the row expired, so the two runs never overlap.
 //   - A claim that takes nothing returns the row as it was (took = false):
 //     whose it is and its tick say why (the tick was run, or the run of an
 //     earlier tick still holds the key), at no cost of a round trip; a row
@@ -288,7 +301,8 @@ const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {tabl
 // row a concurrent claim inserts after it is judged by the conflict arm
 // after its lock, as in Claim.
 const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
-     nearest AS (SELECT to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0) AS at
+     nearest AS (SELECT coalesce($6::timestamptz,
+                            to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0)) AS at
                    FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us FROM instant) AS now_us),
      prev AS (SELECT fence, holder, expires_at, released_at FROM {table} WHERE key = $1),
      taken AS (
@@ -296,7 +310,8 @@ INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), nearest.at
   FROM (SELECT t, sync FROM instant) AS clock, nearest, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
  WHERE clock.sync IS NOT NULL AND ` + claimFree + `
-   AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= nearest.at)
+   AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= nearest.at
+                      AND NOT ($6::timestamptz IS NOT NULL AND cur.tick = $6::timestamptz AND ` + lapsedCur + `))
    AND ($5::text IS NULL OR set_config('lock_timeout', $5::text, true) IS NOT NULL)
 ON CONFLICT (key) DO UPDATE
    SET holder      = EXCLUDED.holder,
@@ -305,7 +320,8 @@ ON CONFLICT (key) DO UPDATE
        released_at = NULL,
        fence       = nextval({seqlit}),
        tick        = EXCLUDED.tick
- WHERE (lease.tick IS NULL OR lease.tick < EXCLUDED.tick)
+ WHERE (lease.tick IS NULL OR lease.tick < EXCLUDED.tick
+        OR ($6::timestamptz IS NOT NULL AND lease.tick = EXCLUDED.tick AND ` + lapsedLease + `))
    AND (lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp())
 RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable, holder, tick),
      logged AS (INSERT INTO {runs} (fence, key, tick, holder, started_at)
@@ -318,9 +334,9 @@ RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS
                                        ELSE 'lapsed' END
                   FROM prev, instant
                  WHERE run.fence = prev.fence AND run.outcome IS NULL AND EXISTS (SELECT 1 FROM taken))
-SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked FROM taken
+SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked, false AS released FROM taken
 UNION ALL
 SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, cur.holder,
-       COALESCE(cur.tick, 'epoch'), nearest.at
+       COALESCE(cur.tick, 'epoch'), nearest.at, cur.released_at IS NOT NULL
   FROM instant, nearest, {table} AS cur
  WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`
