@@ -229,7 +229,7 @@ func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, er
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	lease, err := l.claim(cctx, key, t, reentrant)
-	var th *tickHeld
+	var th *tickHeldError
 	if err != nil && t.ticks != nil && t.ticks.catchUpOn && errors.As(err, &th) && th.mayLapse() {
 		lease, err = l.catchUp(ctx, key, t, th.tick)
 	}

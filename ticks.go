@@ -49,9 +49,9 @@ func WithCatchUp() Option {
 		func(c *config) { c.catchUp = true }}
 }
 
-// tickHeld is ErrHeld for a claim of a tick that took nothing, with the row
+// tickHeldError is ErrHeld for a claim of a tick that took nothing, with the row
 // as the claim found it, which says why.
-type tickHeld struct {
+type tickHeldError struct {
 	tick, rowTick time.Time
 	holder        string
 	fence         int64
@@ -59,9 +59,9 @@ type tickHeld struct {
 	released      bool
 }
 
-func (e *tickHeld) Unwrap() error { return ErrHeld }
+func (e *tickHeldError) Unwrap() error { return ErrHeld }
 
-func (e *tickHeld) Error() string {
+func (e *tickHeldError) Error() string {
 	at := e.tick.UTC().Format(time.RFC3339Nano)
 	switch {
 	case !e.rowTick.IsZero() && !e.rowTick.Before(e.tick) && e.live:
@@ -79,7 +79,7 @@ func (e *tickHeld) Error() string {
 
 // mayLapse reports whether the refusal is by a run of the very tick asked
 // that was not released nor revoked: running, or lapsed already.
-func (e *tickHeld) mayLapse() bool {
+func (e *tickHeldError) mayLapse() bool {
 	return !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != RevokedHolder
 }
 
@@ -98,7 +98,7 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	return l.claimWait(ctx, key, waitHooks{terms: &ct, held: func(_ string, err error) {
-		var th *tickHeld
+		var th *tickHeldError
 		if errors.As(err, &th) && !th.mayLapse() {
 			stop(th) // run to its end, or no longer the tick's: nothing to catch up
 		}

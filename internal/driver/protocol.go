@@ -71,8 +71,8 @@ type Claimed struct {
 // why it took nothing). Tick is the tick the server's clock was at.
 type TickClaim struct {
 	Claimed
-	Took    bool
-	Tick    time.Time
+	Took     bool
+	Tick     time.Time
 	RowTick  time.Time // the row's tick when refused; zero if it had none
 	Released bool      // when refused: the row's lease was released by its holder
 }
