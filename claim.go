@@ -139,7 +139,12 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 			err = fmt.Errorf("%w: %w", err, cause) // Close ended the claim
 		}
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took, Context: ctx})
+		e := Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took, Context: ctx}
+		var th *tickHeldError
+		if errors.As(err, &th) {
+			e.Tick, e.Skipped = th.tick, th.skipped()
+		}
+		l.emit(e)
 		return nil, err
 	}
 	switch {
@@ -197,7 +202,8 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
 	skew := l.recordSkew(s.c.AcquiredAt, s.at, took)
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx})
+	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx,
+		Tick: tickOf(s), CaughtUp: t.ticks != nil && !t.ticks.catchUp.IsZero()})
 	prev, err := l.register(lease)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the

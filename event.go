@@ -70,6 +70,14 @@ type Event struct {
 	Leases int           // heartbeats: the leases in the statement
 	Skew   Skew          // EventAcquired, EventExtended: the Locker's ClockSkew reading
 
+	// Tick is, for a claim of a job's tick (WithPeriod), the tick claimed
+	// (EventAcquired) or refused (EventContended). CaughtUp marks an
+	// acquisition that runs a tick whose run lapsed (WithCatchUp); Skipped
+	// a refusal because the run of an earlier tick still holds the key.
+	Tick     time.Time
+	CaughtUp bool
+	Skipped  bool
+
 	// Context is the caller's context of the claim or release the event
 	// reports; nil for heartbeats and losses. A hook may read its values
 	// (a trace span) but must not wait on it.
@@ -95,6 +103,12 @@ func (l *Locker) emit(e Event) {
 		e.Holder = l.cfg.holder
 	}
 	lvl := e.Kind.level()
+	switch {
+	case e.CaughtUp:
+		lvl = slog.LevelWarn // a run lapsed: its replica died or was cut off mid-run
+	case e.Skipped:
+		lvl = slog.LevelInfo // a run outlasted its period
+	}
 	if log := l.cfg.logger; log.Enabled(context.Background(), lvl) {
 		attrs := []slog.Attr{
 			slog.String("event", e.Kind.String()),
@@ -107,6 +121,12 @@ func (l *Locker) emit(e Event) {
 			attrs = append(attrs, slog.String("key", e.Key), slog.Int64("fence", e.Fence))
 		} else {
 			attrs = append(attrs, slog.Int("leases", e.Leases))
+		}
+		if !e.Tick.IsZero() {
+			attrs = append(attrs, slog.Time("tick", e.Tick))
+		}
+		if e.CaughtUp {
+			attrs = append(attrs, slog.Bool("caught_up", true))
 		}
 		if e.Err != nil {
 			attrs = append(attrs, slog.Any("error", e.Err))

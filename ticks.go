@@ -77,6 +77,12 @@ func (e *tickHeldError) Error() string {
 	return fmt.Sprintf("tick %s held", at)
 }
 
+// skipped reports whether the refusal is by the run of an earlier tick,
+// still holding the key: the tick asked is skipped.
+func (e *tickHeldError) skipped() bool {
+	return e.live && !e.rowTick.IsZero() && e.rowTick.Before(e.tick)
+}
+
 // mayLapse reports whether the refusal is by a run of the very tick asked
 // that was not released nor revoked: running, or lapsed already.
 func (e *tickHeldError) mayLapse() bool {

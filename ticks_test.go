@@ -298,8 +298,10 @@ func TestTicks(t *testing.T) {
 			err   error
 		}
 		got := make(chan outcome, 2)
+		events := pgtest.NewEvents(t)
 		for _, name := range []string{"b", "c"} {
-			j := mustJob(t, locker(pool, name), pglease.WithPeriod(period), pglease.WithCatchUp())
+			j := mustJob(t, pgtest.Locker(t, pool, table, name, pglease.WithTTL(ttl), pglease.WithHook(events.Hook)),
+				pglease.WithPeriod(period), pglease.WithCatchUp())
 			go func() {
 				lock, err := j.Lock(ctx, "job")
 				o := outcome{err: err}
@@ -322,6 +324,15 @@ func TestTicks(t *testing.T) {
 		require.NoError(t, winner.lease.Unlock(ctx))
 		loser := <-got
 		require.ErrorIs(t, loser.err, pglease.ErrHeld, "the other skips the tick once the run that caught up is released")
+		caughtUp := 0
+		for _, e := range events.All() {
+			if e.Kind == pglease.EventAcquired {
+				assert.True(t, e.CaughtUp, "the acquisition says it caught up: %+v", e)
+				assert.True(t, e.Tick.Equal(first.Tick()), "and which tick")
+				caughtUp++
+			}
+		}
+		assert.Equal(t, 1, caughtUp, "one replica caught up")
 
 		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
 		require.NoError(t, err)

@@ -31,12 +31,15 @@ var dbSystemPostgreSQL = dbSystemName.String("postgresql")
 
 // Values of pglease.outcome.
 const (
-	outcomeAcquired = "acquired" // claims: a lease was issued
-	outcomeHeld     = "held"     // claims: another holder's lease is live (ErrHeld)
-	outcomeFailed   = "failed"   // claims, releases, rounds, waits: any other failure
-	outcomeExtended = "extended" // heartbeat rounds: the round's statement ran
-	outcomeReleased = "released" // releases: the row was expired in place
-	outcomeLost     = "lost"     // releases: a later mandate owned the key (ErrLost)
+	outcomeAcquired = "acquired"  // claims: a lease was issued
+	outcomeHeld     = "held"      // claims: another holder's lease is live (ErrHeld)
+	outcomeFailed   = "failed"    // claims, releases, rounds, waits: any other failure
+	outcomeExtended = "extended"  // heartbeat rounds: the round's statement ran
+	outcomeReleased = "released"  // releases: the row was expired in place
+	outcomeLost     = "lost"      // releases: a later mandate owned the key (ErrLost)
+	outcomeRan      = "ran"       // ticks: this replica claimed the tick to run it
+	outcomeCaughtUp = "caught_up" // ticks: this replica runs a tick whose run lapsed
+	outcomeSkipped  = "skipped"   // ticks: the run of an earlier tick still held the key
 )
 
 // Operations, the values of db.operation.name: pglease's own names for

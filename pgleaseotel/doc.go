@@ -33,6 +33,7 @@
 //	pglease.heartbeat.duration         histogram       s           round trip of each round, by pglease.outcome
 //	pglease.leases.lost                counter         {lease}     leases that ended without a release, by error.type: revoked (an operator's Admin.Revoke) | lost (taken, lapsed, or past its trust deadline)
 //	pglease.releases                   counter         {release}   pglease.outcome: released | lost (a later lease owned the key) | failed; error.type when failed
+//	pglease.ticks                      counter         {tick}      pglease.outcome: ran | caught_up (a tick whose run lapsed) | skipped (an earlier tick's run held the key)
 //	pglease.guard.refusals             counter         {refusal}   transactions Guard aborted, by error.type: lost | a SQLSTATE (40001: retry) | ...
 //	pglease.claim_wait.active          up-down counter {claim}     waiting claims (ClaimWait, Campaign) in progress
 //	pglease.claim_wait.duration        histogram       s           from a waiting claim's start to its lease or failure, by pglease.outcome: acquired | failed (and error.type)

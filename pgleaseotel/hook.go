@@ -34,8 +34,17 @@ func (t *Telemetry) Hook(e pglease.Event) {
 			t.held.Add(ctx, 1, t.keyed(e))
 		}
 		t.span(e, now, "pglease.claim", opClaim, outcomeAcquired)
+		switch {
+		case e.CaughtUp:
+			t.ticks.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeCaughtUp)))
+		case !e.Tick.IsZero():
+			t.ticks.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeRan)))
+		}
 	case pglease.EventContended:
 		t.claims.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeHeld)))
+		if e.Skipped {
+			t.ticks.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeSkipped)))
+		}
 		t.span(e, now, "pglease.claim", opClaim, outcomeHeld)
 	case pglease.EventClaimFailed:
 		t.claims.Add(ctx, 1, t.keyed(e, outcomeKey.String(outcomeFailed), errorTypeKey.String(errorType(e.Err))))

@@ -285,6 +285,34 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, int64(3), tel.sum(t, "pglease.elector.elections"))
 	})
 
+	t.Run("Ticks", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		tel := newTelemetry(t, pgleaseotel.Opts{})
+		assert.Zero(t, tel.sum(t, "pglease.ticks", outcome("skipped")), "every outcome is exported at zero from the start")
+		const period = time.Second
+		job := func(name string) *pglease.JobLocker {
+			j, err := pgtest.Locker(t, pool, table, name, pglease.WithHook(tel.Hook)).Job(pglease.WithPeriod(period))
+			require.NoError(t, err)
+			return j
+		}
+		a, b := job("a"), job("b")
+		time.Sleep(time.Until(time.Now().Truncate(period).Add(period + period/10)))
+		run, err := a.Lock(ctx, "job")
+		require.NoError(t, err)
+		_, err = b.Lock(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld, "the same tick: held, not skipped")
+		time.Sleep(time.Until(run.(*pglease.Lease).Tick().Add(period)))
+		_, err = b.Lock(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld, "the next tick while the run holds the key: skipped")
+		require.NoError(t, run.Unlock(ctx))
+		tel.Hook(pglease.Event{Kind: pglease.EventAcquired, Key: "other", Holder: "c", Fence: 9, Tick: time.Now(), CaughtUp: true})
+
+		assert.Equal(t, int64(1), tel.sum(t, "pglease.ticks", outcome("ran")))
+		assert.Equal(t, int64(1), tel.sum(t, "pglease.ticks", outcome("skipped")))
+		assert.Equal(t, int64(1), tel.sum(t, "pglease.ticks", outcome("caught_up")))
+	})
+
 	t.Run("ClockSkew", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

@@ -74,6 +74,7 @@ type Telemetry struct {
 	roundTime       metric.Float64Histogram
 	lost            metric.Int64Counter
 	releases        metric.Int64Counter
+	ticks           metric.Int64Counter
 	refusals        metric.Int64Counter
 	waitTime        metric.Float64Histogram
 	waiting         metric.Int64UpDownCounter
@@ -152,6 +153,8 @@ func New(opts Opts) (*Telemetry, error) {
 		"Leases that ended without being released, by error.type: revoked by an operator, or lost (taken by a later lease, lapsed, past their trust deadline).")
 	t.releases = counter("pglease.releases", "{release}",
 		"Releases (Unlock or Close), by pglease.outcome: released, lost (a later lease owned the key) or failed.")
+	t.ticks = counter("pglease.ticks", "{tick}",
+		"Ticks of jobs with ticks (WithPeriod) this replica claimed, by pglease.outcome: ran, caught_up (ran a tick whose run lapsed on another replica) or skipped (the run of an earlier tick still held the key).")
 	t.refusals = counter("pglease.guard.refusals", "{refusal}",
 		"Guarded transactions that Guard aborted, by error.type: lost (the lease was no longer current) or the SQLSTATE of the failure.")
 	t.waitTime = histogram("pglease.claim_wait.duration",
@@ -184,6 +187,9 @@ func New(opts Opts) (*Telemetry, error) {
 		}
 		for _, o := range []string{outcomeReleased, outcomeLost, outcomeFailed} {
 			t.releases.Add(ctx, 0, metric.WithAttributes(outcomeKey.String(o)))
+		}
+		for _, o := range []string{outcomeRan, outcomeCaughtUp, outcomeSkipped} {
+			t.ticks.Add(ctx, 0, metric.WithAttributes(outcomeKey.String(o)))
 		}
 		t.held.Add(ctx, 0)
 	}

@@ -20,11 +20,14 @@ var DefaultHeartbeatBuckets = prometheus.ExponentialBuckets(0.001, 2, 14)
 
 // Label values of the outcome label.
 const (
-	outcomeAcquired = "acquired" // claims: a lease was issued
-	outcomeHeld     = "held"     // claims: another holder's lease is live (ErrHeld)
-	outcomeError    = "error"    // claims and releases: any other failure
-	outcomeReleased = "released" // releases: the row was expired in place
-	outcomeLost     = "lost"     // releases: a later mandate owned the key (ErrLost)
+	outcomeAcquired = "acquired"  // claims: a lease was issued
+	outcomeHeld     = "held"      // claims: another holder's lease is live (ErrHeld)
+	outcomeError    = "error"     // claims and releases: any other failure
+	outcomeReleased = "released"  // releases: the row was expired in place
+	outcomeLost     = "lost"      // releases: a later mandate owned the key (ErrLost)
+	outcomeRan      = "ran"       // ticks: this replica claimed the tick to run it
+	outcomeCaughtUp = "caught_up" // ticks: this replica runs a tick whose run lapsed
+	outcomeSkipped  = "skipped"   // ticks: the run of an earlier tick still held the key
 )
 
 // Opts configures New. The zero value is ready to use.
@@ -55,6 +58,7 @@ type Metrics struct {
 	heartbeat         prometheus.Histogram
 	heartbeatFailures prometheus.Counter
 	releases          *prometheus.CounterVec
+	ticks             *prometheus.CounterVec
 	elections         prometheus.Counter
 	skew              prometheus.Gauge
 	skewUncertainty   prometheus.Gauge
@@ -98,6 +102,8 @@ func New(opts Opts) *Metrics {
 			"Leases that ended without being released: taken by a later lease, lapsed, or past their trust deadline.", keyLabel),
 		releases: counter("releases_total",
 			"Releases (Unlock or Close), by outcome: released, lost (a later lease owned the key) or error.", withOutcome),
+		ticks: counter("ticks_total",
+			"Ticks of jobs with ticks (WithPeriod) this replica claimed, by outcome: ran, caught_up (ran a tick whose run lapsed on another replica) or skipped (the run of an earlier tick still held the key).", withOutcome),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts(named("leases_held",
 			"Leases held now: acquired and not yet released or lost.")), keyLabel),
 		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -123,6 +129,9 @@ func New(opts Opts) *Metrics {
 		for _, o := range []string{outcomeReleased, outcomeLost, outcomeError} {
 			m.releases.WithLabelValues(o)
 		}
+		for _, o := range []string{outcomeRan, outcomeCaughtUp, outcomeSkipped} {
+			m.ticks.WithLabelValues(o)
+		}
 		m.lost.WithLabelValues()
 		m.held.WithLabelValues()
 	}
@@ -144,7 +153,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases, m.elections, m.skew, m.skewUncertainty}
+	return []prometheus.Collector{m.claims, m.held, m.lost, m.heartbeat, m.heartbeatFailures, m.releases, m.ticks, m.elections, m.skew, m.skewUncertainty}
 }
 
 // Hook records one event. Pass it to pglease.WithHook; it is safe for
@@ -157,11 +166,20 @@ func (m *Metrics) Hook(e pglease.Event) {
 	switch e.Kind {
 	case pglease.EventAcquired:
 		m.claims.WithLabelValues(m.labels(e, outcomeAcquired)...).Inc()
+		switch {
+		case e.CaughtUp:
+			m.ticks.WithLabelValues(m.labels(e, outcomeCaughtUp)...).Inc()
+		case !e.Tick.IsZero():
+			m.ticks.WithLabelValues(m.labels(e, outcomeRan)...).Inc()
+		}
 		if m.leases.Acquired(leaseset.Of(e)) {
 			m.held.WithLabelValues(m.labels(e)...).Inc()
 		}
 	case pglease.EventContended:
 		m.claims.WithLabelValues(m.labels(e, outcomeHeld)...).Inc()
+		if e.Skipped {
+			m.ticks.WithLabelValues(m.labels(e, outcomeSkipped)...).Inc()
+		}
 	case pglease.EventClaimFailed:
 		m.claims.WithLabelValues(m.labels(e, outcomeError)...).Inc()
 	case pglease.EventExtended:

@@ -244,6 +244,34 @@ func TestElectionsAreCountedWhenAnElectorBecomesTheLeader(t *testing.T) {
 	assert.Equal(t, 2.0, value(t, reg, "pglease_elections_total", nil))
 }
 
+func TestTicksAreCountedRanSkippedAndCaughtUp(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	m, reg := newMetrics(t, pgleaseprom.Opts{})
+	const period = time.Second
+	job := func(name string) *pglease.JobLocker {
+		j, err := pgtest.Locker(t, pool, table, name, pglease.WithHook(m.Hook)).Job(pglease.WithPeriod(period))
+		require.NoError(t, err)
+		return j
+	}
+	a, b := job("a"), job("b")
+	time.Sleep(time.Until(time.Now().Truncate(period).Add(period + period/10)))
+	run, err := a.Lock(ctx, "job")
+	require.NoError(t, err)
+	_, err = b.Lock(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the same tick: held, not skipped")
+	time.Sleep(time.Until(run.(*pglease.Lease).Tick().Add(period)))
+	_, err = b.Lock(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the next tick while the run holds the key: skipped")
+	require.NoError(t, run.Unlock(ctx))
+	m.Hook(pglease.Event{Kind: pglease.EventAcquired, Key: "other", Holder: "c", Fence: 9, Tick: time.Now(), CaughtUp: true})
+
+	assert.Equal(t, 1.0, value(t, reg, "pglease_ticks_total", outcome("ran")))
+	assert.Equal(t, 1.0, value(t, reg, "pglease_ticks_total", outcome("skipped")))
+	assert.Equal(t, 1.0, value(t, reg, "pglease_ticks_total", outcome("caught_up")))
+	assert.Equal(t, 2.0, value(t, reg, "pglease_claims_total", outcome("held")))
+}
+
 func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, pgleaseprom.Opts{})
@@ -258,7 +286,7 @@ func TestUnknownEventKindsChangeNoSeries(t *testing.T) {
 				"%s%v", f.GetName(), s.GetLabel())
 		}
 	}
-	assert.Equal(t, 13, n, "3 claim outcomes, 3 release outcomes, held, lost, heartbeat latency and failures, elections, clock skew and its uncertainty")
+	assert.Equal(t, 16, n, "3 claim outcomes, 3 release outcomes, 3 tick outcomes, held, lost, heartbeat latency and failures, elections, clock skew and its uncertainty")
 }
 
 func TestClockSkewGaugesFollowTheSkewReadingOfEachClaim(t *testing.T) {

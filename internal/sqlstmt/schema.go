@@ -34,12 +34,13 @@ const CreateTable = `CREATE TABLE IF NOT EXISTS {table} (
 // claims clear it), which tells a lease released from one that lapsed.
 
 // MissingColumns names the columns of AddColumns the table ($1, its quoted
-// name) lacks, comma-separated; empty when it has them all.
+// name) lacks, comma-separated; empty when it has them all, or when there
+// is no such table (the statements then say so themselves).
 const MissingColumns = missingColumns
 
 const missingColumns = `SELECT coalesce(string_agg(c.name, ', ' ORDER BY c.name), '')
   FROM unnest(ARRAY['tick', 'released_at']) AS c(name)
- WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+ WHERE to_regclass($1) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute a
                     WHERE a.attrelid = to_regclass($1) AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)`
 
 // AddColumns adds them to a table made without them. Migrate sends it only
