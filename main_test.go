@@ -14,6 +14,10 @@ import (
 var coalesceAll = os.Getenv("PGLEASE_COALESCE_ALL") != ""
 
 func TestMain(m *testing.M) {
+	if holdTickEnv() != "" {
+		holdTick() // this process is a replica a test kills mid-run (ticks_test.go)
+		return
+	}
 	var opts []pgtest.MainOption
 	if coalesceAll {
 		opts = append(opts,

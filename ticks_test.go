@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
+	"os/exec"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +23,66 @@ import (
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
 )
+
+// holdTickEnv is the variable that makes the test binary a replica that
+// claims a tick of the job "job" and runs it until it is killed: the
+// database URL, the table and the period in nanoseconds, separated by
+// spaces.
+func holdTickEnv() string { return os.Getenv("PGLEASE_TEST_HOLD_TICK") }
+
+// holdTick is that replica: it prints "held FENCE TICK" once its Lock
+// returns, then runs forever. It exits 1 on any failure.
+func holdTick() {
+	var dsn, table string
+	var period time.Duration
+	if _, err := fmt.Sscan(holdTickEnv(), &dsn, &table, &period); err != nil {
+		fmt.Println("bad", holdTickEnv(), err)
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		fmt.Println("pool:", err)
+		os.Exit(1)
+	}
+	l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder("killed"), pglease.WithTTL(time.Second))
+	j, err := l.Job(pglease.WithPeriod(period))
+	if err != nil {
+		fmt.Println("job:", err)
+		os.Exit(1)
+	}
+	lock, err := j.Lock(ctx, "job")
+	if err != nil {
+		fmt.Println("lock:", err)
+		os.Exit(1)
+	}
+	lease := lock.(*pglease.Lease)
+	fmt.Printf("held %d %d\n", lease.Fence(), lease.Tick().UnixNano())
+	select {} // the run, until SIGKILL
+}
+
+// killedMidRun starts a replica process that claims the current tick of
+// "job" and kills it (SIGKILL) once its run has begun; it returns the run's
+// fence and tick, and when it was killed.
+func killedMidRun(t *testing.T, table string, period time.Duration) (int64, time.Time, time.Time) {
+	t.Helper()
+	cmd := exec.CommandContext(pgtest.Ctx(t), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("PGLEASE_TEST_HOLD_TICK=%s %s %d", pgtest.Server.DSN(), table, period))
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var fence, tick int64
+	var word string
+	_, err = fmt.Fscan(out, &word, &fence, &tick)
+	require.NoError(t, err)
+	require.Equal(t, "held", word)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	_ = cmd.Wait()
+	return fence, time.Unix(0, tick), killed
+}
 
 // offsetClock is a replica's clock, off from the machine's by offset: what
 // gocron reads to fire a job's ticks.
@@ -341,6 +405,68 @@ func TestTicks(t *testing.T) {
 		require.Len(t, runs, 2, "%+v", runs)
 		assert.Equal(t, []string{"lapsed", "completed"}, []string{runs[0].Outcome, runs[1].Outcome})
 		assert.Equal(t, first.Fence(), runs[0].Fence)
+	})
+
+	// Guarantee: a replica process killed (SIGKILL) in the middle of a run
+	// leaves a lapsed run in the ledger. Without catch-up nobody runs that
+	// tick again; with it, exactly one other replica runs it once, within
+	// the TTL and a second of the kill, with a greater fence.
+	t.Run("AKilledRunIsLapsedAndCaughtUpOnlyWithCatchUp", func(t *testing.T) {
+		t.Parallel()
+		const period, ttl = 4 * time.Second, time.Second
+		for _, catchUp := range []bool{false, true} {
+			t.Run(fmt.Sprintf("catchUp=%v", catchUp), func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table := pgtest.Setup(t)
+				sleepToPhase(period, 0.05)
+				fence, tick, killed := killedMidRun(t, table, period)
+				opts := []pglease.Option{pglease.WithPeriod(period)}
+				if catchUp {
+					opts = append(opts, pglease.WithCatchUp())
+				}
+				got := make(chan error, 2)
+				var ran atomic.Int64
+				for _, name := range []string{"b", "c"} {
+					j := mustJob(t, pgtest.Locker(t, pool, table, name, pglease.WithTTL(ttl)), opts...)
+					go func() {
+						lock, err := j.Lock(ctx, "job")
+						if err == nil {
+							lease := lock.(*pglease.Lease)
+							ran.Add(1)
+							assert.True(t, lease.Tick().Equal(tick), "the killed run's tick")
+							assert.Greater(t, lease.Fence(), fence)
+							assert.Less(t, time.Since(killed), ttl+time.Second, "within the TTL and a second of the kill")
+							time.Sleep(50 * time.Millisecond) // the run
+							err = lock.Unlock(ctx)
+						}
+						got <- err
+					}()
+				}
+				for range 2 {
+					if err := <-got; err != nil {
+						require.ErrorIs(t, err, pglease.ErrHeld)
+					}
+				}
+				admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+				require.NoError(t, err)
+				if !catchUp {
+					require.Zero(t, ran.Load(), "nobody runs a lapsed tick without catch-up")
+					time.Sleep(time.Until(killed.Add(ttl + 100*time.Millisecond))) // the row has lapsed
+					runs, err := admin.Runs(ctx, "job", time.Hour)
+					require.NoError(t, err)
+					require.Len(t, runs, 1)
+					assert.Equal(t, "lapsed", runs[0].Outcome, "the ledger says the killed run lapsed")
+					assert.Equal(t, fence, runs[0].Fence)
+					return
+				}
+				require.Equal(t, int64(1), ran.Load(), "one replica catches up")
+				runs, err := admin.Runs(ctx, "job", time.Hour)
+				require.NoError(t, err)
+				require.Len(t, runs, 2)
+				assert.Equal(t, []string{"lapsed", "completed"}, []string{runs[0].Outcome, runs[1].Outcome})
+				assert.True(t, runs[0].Tick.Equal(runs[1].Tick), "the same tick")
+			})
+		}
 	})
 
 	// Guarantee: a schedule needs a table with the tick column, and is a
