@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -133,6 +136,62 @@ func TestServerClock(t *testing.T) {
 		require.NoError(t, la3.Unlock(ctx), "release of a lease claimed before a 2h step back")
 		fc.step(t, 0)
 		require.Zero(t, events.Count(pglease.EventHeartbeatFailed))
+	})
+
+	// Guarantee: the ticks of a job (WithPeriod) are judged on the
+	// server's clock, and a step of it by a quarter of the period, forward
+	// then back, neither runs a tick twice nor drops one: three replicas
+	// whose timers fire on the right clock each claim the tick nearest the
+	// server's, which the step leaves where it was.
+	t.Run("TicksNeitherDoubledNorDroppedByAQuarterPeriodStep", func(t *testing.T) {
+		fc := startFakeClockServer(t)
+		ctx := pgtest.Ctx(t)
+		pool := pgtest.PoolAt(t, fc.srv.DSN(), nil)
+		table := pgtest.Table(t, pool)
+		const period = 4 * time.Second // the fake clock steps by whole seconds: a quarter is 1s
+		var (
+			mu  sync.Mutex
+			ran = map[int64]bool{} // fences of the runs
+		)
+		for _, name := range []string{"a", "b", "c"} {
+			l := pgtest.Locker(t, pgtest.PoolAt(t, fc.srv.DSN(), nil), table, name)
+			j, err := l.Job(pglease.WithPeriod(period))
+			require.NoError(t, err)
+			s, err := gocron.NewScheduler()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Shutdown() }) // before the Locker's Close
+			task, named := l.Task("job", func(_ context.Context, lease *pglease.Lease) {
+				mu.Lock()
+				ran[lease.Fence()] = true
+				mu.Unlock()
+			})
+			_, err = j.Schedule(s, task, named)
+			require.NoError(t, err)
+			s.Start()
+		}
+		first := time.Now().Truncate(period).Add(period) // every scheduler has started
+		time.Sleep(time.Until(first.Add(5 * period / 2)))
+		fc.step(t, period/4)
+		time.Sleep(2 * period)
+		fc.step(t, 0)
+		last := first.Add(6 * period)
+		time.Sleep(time.Until(last.Add(period / 2)))
+
+		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+		require.NoError(t, err)
+		runs, err := admin.Runs(ctx, "job", time.Hour)
+		require.NoError(t, err)
+		perTick := map[time.Time]int{}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range runs {
+			assert.True(t, ran[r.Fence], "the run of fence %d ran its task", r.Fence)
+			perTick[r.Tick.UTC()]++
+		}
+		for k := first; !k.After(last); k = k.Add(period) {
+			assert.Equal(t, 1, perTick[k.UTC()], "tick %v runs exactly once across the steps: %v", k, perTick)
+		}
+		t.Logf("figures: %d runs, ticks %v", len(runs), perTick)
 	})
 
 	// Assumption measured, not a guarantee: a forward step of the server's
