@@ -129,7 +129,7 @@ func migrateLockKey(t table) int64 {
 // the runtime role is not meant to run Migrate.
 func explainPrivilege(err error) error {
 	if driver.Is(err, driver.InsufficientPrivilege) {
-		return fmt.Errorf("%w (Migrate needs CREATE on the schema and DELETE on the table: run it as the table's owner, or apply Schema() with your migration tool and give the runtime role only SELECT, INSERT, UPDATE on the table and USAGE on the sequence)", err)
+		return fmt.Errorf("%w (Migrate needs CREATE on the schema, DELETE on the table and to own the ledger of runs beside it: run it as the table's owner, or apply Schema() with your migration tool and give the runtime role only SELECT, INSERT, UPDATE on the table and its ledger and USAGE on the sequence)", err)
 	}
 	return err
 }
