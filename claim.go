@@ -156,7 +156,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
 	case !s.ok && s.tick != nil:
 		return fail(EventContended, 0, &tickHeldError{tick: s.tick.Tick, rowTick: s.tick.RowTick, holder: s.tick.Holder,
-			fence: s.tick.Fence, live: s.tick.Live, released: s.tick.Released})
+			fence: s.tick.Fence, live: s.tick.Live, released: s.tick.Released, run: s.tick.IsRun})
 	case !s.ok:
 		return fail(EventContended, 0, ErrHeld)
 	case !s.c.Live:

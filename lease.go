@@ -29,6 +29,7 @@ type Lease struct {
 	table      uint32 // oid of the lease table the claim wrote to
 	terms      terms  // its TTL, min hold and timeout: the Locker's, or a job's
 	tick       time.Time
+	givenBack  bool // a claim's row given back (giveBack): it ran nothing
 
 	mu           sync.Mutex
 	expiresAt    time.Time      // server time, from the last claim or heartbeat
@@ -421,7 +422,15 @@ func (l *Locker) Leases() []LeaseInfo {
 
 // row is ls as the heartbeat and release statements match its row.
 func (ls *Lease) row() driver.Lease {
-	return driver.Lease{Key: ls.key, Fence: ls.fence, Holder: ls.holder, AcquiredAt: ls.acquiredAt, TTL: ls.terms.ttl, MinHold: ls.terms.minHold}
+	m := driver.Lease{Key: ls.key, Fence: ls.fence, Holder: ls.holder, AcquiredAt: ls.acquiredAt, TTL: ls.terms.ttl, MinHold: ls.terms.minHold}
+	switch {
+	case ls.terms.ticks == nil:
+	case ls.givenBack:
+		m.Run = driver.RunGivenBack
+	default:
+		m.Run = driver.RunCompleted
+	}
+	return m
 }
 
 // byLease is got, a statement's report by index in leases, by lease.

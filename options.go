@@ -191,7 +191,7 @@ func WithMinHold(d time.Duration) Option {
 // WithTable sets the lease table, "name" or "schema.name"; the fence sequence
 // is "<name>_fence_seq" beside it. The default is DefaultTable ("lease"). A
 // bare name that the statements use as an alias (h, mine, extended, r,
-// released, server, instant, nearest, prev, taken, logged, closed) is
+// released, server, instant, nearest, prev, taken, logged, closed, ran) is
 // refused: give it with its schema.
 func WithTable(name string) Option {
 	return Option{"WithTable", atLocker | atMigrate | atSchema | atAdmin, "a job's and an Elector's leases are in their Locker's table: give it to NewLocker", func(c *config) {

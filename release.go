@@ -339,6 +339,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 // hold, in one attempt of the release statement: a row locked elsewhere
 // lapses at its expiry.
 func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
+	ls.givenBack = true // set before the Lease is seen by anyone else
 	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
 	if _, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls}); err != nil && closing {

@@ -25,8 +25,10 @@ type Run struct {
 	// (expired without a release: its holder was killed, paused past its
 	// TTL or cut off from the database, and the run may not have
 	// finished); revoked (Revoke); superseded (its own holder claimed a
-	// later tick while it ran); or unknown (a claim outside the job's
-	// ticks took the row before the run was closed).
+	// later tick while it ran); given back (its claim's outcome was unknown
+	// or came past its trust window: no lease was handed out, nothing ran,
+	// and the tick may be claimed again); or unknown (a claim outside the
+	// job's ticks took the row before the run was closed).
 	Outcome string
 }
 

@@ -23,14 +23,14 @@ import (
 func TestTable(t *testing.T) { //nolint:tparallel // NamedLikeAPartOfTheStatements runs alone: it creates tables of bare names in public
 	// Guarantee: a lease table works whatever its (valid) name. The statements
 	// name their own parts (WITH h, mine, extended, r, released, server,
-	// instant, nearest, prev, taken, logged, closed), and an
+	// instant, nearest, prev, taken, logged, closed, ran), and an
 	// unqualified table of one of those names would be read as that part: the
 	// release of a table named "r" failed with "column l.holder does not
 	// exist". The bare names are refused with the way out; with its schema the
 	// table works through claim, heartbeat, release and listing.
 	t.Run("NamedLikeAPartOfTheStatements", func(t *testing.T) {
 		ctx, pool, _ := pgtest.Setup(t)
-		for _, name := range []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "prev", "taken", "logged", "closed"} {
+		for _, name := range []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "prev", "taken", "logged", "closed", "ran"} {
 			t.Run(name, func(t *testing.T) {
 				err := pglease.Migrate(ctx, pool, pglease.WithTable(name))
 				require.ErrorIs(t, err, pglease.ErrInvalidOption)

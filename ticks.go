@@ -57,6 +57,7 @@ type tickHeldError struct {
 	fence         int64
 	live          bool
 	released      bool
+	run           bool // the row's mandate is a run of rowTick
 }
 
 func (e *tickHeldError) Unwrap() error { return ErrHeld }
@@ -84,9 +85,10 @@ func (e *tickHeldError) skipped() bool {
 }
 
 // mayLapse reports whether the refusal is by a run of the very tick asked
-// that was not released nor revoked: running, or lapsed already.
+// that was not released nor revoked: running, or lapsed already. A plain
+// claim of the key, which keeps the row's tick, is no run of it.
 func (e *tickHeldError) mayLapse() bool {
-	return !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != RevokedHolder
+	return e.run && !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != RevokedHolder
 }
 
 // catchUp waits for the run of tick, which holds key, to end, and claims

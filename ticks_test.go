@@ -333,7 +333,9 @@ func TestTicks(t *testing.T) {
 	})
 
 	// Guarantee: with WithCatchUp, a tick whose run lapsed (its holder cut
-	// off from the database, as a killed replica is) is run once more by
+	// off from the database, as a killed replica is;
+	// AKilledRunIsLapsedAndCaughtUpOnlyWithCatchUp kills
+	// one for real) is run once more by
 	// exactly one of the replicas whose Lock found that run holding the
 	// key, with a greater fence, within a second of the lapse; the others
 	// skip it once that run is released. Without it, the tick is skipped at
@@ -345,13 +347,13 @@ func TestTicks(t *testing.T) {
 		locker := func(db pglease.DB, name string) *pglease.Locker {
 			return pgtest.Locker(t, db, table, name, pglease.WithTTL(ttl))
 		}
-		killedPool := pgtest.Pool(t, nil)
-		killed := mustJob(t, locker(killedPool, "killed"), pglease.WithPeriod(period), pglease.WithCatchUp())
+		killedDB := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
+		killed := mustJob(t, locker(killedDB, "killed"), pglease.WithPeriod(period), pglease.WithCatchUp())
 		sleepToPhase(period, 0.05)
 		run, err := killed.Lock(ctx, "job")
 		require.NoError(t, err)
 		first := run.(*pglease.Lease)
-		killedPool.Close() // its heartbeats and release never reach the server again
+		killedDB.Cut(errors.New("killed")) // its heartbeats and release never reach the server again
 
 		plain := mustJob(t, locker(pool, "plain"), pglease.WithPeriod(period))
 		_, err = plain.Lock(ctx, "job")
@@ -709,9 +711,10 @@ func testTicksAtMostOnceUnderConcurrentClaimsAtItsEdge(t *testing.T) {
 	}
 }
 
-// Guarantee: each tick at most once when a claim's outcome is unknown (its
-// reply lost after it committed): the claim is given back, and the same
-// tick claimed again by someone, the claimer included, is ErrHeld.
+// Guarantee: each tick exactly once when a claim's outcome is unknown (its
+// reply lost after it committed): the claim is given back, the ledger says
+// so, and the tick, which ran nothing, is claimed by the next claim of it,
+// once; a claim of it after that, the first claimer's included, is ErrHeld.
 func testTicksAtMostOnceAfterAClaimOfUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	ctx, pool, table := pgtest.Setup(t)
@@ -729,10 +732,20 @@ func testTicksAtMostOnceAfterAClaimOfUnknownOutcome(t *testing.T) {
 	row, ok := pgtest.ReadRow(t, pool, table, "k")
 	require.True(t, ok, "the claim committed")
 	assert.False(t, row.Live, "given back")
-	_, err = b.Claim(ctx, "k")
-	require.ErrorIs(t, err, pglease.ErrHeld, "another Locker, the same tick")
+	run, err := b.Claim(ctx, "k")
+	require.NoError(t, err, "another Locker runs the tick given back")
 	_, err = a.Claim(ctx, "k")
-	require.ErrorIs(t, err, pglease.ErrHeld, "the same Locker, the same tick")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the same Locker, the same tick, once run")
+	_, err = mustJob(t, pgtest.Locker(t, pool, table, "c"), pglease.WithPeriod(period)).Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "a third Locker, the same tick, once run")
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	runs, err := admin.Runs(ctx, "k", time.Hour)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	assert.Equal(t, "given back", runs[0].Outcome, "the claim whose outcome was unknown ran nothing")
+	assert.Equal(t, run.Fence(), runs[1].Fence)
+	assert.True(t, runs[0].Tick.Equal(runs[1].Tick))
 }
 
 // Guarantee: each tick at most once across an operator's Revoke (`pglease
@@ -798,7 +811,8 @@ func testTicksAtMostOnceWithPlainClaimsOfTheKeyBetween(t *testing.T) {
 
 // Guarantee: each tick at most once when the fence sequence goes back
 // (a restore): the claim that draws a fence no greater than one drawn is
-// given back, and its tick is not claimed again by another replica.
+// given back, no replica claims the tick while the sequence is behind, and
+// once the operator has fixed it the tick, which ran nothing, runs once.
 func testTicksAtMostOnceWhenTheFenceDoesNotGrow(t *testing.T) {
 	t.Parallel()
 	ctx, pool, table := pgtest.Setup(t)
@@ -815,11 +829,7 @@ func testTicksAtMostOnceWhenTheFenceDoesNotGrow(t *testing.T) {
 		require.NoError(t, other.Unlock(ctx))
 	}
 	_, err = pool.Exec(ctx, fmt.Sprintf("SELECT setval('%s', 1, false)", table+"_fence_seq"))
-	if err != nil {
-		var seq string
-		require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'fence')", table).Scan(&seq))
-		t.Skipf("sequence name: %v (%q)", err, seq)
-	}
+	require.NoError(t, err)
 	time.Sleep(time.Until(first.Tick().Add(period + 100*time.Millisecond)))
 	second, err := a.Claim(ctx, "k")
 	if err == nil {
@@ -832,13 +842,16 @@ func testTicksAtMostOnceWhenTheFenceDoesNotGrow(t *testing.T) {
 	assert.Nil(t, lease, "a tick whose claim was given back is claimed again")
 	require.Error(t, err)
 	t.Logf("another replica's claim of that tick: %v", err)
-	// The operator fixes the sequence as told; the tick still is not run.
+	// The operator fixes the sequence as told; the tick, which ran
+	// nothing, runs once.
 	_, err = pool.Exec(ctx, fmt.Sprintf("SELECT setval('%s', (SELECT max(fence) FROM %s))", table+"_fence_seq", pgx.Identifier{table}.Sanitize()))
 	require.NoError(t, err)
 	c := mustJob(t, pgtest.Locker(t, pool, table, "c"), pglease.WithPeriod(period))
 	lease, err = c.Claim(ctx, "k")
-	assert.Nil(t, lease, "a tick whose claim was given back is claimed again after the sequence's fix")
-	require.ErrorIs(t, err, pglease.ErrHeld)
+	require.NoError(t, err, "the tick given back runs once the sequence is fixed")
+	assert.True(t, lease.Tick().Equal(first.Tick().Add(period)))
+	_, err = mustJob(t, pgtest.Locker(t, pool, table, "d"), pglease.WithPeriod(period)).Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "and only once")
 }
 
 // Guarantee: a claim claims "the instant of the period's grid nearest the

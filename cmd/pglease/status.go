@@ -35,10 +35,10 @@ func stateOf(l pglease.LeaseInfo) string {
 	switch {
 	case l.Holder == pglease.RevokedHolder:
 		return "revoked"
+	case !l.ReleasedAt.IsZero():
+		return "released" // a min hold may keep it live a while: nobody claims it sooner
 	case l.Live:
 		return "live"
-	case !l.ReleasedAt.IsZero():
-		return "released"
 	}
 	return "lapsed"
 }

@@ -16,27 +16,33 @@ import (
 // its own fence. Its statements are in internal/sqlstmt, where they say why
 // they are shaped that way.
 type fenced struct {
-	claimSQL, heartbeatSQL, releaseSQL string
-	releaseOneSQL, releaseOneQuietSQL  string
-	releaseQuietSQL                    string
-	claimAllSQL, rowSQL, claimTickSQL  string
-	holder                             string
+	claimSQL, heartbeatSQL, releaseSQL      string
+	releaseOneSQL, releaseOneQuietSQL       string
+	releaseQuietSQL                         string
+	claimAllSQL, rowSQL, claimTickSQL       string
+	releaseRunsSQL, releaseRunsQuietSQL     string
+	releaseOneRunSQL, releaseOneRunQuietSQL string
+	holder                                  string
 }
 
 // Fenced is the protocol of holder on the table render names (it renders
 // each sqlstmt template for that table).
 func Fenced(render func(string) string, holder string) Protocol {
 	return &fenced{
-		claimSQL:           render(sqlstmt.Claim),
-		heartbeatSQL:       render(sqlstmt.Heartbeat),
-		releaseSQL:         render(sqlstmt.Release),
-		releaseOneSQL:      render(sqlstmt.ReleaseOne),
-		releaseOneQuietSQL: render(sqlstmt.ReleaseOneQuiet),
-		releaseQuietSQL:    render(sqlstmt.ReleaseQuiet),
-		claimAllSQL:        render(sqlstmt.ClaimAll),
-		claimTickSQL:       render(sqlstmt.ClaimTick),
-		rowSQL:             render(sqlstmt.Mandate),
-		holder:             holder,
+		claimSQL:              render(sqlstmt.Claim),
+		heartbeatSQL:          render(sqlstmt.Heartbeat),
+		releaseSQL:            render(sqlstmt.Release),
+		releaseOneSQL:         render(sqlstmt.ReleaseOne),
+		releaseOneQuietSQL:    render(sqlstmt.ReleaseOneQuiet),
+		releaseQuietSQL:       render(sqlstmt.ReleaseQuiet),
+		claimAllSQL:           render(sqlstmt.ClaimAll),
+		claimTickSQL:          render(sqlstmt.ClaimTick),
+		releaseRunsSQL:        render(sqlstmt.ReleaseRuns),
+		releaseRunsQuietSQL:   render(sqlstmt.ReleaseRunsQuiet),
+		releaseOneRunSQL:      render(sqlstmt.ReleaseOneRun),
+		releaseOneRunQuietSQL: render(sqlstmt.ReleaseOneRunQuiet),
+		rowSQL:                render(sqlstmt.Mandate),
+		holder:                holder,
 	}
 }
 
@@ -75,7 +81,7 @@ func (p *fenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait
 	return retried(ctx, func() (TickClaim, error) {
 		var c TickClaim
 		err := db.QueryRow(ctx, p.claimTickSQL, key, p.holder, ttl.Seconds(), period.Microseconds(), wait, tick).
-			Scan(&c.Took, &c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, &c.Holder, &c.RowTick, &c.Tick, &c.Released)
+			Scan(&c.Took, &c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, &c.Holder, &c.RowTick, &c.Tick, &c.Released, &c.IsRun)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return TickClaim{}, nil // no row: the claim's snapshot did not see the one that refused it
 		}
@@ -120,6 +126,14 @@ func (p *fenced) Extend(ctx context.Context, db DB, ms []Lease) (map[int]Extensi
 func (p *fenced) Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, error) {
 	return retried(ctx, func() (map[int]bool, error) {
 		keys, fences := keysAnd(ms, fenceOf)
+		if closesRuns(ms) {
+			runs := make([]string, len(ms))
+			for i, m := range ms {
+				runs[i] = m.Run
+			}
+			return releaseReported(ctx, db, p.releaseRunsSQL, p.releaseRunsQuietSQL, ms, fenceOf,
+				p.holder, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait, runs)
+		}
 		return releaseReported(ctx, db, p.releaseSQL, p.releaseQuietSQL, ms, fenceOf,
 			p.holder, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait)
 	})
@@ -129,12 +143,16 @@ func (p *fenced) Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, 
 // reported skipped, as Release reports it.
 func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, error) {
 	return retried(ctx, func() (map[int]bool, error) {
-		released, err := p.releaseOneWith(ctx, db, p.releaseOneSQL, m)
+		sql, quiet := p.releaseOneSQL, p.releaseOneQuietSQL
+		if m.Run != "" {
+			sql, quiet = p.releaseOneRunSQL, p.releaseOneRunQuietSQL
+		}
+		released, err := p.releaseOneWith(ctx, db, sql, m)
 		if released && Is(err, LockNotAvailable) {
 			// The row came back, then the commit could not get the
 			// notification queue's lock within the wait: nothing was
 			// released. Once more, at once, without the notification.
-			released, err = p.releaseOneWith(ctx, db, p.releaseOneQuietSQL, m)
+			released, err = p.releaseOneWith(ctx, db, quiet, m)
 		}
 		switch {
 		case Is(err, LockNotAvailable) || StatementTimedOut(ctx, err):
@@ -156,7 +174,11 @@ func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, 
 // row came back, and the statement's error, which may come after the row
 // (at its commit).
 func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Lease) (bool, error) {
-	rows, err := db.Query(ctx, sql, p.holder, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait)
+	args := []any{p.holder, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait}
+	if m.Run != "" {
+		args = append(args, m.Run)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return false, err
 	}

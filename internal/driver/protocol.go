@@ -75,6 +75,7 @@ type TickClaim struct {
 	Tick     time.Time
 	RowTick  time.Time // the row's tick when refused; zero if it had none
 	Released bool      // when refused: the row's lease was released by its holder
+	IsRun    bool      // when refused: the row's mandate is a run of RowTick in the ledger
 }
 
 // Lease is a lease as a heartbeat or release statement matches its
@@ -87,6 +88,26 @@ type Lease struct {
 	AcquiredAt time.Time // Unfenced counts the min hold from it
 	TTL        time.Duration
 	MinHold    time.Duration
+	// Run is, for the lease of a job's tick, the outcome its release
+	// writes in the ledger: RunCompleted, or RunGivenBack for a claim
+	// given back; empty for a lease of no tick.
+	Run string
+}
+
+// The outcomes a release writes in the ledger of runs.
+const (
+	RunCompleted = "completed"
+	RunGivenBack = "given back"
+)
+
+// closesRuns reports whether a release of ms closes runs in the ledger.
+func closesRuns(ms []Lease) bool {
+	for _, m := range ms {
+		if m.Run != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Extension is what a heartbeat round found for one lease.

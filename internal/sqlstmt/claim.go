@@ -260,9 +260,15 @@ const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {tabl
 // lapsedCur and lapsedLease are true of a row (cur in a read, lease in
 // the conflict arm) whose run lapsed: expired without a release, and not
 // revoked.
+//
+// The row's mandate must be a run of its tick, in the ledger: a plain claim
+// of the key (no tick of its own) keeps the row's tick, and its lapse is
+// not the lapse of that tick's run.
 const (
-	lapsedCur   = `cur.expires_at <= clock.t AND cur.released_at IS NULL AND cur.holder <> '` + revokedHolder + `'`
-	lapsedLease = `lease.expires_at <= clock_timestamp() AND lease.released_at IS NULL AND lease.holder <> '` + revokedHolder + `'`
+	lapsedCur = `cur.expires_at <= clock.t AND cur.released_at IS NULL AND cur.holder <> '` + revokedHolder + `'
+                      AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.tick = cur.tick)`
+	lapsedLease = `lease.expires_at <= clock_timestamp() AND lease.released_at IS NULL AND lease.holder <> '` + revokedHolder + `'
+            AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = lease.fence AND run.tick = lease.tick)`
 )
 
 // ClaimTick is Claim of one tick of a job's schedule: the run of that tick,
@@ -281,12 +287,17 @@ const (
 //     live row, the deferred synchronous commit, one clock reading.
 //   - lock_timeout ($5, when not NULL), as in UnfencedClaim: a claim that
 //     may not wait on a row lock without bound waits at most that long.
-//   - The run is entered in the ledger ({runs}) by the same statement,
+//   - The run is entered in the ledger ({runs}) by the same statement, if
+//     it is live (a claim that waited on the row's lock past its TTL hands
+//     out nothing, and runs nothing),
 //     and the run whose row it took over (prev: the row as the statement's
 //     snapshot shows it) is closed there with how it ended: completed if
 //     its holder released it, revoked, superseded if it was still live
 //     (its own holder's claim of a later tick), lapsed otherwise. No round
 //     trip of its own, and no write at all for a claim that takes nothing.
+//   - A tick whose claim was given back (its outcome unknown, or answered
+//     past its trust window: the ledger says 'given back') ran nothing, and
+//     is taken again once its row has expired, by any claim of that tick.
 //   - A catch-up ($6, the tick, when not NULL) claims that tick, not the
 //     nearest, and takes the row also when it carries that very tick but
 //     its run lapsed (lapsedCur, lapsedLease): expired, never released, not revoked.
@@ -294,7 +305,9 @@ const (
 //     its lease before the row expired, so the two runs never overlap.
 //   - A claim that takes nothing returns the row as it was (took = false):
 //     whose it is and its tick say why (the tick was run, or the run of an
-//     earlier tick still holds the key), at no cost of a round trip; a row
+//     earlier tick still holds the key), whether it was released, and
+//     whether its mandate is a run of its tick (isrun: a plain claim of the
+//     key keeps the row's tick), at no cost of a round trip; a row
 //     without a tick says 'epoch', so that every driver scans a time.
 //
 // The tick's own read and the refusal read see the statement's snapshot; a
@@ -311,6 +324,8 @@ SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), nearest.at
   FROM (SELECT t, sync FROM instant) AS clock, nearest, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
  WHERE clock.sync IS NOT NULL AND ` + claimFree + `
    AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= nearest.at
+                      AND NOT (cur.tick = nearest.at AND cur.expires_at <= clock.t
+                               AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.outcome = '` + givenBack + `'))
                       AND NOT ($6::timestamptz IS NOT NULL AND cur.tick = $6::timestamptz AND ` + lapsedCur + `))
    AND ($5::text IS NULL OR set_config('lock_timeout', $5::text, true) IS NOT NULL)
 ON CONFLICT (key) DO UPDATE
@@ -321,11 +336,13 @@ ON CONFLICT (key) DO UPDATE
        fence       = nextval({seqlit}),
        tick        = EXCLUDED.tick
  WHERE (lease.tick IS NULL OR lease.tick < EXCLUDED.tick
+        OR (lease.tick = EXCLUDED.tick AND lease.expires_at <= clock_timestamp()
+            AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = lease.fence AND run.outcome = '` + givenBack + `'))
         OR ($6::timestamptz IS NOT NULL AND lease.tick = EXCLUDED.tick AND ` + lapsedLease + `))
    AND (lease.holder = EXCLUDED.holder COLLATE "C" OR lease.expires_at <= clock_timestamp())
 RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable, holder, tick),
      logged AS (INSERT INTO {runs} (fence, key, tick, holder, started_at)
-                SELECT fence, key, tick, holder, acquired_at FROM taken),
+                SELECT fence, key, tick, holder, acquired_at FROM taken WHERE live),
      closed AS (UPDATE {runs} AS run
                    SET ended_at = LEAST(coalesce(prev.released_at, prev.expires_at), instant.t),
                        outcome  = CASE WHEN prev.holder = '` + revokedHolder + `' THEN 'revoked'
@@ -334,9 +351,10 @@ RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS
                                        ELSE 'lapsed' END
                   FROM prev, instant
                  WHERE run.fence = prev.fence AND run.outcome IS NULL AND EXISTS (SELECT 1 FROM taken))
-SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked, false AS released FROM taken
+SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked, false AS released, true AS isrun FROM taken
 UNION ALL
 SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, cur.holder,
-       COALESCE(cur.tick, 'epoch'), nearest.at, cur.released_at IS NOT NULL
+       COALESCE(cur.tick, 'epoch'), nearest.at, cur.released_at IS NOT NULL,
+       EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.tick = cur.tick)
   FROM instant, nearest, {table} AS cur
  WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`

@@ -174,3 +174,82 @@ SELECT c.key, c.holder, false
  WHERE c.expires_at > clock_timestamp()
    AND c.key NOT IN (SELECT key FROM released)
    AND (SELECT count(*) FROM released) < cardinality($2::text[])`
+
+// The releases of the leases of jobs with ticks (WithPeriod) close their
+// runs in the ledger ({runs}), in the same statement: $6 (one per lease in
+// Release's form, beside the keys) is the outcome to write, 'completed'
+// for a release, 'given back' for a claim given back (it ran nothing), or
+// empty for a lease of no tick, whose row is released as Release does. A
+// give-back leaves released_at NULL: the row then reads as a run that
+// lapsed, which a catch-up may run (WithCatchUp). Only leases of ticks are
+// sent so, so that a table made before the ledger releases as before.
+
+// ReleaseRuns is Release closing the runs of the leases of ticks.
+const ReleaseRuns = releaseRunRows + `, pg_notify({chanlit}, l.key)` + releaseRunReport
+
+// ReleaseRunsQuiet is ReleaseRuns without the notification, as
+// ReleaseQuiet is Release without it.
+const ReleaseRunsQuiet = releaseRunRows + releaseRunReport
+
+// releaseRunRows is releaseRows with each lease's outcome.
+const releaseRunRows = `WITH r AS (
+  SELECT * FROM unnest($3::text[], $4::bigint[], $2::float8[], $6::text[]) AS r(key, fence, min_hold, outcome)
+), mine AS (
+  SELECT l.key, r.min_hold, r.outcome FROM {table} AS l JOIN r ON l.key = r.key AND l.fence = r.fence
+   WHERE l.holder = $1 COLLATE "C" AND l.expires_at > clock_timestamp()
+     FOR NO KEY UPDATE OF l SKIP LOCKED
+), released AS (
+  UPDATE {table} AS l
+     SET expires_at = GREATEST(clock_timestamp(),
+                               l.acquired_at + make_interval(secs => mine.min_hold),
+                               l.acquired_at + interval '1 microsecond'),
+         released_at = CASE WHEN mine.outcome = '` + givenBack + `' THEN NULL ELSE clock_timestamp() END
+    FROM mine
+   WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
+     AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+     AND set_config('lock_timeout', $5, true) IS NOT NULL
+  RETURNING l.key, l.fence, mine.outcome`
+
+// releaseRunReport is releaseReport after the runs are closed.
+const releaseRunReport = `
+), ran AS (
+  UPDATE {runs} AS run SET ended_at = clock_timestamp(), outcome = released.outcome
+    FROM released WHERE run.fence = released.fence AND released.outcome <> '' AND run.outcome IS NULL
+)
+SELECT key, fence, true FROM released
+UNION ALL
+SELECT c.key, c.fence, false
+  FROM r JOIN {table} AS c ON c.key = r.key AND c.fence = r.fence
+ WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
+   AND c.key NOT IN (SELECT key FROM released)
+   AND (SELECT count(*) FROM released) < cardinality($3::text[])`
+
+// ReleaseOneRun is ReleaseOne closing the run of a lease of a tick ($6,
+// its outcome).
+const ReleaseOneRun = releaseOneRunRow + `
+SELECT pg_notify({chanlit}, key) FROM released`
+
+// ReleaseOneRunQuiet is ReleaseOneRun without the notification.
+const ReleaseOneRunQuiet = releaseOneRunRow + `
+SELECT key FROM released`
+
+// releaseOneRunRow is releaseOneRow with its run closed.
+const releaseOneRunRow = `WITH released AS (
+UPDATE {table} AS l
+   SET expires_at = GREATEST(clock_timestamp(),
+                             l.acquired_at + make_interval(secs => $4),
+                             l.acquired_at + interval '1 microsecond'),
+       released_at = CASE WHEN $6::text = '` + givenBack + `' THEN NULL ELSE clock_timestamp() END
+ WHERE l.key = $2 AND l.holder = $1 COLLATE "C" AND l.fence = $3
+   AND l.expires_at > clock_timestamp()
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+   AND set_config('lock_timeout', $5, true) IS NOT NULL
+RETURNING l.key, l.fence
+), ran AS (
+  UPDATE {runs} AS run SET ended_at = clock_timestamp(), outcome = $6::text
+    FROM released WHERE run.fence = released.fence AND run.outcome IS NULL
+)`
+
+// givenBack is the outcome of a run whose claim was given back: it handed
+// out no lease, and ran nothing.
+const givenBack = "given back"

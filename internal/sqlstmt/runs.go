@@ -43,18 +43,19 @@ const CreateRunsIndex = `CREATE INDEX IF NOT EXISTS {runsindex} ON {runs} (key, 
 // ListRuns lists the runs of one job ($1, or every job when NULL) started
 // within $2 seconds of the server's clock, with the outcome of each: the
 // one the next claim wrote, or for a run not yet closed, what the lease row
-// says while it still carries the run's fence (running while live, revoked,
-// completed when released, lapsed when expired without a release), and
+// says while it still carries the run's fence (revoked, completed when
+// released, though a min hold keeps it live, running while live, lapsed
+// when expired without a release), and
 // unknown when a claim outside the job's ticks took the row. Sorted by key
 // byte-wise, then by tick.
 const ListRuns = `WITH server AS (SELECT clock_timestamp() AS now)
 SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
-       coalesce(r.ended_at, CASE WHEN l.fence = r.fence AND l.expires_at <= server.now
-                                 THEN coalesce(l.released_at, l.expires_at) END),
+       coalesce(r.ended_at, CASE WHEN l.fence = r.fence AND l.released_at IS NOT NULL THEN l.released_at
+                                 WHEN l.fence = r.fence AND l.expires_at <= server.now THEN l.expires_at END),
        coalesce(r.outcome, CASE WHEN l.fence IS DISTINCT FROM r.fence THEN 'unknown'
                                 WHEN l.holder = '` + revokedHolder + `' THEN 'revoked'
-                                WHEN l.expires_at > server.now THEN 'running'
                                 WHEN l.released_at IS NOT NULL THEN 'completed'
+                                WHEN l.expires_at > server.now THEN 'running'
                                 ELSE 'lapsed' END),
        server.now
   FROM server, {runs} AS r LEFT JOIN {table} AS l ON l.key = r.key
@@ -63,9 +64,12 @@ SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
  ORDER BY r.key COLLATE "C", r.tick, r.fence`
 
 // PurgeRuns deletes the runs started longer than the retention ($1, in
-// seconds) ago, as Purge deletes long expired lease rows. A run is history:
-// deleting it changes no lease.
-const PurgeRuns = `DELETE FROM {runs} WHERE started_at < clock_timestamp() - make_interval(secs => $1)`
+// seconds) ago, as Purge deletes long expired lease rows, but for the run
+// whose fence its lease row still carries: its end is not written yet (a
+// long job's, or a lapse nothing followed), and the catch-up of a lapsed
+// run needs it. A run is history: deleting it changes no lease.
+const PurgeRuns = `DELETE FROM {runs} AS run WHERE started_at < clock_timestamp() - make_interval(secs => $1)
+   AND NOT EXISTS (SELECT 1 FROM {table} AS l WHERE l.key = run.key AND l.fence = run.fence)`
 
 // HasRuns reports whether the ledger ($1, its quoted name) exists: Purge
 // (pglease purge) runs on tables made before it, and WithoutFenceColumn.

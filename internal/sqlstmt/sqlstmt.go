@@ -97,8 +97,8 @@ func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + 
 // PartNames are the names pglease's statements give their own parts (WITH
 // queries): h, mine, extended (heartbeat), r, released (release), server
 // (the admin listing), instant, nearest, prev, taken, logged, closed (the
-// claim of a tick). Inside such a statement an unqualified table of the
+// claim of a tick), ran (the release of a tick's run). Inside such a statement an unqualified table of the
 // same name would be read as that part, not as the table: the lease table
 // may carry one of these names only with its schema (WithTable refuses
 // the bare name and says so).
-var PartNames = []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "prev", "taken", "logged", "closed"}
+var PartNames = []string{"h", "mine", "extended", "r", "released", "server", "instant", "nearest", "prev", "taken", "logged", "closed", "ran"}

@@ -1,0 +1,292 @@
+package pglease_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// TestRuns pins the ledger of runs: each run of a job's tick entered once,
+// closed with how it ended, and what catch-up may run again.
+func TestRuns(t *testing.T) {
+	t.Parallel()
+	t.Run("AClaimOfUnknownOutcomeIsGivenBackAndItsTickRunOnce", testRunsAClaimOfUnknownOutcomeIsGivenBackAndItsTickRunOnce)
+	t.Run("AReleaseRacingTheNextClaimIsCompleted", testRunsAReleaseRacingTheNextClaimIsCompleted)
+	t.Run("NoRunWithoutALease", testRunsNoRunWithoutALease)
+	t.Run("APlainClaimsLapseIsNoRunToCatchUp", testRunsAPlainClaimsLapseIsNoRunToCatchUp)
+	t.Run("AReleasedRunHeldForItsMinHoldIsCompleted", testRunsAReleasedRunHeldForItsMinHoldIsCompleted)
+	t.Run("PurgeKeepsTheRunHoldingTheKey", testRunsPurgeKeepsTheRunHoldingTheKey)
+	t.Run("AClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce", testRunsAClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce)
+}
+
+// runOf returns the run of fence in runs, if listed.
+func runOf(runs []pglease.Run, fence int64) (pglease.Run, bool) {
+	for _, r := range runs {
+		if r.Fence == fence {
+			return r, true
+		}
+	}
+	return pglease.Run{}, false
+}
+
+// Guarantee: a claim of a tick whose reply is lost is given back as a run
+// that ran nothing ("given back"), not a completed one, and the tick is
+// then run once, by a replica with catch-up: at least once while a replica
+// lives.
+func testRunsAClaimOfUnknownOutcomeIsGivenBackAndItsTickRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period, ttl = 4 * time.Second, time.Second
+	nem := pgtest.NewNemesisDB(t, pool, 1)
+	a := mustJob(t, pgtest.Locker(t, nem, table, "a", pglease.WithTTL(ttl)), pglease.WithPeriod(period), pglease.WithCatchUp())
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl)), pglease.WithPeriod(period), pglease.WithCatchUp())
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+
+	sleepToPhase(period, 0.05)
+	nem.LoseReplies("claim", 1)
+	_, err = a.Lock(ctx, "job")
+	nem.Heal()
+	require.Error(t, err, "a's claim reply was lost")
+	require.NotErrorIs(t, err, pglease.ErrHeld)
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
+	require.True(t, ok, "the claim committed")
+	require.False(t, row.Live, "and was given back")
+
+	// b fires for the same tick: nobody ran it.
+	lock, err := b.Lock(ctx, "job")
+	if assert.NoError(t, err, "b finds a tick nobody ran: with catch-up it must run it (at least once per tick while a replica lives)") {
+		_ = lock.Unlock(ctx)
+	}
+	runs, err := admin.Runs(ctx, "job", time.Hour)
+	require.NoError(t, err)
+	r, ok := runOf(runs, row.Fence)
+	if ok {
+		assert.NotEqual(t, "completed", r.Outcome,
+			"the ledger says fence %d completed (released by its holder), but no lease was ever handed out for it: %+v", row.Fence, runs)
+	}
+}
+
+// Guarantee: a run released by its holder is completed in the ledger even
+// when its release commits late (a slow trigger here; a commit waiting on
+// the notification queue's lock in life), after the next tick's claim read
+// the row expired and unreleased, and waited on its lock: the release closes
+// its own run.
+func testRunsAReleaseRacingTheNextClaimIsCompleted(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period, ttl = 3 * time.Second, time.Second
+	ident := pgx.Identifier{table}.Sanitize()
+	fn := pgx.Identifier{table + "_slow"}.Sanitize()
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.released_at IS NOT NULL AND OLD.released_at IS NULL THEN PERFORM pg_sleep(2.5); END IF;
+  RETURN NEW;
+END $$`, fn))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, fmt.Sprintf(`CREATE TRIGGER slow_release AFTER UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()`, ident, fn))
+	require.NoError(t, err)
+
+	opts := []pglease.Option{pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200 * time.Millisecond), pglease.WithTimeout(10 * time.Second)}
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a", opts...), pglease.WithPeriod(period))
+	// b's TTL outlasts its wait on the row lock: its claim hands out a lease.
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b", opts...), pglease.WithPeriod(period), pglease.WithTTL(5*time.Second))
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+
+	sleepToPhase(period, 0.05)
+	first, err := a.Claim(ctx, "job")
+	require.NoError(t, err)
+	unlocked := make(chan error, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		unlocked <- first.Unlock(ctx) // its commit is 2.5s late
+	}()
+	// Just past half the period: the server rounds to the next tick; after
+	// the old expiry (at most 1.35s past the tick) and before the release
+	// commits (about 2.85s past it).
+	time.Sleep(time.Until(first.Tick().Add(period/2 + 100*time.Millisecond)))
+	next, err := b.Claim(ctx, "job")
+	require.NoError(t, err, "b takes the next tick once the release commits")
+	require.NoError(t, <-unlocked, "a released its lease")
+	if next != nil {
+		defer func() { _ = next.Unlock(ctx) }()
+	}
+
+	runs, err := admin.Runs(ctx, "job", time.Hour)
+	require.NoError(t, err)
+	r, ok := runOf(runs, first.Fence())
+	require.True(t, ok, "%+v", runs)
+	assert.Equal(t, "completed", r.Outcome, "a released its run (Unlock returned nil), the ledger says %q: %+v", r.Outcome, runs)
+}
+
+// Guarantee: the ledger holds one run per lease handed out for a tick: a
+// claim that waited on the row's lock past its own TTL, and handed out
+// nothing (ErrLost), enters no run.
+func testRunsNoRunWithoutALease(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period, ttl = 3 * time.Second, time.Second
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl)), pglease.WithPeriod(period))
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl), pglease.WithTimeout(10*time.Second)), pglease.WithPeriod(period))
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+
+	sleepToPhase(period, 0.05)
+	first, err := a.Claim(ctx, "job")
+	require.NoError(t, err)
+	require.NoError(t, first.Unlock(ctx))
+	end := pgtest.LockRow(t, pool, table, "job") // an operator looks at the row
+	time.Sleep(time.Until(first.Tick().Add(period + 100*time.Millisecond)))
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // past b's TTL
+		end(false)
+	}()
+	lease, err := b.Claim(ctx, "job")
+	if err == nil {
+		_ = lease.Unlock(ctx)
+		t.Skip("this driver's claim did not wait on the row lock past its TTL: the case does not arise")
+	}
+	require.ErrorIs(t, err, pglease.ErrLost, "b's claim expired while it waited: no lease")
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
+	require.True(t, ok)
+	t.Logf("b's claim: %v; row %+v", err, row)
+
+	runs, err := admin.Runs(ctx, "job", time.Hour)
+	require.NoError(t, err)
+	r, listed := runOf(runs, row.Fence)
+	assert.False(t, listed, "the ledger lists a run (fence %d, outcome %q) for which no lease was handed out: %+v", row.Fence, r.Outcome, runs)
+}
+
+// Guarantee: catch-up runs a tick again only after the lapse of a run of
+// that tick: a plain claim of the key (which keeps the row's tick) that
+// lapses after the tick's run completed is no run of it, and a replica with
+// catch-up firing for the tick skips it.
+func testRunsAPlainClaimsLapseIsNoRunToCatchUp(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period, ttl = 6 * time.Second, time.Second
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithTTL(ttl)), pglease.WithPeriod(period))
+	plainDB := pgtest.NewFaultyDB(pool)
+	plain := pgtest.Locker(t, plainDB, table, "plain", pglease.WithTTL(ttl))
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl)), pglease.WithPeriod(period), pglease.WithCatchUp())
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+
+	sleepToPhase(period, 0.05)
+	lock, err := a.Lock(ctx, "job")
+	require.NoError(t, err)
+	run := lock.(*pglease.Lease)
+	require.NoError(t, run.Unlock(ctx), "tick T ran and completed")
+
+	_, err = plain.Claim(ctx, "job")
+	require.NoError(t, err, "a plain claim of the key")
+	plainDB.Cut(errors.New("killed")) // its lease lapses without a release
+
+	lock, err = b.Lock(ctx, "job") // waits for the lapse, then catches up
+	if err == nil {
+		caught := lock.(*pglease.Lease)
+		_ = caught.Unlock(ctx)
+		runs, _ := admin.Runs(ctx, "job", time.Hour)
+		t.Errorf("tick %v ran twice: fence %d completed, and b caught it up with fence %d (tick %v); ledger %+v",
+			run.Tick(), run.Fence(), caught.Fence(), caught.Tick(), runs)
+		return
+	}
+	assert.ErrorIs(t, err, pglease.ErrHeld)
+}
+
+// Guarantee: Admin.Runs tells a run released by its holder (completed, with
+// its end) from one still running, though a min hold keeps the released
+// lease live.
+func testRunsAReleasedRunHeldForItsMinHoldIsCompleted(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	j := mustJob(t, pgtest.Locker(t, pool, table, "a"), pglease.WithPeriod(time.Hour), pglease.WithMinHold(30*time.Second))
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	lock, err := j.Lock(ctx, "job")
+	require.NoError(t, err)
+	require.NoError(t, lock.Unlock(ctx))
+
+	infos, err := admin.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	assert.False(t, infos[0].ReleasedAt.IsZero(), "List: released")
+
+	runs, err := admin.Runs(ctx, "job", time.Hour)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	assert.Equal(t, "completed", runs[0].Outcome, "the run was released by its holder: %+v", runs[0])
+	assert.False(t, runs[0].EndedAt.IsZero(), "a released run has ended: %+v", runs[0])
+}
+
+// Guarantee: the purge (Migrate's, Admin.Purge) keeps the run whose fence
+// the lease row still carries, however long ago it started (a long job's;
+// here its start is set back two hours), so that its end is recorded.
+func testRunsPurgeKeepsTheRunHoldingTheKey(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	j := mustJob(t, pgtest.Locker(t, pool, table, "a"), pglease.WithPeriod(24*time.Hour))
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	lock, err := j.Lock(ctx, "job")
+	require.NoError(t, err)
+	defer func() { _ = lock.Unlock(ctx) }()
+	_, err = pool.Exec(ctx, fmt.Sprintf("UPDATE %s SET started_at = started_at - interval '2 hours'", pgx.Identifier{table + "_run"}.Sanitize()))
+	require.NoError(t, err)
+
+	_, err = admin.Purge(ctx, pglease.MinRetention)
+	require.NoError(t, err)
+	runs, err := admin.Runs(ctx, "job", 24*time.Hour)
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "the run holding the key was purged from the ledger while it runs")
+	assert.Equal(t, "running", runs[0].Outcome)
+}
+
+// Guarantee: as a claim of unknown outcome, a claim of a tick whose round
+// trip outlasts its trust window hands out no lease, is given back as a run
+// that ran nothing, and its tick is run once by a replica with catch-up.
+func testRunsAClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period, ttl = 4 * time.Second, 300 * time.Millisecond
+	db := pgtest.NewFaultyDB(pool)
+	opts := []pglease.Option{pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
+	a := mustJob(t, pgtest.Locker(t, db, table, "a", opts...), pglease.WithPeriod(period), pglease.WithCatchUp())
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b", opts...), pglease.WithPeriod(period), pglease.WithCatchUp())
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+
+	sleepToPhase(period, 0.05)
+	open := db.Hold("claim")
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(ctx, "job")
+		claimed <- err
+	}()
+	<-db.Entered
+	time.Sleep(ttl) // a round trip longer than the trust window
+	open()
+	err = <-claimed
+	require.ErrorContains(t, err, "longer than the trust window")
+	row, ok := pgtest.ReadRow(t, pool, table, "job")
+	require.True(t, ok)
+
+	lock, err := b.Lock(ctx, "job")
+	if assert.NoError(t, err, "nobody ran the tick: b, with catch-up, must run it") {
+		_ = lock.Unlock(ctx)
+	}
+	runs, err := admin.Runs(ctx, "job", time.Hour)
+	require.NoError(t, err)
+	if r, ok := runOf(runs, row.Fence); ok {
+		assert.NotEqual(t, "completed", r.Outcome, "fence %d never handed out, yet completed: %+v", row.Fence, runs)
+	}
+}
