@@ -442,8 +442,10 @@ func TestSQLContract(t *testing.T) {
 			ctx, pool, table, sdb, db := sqlSetup(t, drv)
 			sdb.SetMaxIdleConns(0)
 			sdb.SetConnMaxLifetime(50 * time.Millisecond)
-			const ttl = 800 * time.Millisecond
-			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(150*time.Millisecond))
+			// A TTL of 1.5s leaves a round on a new connection, under the
+			// race detector on a busy machine, about five tries.
+			const ttl = 1500 * time.Millisecond
+			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(250*time.Millisecond))
 			var leases []*pglease.Lease
 			for _, key := range []string{"k1", "k2", "k3"} {
 				lease, err := l.Claim(ctx, key)
