@@ -580,19 +580,19 @@ func testTicksAtMostOnceAcrossPurges(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
 		since   time.Duration
-		periods []time.Duration
+		least   time.Duration // the period, or a whole number of hours more
 		migrate []pglease.Option
 	}{
-		"WeeklyJobDefaultRetention":    {since: 25 * time.Hour, periods: []time.Duration{7 * 24 * time.Hour, 8 * 24 * time.Hour}},
-		"DailyJobMinRetention":         {since: 2 * time.Hour, periods: []time.Duration{24 * time.Hour, 25 * time.Hour, 27 * time.Hour}, migrate: []pglease.Option{pglease.WithRetention(pglease.MinRetention)}},
-		"DailyJobAdminPurgeMinHorizon": {since: 2 * time.Hour, periods: []time.Duration{24 * time.Hour, 25 * time.Hour, 27 * time.Hour}},
+		"WeeklyJobDefaultRetention":    {since: 25 * time.Hour, least: 7 * 24 * time.Hour},
+		"DailyJobMinRetention":         {since: 2 * time.Hour, least: 24 * time.Hour, migrate: []pglease.Option{pglease.WithRetention(pglease.MinRetention)}},
+		"DailyJobAdminPurgeMinHorizon": {since: 2 * time.Hour, least: 24 * time.Hour},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx, pool, table := pgtest.Setup(t)
 			// A period over twice the retention, for which the claim made
 			// `since` ago took the same tick as a claim now.
-			period := fitPeriod(t, c.periods, c.since)
+			period := fitPeriod(t, c.least, c.since+time.Minute, time.Minute)
 			a := mustJob(t, pgtest.Locker(t, pool, table, "a"), pglease.WithPeriod(period))
 			run, err := a.Claim(ctx, "k")
 			require.NoError(t, err)
@@ -626,16 +626,21 @@ func testTicksAtMostOnceAcrossPurges(t *testing.T) {
 	}
 }
 
-// fitPeriod is the first of periods whose tick nearest now is also the one
-// nearest since (and a minute) ago.
-func fitPeriod(t *testing.T, periods []time.Duration, since time.Duration) time.Duration {
+// fitPeriod is a period of at least least (a whole number of hours more)
+// whose tick nearest now is also the one nearest every instant from before
+// ago to after from now: the one tick that a test's claims all take,
+// whatever the time of day the test runs at.
+func fitPeriod(t *testing.T, least, before, after time.Duration) time.Duration {
 	t.Helper()
-	for _, p := range periods {
-		if nearestTick(time.Now(), p).Equal(nearestTick(time.Now().Add(-since-time.Minute), p)) {
+	now := time.Now()
+	for k := range 72 {
+		p := least + time.Duration(k)*time.Hour
+		tick := nearestTick(now, p)
+		if nearestTick(now.Add(-before), p).Equal(tick) && nearestTick(now.Add(after), p).Equal(tick) {
 			return p
 		}
 	}
-	t.Skip("no period fits the time of day")
+	t.Fatalf("no period of %v or whole hours more keeps one tick from %v before now to %v after", least, before, after)
 	return 0
 }
 
@@ -908,12 +913,13 @@ func testTicksAtMostOnceAcrossAServerCrash(t *testing.T) {
 	srv := pgtest.CrashableServer(t)
 	table := pgtest.DurableTable(t, srv)
 	ctx := pgtest.Ctx(t)
-	const period = 10 * time.Second
+	// A period whose tick stays the nearest for as long as a crash and a
+	// restart may take on a busy machine: every claim below is of one tick.
+	period := fitPeriod(t, 24*time.Hour, time.Minute, 5*time.Minute)
 	pool := pgtest.PoolWith(t, srv.DSN(), func(c *pgxpool.Config) {
 		c.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	})
 	a := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithTTL(2*time.Second)), pglease.WithPeriod(period))
-	sleepToPhase(period, 0.05)
 	run, err := a.Claim(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, run.Unlock(ctx))
@@ -923,7 +929,7 @@ func testTicksAtMostOnceAcrossAServerCrash(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err = b.Claim(ctx, "k")
 		return err == nil || errors.Is(err, pglease.ErrHeld)
-	}, 5*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond, "no claim answered within 30s of the restart")
 	require.ErrorIs(t, err, pglease.ErrHeld, "tick %v claimed again after the crash", run.Tick())
 	time.Sleep(2500 * time.Millisecond) // the claim's lease, restored with the crash's loss of the release, lapses
 	_, err = b.Claim(ctx, "k")
