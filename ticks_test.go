@@ -912,7 +912,10 @@ func testTicksAtMostOnceAcrossAServerCrash(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.CrashableServer(t)
 	table := pgtest.DurableTable(t, srv)
-	ctx := pgtest.Ctx(t)
+	// Longer than pgtest.Ctx's 30 s: a crash and restart on a busy
+	// machine take 20 s, and claims are retried for 30 s after it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	// A period whose tick stays the nearest for as long as a crash and a
 	// restart may take on a busy machine: every claim below is of one tick.
 	period := fitPeriod(t, 24*time.Hour, time.Minute, 5*time.Minute)

@@ -145,7 +145,6 @@ func TestServerClock(t *testing.T) {
 	// server's, which the step leaves where it was.
 	t.Run("TicksNeitherDoubledNorDroppedByAQuarterPeriodStep", func(t *testing.T) {
 		fc := startFakeClockServer(t)
-		ctx := pgtest.Ctx(t)
 		pool := pgtest.PoolAt(t, fc.srv.DSN(), nil)
 		table := pgtest.Table(t, pool)
 		const period = 4 * time.Second // the fake clock steps by whole seconds: a quarter is 1s
@@ -179,7 +178,7 @@ func TestServerClock(t *testing.T) {
 
 		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
 		require.NoError(t, err)
-		runs, err := admin.Runs(ctx, "job", time.Hour)
+		runs, err := admin.Runs(pgtest.Ctx(t), "job", time.Hour) // a context of its own: the ticks took 30 s
 		require.NoError(t, err)
 		perTick := map[time.Time]int{}
 		mu.Lock()
