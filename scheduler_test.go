@@ -118,16 +118,20 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 	t.Helper()
 	const period = time.Second
 	log := newRunLog()
-	base := time.Now().Add(500 * time.Millisecond)
-	for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond} {
-		r := newReplicaOn(t, dsn, table, fmt.Sprintf("replica-%d", i+1), append([]pglease.Option{pglease.WithTTL(5 * time.Second)}, opts...)...)
+	skews := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+	reps := make([]*replica, len(skews))
+	for i := range reps {
+		reps[i] = newReplicaOn(t, dsn, table, fmt.Sprintf("replica-%d", i+1), append([]pglease.Option{pglease.WithTTL(5 * time.Second)}, opts...)...)
 		// Connected, its table checked, as a running service's Locker is
 		// before a tick: the first tick's claims cost what the others do.
-		warm, err := r.locker.Claim(pgtest.Ctx(t), "warm-up-"+r.name)
+		warm, err := reps[i].locker.Claim(pgtest.Ctx(t), "warm-up-"+reps[i].name)
 		require.NoError(t, err)
 		require.NoError(t, warm.Unlock(pgtest.Ctx(t)))
-		_, err = r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
-			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
+	}
+	base := time.Now().Add(500 * time.Millisecond)
+	for i, r := range reps {
+		_, err := r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
+			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skews[i]))))
 		require.NoError(t, err)
 		r.sched.Start()
 		t.Cleanup(func() { _ = r.sched.Shutdown() })

@@ -75,7 +75,10 @@ const releaseRows = `WITH r AS (
 // releaseReport is what Release reports: the released rows, then the
 // rows skipped because locked.
 const releaseReport = `
-)
+)` + releaseSelect
+
+// releaseSelect is the SELECT that ends releaseReport and releaseRunReport.
+const releaseSelect = `
 SELECT key, fence, true FROM released
 UNION ALL
 SELECT c.key, c.fence, false
@@ -215,14 +218,7 @@ const releaseRunReport = `
 ), ran AS (
   UPDATE {runs} AS run SET ended_at = clock_timestamp(), outcome = released.outcome
     FROM released WHERE run.fence = released.fence AND released.outcome <> '' AND run.outcome IS NULL
-)
-SELECT key, fence, true FROM released
-UNION ALL
-SELECT c.key, c.fence, false
-  FROM r JOIN {table} AS c ON c.key = r.key AND c.fence = r.fence
- WHERE c.holder = $1 COLLATE "C" AND c.expires_at > clock_timestamp()
-   AND c.key NOT IN (SELECT key FROM released)
-   AND (SELECT count(*) FROM released) < cardinality($3::text[])`
+)` + releaseSelect
 
 // ReleaseOneRun is ReleaseOne closing the run of a lease of a tick ($6,
 // its outcome).
