@@ -51,7 +51,7 @@ type LeaseInfo struct {
 	ServerNow    time.Time  // List: the server's clock at the read; ExpiresAt - ServerNow is the time left
 	Live         bool       // List: ExpiresAt > ServerNow; every lease of Leases is live
 	ReleasedAt   time.Time  // List: when its holder released it; zero if it did not (expired: it lapsed)
-	Tick         time.Time  // the tick of a job's schedule it was claimed for (WithPeriod); zero if none
+	Tick         time.Time  // the tick of a job's schedule it was claimed for (WithPeriod, WithCron); zero if none
 	TrustUntil   time.Time  // Leases: the local time until which the Locker trusts the lease
 	State        LeaseState // Leases: how sure the Locker is of the lease
 }

@@ -133,7 +133,11 @@ func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait tim
 		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, lockWait)
 		return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 	}
-	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, t.ticks.period, t.ticks.catchUp)
+	tk, err := t.ticks.claim(l.clock.Wall(at)) // the instants around this replica's clock
+	if err != nil {
+		return sent{at: at, err: fmt.Errorf("%s: %w", t.ticks.crontab, err), fate: notSent}
+	}
+	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, tk)
 	if driver.Is(err, driver.UndefinedTable) {
 		err = fmt.Errorf("%w (a job with ticks enters its runs in the ledger beside the lease table: run Migrate, or apply pglease.Schema())", err)
 	}

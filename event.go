@@ -70,7 +70,7 @@ type Event struct {
 	Leases int           // heartbeats: the leases in the statement
 	Skew   Skew          // EventAcquired, EventExtended: the Locker's ClockSkew reading
 
-	// Tick is, for a claim of a job's tick (WithPeriod), the tick claimed
+	// Tick is, for a claim of a job's tick (WithPeriod, WithCron), the tick claimed
 	// (EventAcquired) or refused (EventContended). CaughtUp marks an
 	// acquisition that runs a tick whose run lapsed (WithCatchUp); Skipped
 	// a refusal because the run of an earlier tick still holds the key.

@@ -63,11 +63,17 @@ func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 // Locker whose heartbeat extends them, and makes them known to it: its
 // watchdog and its clock-skew bound follow the shortest.
 func (l *Locker) ownTerms(who string, c config) (terms, error) {
-	if c.catchUp && c.period == 0 {
-		c.invalid("WithCatchUp", "%s: WithCatchUp: only a job of ticks catches up on a lapsed run: give WithPeriod too", who)
+	if c.catchUp && c.period == 0 && c.cron == nil {
+		c.invalid("WithCatchUp", "%s: WithCatchUp: only a job of ticks catches up on a lapsed run: give WithPeriod or WithCron too", who)
+	}
+	if c.period > 0 && c.cron != nil {
+		c.invalid("WithCron", "%s: WithCron(%q) and WithPeriod(%v): a job has one schedule: give one of them", who, c.crontab, c.period)
 	}
 	if c.period > 0 && l.cfg.noFence {
 		c.invalid("WithPeriod", "%s: WithPeriod(%v): a tick is stored in the lease table's tick column, which a table WithoutFenceColumn lacks: run Migrate, or schedule the job without WithPeriod", who, c.period)
+	}
+	if c.cron != nil && l.cfg.noFence {
+		c.invalid("WithCron", "%s: WithCron(%q): a tick is stored in the lease table's tick column, which a table WithoutFenceColumn lacks: run Migrate, or schedule the job without WithCron", who, c.crontab)
 	}
 	if len(c.errs) == 0 {
 		// The rules of newConfig, with the heartbeat interval the Locker
@@ -93,8 +99,8 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 		lower(&l.minHold, c.minHold)
 	}
 	t := terms{ttl: c.ttl, minHold: c.minHold, timeout: c.timeout}
-	if c.period > 0 {
-		t.ticks = &ticks{period: c.period, catchUpOn: c.catchUp}
+	if c.period > 0 || c.cron != nil {
+		t.ticks = &ticks{period: c.period, crontab: c.crontab, cron: c.cron, catchUpOn: c.catchUp}
 	}
 	return t, nil
 }

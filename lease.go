@@ -57,7 +57,7 @@ func (ls *Lease) Holder() string { return ls.holder }
 func (ls *Lease) Fence() int64 { return ls.fence }
 
 // Tick is the tick of the job's schedule the lease was claimed for
-// (WithPeriod), or the zero time for a lease of no tick.
+// (WithPeriod or WithCron), or the zero time for a lease of no tick.
 func (ls *Lease) Tick() time.Time { return ls.tick }
 
 // AcquiredAt is the server time of the claim.

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
 )
 
 // Defaults, for users who want to refer to them.
@@ -60,6 +61,7 @@ const MaxKeyLen = 1024
 //	WithTimeout                 x       x       x
 //	WithMinHold                 x       x
 //	WithPeriod                          x
+//	WithCron                            x
 //	WithCatchUp                         x
 //	WithHeartbeatInterval       x
 //	WithTable                   x                         x        x        x
@@ -122,6 +124,8 @@ type config struct {
 	minHold    time.Duration
 	minHoldSet bool          // WithMinHold was given
 	period     time.Duration // WithPeriod (ticks.go): a job's claims claim ticks
+	crontab    string        // WithCron (ticks.go): the same, of a crontab, with its zone
+	cron       cron.Schedule // crontab's
 	catchUp    bool          // WithCatchUp (ticks.go)
 	table      string
 	retention  time.Duration

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/robfig/cron/v3"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // WithPeriod makes a job's claims claim ticks: each claim takes the lease
@@ -25,13 +28,57 @@ func WithPeriod(period time.Duration) Option {
 			func(c *config) { c.period = period })}
 }
 
+// WithCron makes a job's claims claim the instants of a cron schedule, as
+// WithPeriod does the ticks of a period: crontab is read as gocron's
+// CronJob(crontab, true) reads it (five fields, or six with seconds first,
+// or a descriptor such as @daily), in UTC unless it begins with
+// CRON_TZ=zone; @every is refused (use WithPeriod). Each claim takes the
+// instant nearest the database server's clock, so the replicas' clocks
+// must be off by less than half the shortest time between two instants.
+// Only Locker.Job takes it, not with WithPeriod; Schedule adds the job as a
+// CronJob of the same crontab.
+func WithCron(crontab string) Option {
+	return Option{"WithCron", atJob, "a schedule is a job's: give it to Locker.Job",
+		func(c *config) {
+			tab, s, err := parseCron(crontab)
+			if err != nil {
+				c.invalid("WithCron", "WithCron(%q): %v", crontab, err)
+				return
+			}
+			c.crontab, c.cron = tab, s
+		}}
+}
+
 // ticks are the instants of a job's schedule, the multiples of period
-// since the Unix epoch: the claims of the job claim one of them each, the
-// one nearest the server's clock (sqlstmt.ClaimTick).
+// since the Unix epoch or the instants of a crontab: the claims of the job
+// claim one of them each, the one nearest the server's clock
+// (sqlstmt.ClaimTick).
 type ticks struct {
 	period    time.Duration
-	catchUpOn bool      // WithCatchUp: a tick whose run lapsed is run once more
-	catchUp   time.Time // the tick a catch-up claims; zero for the nearest
+	crontab   string        // WithCron, with its zone; period is 0
+	cron      cron.Schedule // crontab's
+	catchUpOn bool          // WithCatchUp: a tick whose run lapsed is run once more
+	catchUp   time.Time     // the tick a catch-up claims; zero for the nearest
+}
+
+// claim is what a claim of the job sends: the period, or the instants of
+// the crontab around now, one of which is nearest the server's clock.
+func (tk *ticks) claim(now time.Time) (driver.Ticks, error) {
+	d := driver.Ticks{Period: tk.period, CatchUp: tk.catchUp}
+	if tk.cron == nil {
+		return d, nil
+	}
+	var err error
+	d.Instants, err = instantsAround(tk.cron, now)
+	return d, err
+}
+
+// after is how long after tick the schedule's next tick comes.
+func (tk *ticks) after(tick time.Time) time.Duration {
+	if tk.cron == nil {
+		return tk.period
+	}
+	return tk.cron.Next(tick).Sub(tick)
 }
 
 // WithCatchUp makes a job of ticks (WithPeriod) run a tick once more when
@@ -101,7 +148,7 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 	tk.catchUp = tick
 	ct := t
 	ct.ticks = &tk
-	ctx, cancel := context.WithTimeout(ctx, t.ttl+t.ticks.period)
+	ctx, cancel := context.WithTimeout(ctx, t.ttl+max(t.ticks.after(tick), 0))
 	defer cancel()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -114,23 +161,27 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 }
 
 // Schedule adds the job to s on its schedule (WithPeriod: every period,
-// its first run on the period's grid) with j as its distributed locker, and
-// opts after those, so that the schedule is written once:
+// its first run on the period's grid; WithCron: a CronJob of its crontab)
+// with j as its distributed locker, and opts after those, so that the
+// schedule is written once:
 //
 //	payouts, err := locker.Job(pglease.WithPeriod(time.Minute))
 //	task, named := locker.Task("payouts", pay)
 //	_, err = payouts.Schedule(s, task, named)
 //
-// A JobLocker made without WithPeriod has no schedule: Schedule returns an
-// error and adds nothing.
+// A JobLocker made without WithPeriod or WithCron has no schedule:
+// Schedule returns an error and adds nothing.
 func (j *JobLocker) Schedule(s gocron.Scheduler, task gocron.Task, opts ...gocron.JobOption) (gocron.Job, error) {
-	if j.terms.ticks == nil {
-		return nil, errors.New("pglease: Schedule: the job has no schedule: make it with Locker.Job(pglease.WithPeriod(...))")
+	tk := j.terms.ticks
+	switch {
+	case tk == nil:
+		return nil, errors.New("pglease: Schedule: the job has no schedule: make it with Locker.Job(pglease.WithPeriod(...)) or WithCron(...)")
+	case tk.cron != nil:
+		return s.NewJob(gocron.CronJob(tk.crontab, true), task, append([]gocron.JobOption{gocron.WithDistributedJobLocker(j)}, opts...)...)
 	}
-	p := j.terms.ticks.period
 	all := append([]gocron.JobOption{
-		gocron.WithStartAt(gocron.WithStartDateTimePast(gridFloor(time.Now(), p))),
+		gocron.WithStartAt(gocron.WithStartDateTimePast(gridFloor(time.Now(), tk.period))),
 		gocron.WithDistributedJobLocker(j),
 	}, opts...)
-	return s.NewJob(gocron.DurationJob(p), task, all...)
+	return s.NewJob(gocron.DurationJob(tk.period), task, all...)
 }

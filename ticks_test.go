@@ -488,7 +488,7 @@ func TestTicks(t *testing.T) {
 
 		_, err = pgtest.Locker(t, pool, table, "c").Job(pglease.WithCatchUp())
 		require.ErrorAs(t, err, &oe)
-		require.ErrorContains(t, err, "give WithPeriod too")
+		require.ErrorContains(t, err, "give WithPeriod or WithCron too")
 
 		plain := mustJob(t, pgtest.Locker(t, pool, table, "b"))
 		sched, err := gocron.NewScheduler()
@@ -499,6 +499,9 @@ func TestTicks(t *testing.T) {
 		assert.Empty(t, sched.Jobs(), "nothing added")
 	})
 
+	t.Run("CronInstantsEachRunOnceAcrossOffsetClocks", testTicksCronInstantsEachRunOnceAcrossOffsetClocks)
+	t.Run("CronIsTheInstantNearestTheServersClock", testTicksCronIsTheInstantNearestTheServersClock)
+	t.Run("CronRefusedWhereItCannotWork", testTicksCronRefusedWhereItCannotWork)
 	t.Run("AnEarlierTicksRunKeepsItsLeaseAgainstItsOwnLocker", testTicksAnEarlierTicksRunKeepsItsLeaseAgainstItsOwnLocker)
 	t.Run("AtMostOnceAcrossPurges", testTicksAtMostOnceAcrossPurges)
 	t.Run("AtMostOnceUnderConcurrentClaimsAtItsEdge", testTicksAtMostOnceUnderConcurrentClaimsAtItsEdge)
@@ -1031,4 +1034,117 @@ func testTicksAtMostOnceUnderLostAndLateClaims(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs of %d ticks", len(runs), len(perTick))
+}
+
+// Guarantee: the instants of a crontab (WithCron), uneven ones, each run at
+// most once across three replicas whose clocks (gocron's and the Locker's)
+// are up to 0.4 s apart, under half the shortest gap (2 s); a job that
+// returns at once runs each exactly once, on an instant of the crontab.
+func testTicksCronInstantsEachRunOnceAcrossOffsetClocks(t *testing.T) {
+	t.Parallel()
+	const crontab = "*/5,2-59/5 * * * * *" // seconds 0, 2, 5, 7, 10, ...: gaps of 2 and 3 s
+	table := pgtest.Table(t, pgtest.Pool(t, nil))
+	var (
+		mu   sync.Mutex
+		runs []tickRun
+	)
+	for i, offset := range []time.Duration{-400 * time.Millisecond, 0, 400 * time.Millisecond} {
+		name := fmt.Sprintf("replica-%d", i+1)
+		l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name)
+		pglease.ShiftWallClock(l, offset)
+		sched, err := gocron.NewScheduler(gocron.WithClock(offsetClock{clockwork.NewRealClock(), offset}))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
+		task, named := l.Task("report", func(_ context.Context, lease *pglease.Lease) {
+			mu.Lock()
+			defer mu.Unlock()
+			runs = append(runs, tickRun{replica: name, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()})
+		})
+		_, err = mustJob(t, l, pglease.WithCron(crontab)).Schedule(sched, task, named)
+		require.NoError(t, err)
+		sched.Start()
+	}
+	first := time.Now().Truncate(time.Second).Add(2 * time.Second) // every scheduler has started by then
+	last := first.Add(16 * time.Second)
+	time.Sleep(time.Until(last.Add(2 * time.Second)))
+
+	mu.Lock()
+	defer mu.Unlock()
+	perTick := map[time.Time][]tickRun{}
+	for _, x := range runs {
+		require.Contains(t, []int{0, 2}, x.tick.Second()%5, "tick %v is an instant of %s", x.tick, crontab)
+		require.Zero(t, x.tick.Nanosecond(), "tick %v is an instant of %s", x.tick, crontab)
+		perTick[x.tick.UTC()] = append(perTick[x.tick.UTC()], x)
+	}
+	instants := 0
+	for k := first; !k.After(last); k = k.Add(time.Second) {
+		if s := k.Second() % 5; s != 0 && s != 2 {
+			continue
+		}
+		instants++
+		assert.Len(t, perTick[k.UTC()], 1, "instant %v runs exactly once: %+v", k, perTick[k.UTC()])
+	}
+	t.Logf("figures: %d instants of %s from %v, %d runs in all", instants, crontab, first.Format("15:04:05"), len(runs))
+}
+
+// Guarantee: the tick of a crontab's job is the instant of the crontab
+// nearest the server's clock at the claim, of uneven ones (minutes 0 and
+// 10 of each hour), whatever the claimer's clock says within half the
+// shortest gap.
+func testTicksCronIsTheInstantNearestTheServersClock(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	nearest := func(x time.Time) time.Time {
+		h := x.UTC().Truncate(time.Hour)
+		best := h
+		for _, c := range []time.Time{h.Add(-50 * time.Minute), h, h.Add(10 * time.Minute), h.Add(time.Hour)} {
+			if d, b := c.Sub(x).Abs(), best.Sub(x).Abs(); d < b || d == b && c.After(best) {
+				best = c
+			}
+		}
+		return best
+	}
+	for i, offset := range []time.Duration{0, -4 * time.Minute, 4 * time.Minute} {
+		l := pgtest.Locker(t, pool, table, fmt.Sprintf("claimer-%d", i))
+		pglease.ShiftWallClock(l, offset)
+		j := mustJob(t, l, pglease.WithCron("0 0,10 * * * *"))
+		var before, after time.Time
+		key := fmt.Sprintf("k%d", i)
+		require.NoError(t, pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&before))
+		lease, err := j.Claim(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&after))
+		assert.True(t, lease.Tick().Equal(nearest(before)) || lease.Tick().Equal(nearest(after)),
+			"claimer's clock off by %v: tick %v, server clock from %v to %v", offset, lease.Tick(), before, after)
+		require.NoError(t, lease.Unlock(ctx))
+	}
+}
+
+// Guarantee: a crontab that cannot work is refused with an error that
+// names it, before anything is claimed.
+func testTicksCronRefusedWhereItCannotWork(t *testing.T) {
+	t.Parallel()
+	_, pool, table := pgtest.Setup(t)
+	l := pgtest.Locker(t, pool, table, "a")
+	unfenced := pgtest.Locker(t, pool, table, "b", pglease.WithoutFenceColumn())
+	for name, c := range map[string]struct {
+		on   *pglease.Locker
+		opts []pglease.Option
+		want string
+	}{
+		"Every":              {l, []pglease.Option{pglease.WithCron("@every 1m")}, `WithCron("@every 1m"): @every counts from each run`},
+		"NeverComes":         {l, []pglease.Option{pglease.WithCron("0 0 30 2 *")}, "none of its instants comes"},
+		"Malformed":          {l, []pglease.Option{pglease.WithCron("61 * * * *")}, `WithCron("61 * * * *")`},
+		"WithPeriodToo":      {l, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithPeriod(time.Hour)}, "a job has one schedule"},
+		"WithoutFenceColumn": {unfenced, []pglease.Option{pglease.WithCron("0 * * * *")}, "tick column"},
+	} {
+		_, err := c.on.Job(c.opts...)
+		var oe *pglease.OptionError
+		require.ErrorAs(t, err, &oe, name)
+		require.ErrorContains(t, err, c.want, name)
+	}
+	require.ErrorIs(t, pglease.Migrate(context.Background(), pool, pglease.WithTable(table), pglease.WithCron("0 * * * *")), pglease.ErrInvalidOption,
+		"Migrate takes no crontab")
+	_, err := l.Job(pglease.WithCron("0 3 * * *"), pglease.WithCatchUp())
+	require.NoError(t, err, "a job of a crontab catches up")
 }

@@ -68,19 +68,24 @@ func (p *fenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait tim
 	return r.c, r.ok, err
 }
 
-func (p *fenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait, period time.Duration, catchUp time.Time) (TickClaim, error) {
+func (p *fenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, tk Ticks) (TickClaim, error) {
 	var wait *string
 	if lockWait > 0 {
 		w := fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1))
 		wait = &w
 	}
 	var tick *time.Time
-	if !catchUp.IsZero() {
-		tick = &catchUp
+	if !tk.CatchUp.IsZero() {
+		tick = &tk.CatchUp
+	}
+	var period *int64
+	if tk.Period > 0 {
+		us := tk.Period.Microseconds()
+		period = &us
 	}
 	return retried(ctx, func() (TickClaim, error) {
 		var c TickClaim
-		err := db.QueryRow(ctx, p.claimTickSQL, key, p.holder, ttl.Seconds(), period.Microseconds(), wait, tick).
+		err := db.QueryRow(ctx, p.claimTickSQL, key, p.holder, ttl.Seconds(), period, wait, tick, tk.Instants).
 			Scan(&c.Took, &c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, &c.Holder, &c.RowTick, &c.Tick, &c.Released, &c.IsRun)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return TickClaim{}, nil // no row: the claim's snapshot did not see the one that refused it

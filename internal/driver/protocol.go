@@ -8,6 +8,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Ticks is the schedule a claim of a tick claims from: the multiples of
+// Period since the Unix epoch, or (Period 0) Instants, some instants of a
+// crontab around the claimer's clock. A catch-up (CatchUp not zero) claims
+// that tick instead, and takes a row of that tick whose run lapsed.
+type Ticks struct {
+	Period   time.Duration
+	Instants []time.Time
+	CatchUp  time.Time
+}
+
 // Protocol is the SQL a Locker speaks to its lease rows, over plain
 // values; every SQL text is a constant of internal/sqlstmt. Fenced runs
 // the fenced statements: a fence column fed by a sequence. Unfenced
@@ -24,13 +34,11 @@ type Protocol interface {
 	// row's lock at most lockWait (0: as long as it is held); ok is false
 	// when another holder's lease is live.
 	Claim(ctx context.Context, db DB, key string, ttl, lockWait time.Duration) (c Claimed, ok bool, err error)
-	// ClaimTick takes key for ttl for one tick of a job's period: the
-	// multiple of period since the Unix epoch nearest the server's clock,
-	// and only if the row's tick is earlier. It waits on the row's lock at
-	// most lockWait (0: as long as it is held). Unfenced has no column for
-	// the tick and refuses. A catch-up (catchUp not zero) claims that
-	// tick instead, and takes a row of that tick whose run lapsed.
-	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait, period time.Duration, catchUp time.Time) (TickClaim, error)
+	// ClaimTick takes key for ttl for one tick of a job's schedule (the
+	// instant of tk nearest the server's clock), and only if the row's tick
+	// is earlier. It waits on the row's lock at most lockWait (0: as long
+	// as it is held). Unfenced has no column for the tick and refuses.
+	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, tk Ticks) (TickClaim, error)
 	// Bursts reports whether ClaimAll sends many claims in one statement.
 	Bursts() bool
 	// ClaimAll claims keys (distinct), each for its TTL in ttls (seconds),

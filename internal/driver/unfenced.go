@@ -54,7 +54,7 @@ func (p *unfenced) ClaimAll(context.Context, DB, []string, []float64, time.Durat
 
 // ClaimTick is not a statement of this protocol: the table has no column
 // for the tick (Locker.Job refuses a schedule WithoutFenceColumn).
-func (p *unfenced) ClaimTick(context.Context, DB, string, time.Duration, time.Duration, time.Duration, time.Time) (TickClaim, error) {
+func (p *unfenced) ClaimTick(context.Context, DB, string, time.Duration, time.Duration, Ticks) (TickClaim, error) {
 	return TickClaim{}, errors.New("pglease: a table without a fence column has no tick column")
 }
 

@@ -277,7 +277,12 @@ const (
 // epoch nearest the server's clock (instant.t, read once, in whole
 // microseconds, a half rounded up), whatever the claimer's clock says and
 // however long the statement took to arrive, so replicas whose clocks are
-// off by less than half the period agree on it.
+// off by less than half the period agree on it. A job of a crontab sends
+// no period ($4 NULL) but some of its instants ($7: the two before the
+// claimer's clock and the two after it), and the tick is the one of them
+// nearest the server's clock (a tie to the later, as for a period): the
+// nearest instant of the crontab whenever the clocks are off by less than
+// half the shortest time between two of its instants.
 //
 //   - tick is stored in the row with the lease and never moved back: a
 //     claim takes the row only for a tick after the row's (in the read
@@ -315,8 +320,9 @@ const (
 // after its lock, as in Claim.
 const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
      nearest AS (SELECT coalesce($6::timestamptz,
-                            to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0)) AS at
-                   FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us FROM instant) AS now_us),
+                            to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0),
+                            (SELECT c FROM unnest($7::timestamptz[]) AS c ORDER BY abs(extract(epoch FROM c - now_us.t)), c DESC LIMIT 1)) AS at
+                   FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us, instant.t FROM instant) AS now_us),
      prev AS (SELECT fence, holder, expires_at, released_at FROM {table} WHERE key = $1),
      taken AS (
 INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
