@@ -55,6 +55,8 @@ type cli struct {
 	job       string           // runs
 	since     time.Duration    // runs
 	now       bool             // release
+	addr      string           // ui
+	buttons   bool             // ui
 
 	conn     *pgx.ConnConfig // parsed from dsn
 	password string          // hidden from every message
