@@ -3,6 +3,8 @@ module github.com/pglease/pglease/pgleaseui
 go 1.25.0
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pglease/pglease v0.5.0
 	github.com/stretchr/testify v1.12.1
@@ -10,6 +12,7 @@ require (
 
 require (
 	github.com/go-co-op/gocron/v2 v2.22.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

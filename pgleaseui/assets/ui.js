@@ -6,6 +6,7 @@
   var fleet = document.getElementById("fleet");
   var badge = document.getElementById("refresh");
   var busy = false;
+  var refreshes = 0;
   function refresh() {
     if (busy || !fleet) return;
     busy = true;
@@ -23,6 +24,7 @@
         fleet.querySelectorAll("article.job").forEach(function (a) {
           if (open[a.getAttribute("data-job")]) a.querySelector("details").open = true;
         });
+        fleet.dataset.refreshes = String(++refreshes);
         badge.textContent = "live";
         badge.className = "refresh";
       })
