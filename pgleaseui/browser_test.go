@@ -374,8 +374,10 @@ func TestPage(t *testing.T) {
 		fits := eval[bool](t, tb, noOverflow)
 		scroll := eval[int](t, tb, `document.documentElement.scrollWidth`)
 		assert.True(t, fits, "no horizontal overflow of the page: %d wide in %d", scroll, width)
-		keysWide := eval[bool](t, tb, `document.querySelector("#keys").parentElement.scrollWidth > 375`)
-		assert.True(t, keysWide, "the keys table is wider than the window: it scrolls in its own box")
+		outside := eval[[]string](t, tb, `[...document.querySelectorAll("td, .timeline li")].filter(e => e.getBoundingClientRect().right > window.innerWidth).map(e => e.textContent)`)
+		assert.Empty(t, outside, "every cell and run within the window: the tables stack")
+		stacked := eval[string](t, tb, `getComputedStyle(document.querySelector("#keys tbody tr")).display`)
+		assert.Equal(t, "block", stacked, "each row a card")
 	})
 }
 

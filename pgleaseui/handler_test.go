@@ -101,8 +101,8 @@ func TestHandler(t *testing.T) {
 			for key, state := range map[string]string{"live-key": "live", "released-key": "released", "revoked-key": "revoked", "lapsed-key": "lapsed"} {
 				assert.Regexp(t, `<tr class="state-`+state+`" data-key="`+key+`">`, body, "%s: %s is %s", path, key, state)
 			}
-			assert.Contains(t, body, `<td class="num">`+strconv.FormatInt(live.Fence(), 10)+`</td>`, "the live lease's fence")
-			assert.Contains(t, body, `<tr data-holder="`+locker.Holder()+`"><td>`+locker.Holder()+`</td><td>live-key</td>`, "the holder with its live lease")
+			assert.Contains(t, body, `<td class="num" data-label="Fence">`+strconv.FormatInt(live.Fence(), 10)+`</td>`, "the live lease's fence")
+			assert.Contains(t, body, `<tr data-holder="`+locker.Holder()+`"><td data-label="Holder">`+locker.Holder()+`</td><td data-label="Live leases">live-key</td>`, "the holder with its live lease")
 			assert.NotContains(t, body, "<form", "read-only: no button")
 		}
 		_, body := get(t, srv, "/pglease/?part=fleet")

@@ -25,7 +25,7 @@
           if (open[a.getAttribute("data-job")]) a.querySelector("details").open = true;
         });
         fleet.dataset.refreshes = String(++refreshes);
-        badge.textContent = "live";
+        badge.textContent = "ok";
         badge.className = "refresh";
       })
       .catch(function (e) {
