@@ -57,7 +57,7 @@ func Handler(admin *pglease.Admin, opts ...Option) http.Handler {
 	if c.perJob <= 0 || c.since <= 0 {
 		panic(fmt.Sprintf("pgleaseui: WithRuns(%d, %v): both must be positive", c.perJob, c.since))
 	}
-	static, err := fs.Sub(assets, "assets")
+	static, err := fs.Sub(assets, "assets/static")
 	if err != nil {
 		panic(err)
 	}

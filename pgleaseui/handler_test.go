@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -125,6 +126,8 @@ func TestHandler(t *testing.T) {
 		}
 		assert.NotContains(t, page, "http://", "nothing from elsewhere: the page works offline")
 		assert.NotContains(t, page, "https://")
+		code, _ = get(t, srv, "/pglease/static/page.html")
+		assert.Equal(t, http.StatusNotFound, code, "the template is not served")
 	})
 
 	t.Run("RefusesEveryPostWhenReadOnly", func(t *testing.T) {
@@ -203,6 +206,16 @@ func TestHandler(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, body)
 		assert.Contains(t, body, `data-key="job"`)
 		assert.Contains(t, body, `<p class="error">No runs: `, "and says why it shows no run")
+	})
+
+	t.Run("RefusesANilAdminAndRunsOutOfRange", func(t *testing.T) {
+		t.Parallel()
+		_, pool, table := pgtest.Setup(t)
+		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+		require.NoError(t, err)
+		assert.PanicsWithValue(t, "pgleaseui: Handler: nil *pglease.Admin", func() { pgleaseui.Handler(nil) })
+		assert.PanicsWithValue(t, "pgleaseui: WithRuns(0, 1h0m0s): both must be positive", func() { pgleaseui.Handler(admin, pgleaseui.WithRuns(0, time.Hour)) })
+		assert.PanicsWithValue(t, "pgleaseui: WithRuns(5, 0s): both must be positive", func() { pgleaseui.Handler(admin, pgleaseui.WithRuns(5, 0)) })
 	})
 
 	t.Run("NamesAMissingTable", func(t *testing.T) {

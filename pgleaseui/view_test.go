@@ -87,3 +87,40 @@ func TestJobOf(t *testing.T) {
 		assert.Empty(t, j.Period, "one tick says no period")
 	})
 }
+
+// TestBuild pins what the page makes of one reading: each job's latest
+// runs only, and the holders with their live leases and all their runs.
+func TestBuild(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	listed := []pglease.LeaseInfo{
+		{Key: "a", Holder: "h1", Fence: 3, Live: true, ExpiresAt: now.Add(time.Second), ServerNow: now},
+		{Key: "b", Holder: "h2", Fence: 4, ExpiresAt: now.Add(-time.Second), ServerNow: now},
+		{Key: "c", Holder: pglease.RevokedHolder, Fence: 5, Live: true, ExpiresAt: now.Add(time.Second), ServerNow: now},
+	}
+	var runs []pglease.Run
+	for i := range 3 {
+		at := now.Add(time.Duration(i-3) * time.Minute)
+		runs = append(runs, pglease.Run{Key: "job", Tick: at, Fence: int64(i + 1), Holder: "h2", StartedAt: at, EndedAt: at.Add(time.Second), Outcome: "completed"})
+	}
+	v := build(listed, runs, 2)
+
+	t.Run("KeepsTheLatestRunsOfEachJob", func(t *testing.T) {
+		require.Len(t, v.Jobs, 1)
+		require.Len(t, v.Jobs[0].Entries, 2)
+		assert.Equal(t, "09:58:00", v.Jobs[0].Entries[0].Tick)
+		assert.Equal(t, "09:59:00", v.Jobs[0].Entries[1].Tick)
+	})
+	t.Run("HoldersAreTheLiveLeasesAndEveryRun", func(t *testing.T) {
+		assert.Equal(t, []holderRow{
+			{Holder: "h1", Leases: []string{"a"}},
+			{Holder: "h2", Runs: 3, LastRun: "09:59:00"},
+		}, v.Holders, "a revoked lease is nobody's")
+	})
+	t.Run("KeysWithTimeLeftByTheServersClock", func(t *testing.T) {
+		require.Len(t, v.Keys, 3)
+		assert.Equal(t, keyRow{Key: "a", Holder: "h1", Fence: "3", Left: "1s", State: "live", Live: true}, v.Keys[0])
+		assert.Equal(t, "expired 1s ago", v.Keys[1].Left)
+		assert.False(t, v.Keys[2].Live, "no button for a revoked lease")
+		assert.Equal(t, "2026-12-02 10:00:00.0Z", v.ServerNow)
+	})
+}
