@@ -75,7 +75,7 @@ func mounted(t *testing.T, h http.Handler) *httptest.Server {
 func TestHandler(t *testing.T) {
 	t.Parallel()
 
-	t.Run("ShowsEveryKeyWithItsStateByTheServersClock", func(t *testing.T) {
+	t.Run("ShowsEveryKeyWithItsStateAndEveryHolder", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		locker := pgtest.Locker(t, pool, table, "replica-a")
