@@ -55,6 +55,8 @@ type cli struct {
 	job       string           // runs
 	since     time.Duration    // runs
 	now       bool             // release
+	addr      string           // ui
+	buttons   bool             // ui
 
 	conn     *pgx.ConnConfig // parsed from dsn
 	password string          // hidden from every message
@@ -65,7 +67,7 @@ type cli struct {
 func (c *cli) commonFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection `string` (default $"+envDSN+", else libpq's "+strings.Join(libpqEnv, ", ")+")")
 	fs.StringVar(&c.table, "table", pglease.DefaultTable, "lease table, \"name\" or \"schema.name\"")
-	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound of the whole command")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound of the whole command (of ui: of each reading of its page)")
 }
 
 // checkCommon validates the common flags, before anything is sent.

@@ -13,10 +13,11 @@
 //	release KEY      revoke the lease on KEY: its holder loses it at its next heartbeat,
 //	                 and any holder can claim it once it would have expired
 //	release -now KEY expire the lease on KEY now (unsafe: two replicas may believe at once)
+//	ui [-addr A]     serve the web page of the table (pgleaseui) on A, 127.0.0.1:8089 by default
 //
 // Every command takes -dsn (default $PGLEASE_DATABASE_URL, else libpq's
 // PGHOST, PGPORT, PGUSER, PGDATABASE and PGPASSWORD, as psql reads them),
-// -table (default "lease") and -timeout. Exit status: 0 success, 1 operational failure
+// -table (default "lease") and -timeout (of ui: of each reading of its page). Exit status: 0 success, 1 operational failure
 // (database error, key not found), 2 usage error.
 package main
 
@@ -61,13 +62,18 @@ Commands:
                    it now. UNSAFE: its holder believes in it until its next
                    heartbeat (or up to the old expiry if that fails), so two
                    replicas may run the job at once; prints that warning
+  ui               serve the web page of the table on -addr (127.0.0.1:8089)
+                   until interrupted: keys, holders and each job's runs,
+                   refreshed live; read-only unless -buttons adds Revoke and
+                   ForceExpire. No authentication: keep it on localhost
 
 Flags of every command:
   -dsn string      PostgreSQL connection string (default $PGLEASE_DATABASE_URL,
                    else libpq's PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD
                    as psql reads them)
   -table string    lease table, "name" or "schema.name" (default "lease")
-  -timeout dur     bound of the whole command (default 30s)
+  -timeout dur     bound of the whole command; of ui, of each reading of its
+                   page (default 30s)
 
 Run "pglease <command> -h" for the flags of one command.
 
@@ -91,13 +97,14 @@ type command struct {
 	name    string
 	args    string // the positional arguments, for the usage line
 	nargs   int
+	serve   bool // runs until interrupted: -timeout bounds each of its readings, not the whole
 	summary string
 	flags   func(fs *flag.FlagSet, c *cli) // optional
 	check   func(c *cli) error             // optional
 	do      func(ctx context.Context, c *cli) error
 }
 
-var commands = []command{migrateCommand, statusCommand, runsCommand, purgeCommand, releaseCommand}
+var commands = []command{migrateCommand, statusCommand, runsCommand, purgeCommand, releaseCommand, uiCommand}
 
 // wrongArgs says that a command that takes want positional arguments,
 // named names (for the usage line), was given got.
@@ -170,8 +177,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	if !cmd.serve {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	if err := cmd.do(ctx, c); err != nil {
 		// The library's errors start with "pglease: ", which the command's
 		// own prefix already says.
