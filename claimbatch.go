@@ -133,16 +133,33 @@ func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait tim
 		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, lockWait)
 		return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
 	}
-	tk, err := t.ticks.claim(l.clock.Wall(at)) // the instants around this replica's clock
-	if err != nil {
-		return sent{at: at, err: fmt.Errorf("%s: %w", t.ticks.crontab, err), fate: notSent}
+	around := l.clock.Wall(at) // a crontab's instants around this replica's clock
+	for attempt := 1; ; attempt++ {
+		tk, err := t.ticks.claim(around)
+		if err != nil {
+			return sent{at: at, err: fmt.Errorf("%s: %w", t.ticks.crontab, err), fate: notSent}
+		}
+		tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, tk)
+		f := fateOf(err) // a stale claim was answered: it took nothing
+		switch {
+		case err == nil && tc.Stale && attempt < maxStaleClaims:
+			// The server's clock was outside the instants sent: around
+			// it, as late as this statement was, instead.
+			around, at = tc.AcquiredAt.Add(time.Since(at)), time.Now()
+			continue
+		case err == nil && tc.Stale:
+			err = fmt.Errorf("the database server's clock read %v, outside the instants of %s sent around %v, %d times: this replica's clock and the server's differ by more than half the time between two instants, or each claim took that long to reach the server",
+				tc.AcquiredAt.UTC().Format(time.RFC3339Nano), t.ticks.crontab, around.UTC().Format(time.RFC3339Nano), attempt)
+		case driver.Is(err, driver.UndefinedTable):
+			err = fmt.Errorf("%w (a job with ticks enters its runs in the ledger beside the lease table: run Migrate, or apply pglease.Schema())", err)
+		}
+		return sent{c: tc.Claimed, tick: &tc, ok: tc.Took, at: at, err: err, fate: f}
 	}
-	tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, tk)
-	if driver.Is(err, driver.UndefinedTable) {
-		err = fmt.Errorf("%w (a job with ticks enters its runs in the ledger beside the lease table: run Migrate, or apply pglease.Schema())", err)
-	}
-	return sent{c: tc.Claimed, tick: &tc, ok: tc.Took, at: at, err: err, fate: fateOf(err)}
 }
+
+// maxStaleClaims is how many times a claim of a crontab's tick is sent
+// when the server's clock lies outside the instants it sent.
+const maxStaleClaims = 3
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
 // alone that may wait on a row lock without bound (claimBound.mayWait),

@@ -45,10 +45,32 @@ func TestCron(t *testing.T) {
 			"61 * * * *":                     "61",
 			"* * * *":                        "expected",
 			"CRON_TZ=Nowhere/Else 0 3 * * *": "Nowhere/Else",
+			"CRON_TZ=Local 0 3 * * *":        "the zone Local is each host's own",
+			"CRON_TZ=UTC":                    "a zone and no schedule",
+			"TZ=Europe/Paris   ":             "a zone and no schedule",
+			"":                               "",
 		} {
 			_, _, err := parseCron(crontab)
 			require.ErrorContains(t, err, why, crontab)
 		}
+	})
+
+	// A crontab whose instants all lie in one month a year: the instants
+	// before the clock are found in a few dozen steps, not by walking the
+	// millions of that month.
+	t.Run("FindsTheInstantsBeforeTheClockWithoutWalkingThem", func(t *testing.T) {
+		t.Parallel()
+		_, s, err := parseCron("* * * * 1 *") // every second of January
+		require.NoError(t, err)
+		calls := 0
+		counting := nextFunc(func(x time.Time) time.Time { calls++; return s.Next(x) })
+		got, err := instantsAround(counting, time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+		require.NoError(t, err)
+		assert.Equal(t, []time.Time{
+			time.Date(2026, 1, 31, 23, 59, 58, 0, time.UTC), time.Date(2026, 1, 31, 23, 59, 59, 0, time.UTC),
+			time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 1, 1, 0, 0, 1, 0, time.UTC),
+		}, utc(got))
+		assert.Less(t, calls, 200, "calls of Next")
 	})
 
 	// Whatever the claimer's clock, the instant nearest any clock off from
@@ -93,4 +115,17 @@ func nearestInstant(t *testing.T, next func(time.Time) time.Time, x time.Time, b
 		return after
 	}
 	return before
+}
+
+// nextFunc is a cron.Schedule of a function.
+type nextFunc func(time.Time) time.Time
+
+func (f nextFunc) Next(t time.Time) time.Time { return f(t) }
+
+func utc(ts []time.Time) []time.Time {
+	out := make([]time.Time, len(ts))
+	for i, t := range ts {
+		out[i] = t.UTC()
+	}
+	return out
 }

@@ -93,6 +93,7 @@ func (p *fenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait
 		if c.RowTick.Unix() == 0 {
 			c.RowTick = time.Time{} // the row had none (the statement says 'epoch')
 		}
+		c.Stale = err == nil && !c.Took && c.Tick.Unix() == 0
 		return c, err
 	})
 }

@@ -84,6 +84,9 @@ type TickClaim struct {
 	RowTick  time.Time // the row's tick when refused; zero if it had none
 	Released bool      // when refused: the row's lease was released by its holder
 	IsRun    bool      // when refused: the row's mandate is a run of RowTick in the ledger
+	// Stale: the server's clock (AcquiredAt) was outside the Instants
+	// sent, and the claim took nothing.
+	Stale bool
 }
 
 // Lease is a lease as a heartbeat or release statement matches its

@@ -282,7 +282,13 @@ const (
 // claimer's clock and the two after it), and the tick is the one of them
 // nearest the server's clock (a tie to the later, as for a period): the
 // nearest instant of the crontab whenever the clocks are off by less than
-// half the shortest time between two of its instants.
+// half the shortest time between two of its instants. Those sent are
+// consecutive instants, so the nearest is among them only when the
+// server's clock lies between the first and the last: otherwise (the
+// statement arrived late, or the clocks differ by more) the claim takes
+// nothing and returns the row of a stale claim (asked 'epoch', the
+// server's clock as acquired_at), from which the claimer sends instants
+// around the server's clock instead.
 //
 //   - tick is stored in the row with the lease and never moved back: a
 //     claim takes the row only for a tick after the row's (in the read
@@ -321,14 +327,17 @@ const (
 const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
      nearest AS (SELECT coalesce($6::timestamptz,
                             to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0),
-                            (SELECT c FROM unnest($7::timestamptz[]) AS c ORDER BY abs(extract(epoch FROM c - now_us.t)), c DESC LIMIT 1)) AS at
+                            (SELECT c FROM unnest($7::timestamptz[]) AS c,
+                                           (SELECT min(x) AS lo, max(x) AS hi FROM unnest($7::timestamptz[]) AS x) AS sent
+                              WHERE now_us.t BETWEEN sent.lo AND sent.hi
+                              ORDER BY abs(extract(epoch FROM c - now_us.t)), c DESC LIMIT 1)) AS at
                    FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us, instant.t FROM instant) AS now_us),
      prev AS (SELECT fence, holder, expires_at, released_at FROM {table} WHERE key = $1),
      taken AS (
 INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), nearest.at
   FROM (SELECT t, sync FROM instant) AS clock, nearest, (SELECT $1::text AS key) AS c, (SELECT $2::text AS holder) AS h
- WHERE clock.sync IS NOT NULL AND ` + claimFree + `
+ WHERE clock.sync IS NOT NULL AND nearest.at IS NOT NULL AND ` + claimFree + `
    AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = c.key AND cur.tick >= nearest.at
                       AND NOT (cur.tick = nearest.at AND cur.expires_at <= clock.t
                                AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.outcome = '` + givenBack + `'))
@@ -363,4 +372,8 @@ SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > insta
        COALESCE(cur.tick, 'epoch'), nearest.at, cur.released_at IS NOT NULL,
        EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.tick = cur.tick)
   FROM instant, nearest, {table} AS cur
- WHERE cur.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`
+ WHERE cur.key = $1 AND nearest.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken)
+UNION ALL
+SELECT false, 0, instant.t, instant.t, false, 0, '', 'epoch', 'epoch', false, false
+  FROM instant, nearest
+ WHERE nearest.at IS NULL`
