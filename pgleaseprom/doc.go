@@ -24,12 +24,12 @@
 //
 // With the default namespace "pglease":
 //
-//	pglease_claims_total{outcome}            acquired | held (another holder's live lease) | error
+//	pglease_claims_total{outcome}            acquired | held (another holder's live lease) | failed
 //	pglease_leases_held                      leases held now
 //	pglease_leases_lost_total                leases that ended without being released
 //	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat
 //	pglease_heartbeat_failures_total         failed heartbeats (retried while the lease is trusted)
-//	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | error
+//	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | failed
 //	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim or heartbeat
 //	pglease_clock_skew_uncertainty_seconds   the bound on its error (half the round trip of its sample)
 //
@@ -37,7 +37,7 @@
 // abs(pglease_clock_skew_seconds) - pglease_clock_skew_uncertainty_seconds
 // above half your min hold: see pglease.Locker.ClockSkew.
 //
-// A rising pglease_claims_total{outcome="error"} is the alert to have: a
+// A rising pglease_claims_total{outcome="failed"} is the alert to have: a
 // claim that fails skips the job, and gocron logs nothing about it.
 //
 // # Keys as labels
