@@ -53,7 +53,11 @@ func (ls *Lease) Holder() string { return ls.holder }
 
 // Fence is the fencing token the database issued for this claim. Fences of a
 // key only grow. Pass it to every downstream write, and let the downstream
-// refuse writes with a fence lower than one it has seen.
+// refuse writes with a fence lower than one it has seen. They are not
+// consecutive: a claim that writes draws from the table's one sequence
+// (shared by its keys) as it builds its row, and again when it takes an
+// existing row; one that races another for a free key draws even when it
+// loses. A jump of two or more per claim means no lost lease.
 func (ls *Lease) Fence() int64 { return ls.fence }
 
 // Tick is the tick of the job's schedule the lease was claimed for
