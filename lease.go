@@ -91,7 +91,10 @@ func (ls *Lease) Err() error {
 
 // Context returns a context derived from parent that is cancelled the moment
 // the lease ends, with the lease's Err as its cause (context.Cause). A job
-// should do its work under it. Call cancel when done.
+// should do its work under it. Call cancel when done. It also ends with
+// parent: gocron cancels a job's context when its scheduler shuts down, so
+// a run still going at Shutdown sees context.Canceled (not ErrLost), and a
+// nightly job killed by a deploy says "context canceled".
 func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	mustContext(parent, "Lease.Context")
 	ctx, cancel := context.WithCancelCause(parent)
