@@ -3,8 +3,9 @@
 
 GOLANGCI_LINT ?= go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 # The library at the root, then the modules that keep their dependencies
-# (Prometheus, gonum/plot, the Docker client) out of its module graph.
-MODULES := . pgleaseprom pgleaseui cmd/pglease bench internal/pgcontainer
+# (OpenTelemetry, Prometheus, chromedp, GORM and sqlx, gonum/plot, the
+# Docker client) out of its module graph.
+MODULES := . pgleaseotel pgleaseprom pgleaseui cmd/pglease examples/orm bench internal/pgcontainer
 # Runs $(1) in every module, each against its own go.mod.
 each_module = set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && GOWORK=off $(1)); done
 

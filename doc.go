@@ -4,7 +4,7 @@
 // (gocron.WithDistributedLocker).
 //
 // Every replica runs the same code, started whenever the replica starts. The
-// running job finds its lease with [Locker.Held], works under
+// running job gets its lease from [Locker.Task], works under
 // [Lease.Context], which ends the moment the lease is lost, and passes
 // [Lease.Fence] to what it writes:
 //
@@ -28,18 +28,13 @@
 //		if err != nil {
 //			return err
 //		}
-//		_, err = invoices.Schedule(s,
-//			gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
-//				lease, ok := locker.Held("send-invoices")
-//				if !ok {
-//					return
-//				}
-//				ctx, cancel := lease.Context(ctx) // ends the moment the lease is lost
-//				defer cancel()
-//				sendInvoices(ctx, lease.Fence())
-//			}),
-//			gocron.WithName("send-invoices"), // the lease key: always name jobs
-//		)
+//		// The job's name, given once: its gocron name and its lease's key.
+//		// The run gets its lease, and a context that ends the moment the
+//		// lease is lost (or s.Shutdown cancels the run).
+//		task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) {
+//			sendInvoices(ctx, lease.Fence())
+//		})
+//		_, err = invoices.Schedule(s, task, named)
 //		if err != nil {
 //			return errors.Join(err, s.Shutdown())
 //		}

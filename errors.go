@@ -8,9 +8,11 @@ var (
 	// ErrHeld: another holder's lease on the key is live. Contention
 	// between replicas, not a failure.
 	ErrHeld = errors.New("lease held by another holder")
-	// ErrLost: the lease is no longer the key's current lease (a later
-	// claim took the key, or it lapsed). A lost lease never comes back.
-	ErrLost = errors.New("lease lost to another holder")
+	// ErrLost: the lease is no longer the key's current lease. The error
+	// wrapping it says why: a later lease took the key, the lease lapsed,
+	// its trust deadline passed, or an operator revoked it (ErrRevoked) or
+	// expired it early (Admin.ForceExpire). A lost lease never comes back.
+	ErrLost = errors.New("lease lost")
 	// ErrReleased is Lease.Err after a successful Unlock.
 	ErrReleased = errors.New("lease released")
 	// ErrClosed: Claim or Lock after Close; Lease.Err of a lease Close

@@ -31,6 +31,7 @@ const (
 	EventStoppedLeading                          // an Elector's leadership lease ended, with Fence (info)
 	EventNewLeader                               // an Elector saw a new leader, Holder (info)
 	EventUnnamedJob                              // Lock got a key like a Go function name; Err says why to name it (error)
+	EventRunWithoutLease                         // a Task's run found no lease of its job, and was skipped; once per job (warn)
 )
 
 var eventNames = map[EventKind]string{
@@ -49,6 +50,7 @@ var eventNames = map[EventKind]string{
 	EventStoppedLeading:     "stopped_leading",
 	EventNewLeader:          "new_leader",
 	EventUnnamedJob:         "unnamed_job",
+	EventRunWithoutLease:    "run_without_lease",
 }
 
 // String is a short snake_case name, usable as a metric label.
@@ -88,7 +90,7 @@ func (k EventKind) level() slog.Level {
 	switch k {
 	case EventClaimFailed, EventLost, EventReleaseFailed, EventUnnamedJob:
 		return slog.LevelError
-	case EventHeartbeatFailed, EventWaitByPolling:
+	case EventHeartbeatFailed, EventWaitByPolling, EventRunWithoutLease:
 		return slog.LevelWarn
 	case EventElected, EventWaitByNotification, EventStoppedLeading, EventNewLeader:
 		return slog.LevelInfo

@@ -85,6 +85,6 @@ func TestEventLog(t *testing.T) {
 		lines := loggedLines(t, &logs, pglease.EventLost)
 		require.Len(t, lines, 1)
 		assert.NotContains(t, lines[0], "took", "a loss has no round trip to report")
-		assert.Contains(t, lines[0]["error"], "lease lost to another holder")
+		assert.Contains(t, lines[0]["error"], "row taken by a later lease (holder b, fence")
 	})
 }

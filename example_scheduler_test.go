@@ -39,18 +39,13 @@ func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
 	if err != nil {
 		return err
 	}
-	_, err = invoices.Schedule(s,
-		gocron.NewTask(func(ctx context.Context) { // gocron passes the job's context
-			lease, ok := locker.Held("send-invoices")
-			if !ok {
-				return
-			}
-			ctx, cancel := lease.Context(ctx) // ends the moment the lease is lost
-			defer cancel()
-			sendInvoices(ctx, lease.Fence())
-		}),
-		gocron.WithName("send-invoices"), // the lease key: always name jobs
-	)
+	// The job's name, given once: its gocron name and its lease's key.
+	// The run gets its lease, and a context that ends the moment the
+	// lease is lost (or s.Shutdown cancels the run).
+	task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) {
+		sendInvoices(ctx, lease.Fence())
+	})
+	_, err = invoices.Schedule(s, task, named)
 	if err != nil {
 		return errors.Join(err, s.Shutdown())
 	}
@@ -60,8 +55,8 @@ func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
 }
 
 // Wire a gocron scheduler to pglease: every replica runs the same code, and
-// each tick of "send-invoices" runs on one of them. Inside the job, the
-// lease of the run is locker.Held(jobName).
+// each tick of "send-invoices" runs on one of them. Locker.Task hands each
+// run its lease.
 func Example_scheduler() {
 	ctx, stop := context.WithCancel(context.Background()) // a service: signal.NotifyContext
 	defer stop()

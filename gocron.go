@@ -19,8 +19,10 @@ import (
 //	_, err := s.NewJob(gocron.DailyJob(1, at), task, named)
 //
 // run gets a context that ends with the lease or the job's context, and the
-// run's lease, whose Fence is the run's fencing token. A run whose lease ended
-// before the task started is skipped. Task panics on an invalid name.
+// run's lease, whose Fence is the run's fencing token. A run that finds no
+// lease under name (its lease ended before the task started, or the job
+// was given another gocron.WithName) is skipped, and reported once per job
+// as EventRunWithoutLease. Task panics on an invalid name.
 func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) (gocron.Task, gocron.JobOption) {
 	if err := checkKey(name); err != nil {
 		panic("pglease: Task: " + err.Error())
@@ -31,6 +33,7 @@ func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) 
 	task := gocron.NewTask(func(ctx context.Context) {
 		lease, ok := l.Held(name)
 		if !ok {
+			l.once(name, Event{Kind: EventRunWithoutLease, Key: name, Err: errRunWithoutLease})
 			return
 		}
 		ctx, cancel := lease.Context(ctx)
@@ -38,6 +41,28 @@ func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) 
 		run(ctx, lease)
 	})
 	return task, gocron.WithName(name)
+}
+
+// errRunWithoutLease is the Err of EventRunWithoutLease.
+var errRunWithoutLease = errors.New("pglease: a run of the job found no lease under its name, and was skipped: " +
+	"its lease ended before the run started, or the job's gocron.WithName is not the name given to Task (pass Task's own option); " +
+	"reported once per job")
+
+// once emits e the first time it is asked to for e's kind and key.
+func (l *Locker) once(key string, e Event) {
+	k := e.Kind.String() + "\x00" + key
+	l.mu.Lock()
+	first := !l.warned[k]
+	if first {
+		if l.warned == nil {
+			l.warned = map[string]bool{}
+		}
+		l.warned[k] = true
+	}
+	l.mu.Unlock()
+	if first {
+		l.emit(e)
+	}
 }
 
 // funcName matches what runtime.FuncForPC(...).Name() gives a function, a
@@ -65,20 +90,8 @@ func looksLikeFuncName(key string) bool {
 // a Go function name (EventUnnamedJob, at error level). The job still
 // runs: refusing it would stop every unnamed job at an upgrade.
 func (l *Locker) warnUnnamed(key string) {
-	if !looksLikeFuncName(key) {
-		return
-	}
-	l.mu.Lock()
-	first := !l.warned[key]
-	if first {
-		if l.warned == nil {
-			l.warned = map[string]bool{}
-		}
-		l.warned[key] = true
-	}
-	l.mu.Unlock()
-	if first {
-		l.emit(Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
+	if looksLikeFuncName(key) {
+		l.once(key, Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
 	}
 }
 

@@ -106,6 +106,37 @@ func TestTask(t *testing.T) {
 		}
 	})
 
+	// A run that finds no lease under its name (the job renamed by a
+	// WithName of its own, a lease lost before the run began) is skipped,
+	// and reported once per job, however often it recurs: a job that never
+	// runs is seen.
+	t.Run("RunWithoutALeaseIsReportedOnce", func(t *testing.T) {
+		t.Parallel()
+		_, pool, table := pgtest.Setup(t)
+		events := pgtest.NewEvents(t)
+		var logs lockedBuffer
+		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithHook(events.Hook), pglease.WithLogger(jsonLogger(&logs)))
+		s := scheduler(t, gocron.WithDistributedLocker(l))
+		ran := make(chan struct{}, 1)
+		task, _ := l.Task("send-invoices", func(context.Context, *pglease.Lease) { ran <- struct{}{} })
+		_, err := s.NewJob(gocron.DurationJob(50*time.Millisecond), task, gocron.WithName("send-invoice")) // the lease's key
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return events.Count(pglease.EventReleased) >= 3 }, 10*time.Second, 10*time.Millisecond,
+			"three runs of the job, each claimed and released")
+		select {
+		case <-ran:
+			t.Fatal("a run without its lease ran")
+		default:
+		}
+		require.Equal(t, 1, events.Count(pglease.EventRunWithoutLease), "once per job, not per run")
+		got := events.WaitFor(t, pglease.EventRunWithoutLease, time.Second)
+		assert.Equal(t, "send-invoices", got.Key)
+		assert.Contains(t, got.Err.Error(), "no lease")
+		lines := loggedLines(t, &logs, pglease.EventRunWithoutLease)
+		require.Len(t, lines, 1)
+		assert.Equal(t, "WARN", lines[0]["level"])
+	})
+
 	t.Run("RefusesABadName", func(t *testing.T) {
 		t.Parallel()
 		l := pgtest.Each(pglease.NewLocker(pgtest.Pool(t, nil)))

@@ -63,7 +63,8 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	case err == nil:
 		return nil
 	case driver.Is(err, driver.DivisionByZero): // guardSQL matched no row
-		return fmt.Errorf("pglease: guard %q fence %d: row re-claimed by a later lease or lapsed: %w", ls.key, ls.fence, ErrLost)
+		why := ls.locker.lossesOf(ctx, ls.locker.conns.ClaimRead(), []*Lease{ls}, func(*Lease) bool { return true })[ls]
+		return fmt.Errorf("pglease: guard %q fence %d: the server refused it: %s: %w", ls.key, ls.fence, why.why, why.sentinel)
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pglease: guard %q fence %d: tx has already been committed or rolled back: %w", ls.key, ls.fence, err)
 	case driver.Is(err, driver.InFailedTransaction):

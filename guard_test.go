@@ -209,6 +209,72 @@ func TestGuard(t *testing.T) {
 		require.NoError(t, tx.Commit(ctx))
 	})
 
+	// Guarantee: Guard and GuardSQL name an operator's Revoke or
+	// ForceExpire, as Unlock and the heartbeat do, even before the Locker
+	// has seen it; neither claims another holder took the key.
+	t.Run("NamesTheOperatorsAction", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			action string
+			change func(*pglease.Admin, context.Context, string) (pglease.Revocation, error)
+			says   string
+		}{
+			{"Revoke", (*pglease.Admin).Revoke, "revoked by an operator"},
+			{"ForceExpire", (*pglease.Admin).ForceExpire, "expired early by an operator (Admin.ForceExpire)"},
+		} {
+			for _, via := range []string{"Guard", "GuardSQL"} {
+				t.Run(c.action+"/"+via, func(t *testing.T) {
+					t.Parallel()
+					ctx, pool, table := pgtest.Setup(t)
+					// No heartbeat round before Guard: the guard statement finds it.
+					l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Minute))
+					lease, err := l.Claim(ctx, "job")
+					require.NoError(t, err)
+					_, err = c.change(adminOf(t, pool, pglease.WithTable(table)), ctx, "job")
+					require.NoError(t, err)
+
+					if via == "Guard" {
+						err = lease.Guard(ctx, beginTx(t, pool))
+					} else {
+						tx, berr := pgtest.OpenSQL(t, pool, "pgx").BeginTx(ctx, nil)
+						require.NoError(t, berr)
+						t.Cleanup(func() { _ = tx.Rollback() })
+						err = lease.GuardSQL(ctx, tx)
+					}
+					t.Logf("%s after %s: %v", via, c.action, err)
+					require.ErrorIs(t, err, pglease.ErrLost)
+					assert.Equal(t, c.action == "Revoke", errors.Is(err, pglease.ErrRevoked))
+					assert.Contains(t, err.Error(), c.says)
+					assert.NotContains(t, err.Error(), "another holder")
+				})
+			}
+		}
+	})
+
+	// Guarantee: a lease that lapsed with no other holder is not said to
+	// be lost to one, by Err or by Guard.
+	t.Run("LapsedLeaseClaimsNoOtherHolder", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
+		lease, err := l.Claim(ctx, "job")
+		require.NoError(t, err)
+		// Heartbeats skip a locked row: held until its trust deadline
+		// passes, the lease lapses, and nobody else claims it.
+		lock := beginTx(t, pool)
+		_, err = lock.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'job' FOR NO KEY UPDATE`, pgx.Identifier{table}.Sanitize()))
+		require.NoError(t, err)
+		pgtest.WaitDone(t, lease, 5*time.Second)
+		require.NoError(t, lock.Rollback(ctx))
+
+		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+		assert.NotContains(t, lease.Err().Error(), "another holder")
+		err = lease.Guard(ctx, beginTx(t, pool))
+		t.Logf("Guard of a lapsed lease: %v", err)
+		require.ErrorIs(t, err, pglease.ErrLost)
+		assert.NotContains(t, err.Error(), "another holder")
+	})
+
 	t.Run("NilOrFinishedTransaction", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

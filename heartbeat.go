@@ -130,11 +130,11 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	// server is the server's clock as the round ran, for the clock-skew
 	// reading (the earliest reported: all are within the round trip).
 	var server time.Time
-	revoked := l.revokedOf(ctx, l.conns.Heartbeat(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+	losses := l.lossesOf(ctx, l.conns.Heartbeat(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
 	for _, ls := range leases {
 		switch e, found := got[ls]; {
 		case !found:
-			ls.lostInRound(revoked[ls])
+			ls.lostInRound(losses[ls])
 		case e.Locked:
 			ls.skipped(sent)
 			skipped = append(skipped, ls)

@@ -53,7 +53,11 @@ func (ls *Lease) Holder() string { return ls.holder }
 
 // Fence is the fencing token the database issued for this claim. Fences of a
 // key only grow. Pass it to every downstream write, and let the downstream
-// refuse writes with a fence lower than one it has seen.
+// refuse writes with a fence lower than one it has seen. They are not
+// consecutive: a claim that writes draws from the table's one sequence
+// (shared by its keys) as it builds its row, and again when it takes an
+// existing row; one that races another for a free key draws even when it
+// loses. A jump of two or more per claim means no lost lease.
 func (ls *Lease) Fence() int64 { return ls.fence }
 
 // Tick is the tick of the job's schedule the lease was claimed for
@@ -87,7 +91,10 @@ func (ls *Lease) Err() error {
 
 // Context returns a context derived from parent that is cancelled the moment
 // the lease ends, with the lease's Err as its cause (context.Cause). A job
-// should do its work under it. Call cancel when done.
+// should do its work under it. Call cancel when done. It also ends with
+// parent: gocron cancels a job's context when its scheduler shuts down, so
+// a run still going at Shutdown sees context.Canceled (not ErrLost), and a
+// nightly job killed by a deploy says "context canceled".
 func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	mustContext(parent, "Lease.Context")
 	ctx, cancel := context.WithCancelCause(parent)
@@ -291,68 +298,108 @@ func (ls *Lease) end(err error, report func()) bool {
 // then stalls, delays the loss by this much at most.
 const lostReadTimeout = 250 * time.Millisecond
 
-// revokedOf returns the leases, among those a heartbeat round or a release
-// found gone (leases not in found), whose rows an operator revoked: the
-// row's holder is RevokedHolder and its fence the lease's own (any fence,
-// on a table without one). It sends nothing when no lease is gone, and
-// reports none revoked when the read fails: the loss then reads as the
-// generic one, which it still is.
-func (l *Locker) revokedOf(ctx context.Context, db DB, leases []*Lease, gone func(*Lease) bool) map[*Lease]bool {
+// loss is why a lease's row no longer matched it, as a read of the row
+// after the fact tells: the words of its error, and its sentinel (ErrLost,
+// or ErrRevoked, which is ErrLost too).
+type loss struct {
+	why      string
+	sentinel error
+}
+
+// lossUnknown is the loss of a lease whose row could not be read, or read
+// as neither taken nor ended (a Guard whose transaction sees another
+// table by the name).
+var lossUnknown = loss{"its row taken by a later lease or lapsed", ErrLost}
+
+// lossesOf reads why each lease among leases that a heartbeat round, a
+// release or a Guard found gone (gone) no longer matches its row:
+//
+//   - revoked: the row's holder is RevokedHolder and its fence the lease's
+//     own (any fence, on a table without one);
+//   - taken: another holder or fence is in the row, a later lease;
+//   - expired early: the row is still the lease's, and expired before the
+//     expiry the lease was last given (Admin.ForceExpire, or `pglease
+//     release`): nothing else shortens a live lease's row;
+//   - lapsed: the row is still the lease's, expired at or after that
+//     expiry, and nobody has claimed it since.
+//
+// It sends nothing when no lease is gone; a lease whose row the read did
+// not tell reads as lossUnknown, which it still is.
+func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func(*Lease) bool) map[*Lease]loss {
 	var keys []string
+	out := make(map[*Lease]loss)
 	for _, ls := range leases {
 		if gone(ls) {
 			keys = append(keys, ls.key)
+			out[ls] = lossUnknown
 		}
 	}
 	if len(keys) == 0 {
-		return nil
+		return out
 	}
 	t, err := parseTable(l.cfg.table)
 	if err != nil {
-		return nil
+		return out
 	}
 	ctx, cancel := context.WithTimeout(ctx, lostReadTimeout)
 	defer cancel()
 	rows, err := db.Query(ctx, t.render(sqlstmt.LostRows), keys)
 	if err != nil {
-		return nil
+		return out
 	}
 	defer rows.Close()
-	revokedFence := make(map[string]*int64)
+	type row struct {
+		holder    string
+		fence     *int64
+		expiresAt time.Time
+		live      bool
+	}
+	found := make(map[string]row)
 	for rows.Next() {
 		var (
-			key, holder string
-			fence       *int64
+			key string
+			r   row
 		)
-		if rows.Scan(&key, &holder, &fence) != nil {
-			return nil
+		if rows.Scan(&key, &r.holder, &r.fence, &r.expiresAt, &r.live) != nil {
+			return out
 		}
-		if holder == RevokedHolder {
-			revokedFence[key] = fence
+		found[key] = r
+	}
+	if rows.Err() != nil {
+		return out
+	}
+	for ls := range out {
+		r, ok := found[ls.key]
+		if !ok {
+			continue
 		}
-	}
-	if rows.Err() != nil || len(revokedFence) == 0 {
-		return nil
-	}
-	out := make(map[*Lease]bool)
-	for _, ls := range leases {
 		// Without a fence column (WithoutFenceColumn) the forged holder
-		// was the lease, and the marker replaced it: any fence matches.
-		if fence, ok := revokedFence[ls.key]; ok && gone(ls) && (l.cfg.noFence || fence == nil || *fence == ls.fence) {
-			out[ls] = true
+		// is the lease: any fence matches.
+		ownFence := l.cfg.noFence || r.fence == nil || *r.fence == ls.fence
+		switch {
+		case r.holder == RevokedHolder && ownFence:
+			out[ls] = loss{"its row's holder is the revoke marker " + RevokedHolder, ErrRevoked}
+		case r.holder != ls.holder || !ownFence:
+			later := "holder " + r.holder
+			if r.fence != nil {
+				later += fmt.Sprintf(", fence %d", *r.fence)
+			}
+			out[ls] = loss{"its row taken by a later lease (" + later + ")", ErrLost}
+		case r.live:
+			// Still this lease's and live: not gone from this table.
+		case r.expiresAt.Before(ls.ExpiresAt()):
+			out[ls] = loss{"its row expired early by an operator (Admin.ForceExpire)", ErrLost}
+		default:
+			out[ls] = loss{"its row lapsed: no heartbeat extended it in time, and no later lease has claimed it", ErrLost}
 		}
 	}
 	return out
 }
 
-// lostInRound ends ls, which a heartbeat round found gone: revoked by an
-// operator (ErrRevoked), or re-claimed or lapsed (ErrLost).
-func (ls *Lease) lostInRound(revoked bool) {
-	if revoked {
-		ls.loseTo("heartbeat found its row's holder is the revoke marker "+RevokedHolder, ErrRevoked)
-		return
-	}
-	ls.lose("heartbeat found the row re-claimed or lapsed")
+// lostInRound ends ls, which a heartbeat round found gone, for the reason
+// lossesOf read.
+func (ls *Lease) lostInRound(why loss) {
+	ls.loseTo("heartbeat found "+why.why, why.sentinel)
 }
 
 // loseTo is lose with the sentinel the error wraps: ErrLost, or ErrRevoked
@@ -364,14 +411,10 @@ func (ls *Lease) loseTo(why string, sentinel error) {
 	})
 }
 
-// goneOnRelease is the outcome of a release that found its row gone:
-// revoked by an operator (ErrRevoked), or taken by a later lease or
-// lapsed (ErrLost).
-func goneOnRelease(revoked bool) error {
-	if revoked {
-		return fmt.Errorf("its row's holder is the revoke marker %s: %w", RevokedHolder, ErrRevoked)
-	}
-	return fmt.Errorf("row taken by a later lease or lapsed: %w", ErrLost)
+// goneOnRelease is the outcome of a release that found its row gone, for
+// the reason lossesOf read.
+func goneOnRelease(why loss) error {
+	return fmt.Errorf("%s: %w", why.why, why.sentinel)
 }
 
 // LeaseState says how sure a Locker is of a lease it holds.

@@ -957,7 +957,39 @@ func TestLoss(t *testing.T) {
 		err = lease.Err()
 		require.ErrorIs(t, err, pglease.ErrLost)
 		require.NotErrorIs(t, err, pglease.ErrRevoked)
-		assert.Contains(t, err.Error(), "re-claimed or lapsed")
+		assert.Contains(t, err.Error(), "taken by a later lease (holder b, fence")
+	})
+
+	// The heartbeat and the release name an operator's ForceExpire, and
+	// claim no other holder: nobody has claimed the key since.
+	t.Run("ForceExpireReadsAsForceExpired", func(t *testing.T) {
+		t.Parallel()
+		for _, by := range []string{"Heartbeat", "Unlock"} {
+			t.Run(by, func(t *testing.T) {
+				t.Parallel()
+				ctx, pool, table := pgtest.Setup(t)
+				opts := fast
+				if by == "Unlock" {
+					opts = []pglease.Option{pglease.WithTTL(time.Minute)} // no heartbeat round before the Unlock
+				}
+				l := pgtest.Locker(t, pool, table, "a", opts...)
+				lease, err := l.Claim(ctx, "k")
+				require.NoError(t, err)
+				_, err = adminOf(t, pool, pglease.WithTable(table)).ForceExpire(ctx, "k")
+				require.NoError(t, err)
+				if by == "Heartbeat" {
+					pgtest.WaitDone(t, lease, 5*time.Second)
+					err = lease.Err()
+				} else {
+					err = lease.Unlock(ctx)
+				}
+				t.Logf("%s after ForceExpire: %v", by, err)
+				require.ErrorIs(t, err, pglease.ErrLost)
+				require.NotErrorIs(t, err, pglease.ErrRevoked)
+				assert.Contains(t, err.Error(), "expired early by an operator (Admin.ForceExpire)")
+				assert.NotContains(t, err.Error(), "another holder")
+			})
+		}
 	})
 
 	t.Run("RevokeOfALaterMandateIsNotThisLeases", func(t *testing.T) {

@@ -93,7 +93,7 @@ type Locker struct {
 	mu       sync.Mutex
 	leases   map[string]*Lease     // the newest unended lease per key
 	electors map[*Elector]struct{} // its Electors, until closed with their callbacks run
-	warned   map[string]bool       // keys warned about as Go function names (Lock)
+	warned   map[string]bool       // events reported once per key (Locker.once), by kind and key
 	closed   bool
 	stop     context.CancelFunc // stops the heartbeat; nil until started
 	loopDone chan struct{}      // closed when the heartbeat goroutine returns

@@ -65,13 +65,13 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 			}
 			return out
 		}
-		revoked := l.revokedOf(ctx, l.conns.Release(), pending, func(ls *Lease) bool { _, found := got[ls]; return !found })
+		losses := l.lossesOf(ctx, l.conns.Release(), pending, func(ls *Lease) bool { _, found := got[ls]; return !found })
 		var locked []*Lease
 		for _, ls := range pending {
 			released, found := got[ls]
 			switch {
 			case !found:
-				out[ls] = goneOnRelease(revoked[ls])
+				out[ls] = goneOnRelease(losses[ls])
 			case released:
 				out[ls] = nil
 			default:
@@ -187,9 +187,9 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 		}
 	}
 	got, err := l.releaseOnce(ctx, leases)
-	var revoked map[*Lease]bool
+	var losses map[*Lease]loss
 	if err == nil {
-		revoked = l.revokedOf(ctx, l.conns.Release(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+		losses = l.lossesOf(ctx, l.conns.Release(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
 	}
 	for i, r := range batch {
 		released, found := got[r.ls]
@@ -199,7 +199,7 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 		case err != nil:
 			out[i].err = releaseOutcome(r.prior, err)
 		case !found:
-			out[i].err = releaseOutcome(r.prior, goneOnRelease(revoked[r.ls]))
+			out[i].err = releaseOutcome(r.prior, goneOnRelease(losses[r.ls]))
 		default:
 			out[i].err = releaseOutcome(r.prior, nil)
 		}

@@ -120,7 +120,7 @@ func TestGuardChaos(t *testing.T) {
 				if err := lease.Guard(ctx, tx); err != nil {
 					if errors.Is(err, pglease.ErrLost) {
 						g.outcome = "refused"
-						g.remote = strings.Contains(err.Error(), "row re-claimed by a later lease or lapsed")
+						g.remote = strings.Contains(err.Error(), "the server refused it")
 					}
 					return err
 				}

@@ -113,4 +113,16 @@
 // (GOWORK=off): the go command applies a replace only in the module it is
 // run in, so the directive never reaches a module that imports pgleaseotel,
 // which gets the required release.
+//
+// Before that release is tagged, a module that uses this repository's
+// code (a checkout at ../pglease) needs two replace lines, the root
+// module's too: its go.mod's require names a version the module proxy does
+// not serve yet, and the replace in this module's go.mod applies only here.
+//
+//	replace (
+//		github.com/pglease/pglease => ../pglease
+//		github.com/pglease/pglease/pgleaseotel => ../pglease/pgleaseotel
+//	)
+//
+// Drop both once the release is tagged. See docs/GUIDE.md, "Modules".
 package pgleaseotel

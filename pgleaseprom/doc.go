@@ -24,12 +24,12 @@
 //
 // With the default namespace "pglease":
 //
-//	pglease_claims_total{outcome}            acquired | held (another holder's live lease) | error
+//	pglease_claims_total{outcome}            acquired | held (another holder's live lease) | failed
 //	pglease_leases_held                      leases held now
 //	pglease_leases_lost_total                leases that ended without being released
 //	pglease_heartbeat_duration_seconds       round trip of each successful heartbeat
 //	pglease_heartbeat_failures_total         failed heartbeats (retried while the lease is trusted)
-//	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | error
+//	pglease_releases_total{outcome}          released | lost (a later lease owned the key) | failed
 //	pglease_clock_skew_seconds               database clock minus this replica's wall clock, by the latest claim or heartbeat
 //	pglease_clock_skew_uncertainty_seconds   the bound on its error (half the round trip of its sample)
 //
@@ -37,7 +37,7 @@
 // abs(pglease_clock_skew_seconds) - pglease_clock_skew_uncertainty_seconds
 // above half your min hold: see pglease.Locker.ClockSkew.
 //
-// A rising pglease_claims_total{outcome="error"} is the alert to have: a
+// A rising pglease_claims_total{outcome="failed"} is the alert to have: a
 // claim that fails skips the job, and gocron logs nothing about it.
 //
 // # Keys as labels
@@ -63,4 +63,16 @@
 // (GOWORK=off): the go command applies a replace only in the module it is
 // run in, so the directive never reaches a module that imports pgleaseprom,
 // which gets the required release.
+//
+// Before that release is tagged, a module that uses this repository's
+// code (a checkout at ../pglease) needs two replace lines, the root
+// module's too: its go.mod's require names a version the module proxy does
+// not serve yet, and the replace in this module's go.mod applies only here.
+//
+//	replace (
+//		github.com/pglease/pglease => ../pglease
+//		github.com/pglease/pglease/pgleaseprom => ../pglease/pgleaseprom
+//	)
+//
+// Drop both once the release is tagged. See docs/GUIDE.md, "Modules".
 package pgleaseprom

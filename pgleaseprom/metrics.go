@@ -22,7 +22,7 @@ var DefaultHeartbeatBuckets = prometheus.ExponentialBuckets(0.001, 2, 14)
 const (
 	outcomeAcquired = "acquired"  // claims: a lease was issued
 	outcomeHeld     = "held"      // claims: another holder's lease is live (ErrHeld)
-	outcomeError    = "error"     // claims and releases: any other failure
+	outcomeFailed   = "failed"    // claims and releases: any other failure, as the Event kinds claim_failed and release_failed say
 	outcomeReleased = "released"  // releases: the row was expired in place
 	outcomeLost     = "lost"      // releases: a later mandate owned the key (ErrLost)
 	outcomeRan      = "ran"       // ticks: this replica claimed the tick to run it
@@ -97,11 +97,11 @@ func New(opts Opts) *Metrics {
 	m := &Metrics{
 		perKey: opts.PerKey,
 		claims: counter("claims_total",
-			"Claims of a lease, by outcome: acquired, held (another holder's lease is live) or error.", withOutcome),
+			"Claims of a lease, by outcome: acquired, held (another holder's lease is live) or failed.", withOutcome),
 		lost: counter("leases_lost_total",
 			"Leases that ended without being released: taken by a later lease, lapsed, or past their trust deadline.", keyLabel),
 		releases: counter("releases_total",
-			"Releases (Unlock or Close), by outcome: released, lost (a later lease owned the key) or error.", withOutcome),
+			"Releases (Unlock or Close), by outcome: released, lost (a later lease owned the key) or failed.", withOutcome),
 		ticks: counter("ticks_total",
 			"Ticks of jobs with ticks (WithPeriod) this replica claimed, by outcome: ran, caught_up (ran a tick whose run lapsed on another replica) or skipped (the run of an earlier tick still held the key).", withOutcome),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts(named("leases_held",
@@ -123,10 +123,10 @@ func New(opts Opts) *Metrics {
 	if !opts.PerKey {
 		// Every series exists from the start, at zero, so that rate() and
 		// alerts see the first failure.
-		for _, o := range []string{outcomeAcquired, outcomeHeld, outcomeError} {
+		for _, o := range []string{outcomeAcquired, outcomeHeld, outcomeFailed} {
 			m.claims.WithLabelValues(o)
 		}
-		for _, o := range []string{outcomeReleased, outcomeLost, outcomeError} {
+		for _, o := range []string{outcomeReleased, outcomeLost, outcomeFailed} {
 			m.releases.WithLabelValues(o)
 		}
 		for _, o := range []string{outcomeRan, outcomeCaughtUp, outcomeSkipped} {
@@ -181,7 +181,7 @@ func (m *Metrics) Hook(e pglease.Event) {
 			m.ticks.WithLabelValues(m.labels(e, outcomeSkipped)...).Inc()
 		}
 	case pglease.EventClaimFailed:
-		m.claims.WithLabelValues(m.labels(e, outcomeError)...).Inc()
+		m.claims.WithLabelValues(m.labels(e, outcomeFailed)...).Inc()
 	case pglease.EventExtended:
 		m.heartbeat.Observe(e.Took.Seconds())
 	case pglease.EventHeartbeatFailed:
@@ -199,7 +199,7 @@ func (m *Metrics) Hook(e pglease.Event) {
 			m.held.WithLabelValues(m.labels(e)...).Dec()
 		}
 	case pglease.EventReleaseFailed:
-		outcome := outcomeError
+		outcome := outcomeFailed
 		if errors.Is(e.Err, pglease.ErrLost) {
 			outcome = outcomeLost
 		}

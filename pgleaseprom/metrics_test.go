@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
 	b := pgtest.Locker(t, pool, table, "b", pglease.WithHook(m.Hook))
 	noTable := pgtest.Locker(t, pool, pgtest.TableName(), "c", pglease.WithHook(m.Hook))
 
-	assert.Zero(t, value(t, reg, "pglease_claims_total", outcome("error")), "every outcome is exported at zero from the start")
+	assert.Zero(t, value(t, reg, "pglease_claims_total", outcome("failed")), "every outcome is exported at zero from the start")
 
 	_, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
@@ -52,7 +53,9 @@ func TestClaimsAreCountedByOutcomeAcrossLockersSharingOneMetrics(t *testing.T) {
 
 	assert.Equal(t, 1.0, value(t, reg, "pglease_claims_total", outcome("acquired")))
 	assert.Equal(t, 2.0, value(t, reg, "pglease_claims_total", outcome("held")))
-	assert.Equal(t, 1.0, value(t, reg, "pglease_claims_total", outcome("error")))
+	assert.Equal(t, 1.0, value(t, reg, "pglease_claims_total", outcome("failed")))
+	// One vocabulary with the Event kinds (claim_failed) and pgleaseotel.
+	assert.Equal(t, 1.0, value(t, reg, "pglease_claims_total", outcome(strings.TrimPrefix(pglease.EventClaimFailed.String(), "claim_"))))
 	assert.Equal(t, 1.0, value(t, reg, "pglease_leases_held", nil))
 
 	problems, err := testutil.GatherAndLint(reg)
@@ -111,7 +114,7 @@ func TestLeasesHeldGaugeCountsEachLeaseOnceThroughReleaseLossAndUnlockOfTheLostL
 	require.NoError(t, l.Close(ctx))
 	assert.Equal(t, 0.0, held())
 	assert.Equal(t, 2.0, value(t, reg, "pglease_releases_total", outcome("released")))
-	assert.Equal(t, 0.0, value(t, reg, "pglease_releases_total", outcome("error")))
+	assert.Equal(t, 0.0, value(t, reg, "pglease_releases_total", outcome("failed")))
 }
 
 func TestHeartbeatRoundsFeedTheLatencyHistogramAndFailedRoundsTheirCounter(t *testing.T) {

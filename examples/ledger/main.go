@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, out io.Writer) (int, error) {
 						a.outcome = "committed"
 					case errors.Is(err, pglease.ErrLost):
 						a.outcome = "refused"
-						a.remote = strings.Contains(err.Error(), "row re-claimed by a later lease or lapsed")
+						a.remote = strings.Contains(err.Error(), "the server refused it")
 					default:
 						a.outcome = "failed"
 					}

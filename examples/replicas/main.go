@@ -24,6 +24,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -204,8 +205,17 @@ func demo(ctx context.Context, cfg config, stdout, stderr io.Writer) (summary, e
 	}
 	// pglease's own log, at warn level: a lost lease or a failed claim
 	// shows, contention between replicas does not. No time: the timeline
-	// has it.
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{
+	// has it. It is kept, with the errors of stopping a replica, and
+	// written to stderr once the timeline and the summary are out, so that
+	// no line of it lands in the middle of their tables on a terminal.
+	var kept bytes.Buffer
+	later := &syncWriter{w: &kept}
+	defer func() {
+		if kept.Len() > 0 {
+			fmt.Fprintf(stderr, "\npglease's log (warn and above):\n%s", kept.String())
+		}
+	}()
+	logger := slog.New(slog.NewTextHandler(later, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey && len(groups) == 0 {
@@ -227,7 +237,7 @@ func demo(ctx context.Context, cfg config, stdout, stderr io.Writer) (summary, e
 		defer cancel()
 		for _, r := range reps {
 			if err := r.stop(ctx); err != nil {
-				fmt.Fprintf(stderr, "replicas: stopping %s: %v\n", r.name, err)
+				fmt.Fprintf(later, "replicas: stopping %s: %v\n", r.name, err)
 			}
 		}
 	}

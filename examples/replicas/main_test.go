@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,19 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type demoOutput struct {
 	code           int
 	stdout, stderr string
+	terminal       string // stdout and stderr as one terminal shows them, in order
+}
+
+// terminal is one screen that stdout and stderr both write to.
+type terminal struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (term *terminal) Write(p []byte) (int, error) {
+	term.mu.Lock()
+	defer term.mu.Unlock()
+	return term.b.Write(p)
 }
 
 // runDemo runs the demo in-process and checks that it leaves no goroutine
@@ -32,8 +47,9 @@ func runDemo(ctx context.Context, t *testing.T, args ...string) demoOutput {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, &stdout, &stderr)
-	out := demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	var term terminal
+	code := run(ctx, args, io.MultiWriter(&stdout, &term), io.MultiWriter(&stderr, &term))
+	out := demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String(), terminal: term.b.String()}
 	t.Logf("exit %d\n%s\nstderr:\n%s", out.code, out.stdout, out.stderr)
 	goleak.VerifyNone(t, ignore)
 	return out
@@ -90,6 +106,14 @@ func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing
 	assert.Equal(t, 1, out.count(t, "takeovers"))
 	assert.Equal(t, 1, out.count(t, "leases lost"), "the killed replica's lease, never released")
 	assert.Contains(t, out.stderr, "release_failed", "pglease logs the release the killed replica could not make")
+	// On a terminal, pglease's log comes after the timeline and the
+	// summary, never between the lines of their tables.
+	summaryAt := strings.Index(out.terminal, "\nsummary:")
+	require.Positive(t, summaryAt, "a summary")
+	assert.NotContains(t, out.terminal[:summaryAt], "level=", "no log line inside the timeline")
+	assert.NotContains(t, out.terminal[summaryAt:strings.Index(out.terminal, "ok: each tick")], "level=", "no log line inside the summary")
+	assert.Contains(t, out.terminal[summaryAt:], "release_failed", "the log follows the summary")
+	assert.Regexp(t, `(?m)^\s*\d+\.\d+s\s+\d+\s+replica-\d\s+\d+\s+LEASE LOST`, out.stdout, "the loss's line names the replica in its column")
 
 	killed := regexp.MustCompile(`(?m)^.*\s(\S+)\s+(\d+)\s+\d+ms\s+KILLED mid-run`).FindStringSubmatch(out.stdout)
 	require.NotNil(t, killed, "a KILLED line")

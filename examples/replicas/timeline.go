@@ -163,11 +163,13 @@ func (tl *timeline) killed(rn *jobRun) {
 // event is every Locker's hook. Contention is normal between replicas: it
 // is only counted. A lease that ends without a release gets a line.
 func (tl *timeline) event(e pglease.Event) {
+	// A Locker's holder is its replica's name, '#' and a random suffix.
+	replica, _, _ := strings.Cut(e.Holder, "#")
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	switch e.Kind {
 	case pglease.EventContended:
-		tl.contended[e.Holder] = append(tl.contended[e.Holder], tl.tickOf(time.Now()))
+		tl.contended[replica] = append(tl.contended[replica], tl.tickOf(time.Now()))
 	case pglease.EventLost, pglease.EventReleaseFailed:
 		tl.lost++
 		why := e.Err.Error()
@@ -175,7 +177,7 @@ func (tl *timeline) event(e pglease.Event) {
 			why = fmt.Sprintf("Unlock could not reach the database; the row stays held until its TTL (%v) runs out", tl.ttl)
 		}
 		now := time.Now()
-		tl.line(tl.elapsed(now), fmt.Sprint(tl.tickOf(now)), e.Holder, fmt.Sprint(e.Fence), "", "LEASE LOST: "+why)
+		tl.line(tl.elapsed(now), fmt.Sprint(tl.tickOf(now)), replica, fmt.Sprint(e.Fence), "", "LEASE LOST: "+why)
 	}
 }
 

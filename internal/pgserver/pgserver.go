@@ -368,19 +368,20 @@ func Redact(dsn string) string {
 
 // AfterTests ends a test binary's use of the server that ForTestMain
 // started: it closes the server, then, if the tests passed, fails the run
-// when any goroutine is left behind (goleak). It returns the exit code:
+// when any goroutine is left behind (goleak), but for those ignore names
+// (a dependency's that never ends). It returns the exit code:
 //
 //	func TestMain(m *testing.M) {
 //		server = pgserver.ForTestMain(pgserver.Options{})
 //		os.Exit(server.AfterTests(m.Run()))
 //	}
-func (s *Server) AfterTests(code int) int {
+func (s *Server) AfterTests(code int, ignore ...goleak.Option) int {
 	if err := s.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgserver: closing the test server:", err)
 		code = 1
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(ignore...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -64,10 +66,18 @@ var poolerDSN string
 var every struct {
 	locker  []func(*pglease.Locker)
 	elector []func(*pglease.Elector)
+	leaks   []goleak.Option
 }
 
 // MainOption is an option of Main.
 type MainOption func()
+
+// IgnoreGoroutines makes Main's leak check ignore the goroutines these
+// goleak options name: a dependency's that never ends (GORM's statement
+// cache), never pglease's own.
+func IgnoreGoroutines(opts ...goleak.Option) MainOption {
+	return func() { every.leaks = append(every.leaks, opts...) }
+}
 
 // EveryLocker has f applied to every Locker that Locker builds, and to
 // every one a test passes through Each, before its first claim.
@@ -121,7 +131,7 @@ func Main(m *testing.M, opts ...MainOption) {
 			}
 		}
 	}
-	os.Exit(Server.AfterTests(code))
+	os.Exit(Server.AfterTests(code, every.leaks...))
 }
 
 // startPooler starts the PgBouncer of -pooler; ok is false when it failed.
