@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -514,6 +515,11 @@ func TestTicks(t *testing.T) {
 	t.Run("AtMostOnceAcrossAServerCrash", testTicksAtMostOnceAcrossAServerCrash)
 	t.Run("AtMostOnceDuringARollingUpgradeWithTheMinHoldKept", testTicksAtMostOnceDuringARollingUpgradeWithTheMinHoldKept)
 	t.Run("AtMostOnceUnderLostAndLateClaims", testTicksAtMostOnceUnderLostAndLateClaims)
+	t.Run("CronRefusesAZoneWithoutAScheduleWithAnOptionError", testTicksCronRefusesAZoneWithoutAScheduleWithAnOptionError)
+	t.Run("CronIsTheInstantNearestTheServersClockHoweverLateTheClaimArrives", testTicksCronIsTheInstantNearestTheServersClockHoweverLateTheClaimArrives)
+	t.Run("CronScheduleRunsEachInstantWithThatInstantAsItsTick", testTicksCronScheduleRunsEachInstantWithThatInstantAsItsTick)
+	t.Run("CronLockIsBoundedByItsTimeoutWhateverTheCrontab", testTicksCronLockIsBoundedByItsTimeoutWhateverTheCrontab)
+	t.Run("CronReplicasInTwoTimeZonesAgreeOnTheInstant", testTicksCronReplicasInTwoTimeZonesAgreeOnTheInstant)
 }
 
 // sleepToPhase sleeps until the next instant after now that lies phase (a
@@ -1137,6 +1143,7 @@ func testTicksCronRefusedWhereItCannotWork(t *testing.T) {
 		"Malformed":          {l, []pglease.Option{pglease.WithCron("61 * * * *")}, `WithCron("61 * * * *")`},
 		"WithPeriodToo":      {l, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithPeriod(time.Hour)}, "a job has one schedule"},
 		"WithoutFenceColumn": {unfenced, []pglease.Option{pglease.WithCron("0 * * * *")}, "tick column"},
+		"ZoneLocal":          {l, []pglease.Option{pglease.WithCron("CRON_TZ=Local 0 3 * * *")}, "the zone Local is each host's own"},
 	} {
 		_, err := c.on.Job(c.opts...)
 		var oe *pglease.OptionError
@@ -1147,4 +1154,186 @@ func testTicksCronRefusedWhereItCannotWork(t *testing.T) {
 		"Migrate takes no crontab")
 	_, err := l.Job(pglease.WithCron("0 3 * * *"), pglease.WithCatchUp())
 	require.NoError(t, err, "a job of a crontab catches up")
+}
+
+// Guarantee (WithCron): "a crontab that cannot work is refused with an
+// *OptionError naming it, before anything is claimed". Case: a crontab that
+// names its zone and nothing else ("CRON_TZ=UTC", a schedule left out of a
+// configuration value), which robfig's parser slices out of range on.
+func testTicksCronRefusesAZoneWithoutAScheduleWithAnOptionError(t *testing.T) {
+	t.Parallel()
+	_, pool, table := pgtest.Setup(t)
+	l := pgtest.Locker(t, pool, table, "a")
+	for _, crontab := range []string{"CRON_TZ=UTC", "TZ=America/New_York", "  CRON_TZ=Europe/Paris  "} {
+		var err error
+		require.NotPanics(t, func() { _, err = l.Job(pglease.WithCron(crontab)) }, "WithCron(%q)", crontab)
+		var oe *pglease.OptionError
+		require.ErrorAs(t, err, &oe, crontab)
+		require.ErrorContains(t, err, "WithCron", crontab)
+	}
+	rows, ok := pgtest.ReadRow(t, pool, table, "k")
+	assert.False(t, ok, "nothing written: %+v", rows)
+}
+
+// Guarantee (WithCron, "works the same way" as WithPeriod, whose tick is the
+// one nearest the server's clock "however late the statement arrives"):
+// the tick of a crontab's job is the instant nearest the server's clock at
+// the claim (lease.AcquiredAt, the statement's clock.t). Case: the claim
+// statement reaches the server 3 s after the Locker read its own clock (a
+// slow link, a wait for a pool connection), a crontab of every second,
+// the replica's clock exactly right: the instants sent (two before the
+// replica's clock, two after) are all stale by then.
+func testTicksCronIsTheInstantNearestTheServersClockHoweverLateTheClaimArrives(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const gap = time.Second
+	nem := pgtest.NewNemesisDB(t, pool, 1)
+	l := pgtest.Locker(t, nem, table, "a", pglease.WithTTL(10*time.Second), pglease.WithTimeout(10*time.Second))
+	j := mustJob(t, l, pglease.WithCron("* * * * * *"))
+	sleepToPhase(gap, 0.1)
+	nem.Slow(3 * gap)
+	lease, err := j.Claim(ctx, "k")
+	nem.Heal()
+	require.NoError(t, err)
+	want := nearestTick(lease.AcquiredAt(), gap)
+	assert.True(t, lease.Tick().Equal(want), "claimed instant %v, the server's clock at the claim %v, whose nearest instant is %v",
+		lease.Tick().UTC(), lease.AcquiredAt().UTC(), want.UTC())
+	require.NoError(t, lease.Unlock(ctx))
+}
+
+// Guarantee (WithCron): Schedule adds the job as a CronJob "with its zone
+// named, as the replicas and gocron must all read it", and a run's tick is
+// the instant gocron fired the run for, with every clock right. Case: a
+// crontab in one zone (Asia/Kolkata) on a scheduler whose location is
+// another (America/New_York, gocron.WithLocation): both read the crontab
+// in its own zone.
+func testTicksCronScheduleRunsEachInstantWithThatInstantAsItsTick(t *testing.T) {
+	t.Parallel()
+	_, pool, table := pgtest.Setup(t)
+	zone, err := time.LoadLocation("Asia/Kolkata")
+	require.NoError(t, err)
+	l := pgtest.Locker(t, pool, table, "a")
+	other, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second).In(zone) // a daily instant, in 3 to 4 s
+	crontab := fmt.Sprintf("CRON_TZ=%s %d %d %d * * *", zone, at.Second(), at.Minute(), at.Hour())
+	sched, err := gocron.NewScheduler(gocron.WithLocation(other))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sched.Shutdown() })
+	runs := make(chan time.Time, 4)
+	task, named := l.Task("daily", func(_ context.Context, lease *pglease.Lease) { runs <- lease.Tick() })
+	_, err = mustJob(t, l, pglease.WithCron(crontab)).Schedule(sched, task, named)
+	require.NoError(t, err)
+	sched.Start()
+	select {
+	case tick := <-runs:
+		assert.True(t, tick.Equal(at), "%s: gocron ran the instant %v, whose run claimed the tick %v", crontab, at.UTC(), tick.UTC())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no run of the instant %v", crontab, at.UTC())
+	}
+}
+
+// Guarantee: WithTimeout "bounds each claim made by Lock" (and a claim
+// honours its context). Case: a Lock away from the crontab's instants (a
+// gocron Job.RunNow, WithStartImmediately, or an application's own Lock)
+// of a crontab that fires every second of one month of the year, the
+// month after this one: instantsAround walks back, doubling, until two
+// instants lie behind the clock, and then steps through every instant of
+// that window one robfig Next at a time (2.6 million for a month),
+// uncancellable, before any statement is sent.
+func testTicksCronLockIsBoundedByItsTimeoutWhateverTheCrontab(t *testing.T) {
+	t.Parallel()
+	_, pool, table := pgtest.Setup(t)
+	month := int(time.Now().UTC().Month())%12 + 1 // last came about eleven months ago
+	crontab := fmt.Sprintf("* * * * %d *", month)
+	l := pgtest.Locker(t, pool, table, "a")
+	j := mustJob(t, l, pglease.WithCron(crontab), pglease.WithTimeout(200*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	lock, err := j.Lock(ctx, "k")
+	took := time.Since(start)
+	if err == nil {
+		require.NoError(t, lock.Unlock(context.Background()))
+	}
+	assert.Less(t, took, 1500*time.Millisecond, "%s: a Lock of a job WithTimeout(200ms), its context ending after 500ms, took %v (err %v)", crontab, took, err)
+}
+
+// claimCronEnv is the variable that makes the test binary a replica that
+// claims one instant of a crontab for the job "job" and exits: the
+// database URL, the table and the crontab, separated by spaces. It prints
+// "claimed UNIX" (the tick's Unix seconds) or "held 0".
+func claimCronEnv() string { return os.Getenv("PGLEASE_TEST_CLAIM_CRON") }
+
+// claimCron is that replica. It exits 1 on any other failure.
+func claimCron() {
+	f := strings.SplitN(claimCronEnv(), " ", 3)
+	if len(f) != 3 {
+		fmt.Println("bad", claimCronEnv())
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, f[0])
+	if err != nil {
+		fmt.Println("pool:", err)
+		os.Exit(1)
+	}
+	l := pglease.NewLocker(pool, pglease.WithTable(f[1]), pglease.WithHolder("zoned"))
+	j, err := l.Job(pglease.WithCron(f[2]))
+	if err != nil {
+		fmt.Println("job:", err)
+		os.Exit(1)
+	}
+	lease, err := j.Claim(ctx, "job")
+	switch {
+	case errors.Is(err, pglease.ErrHeld):
+		fmt.Println("held 0")
+	case err != nil:
+		fmt.Println("claim:", err)
+		os.Exit(1)
+	default:
+		fmt.Printf("claimed %d\n", lease.Tick().Unix())
+		_ = lease.Unlock(ctx)
+	}
+	_ = l.Close(ctx)
+}
+
+// Guarantee (WithCron): the crontab is read "with its zone named, as the
+// replicas and gocron must all read it" (UTC when it names none), and
+// replicas whose clocks agree (here exactly: one machine) claim the same
+// instant of it, once. Case: a crontab without a zone on two replicas
+// whose hosts are in different time zones (TZ=Asia/Kolkata, and this
+// process's): had each read it in its host's zone, a daily job would run
+// twice a day.
+func testTicksCronReplicasInTwoTimeZonesAgreeOnTheInstant(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	zone, err := time.LoadLocation("Asia/Kolkata")
+	require.NoError(t, err)
+	if _, off := time.Now().In(time.Local).Zone(); off == 5*3600+1800 {
+		zone, err = time.LoadLocation("America/New_York")
+		require.NoError(t, err)
+	}
+	at := time.Now().In(zone).Truncate(time.Second) // the daily instant, now, read in the other replica's zone
+	crontab := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
+
+	cmd := exec.CommandContext(pgtest.Ctx(t), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TZ="+zone.String(), fmt.Sprintf("PGLEASE_TEST_CLAIM_CRON=%s %s %s", pgtest.Server.DSN(), table, crontab))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	var word string
+	var unix int64
+	_, err = fmt.Sscan(string(out), &word, &unix)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "claimed", word, "the replica in %s claims first", zone)
+
+	lease, err := mustJob(t, pgtest.Locker(t, pool, table, "here"), pglease.WithCron(crontab)).Claim(ctx, "job")
+	if err == nil {
+		defer func() { require.NoError(t, lease.Unlock(ctx)) }()
+		t.Errorf("%s: the replica in %s ran the instant %v, and this process's replica (%s), on the same clock, ran %v",
+			crontab, zone, time.Unix(unix, 0).UTC(), time.Now().Format("MST"), lease.Tick().UTC())
+		return
+	}
+	require.ErrorIs(t, err, pglease.ErrHeld, "the daily instant is taken")
 }
