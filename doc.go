@@ -12,7 +12,7 @@
 //	// the service runs it, started whenever the replica starts, and each tick
 //	// of "send-invoices" runs on exactly one of them.
 //	func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
-//		sendInvoices func(ctx context.Context, fence int64)) error {
+//		sendInvoices func(ctx context.Context, fence int64) error) error {
 //		locker := pglease.NewLocker(pool,
 //			pglease.WithTTL(30*time.Second), // a crashed replica's jobs wait this long
 //		)
@@ -30,9 +30,10 @@
 //		}
 //		// The job's name, given once: its gocron name and its lease's key.
 //		// The run gets its lease, and a context that ends the moment the
-//		// lease is lost (or s.Shutdown cancels the run).
-//		task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) {
-//			sendInvoices(ctx, lease.Fence())
+//		// lease is lost (or s.Shutdown cancels the run); its error goes to
+//		// gocron and marks the run failed in the ledger.
+//		task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) error {
+//			return sendInvoices(ctx, lease.Fence())
 //		})
 //		_, err = invoices.Schedule(s, task, named)
 //		if err != nil {

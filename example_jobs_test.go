@@ -87,9 +87,9 @@ func ExampleLocker_Task() {
 		panic(err)
 	}
 	done := make(chan struct{})
-	task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) {
+	task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) error {
 		defer close(done)
-		sendInvoices(ctx, lease.Fence()) // ctx ends the moment the lease is lost
+		return sendInvoices(ctx, lease.Fence()) // ctx ends the moment the lease is lost
 	})
 	if _, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), task, named); err != nil {
 		panic(err)

@@ -23,7 +23,7 @@ func databaseURL() string { return pgtest.Server.DSN() }
 // the service runs it, started whenever the replica starts, and each tick
 // of "send-invoices" runs on exactly one of them.
 func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
-	sendInvoices func(ctx context.Context, fence int64)) error {
+	sendInvoices func(ctx context.Context, fence int64) error) error {
 	locker := pglease.NewLocker(pool,
 		pglease.WithTTL(30*time.Second), // a crashed replica's jobs wait this long
 	)
@@ -41,9 +41,10 @@ func runScheduler(ctx context.Context, pool *pgxpool.Pool, every time.Duration,
 	}
 	// The job's name, given once: its gocron name and its lease's key.
 	// The run gets its lease, and a context that ends the moment the
-	// lease is lost (or s.Shutdown cancels the run).
-	task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) {
-		sendInvoices(ctx, lease.Fence())
+	// lease is lost (or s.Shutdown cancels the run); its error goes to
+	// gocron and marks the run failed in the ledger.
+	task, named := locker.Task("send-invoices", func(ctx context.Context, lease *pglease.Lease) error {
+		return sendInvoices(ctx, lease.Fence())
 	})
 	_, err = invoices.Schedule(s, task, named)
 	if err != nil {
@@ -70,9 +71,9 @@ func Example_scheduler() {
 	}
 	// A service runs it every minute until SIGTERM; this example, every
 	// second until the first run.
-	err = runScheduler(ctx, pool, time.Second, func(ctx context.Context, fence int64) {
-		sendInvoices(ctx, fence)
-		stop()
+	err = runScheduler(ctx, pool, time.Second, func(ctx context.Context, fence int64) error {
+		defer stop()
+		return sendInvoices(ctx, fence)
 	})
 	if err != nil {
 		panic(err)
@@ -110,10 +111,12 @@ func ExampleStartOnGrid() {
 }
 
 // sendInvoices stands for a job's work.
-func sendInvoices(ctx context.Context, fence int64) {
-	if ctx.Err() == nil {
-		fmt.Println("invoices sent on one replica, fenced:", fence > 0)
+func sendInvoices(ctx context.Context, fence int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	fmt.Println("invoices sent on one replica, fenced:", fence > 0)
+	return nil
 }
 
 // gocron's own signal of a skipped run: a Lock error fires the job's

@@ -19,26 +19,32 @@ import (
 //	_, err := s.NewJob(gocron.DailyJob(1, at), task, named)
 //
 // run gets a context that ends with the lease or the job's context, and the
-// run's lease, whose Fence is the run's fencing token. A run that finds no
+// run's lease, whose Fence is the run's fencing token; the error it returns
+// goes to gocron, and for a job of ticks (WithPeriod, WithCron) closes the
+// run as failed in the ledger (completed when nil). A run that finds no
 // lease under name (its lease ended before the task started, or the job
 // was given another gocron.WithName) is skipped, and reported once per job
 // as EventRunWithoutLease. Task panics on an invalid name.
-func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease)) (gocron.Task, gocron.JobOption) {
+func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease) error) (gocron.Task, gocron.JobOption) {
 	if err := checkKey(name); err != nil {
 		panic("pglease: Task: " + err.Error())
 	}
 	if run == nil {
 		panic("pglease: Task: run is nil")
 	}
-	task := gocron.NewTask(func(ctx context.Context) {
+	task := gocron.NewTask(func(ctx context.Context) error {
 		lease, ok := l.Held(name)
 		if !ok {
 			l.once(name, Event{Kind: EventRunWithoutLease, Key: name, Err: errRunWithoutLease})
-			return
+			return nil
 		}
 		ctx, cancel := lease.Context(ctx)
 		defer cancel()
-		run(ctx, lease)
+		err := run(ctx, lease)
+		if err != nil {
+			lease.failed.Store(true) // before gocron's Unlock, which follows the task's return
+		}
+		return err
 	})
 	return task, gocron.WithName(name)
 }

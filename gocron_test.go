@@ -46,9 +46,10 @@ func TestTask(t *testing.T) {
 			onHeld bool
 		}
 		ran := make(chan seen, 1)
-		task, named := l.Task("nightly-report", func(ctx context.Context, lease *pglease.Lease) {
+		task, named := l.Task("nightly-report", func(ctx context.Context, lease *pglease.Lease) error {
 			held, ok := l.Held("nightly-report")
 			ran <- seen{key: lease.Key(), fence: lease.Fence(), live: ctx.Err() == nil, runCtx: ctx, onHeld: ok && held == lease}
+			return nil
 		})
 		j, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), task, named)
 		require.NoError(t, err)
@@ -80,10 +81,11 @@ func TestTask(t *testing.T) {
 		job := mustJob(t, l, pglease.WithTTL(time.Minute))
 		s := scheduler(t, gocron.WithDistributedLocker(l))
 		started, ended := make(chan *pglease.Lease, 1), make(chan error, 1)
-		task, named := l.Task("long-run", func(ctx context.Context, lease *pglease.Lease) {
+		task, named := l.Task("long-run", func(ctx context.Context, lease *pglease.Lease) error {
 			started <- lease
 			<-ctx.Done()
 			ended <- context.Cause(ctx)
+			return nil
 		})
 		_, err := s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), task, named, gocron.WithDistributedJobLocker(job))
 		require.NoError(t, err)
@@ -118,7 +120,7 @@ func TestTask(t *testing.T) {
 		l := pgtest.Locker(t, pool, table, "replica-1", pglease.WithHook(events.Hook), pglease.WithLogger(jsonLogger(&logs)))
 		s := scheduler(t, gocron.WithDistributedLocker(l))
 		ran := make(chan struct{}, 1)
-		task, _ := l.Task("send-invoices", func(context.Context, *pglease.Lease) { ran <- struct{}{} })
+		task, _ := l.Task("send-invoices", func(context.Context, *pglease.Lease) error { ran <- struct{}{}; return nil })
 		_, err := s.NewJob(gocron.DurationJob(50*time.Millisecond), task, gocron.WithName("send-invoice")) // the lease's key
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return events.Count(pglease.EventReleased) >= 3 }, 10*time.Second, 10*time.Millisecond,
@@ -140,7 +142,7 @@ func TestTask(t *testing.T) {
 	t.Run("RefusesABadName", func(t *testing.T) {
 		t.Parallel()
 		l := pgtest.Each(pglease.NewLocker(pgtest.Pool(t, nil)))
-		assert.Contains(t, panicMessage(func() { l.Task("", func(context.Context, *pglease.Lease) {}) }), "key is empty")
+		assert.Contains(t, panicMessage(func() { l.Task("", func(context.Context, *pglease.Lease) error { return nil }) }), "key is empty")
 		assert.Contains(t, panicMessage(func() { l.Task("job", nil) }), "run is nil")
 		require.NoError(t, l.Close(context.Background()))
 	})

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -29,7 +30,8 @@ type Lease struct {
 	table      uint32 // oid of the lease table the claim wrote to
 	terms      terms  // its TTL, min hold and timeout: the Locker's, or a job's
 	tick       time.Time
-	givenBack  bool // a claim's row given back (giveBack): it ran nothing
+	givenBack  bool        // a claim's row given back (giveBack): it ran nothing
+	failed     atomic.Bool // its run (Locker.Task) returned an error
 
 	mu           sync.Mutex
 	expiresAt    time.Time      // server time, from the last claim or heartbeat
@@ -470,6 +472,8 @@ func (ls *Lease) row() driver.Lease {
 	case ls.terms.ticks == nil:
 	case ls.givenBack:
 		m.Run = driver.RunGivenBack
+	case ls.failed.Load():
+		m.Run = driver.RunFailed
 	default:
 		m.Run = driver.RunCompleted
 	}

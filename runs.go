@@ -21,7 +21,9 @@ type Run struct {
 	Holder    string
 	StartedAt time.Time // the server's time of its claim
 	EndedAt   time.Time // zero while it runs, and when unknown
-	// Outcome is running; completed (released by its holder); lapsed
+	// Outcome is running; completed (released by its holder); failed
+	// (released by its holder, its task, Locker.Task, having returned an
+	// error); lapsed
 	// (expired without a release: its holder was killed, paused past its
 	// TTL or cut off from the database, and the run may not have
 	// finished); revoked (Revoke); superseded (its own holder claimed a

@@ -1,11 +1,15 @@
 package pglease_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,6 +29,65 @@ func TestRuns(t *testing.T) {
 	t.Run("AReleasedRunHeldForItsMinHoldIsCompleted", testRunsAReleasedRunHeldForItsMinHoldIsCompleted)
 	t.Run("PurgeKeepsTheRunHoldingTheKey", testRunsPurgeKeepsTheRunHoldingTheKey)
 	t.Run("AClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce", testRunsAClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce)
+	t.Run("ARunThatReturnsAnErrorIsFailedAndNotCaughtUp", testRunsARunThatReturnsAnErrorIsFailedAndNotCaughtUp)
+}
+
+// Guarantee: a run whose task (Locker.Task) returns an error is closed as
+// failed in the ledger by its release, and gocron gets the error; one that
+// returns nil is completed; a failed run was released, so catch-up does
+// not run its tick again.
+func testRunsARunThatReturnsAnErrorIsFailedAndNotCaughtUp(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = time.Second
+	boom := errors.New("boom")
+	gocronGot := make(chan error, 8)
+	runs := 0
+	var mu sync.Mutex
+	for _, name := range []string{"a", "b"} {
+		l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name)
+		j := mustJob(t, l, pglease.WithPeriod(period), pglease.WithCatchUp())
+		s, err := gocron.NewScheduler()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Shutdown() }) // before the Locker's Close
+		task, named := l.Task("job", func(context.Context, *pglease.Lease) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs++
+			if runs%2 == 1 {
+				return boom
+			}
+			return nil
+		})
+		_, err = j.Schedule(s, task, named, gocron.WithEventListeners(gocron.AfterJobRunsWithError(func(_ uuid.UUID, _ string, err error) {
+			gocronGot <- err
+		})))
+		require.NoError(t, err)
+		s.Start()
+	}
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	var got []pglease.Run
+	require.Eventually(t, func() bool {
+		got, err = admin.Runs(ctx, "job", time.Hour)
+		require.NoError(t, err)
+		return len(got) >= 4 && got[3].Outcome != "running"
+	}, 15*time.Second, 100*time.Millisecond, "four runs closed")
+	mu.Lock()
+	defer mu.Unlock()
+	for i, r := range got[:4] {
+		want := map[bool]string{true: "failed", false: "completed"}[i%2 == 0]
+		assert.Equal(t, want, r.Outcome, "run %d (tick %v, fence %d)", i, r.Tick, r.Fence)
+		if i > 0 {
+			assert.True(t, r.Tick.After(got[i-1].Tick), "each tick once, none caught up: %+v", got)
+		}
+	}
+	select {
+	case err := <-gocronGot:
+		require.ErrorIs(t, err, boom, "gocron gets the run's error")
+	case <-time.After(5 * time.Second):
+		t.Fatal("gocron got no error")
+	}
 }
 
 // runOf returns the run of fence in runs, if listed.

@@ -496,11 +496,12 @@ func TestScheduler(t *testing.T) {
 			starts[i] = time.Duration((float64(rng.IntN(3)) + phase) * float64(period))
 			go func() {
 				time.Sleep(time.Until(origin.Add(starts[i]))) // this replica's start: the scenario, not a wait
-				errs <- runScheduler(ctx, pools[i], period, func(_ context.Context, fence int64) {
+				errs <- runScheduler(ctx, pools[i], period, func(_ context.Context, fence int64) error {
 					mu.Lock()
 					defer mu.Unlock()
 					ran[fence] = tickRun{i, time.Now(), fence}
 					runs++
+					return nil
 				})
 			}()
 		}

@@ -139,13 +139,14 @@ func TestTicks(t *testing.T) {
 			t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
 			for _, j := range jobs {
 				jl := mustJob(t, l, pglease.WithPeriod(period))
-				task, named := l.Task(j.name, func(_ context.Context, lease *pglease.Lease) {
+				task, named := l.Task(j.name, func(_ context.Context, lease *pglease.Lease) error {
 					x := tickRun{replica: name, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()}
 					time.Sleep(j.run)
 					x.end, x.lostAtEnd = time.Now(), lease.Err()
 					mu.Lock()
 					runs[j.name] = append(runs[j.name], x)
 					mu.Unlock()
+					return nil
 				})
 				_, err := jl.Schedule(sched, task, named)
 				require.NoError(t, err)
@@ -1061,10 +1062,11 @@ func testTicksCronInstantsEachRunOnceAcrossOffsetClocks(t *testing.T) {
 		sched, err := gocron.NewScheduler(gocron.WithClock(offsetClock{clockwork.NewRealClock(), offset}))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
-		task, named := l.Task("report", func(_ context.Context, lease *pglease.Lease) {
+		task, named := l.Task("report", func(_ context.Context, lease *pglease.Lease) error {
 			mu.Lock()
 			defer mu.Unlock()
 			runs = append(runs, tickRun{replica: name, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()})
+			return nil
 		})
 		_, err = mustJob(t, l, pglease.WithCron(crontab)).Schedule(sched, task, named)
 		require.NoError(t, err)
@@ -1221,7 +1223,7 @@ func testTicksCronScheduleRunsEachInstantWithThatInstantAsItsTick(t *testing.T) 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sched.Shutdown() })
 	runs := make(chan time.Time, 4)
-	task, named := l.Task("daily", func(_ context.Context, lease *pglease.Lease) { runs <- lease.Tick() })
+	task, named := l.Task("daily", func(_ context.Context, lease *pglease.Lease) error { runs <- lease.Tick(); return nil })
 	_, err = mustJob(t, l, pglease.WithCron(crontab)).Schedule(sched, task, named)
 	require.NoError(t, err)
 	sched.Start()

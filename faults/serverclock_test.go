@@ -159,10 +159,11 @@ func TestServerClock(t *testing.T) {
 			s, err := gocron.NewScheduler()
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Shutdown() }) // before the Locker's Close
-			task, named := l.Task("job", func(_ context.Context, lease *pglease.Lease) {
+			task, named := l.Task("job", func(_ context.Context, lease *pglease.Lease) error {
 				mu.Lock()
 				ran[lease.Fence()] = true
 				mu.Unlock()
+				return nil
 			})
 			_, err = j.Schedule(s, task, named)
 			require.NoError(t, err)

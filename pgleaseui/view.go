@@ -46,6 +46,7 @@ type jobRow struct {
 	Skipped int // ticks of the period with no run between the first and the last shown
 	Doubled int // ticks run again after a run that neither lapsed nor was revoked or given back
 	Lapsed  int
+	Failed  int // runs whose task returned an error
 }
 
 // entry is one run of a job, or a gap of Skipped ticks before the next.
@@ -189,8 +190,11 @@ func jobOf(runs []pglease.Run, now time.Time) jobRow {
 		case r.Outcome == "running" && !now.IsZero():
 			e.Took = now.Sub(r.StartedAt).Round(100*time.Millisecond).String() + " so far"
 		}
-		if r.Outcome == "lapsed" {
+		switch r.Outcome {
+		case "lapsed":
 			j.Lapsed++
+		case "failed":
+			j.Failed++
 		}
 		if i > 0 {
 			switch {

@@ -79,6 +79,13 @@ func TestJobOf(t *testing.T) {
 		assert.Equal(t, "doubled", j.Entries[4].Note)
 		assert.Contains(t, j.Entries[4].Class, "doubled")
 	})
+	t.Run("AFailedRunIsCountedAndNotRedone", func(t *testing.T) {
+		j := jobOf([]pglease.Run{run(0, 1, "failed"), run(0, 2, "completed"), run(1, 3, "failed")}, time.Time{})
+		assert.Equal(t, 2, j.Failed)
+		assert.Equal(t, 1, j.Doubled, "a tick run again after a failed run of it is doubled, not caught up")
+		assert.Equal(t, "doubled", j.Entries[1].Note)
+		assert.Contains(t, j.Entries[0].Class, "outcome-failed")
+	})
 	t.Run("ARunningRunTookSoFarByTheServersClock", func(t *testing.T) {
 		r := run(0, 1, "running")
 		r.EndedAt = time.Time{}

@@ -28,7 +28,8 @@ var runsCommand = command{
 	name: "runs",
 	summary: "Lists the runs of jobs with ticks (WithPeriod) from the ledger beside the table,\n" +
 		"sorted by job and tick: the tick, the fence and holder that ran it, when it started\n" +
-		"and ended, and how: running, completed, lapsed (expired without a release: its\n" +
+		"and ended, and how: running, completed, failed (its task returned an error),\n" +
+		"lapsed (expired without a release: its\n" +
 		"holder was killed or cut off, and the run may not have finished), revoked,\n" +
 		"superseded or unknown. -json prints a JSON array of objects with key, tick, fence,\n" +
 		"holder, started_at, ended_at (null while it runs) and outcome.",

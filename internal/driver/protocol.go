@@ -100,14 +100,16 @@ type Lease struct {
 	TTL        time.Duration
 	MinHold    time.Duration
 	// Run is, for the lease of a job's tick, the outcome its release
-	// writes in the ledger: RunCompleted, or RunGivenBack for a claim
-	// given back; empty for a lease of no tick.
+	// writes in the ledger: RunCompleted, RunFailed for a run that
+	// returned an error, or RunGivenBack for a claim given back; empty for
+	// a lease of no tick.
 	Run string
 }
 
 // The outcomes a release writes in the ledger of runs.
 const (
 	RunCompleted = "completed"
+	RunFailed    = "failed"
 	RunGivenBack = "given back"
 )
 

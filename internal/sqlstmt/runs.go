@@ -23,7 +23,8 @@ func Runs(table pgx.Identifier) pgx.Identifier {
 // fence is drawn once per claim), with the job's key and tick, the holder
 // that ran it and the server's time of its claim. ended_at and outcome
 // stay NULL until the next claim of the job's tick closes the run:
-// completed (released by its holder), lapsed (expired without a release:
+// completed (released by its holder), failed (released, its task having
+// returned an error: the release writes it), lapsed (expired without a release:
 // its holder died or was paused past its TTL), revoked (`pglease release`),
 // superseded (its own holder claimed the next tick while it ran). The
 // index serves the listing of one job's recent runs.
