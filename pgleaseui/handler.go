@@ -27,6 +27,7 @@ type config struct {
 	buttons bool
 	perJob  int
 	since   time.Duration
+	skews   []*pglease.Locker
 }
 
 // WithAdminButtons shows a Revoke and a ForceExpire button beside every live
@@ -40,6 +41,13 @@ func WithAdminButtons() Option { return func(c *config) { c.buttons = true } }
 // last hour; n and since must be positive.
 func WithRuns(n int, since time.Duration) Option {
 	return func(c *config) { c.perJob, c.since = n, since }
+}
+
+// WithClockSkew shows, beside the holders of lockers (this process's
+// Lockers on the table), each one's reading of its clock's skew against the
+// database's (Locker.ClockSkew): only a replica knows its own.
+func WithClockSkew(lockers ...*pglease.Locker) Option {
+	return func(c *config) { c.skews = append(c.skews, lockers...) }
 }
 
 // Handler returns the page of admin's table: GET serves it (and its style
@@ -97,6 +105,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		v.RunsErr = runsErr.Error()
 	}
 	v.Since, v.Buttons, v.Done = short(h.since), h.buttons, r.URL.Query().Get("done")
+	v.addSkews(h.skews)
 	name := "page"
 	if r.URL.Query().Get("part") == "fleet" {
 		name = "fleet"

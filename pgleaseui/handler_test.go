@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +75,30 @@ func mounted(t *testing.T, h http.Handler) *httptest.Server {
 // table, and that its buttons act only when enabled.
 func TestHandler(t *testing.T) {
 	t.Parallel()
+
+	// Only a replica knows its own clock's skew: the page shows the
+	// readings of the Lockers it is given, beside their holders, and no
+	// skew column without them.
+	t.Run("ShowsTheClockSkewOfItsOwnLockers", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		claimed, idle := pgtest.Locker(t, pool, table, "replica-a"), pgtest.Locker(t, pool, table, "replica-b")
+		lease, err := claimed.Claim(ctx, "k")
+		require.NoError(t, err)
+		skew, ok := claimed.ClockSkew()
+		require.True(t, ok, "a claim gives a reading")
+		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+		require.NoError(t, err)
+
+		_, body := get(t, mounted(t, pgleaseui.Handler(admin, pgleaseui.WithClockSkew(claimed, idle))), "/pglease/?part=fleet")
+		assert.Regexp(t, `<tr data-holder="`+regexp.QuoteMeta(claimed.Holder())+`">.*<td class="skew" data-label="Clock skew">(&#43;|-)[^<]* ± [^<]*</td></tr>`, body,
+			"the claimer's reading (%+v)", skew)
+		assert.Regexp(t, `<tr data-holder="`+regexp.QuoteMeta(idle.Holder())+`">.*<td class="skew" data-label="Clock skew">no reading yet</td></tr>`, body,
+			"a Locker with no reading, listed though it holds nothing")
+		_, plain := get(t, mounted(t, pgleaseui.Handler(admin)), "/pglease/?part=fleet")
+		assert.NotContains(t, plain, "Clock skew")
+		require.NoError(t, lease.Unlock(ctx))
+	})
 
 	t.Run("ShowsEveryKeyWithItsStateAndEveryHolder", func(t *testing.T) {
 		t.Parallel()

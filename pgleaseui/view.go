@@ -2,6 +2,7 @@ package pgleaseui
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ type view struct {
 	Since     string // the window of runs shown
 	Buttons   bool
 	Done      string // what a button just did
+	Skews     bool   // the holders show the skew readings of WithClockSkew's Lockers
 }
 
 // keyRow is one row of the table.
@@ -35,6 +37,7 @@ type holderRow struct {
 	Leases  []string
 	Runs    int
 	LastRun string
+	Skew    string // its Locker's clock-skew reading, when this process has it
 }
 
 // jobRow is one job with ticks: its recent runs, oldest first, with the
@@ -222,4 +225,25 @@ func jobOf(runs []pglease.Run, now time.Time) jobRow {
 		prev = r
 	}
 	return j
+}
+
+// addSkews writes each Locker's clock-skew reading beside its holder,
+// adding the holder when it has no lease nor run to show.
+func (v *view) addSkews(lockers []*pglease.Locker) {
+	for _, l := range lockers {
+		v.Skews = true
+		reading := "no reading yet"
+		if s, ok := l.ClockSkew(); ok {
+			sign := "+" // the server ahead of the replica
+			if s.Offset < 0 {
+				sign = ""
+			}
+			reading = fmt.Sprintf("%s%v ± %v", sign, s.Offset.Round(100*time.Microsecond), s.Uncertainty.Round(100*time.Microsecond))
+		}
+		i := sort.Search(len(v.Holders), func(i int) bool { return v.Holders[i].Holder >= l.Holder() })
+		if i == len(v.Holders) || v.Holders[i].Holder != l.Holder() {
+			v.Holders = slices.Insert(v.Holders, i, holderRow{Holder: l.Holder()})
+		}
+		v.Holders[i].Skew = reading
+	}
 }
