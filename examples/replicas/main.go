@@ -90,6 +90,7 @@ type config struct {
 	skew        time.Duration // how far apart the replicas' clocks are, at most
 	startSpread time.Duration // the replicas start within this long
 	schedule    string
+	ticks       bool // the job claims ticks, with catch-up (README's quick start)
 	kill        bool // kill the replica running the job midway
 	seed        uint64
 	table       string
@@ -123,8 +124,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.replica, "replica", "", "run only the replica `NAME` (no kill), until Ctrl-C or -duration; start one per terminal with the same -dsn")
 	fs.DurationVar(&cfg.duration, "duration", 25*time.Second, "how long the demo runs (with -replica, 0 runs until Ctrl-C)")
 	fs.DurationVar(&cfg.period, "period", time.Second, "period of the job")
-	fs.DurationVar(&cfg.ttl, "ttl", 3*time.Second, "lease TTL: how long the others wait after a replica dies (heartbeat every TTL/3)")
-	fs.Func("min-hold", "keep a released lease held until `duration` after its claim; 0 turns it off (default: half the period, at most the TTL)", func(s string) error {
+	fs.DurationVar(&cfg.ttl, "ttl", 2500*time.Millisecond, "lease TTL: how long the others wait after a replica dies (heartbeat every TTL/3); best not a multiple of the period, so that the lapse falls between two ticks")
+	fs.BoolVar(&cfg.ticks, "ticks", true, "the job claims ticks with catch-up (pglease.WithPeriod, WithCatchUp, as README's quick start); false: the timing-only way (StartOnGrid and a min hold), for comparison")
+	fs.Func("min-hold", "keep a released lease held until `duration` after its claim; 0 turns it off (default: off with -ticks, otherwise half the period, at most the TTL)", func(s string) error {
 		d, err := time.ParseDuration(s)
 		if err != nil {
 			return err
@@ -134,7 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	})
 	fs.DurationVar(&cfg.skew, "skew", 300*time.Millisecond, "the replicas' clocks are up to this far apart (simulated: a replica's claims reach the database as late as its clock is slow)")
 	fs.DurationVar(&cfg.startSpread, "start-spread", 3*time.Second, "the replicas start at random moments within this long of the first, at least one period (0: all at once)")
-	fs.StringVar(&cfg.schedule, "schedule", onGrid, "the job's schedule: "+onGrid+" (pglease.StartOnGrid, the quick start) or "+immediately+" (gocron.WithStartImmediately: each replica's ticks in the phase of its start)")
+	fs.StringVar(&cfg.schedule, "schedule", onGrid, "with -ticks=false, the job's schedule: "+onGrid+" (pglease.StartOnGrid) or "+immediately+" (gocron.WithStartImmediately: each replica's ticks in the phase of its start)")
 	fs.BoolVar(&cfg.kill, "kill", true, "kill the replica running the job at two fifths of the duration, without releasing (not with -replica)")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed for the replicas' start moments, their clocks and the job's durations")
 	fs.StringVar(&cfg.table, "table", "pglease_demo", "lease table (created if missing)")
@@ -144,7 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !minHoldSet {
+	if !minHoldSet && !cfg.ticks {
 		cfg.minHold = defaultMinHold(cfg.period, cfg.ttl)
 	}
 	switch {
@@ -160,6 +162,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-skew %v: must be at least 0 and below the period (%v)", cfg.skew, cfg.period)
 	case cfg.schedule != onGrid && cfg.schedule != immediately:
 		return cfg, fmt.Errorf("-schedule %q: must be %q or %q", cfg.schedule, onGrid, immediately)
+	case cfg.ticks && cfg.schedule != onGrid:
+		return cfg, fmt.Errorf("-schedule %q: a job of ticks is on the period's grid: only with -ticks=false", cfg.schedule)
 	case cfg.replica == "" && cfg.replicas < 1:
 		return cfg, fmt.Errorf("-replicas %d: must be at least 1", cfg.replicas)
 	case cfg.replica == "" && cfg.duration < cfg.period:
@@ -298,12 +302,28 @@ wait:
 			break wait
 		}
 	}
-	ticks := completeBy(time.Now())
+	stoppedAt := time.Now()
+	ticks := completeBy(stoppedAt)
 	stopAll()
 
 	// A lone -replica sees its own runs only: the other processes run the
 	// other ticks, and it cannot check them.
-	sum := tl.summarize(firstTick, ticks, promise(cfg).holds && cfg.replica == "")
+	sum := tl.summarize(firstTick, ticks, promise(cfg).holds && cfg.replica == "", cfg.ticks, stoppedAt)
+	if cfg.ticks {
+		// The ledger, once every replica has stopped and released: this
+		// process's runs, or with -replica every process's since this one
+		// started.
+		var holders map[string]bool
+		if cfg.replica == "" {
+			holders = make(map[string]bool, len(reps))
+			for _, r := range reps {
+				holders[r.locker.Holder()] = true
+			}
+		}
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		sum.ledger = readLedger(lctx, dsn, cfg.table, time.Since(origin)+cfg.period, holders, tl)
+		cancel()
+	}
 	sum.print(stdout, cfg, reps)
 	return sum, nil
 }
@@ -466,6 +486,13 @@ func promise(cfg config) conditions {
 		}
 		c.lines = append(c.lines, line)
 	}
+	if cfg.ticks {
+		// Each claim takes the tick nearest the server's clock: the
+		// replicas agree on it while their claims are within half a
+		// period of it.
+		check(d < cfg.period/2, "D < period / 2:          %v < %v", d, cfg.period/2)
+		return c
+	}
 	check(cfg.schedule == onGrid, "ticks aligned:           -schedule %s", cfg.schedule)
 	check(d < cfg.minHold, "D < min hold:            %v < %v", d, cfg.minHold)
 	check(cfg.minHold+d <= cfg.period, "min hold + D <= period:  %v <= %v", cfg.minHold+d, cfg.period)
@@ -480,8 +507,11 @@ func printHeader(w io.Writer, cfg config, where string, reps []*replica, kill bo
 		fmt.Fprintf(w, "pglease demo: %d replicas of a gocron scheduler in one process, each with its own pool and pglease.Locker\n", len(reps))
 	}
 	fmt.Fprintf(w, "  database  %s\n", where)
-	schedule := "on the period's grid (pglease.StartOnGrid, as README's quick start)"
-	if cfg.schedule == immediately {
+	schedule := "on the period's grid, claiming ticks with catch-up (pglease.WithPeriod, WithCatchUp: README's quick start)"
+	switch {
+	case !cfg.ticks && cfg.schedule == onGrid:
+		schedule = "on the period's grid (pglease.StartOnGrid: the timing-only way)"
+	case !cfg.ticks:
 		schedule = "from each replica's start (gocron.WithStartImmediately, the former quick start)"
 	}
 	fmt.Fprintf(w, "  job       %q every %v %s, %v to %v of work, lease table %s\n",
@@ -504,11 +534,17 @@ func printHeader(w io.Writer, cfg config, where string, reps []*replica, kill bo
 	}
 	fmt.Fprintf(w, "  clocks    %s (simulated: a replica's claims reach the database as late as its clock is slow)\n", strings.Join(clocks, ", "))
 	c := promise(cfg)
-	fmt.Fprintf(w, "  once      each tick runs exactly once when, with D = skew %v + claim latency %v:\n", cfg.skew, latency)
+	if cfg.ticks {
+		fmt.Fprintf(w, "  once      each tick runs at most once, and exactly once while a replica is free, when, with D = skew %v + claim latency %v:\n", cfg.skew, latency)
+	} else {
+		fmt.Fprintf(w, "  once      each tick runs exactly once when, with D = skew %v + claim latency %v:\n", cfg.skew, latency)
+	}
 	for _, line := range c.lines {
 		fmt.Fprintf(w, "              %s\n", line)
 	}
 	switch {
+	case c.holds && cfg.ticks && cfg.replica == "":
+		fmt.Fprintln(w, "            it holds: the demo fails if a tick completes twice, is missed other than while the killed run holds the key, or the killed run's tick is not caught up once")
 	case c.holds && cfg.replica != "":
 		fmt.Fprintln(w, "            they hold: across the processes, each tick runs once (each process sees only its own runs)")
 	case c.holds:
@@ -516,7 +552,11 @@ func printHeader(w io.Writer, cfg config, where string, reps []*replica, kill bo
 	default:
 		fmt.Fprintln(w, "            they do not all hold: expect ticks run twice, or missed")
 	}
-	if kill {
+	switch {
+	case kill && cfg.ticks:
+		fmt.Fprintf(w, "  kill      at tick 0 + %v the replica running the job is killed mid-run; its lease lapses within its TTL, and another replica catches its tick up\n",
+			cfg.duration*2/5)
+	case kill:
 		fmt.Fprintf(w, "  kill      at tick 0 + %v the replica running the job is killed mid-run; the others wait out its TTL\n",
 			cfg.duration*2/5)
 	}

@@ -31,6 +31,8 @@ type replica struct {
 	db      *cuttableDB
 	pool    *pgxpool.Pool
 	locker  *pglease.Locker
+	job     gocron.Locker // the job's distributed locker: a JobLocker of ticks, or locker
+	ticks   bool          // the job claims ticks (pglease.WithPeriod)
 	sched   gocron.Scheduler
 	tl      *timeline
 	kill    *killSwitch // nil when this replica is never killed
@@ -84,10 +86,22 @@ func newReplica(ctx context.Context, cfg config, name string, lag, startAt time.
 		pglease.WithTable(cfg.table),
 		pglease.WithTTL(cfg.ttl),
 		pglease.WithMinHold(cfg.minHold),
+		// The replica's DB is no *pgxpool.Pool but the pool behind a
+		// switch: catch-up waits listen for releases on a connection of
+		// their own rather than poll.
+		pglease.WithListenDSN(dsn),
 		pglease.WithLogger(logger),
 		pglease.WithHook(tl.event),
 	)
-	r.sched, err = gocron.NewScheduler(gocron.WithDistributedLocker(slowClock{r.locker, lag}))
+	r.job, r.ticks = r.locker, cfg.ticks
+	if cfg.ticks {
+		// README's quick start: each tick claimed once, judged on the
+		// database's clock; and a run that lapses is caught up.
+		r.job, err = r.locker.Job(pglease.WithPeriod(cfg.period), pglease.WithCatchUp())
+	}
+	if err == nil {
+		r.sched, err = gocron.NewScheduler()
+	}
 	if err != nil {
 		_ = r.locker.Close(context.Background())
 		pool.Close()
@@ -96,20 +110,30 @@ func newReplica(ctx context.Context, cfg config, name string, lag, startAt time.
 	return r, nil
 }
 
-// start schedules the job every period and starts the scheduler: on the
-// period's grid (pglease.StartOnGrid) as README's quick start does, or with
-// -schedule immediately from now, as it did before.
+// start schedules the job every period and starts the scheduler. With
+// ticks, as README's quick start does: the JobLocker's Schedule, on the
+// period's grid. Otherwise the timing-only way: a DurationJob on the
+// period's grid (pglease.StartOnGrid), or with -schedule immediately from
+// now, as the quick start did before either.
 func (r *replica) start(period time.Duration, schedule string) error {
-	startAt := pglease.StartOnGrid(period)
-	if schedule == immediately {
-		startAt = gocron.WithStartAt(gocron.WithStartImmediately())
-	}
-	j, err := r.sched.NewJob(
-		gocron.DurationJob(period),
-		gocron.NewTask(r.job),
-		gocron.WithName(jobName),
-		startAt,
+	task, named := r.locker.Task(jobName, r.run)
+	// The replica's claims reach the database as late as its clock is
+	// slow: the job's locker, behind its clock. Schedule puts the options
+	// given after its own, so this one is the job's.
+	slow := gocron.WithDistributedJobLocker(slowClock{r.job, r.lag})
+	var (
+		j   gocron.Job
+		err error
 	)
+	switch {
+	case r.ticks:
+		j, err = r.job.(*pglease.JobLocker).Schedule(r.sched, task, named, slow)
+	case schedule == immediately:
+		j, err = r.sched.NewJob(gocron.DurationJob(period), task, named, slow,
+			gocron.WithStartAt(gocron.WithStartImmediately()))
+	default:
+		j, err = r.sched.NewJob(gocron.DurationJob(period), task, named, slow, pglease.StartOnGrid(period))
+	}
 	if err != nil {
 		return err
 	}
@@ -128,7 +152,7 @@ func (r *replica) start(period time.Duration, schedule string) error {
 // a replica whose clock is right. One machine has one clock; the demo
 // delays the claim instead.
 type slowClock struct {
-	*pglease.Locker
+	gocron.Locker
 	lag time.Duration
 }
 
@@ -139,21 +163,13 @@ func (c slowClock) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	return c.Locker.Lock(ctx, key)
 }
 
-// job is what gocron runs, only once r.locker.Lock has returned a lease;
-// ctx is gocron's job context, cancelled when the scheduler shuts down.
-func (r *replica) job(ctx context.Context) error {
-	// The job never sees gocron's Lock: it finds its lease by job name.
-	lease, ok := r.locker.Held(jobName)
-	if !ok {
-		return errors.New("the lease gocron took for this run is already gone")
-	}
-	// Work under a context that ends the moment the lease does: if the
-	// heartbeat finds the lease taken, or cannot renew it within the TTL,
-	// the run stops instead of overlapping with the next holder's.
-	ctx, cancel := lease.Context(ctx)
-	defer cancel()
-
-	rn := r.tl.begin(r.name, lease.Fence(), time.Now())
+// run is the job's task (Locker.Task): gocron runs it only once the job's
+// locker has returned a lease, which it gets, with a context that ends the
+// moment the lease does: if the heartbeat finds the lease taken, or cannot
+// renew it within the TTL, the run stops instead of overlapping with the
+// next holder's.
+func (r *replica) run(ctx context.Context, lease *pglease.Lease) error {
+	rn := r.tl.begin(r.name, lease.Fence(), time.Now(), lease.Tick())
 	err := r.work(ctx, rn)
 	r.tl.end(rn, err)
 	return err

@@ -106,23 +106,49 @@ func (tl *timeline) elapsed(t time.Time) string {
 	return fmt.Sprintf("%.3fs", t.Sub(tl.origin).Seconds())
 }
 
-// begin records the start of a run, and marks it as a double run or as the
-// takeover after a kill.
-func (tl *timeline) begin(replica string, fence int64, start time.Time) *jobRun {
+// begin records the start of a run, and marks it as a double run, as the
+// takeover after a kill, or as the catch-up of the killed run's tick. tick
+// is the lease's (Lease.Tick) when the job claims ticks: a catch-up runs
+// its tick late. Otherwise it is zero, and the run's tick is the one its
+// start falls in.
+func (tl *timeline) begin(replica string, fence int64, start, tick time.Time) *jobRun {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	rn := &jobRun{replica: replica, fence: fence, tick: tl.tickOf(start), start: start}
-	if others := tl.byTick[rn.tick]; len(others) > 0 {
+	k := tl.tickOf(start)
+	if !tick.IsZero() {
+		k = tl.tickOf(tick)
+	}
+	rn := &jobRun{replica: replica, fence: fence, tick: k, start: start}
+	others := tl.finished(k)
+	caughtUp := tl.killRun != nil && k == tl.killRun.tick && len(others) == 0
+	if len(others) > 0 {
 		o := others[0]
 		rn.marks = append(rn.marks, fmt.Sprintf("DOUBLE RUN: tick %d already ran on %s (fence %d)", rn.tick, o.replica, o.fence))
 	}
 	if tl.killRun != nil && tl.takeover == nil && replica != tl.killRun.replica {
 		tl.takeover = rn
-		rn.marks = append(rn.marks, fmt.Sprintf("TAKEOVER from %s: fence %d -> %d, %s after the kill",
-			tl.killRun.replica, tl.killRun.fence, fence, start.Sub(tl.killedAt).Round(10*time.Millisecond)))
+		what := "TAKEOVER"
+		if caughtUp {
+			what = fmt.Sprintf("CAUGHT UP tick %d", k)
+		}
+		rn.marks = append(rn.marks, fmt.Sprintf("%s from %s: fence %d -> %d, %s after the kill",
+			what, tl.killRun.replica, tl.killRun.fence, fence, start.Sub(tl.killedAt).Round(10*time.Millisecond)))
 	}
 	tl.byTick[rn.tick] = append(tl.byTick[rn.tick], rn)
 	return rn
+}
+
+// finished returns the runs of tick k but the killed one, which was cut
+// short: a second of them is the tick's work done twice. The caller holds
+// mu.
+func (tl *timeline) finished(k int64) []*jobRun {
+	var runs []*jobRun
+	for _, rn := range tl.byTick[k] {
+		if rn != tl.killRun {
+			runs = append(runs, rn)
+		}
+	}
+	return runs
 }
 
 // end prints the line of a run that has returned err, unless the run's
@@ -190,6 +216,10 @@ type summary struct {
 	extraRuns        int     // runs beyond the first in those ticks
 	missedFailover   []int64 // ticks with no run, after the kill and before the takeover
 	missedOther      []int64
+	ticksMode        bool // the job claims ticks, with catch-up
+	caughtUp         int  // runs of the killed run's tick by other replicas
+	catchUpDue       bool // the demo ran long enough after the kill for its catch-up
+	ledger           ledger
 	takeover         *jobRun
 	killRun          *jobRun
 	lost             int
@@ -201,14 +231,36 @@ type summary struct {
 // failed reports a tick that ran twice, or was missed other than while
 // failing over, where the conditions of exactly once held: what README
 // promises, so the demo doubles as a check.
+//
+// With ticks, the guarantee is README's: each tick completed at most once,
+// in the ledger too; every tick run but those skipped while the killed
+// run held the key; and the killed run's tick caught up exactly once.
 func (s summary) failed() bool {
-	return s.promised && (s.doubles > 0 || len(s.missedOther) > 0)
+	if !s.promised {
+		return false
+	}
+	if s.ticksMode && (s.ledger.completedTwice() > 0 || s.lostCatchUp()) {
+		return true
+	}
+	return s.doubles > 0 || len(s.missedOther) > 0
+}
+
+// lostCatchUp reports a killed run whose tick was not run again exactly
+// once, though the demo ran long enough for it.
+func (s summary) lostCatchUp() bool {
+	if s.killRun == nil || !s.catchUpDue {
+		return false
+	}
+	lapsed, after := s.ledger.caughtUp(s.killRun.tick)
+	return s.caughtUp != 1 || s.ledger.err != nil || !lapsed || after != 1
 }
 
 // summarize counts ticks firstTick .. firstTick+ticks-1: the ticks every
 // started replica's claim had been sent for before the schedulers were
 // shut down.
-func (tl *timeline) summarize(firstTick, ticks int64, promised bool) summary {
+// ticksMode says whether the job claims ticks with catch-up, and
+// stoppedAt is when the schedulers were stopped.
+func (tl *timeline) summarize(firstTick, ticks int64, promised, ticksMode bool, stoppedAt time.Time) summary {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	s := summary{
@@ -219,6 +271,13 @@ func (tl *timeline) summarize(firstTick, ticks int64, promised bool) summary {
 		lost:      tl.lost,
 		stats:     make(map[string]replicaStats),
 		promised:  promised,
+		ticksMode: ticksMode,
+	}
+	if tl.killRun != nil {
+		s.caughtUp = len(tl.finished(tl.killRun.tick))
+		// The catch-up waits for the lapse, at most one TTL after the kill,
+		// for at most the TTL and the period.
+		s.catchUpDue = ticksMode && stoppedAt.Sub(tl.killedAt) >= tl.ttl+tl.period
 	}
 	counted := func(k int64) bool { return k >= firstTick && k < firstTick+ticks }
 	for k, runs := range tl.byTick {
@@ -249,12 +308,16 @@ func (tl *timeline) summarize(firstTick, ticks int64, promised bool) summary {
 	}
 	s.medianGap = medianGap(starts)
 	for k := firstTick; k < firstTick+ticks; k++ {
-		n := len(tl.byTick[k])
-		s.runs += n
+		s.runs += len(tl.byTick[k])
+		n := len(tl.finished(k))
+		killed := tl.killRun != nil && k == tl.killRun.tick
 		switch {
 		case n > 1:
 			s.doubles++
 			s.extraRuns += n - 1
+		case n == 0 && killed:
+			// The killed run's own tick: caught up, or counted by
+			// lostCatchUp.
 		case n == 0 && tl.failingOver(k):
 			s.missedFailover = append(s.missedFailover, k)
 		case n == 0:
@@ -264,10 +327,11 @@ func (tl *timeline) summarize(firstTick, ticks int64, promised bool) summary {
 	return s
 }
 
-// failingOver reports whether tick k fell after the kill and before the
-// takeover: while the killed replica's lease was still running out.
+// failingOver reports whether tick k came after the killed run's and
+// before the takeover started: while the killed replica's lease was still
+// running out, holding the key.
 func (tl *timeline) failingOver(k int64) bool {
-	return tl.killRun != nil && k > tl.killRun.tick && (tl.takeover == nil || k < tl.takeover.tick)
+	return tl.killRun != nil && k > tl.killRun.tick && (tl.takeover == nil || tl.tickAt(k).Before(tl.takeover.start))
 }
 
 // print writes the summary table for the replicas of this process.
@@ -276,8 +340,12 @@ func (s summary) print(w io.Writer, cfg config, reps []*replica) {
 	if cfg.minHold == 0 {
 		hold = "off"
 	}
-	fmt.Fprintf(w, "\nsummary: %d ticks of %v, %s, schedule %s, min hold %s, TTL %v, clocks up to %v apart\n",
-		s.ticks, cfg.period, plural(len(reps), "replica"), cfg.schedule, hold, cfg.ttl, cfg.skew)
+	schedule := "ticks with catch-up"
+	if !cfg.ticks {
+		schedule = "schedule " + cfg.schedule
+	}
+	fmt.Fprintf(w, "\nsummary: %d ticks of %v, %s, %s, min hold %s, TTL %v, clocks up to %v apart\n",
+		s.ticks, cfg.period, plural(len(reps), "replica"), schedule, hold, cfg.ttl, cfg.skew)
 
 	width := len("replica")
 	for _, r := range reps {
@@ -301,6 +369,9 @@ func (s summary) print(w io.Writer, cfg config, reps []*replica) {
 		row("ticks", int(s.ticks), fmt.Sprintf("ticks %d..%d of the hour's grid", s.firstTick, s.firstTick+s.ticks-1))
 		row("runs here", s.runs, "the other runs were made by replicas in other processes")
 		row("leases lost", s.lost, "")
+		if cfg.ticks {
+			s.ledger.print(w, width)
+		}
 		return
 	}
 	ticksNote := ""
@@ -328,25 +399,50 @@ func (s summary) print(w io.Writer, cfg config, reps []*replica) {
 	row("double runs", s.doubles, doubleNote)
 	failoverNote := ""
 	if len(s.missedFailover) > 0 {
-		failoverNote = fmt.Sprintf("%s: the killed replica's lease had to run out (TTL %v)", tickRange(s.missedFailover), cfg.ttl)
+		failoverNote = fmt.Sprintf("%s: the killed run held the key until its lease lapsed (TTL %v)", tickRange(s.missedFailover), cfg.ttl)
 	}
-	row("missed while failing over", len(s.missedFailover), failoverNote)
+	row("skipped while failing over", len(s.missedFailover), failoverNote)
 	row("missed otherwise", len(s.missedOther), tickRange(s.missedOther))
-	takeovers, takeoverNote := 0, ""
-	if s.takeover != nil {
-		takeovers = 1
-		takeoverNote = fmt.Sprintf("%s in tick %d with fence %d > %d", s.takeover.replica, s.takeover.tick, s.takeover.fence, s.killRun.fence)
-	} else if s.killRun != nil {
-		takeoverNote = "none before the end: run longer than the TTL after the kill"
+	if cfg.ticks {
+		caughtUpNote := ""
+		switch {
+		case s.killRun == nil:
+		case s.caughtUp > 0 && s.takeover != nil:
+			caughtUpNote = fmt.Sprintf("tick %d, killed on %s (fence %d), run again on %s with fence %d",
+				s.killRun.tick, s.killRun.replica, s.killRun.fence, s.takeover.replica, s.takeover.fence)
+		case !s.catchUpDue:
+			caughtUpNote = "none before the end: run longer than the TTL and a period after the kill"
+		default:
+			caughtUpNote = fmt.Sprintf("tick %d, killed on %s, was not run again", s.killRun.tick, s.killRun.replica)
+		}
+		row("caught up", s.caughtUp, caughtUpNote)
+	} else {
+		takeovers, takeoverNote := 0, ""
+		if s.takeover != nil {
+			takeovers = 1
+			takeoverNote = fmt.Sprintf("%s in tick %d with fence %d > %d", s.takeover.replica, s.takeover.tick, s.takeover.fence, s.killRun.fence)
+		} else if s.killRun != nil {
+			takeoverNote = "none before the end: run longer than the TTL after the kill"
+		}
+		row("takeovers", takeovers, takeoverNote)
 	}
-	row("takeovers", takeovers, takeoverNote)
 	row("leases lost", s.lost, "")
+	if cfg.ticks {
+		s.ledger.print(w, width)
+	}
 	fmt.Fprintln(w)
 	switch {
+	case s.failed() && cfg.ticks:
+		fmt.Fprintf(w, "FAIL: %d ticks ran twice (%d completed twice in the ledger), %d were missed, and the killed run's tick was caught up %d times, for once\n",
+			s.doubles, s.ledger.completedTwice(), len(s.missedOther), s.caughtUp)
 	case s.failed():
 		fmt.Fprintf(w, "FAIL: %d ticks ran twice and %d were missed although the conditions of exactly once held\n", s.doubles, len(s.missedOther))
 	case s.doubles > 0 || len(s.missedOther) > 0:
 		fmt.Fprintln(w, "as expected where the conditions of exactly once do not hold, not every tick ran once; run again without -schedule, -min-hold or -skew to see each tick run once")
+	case cfg.ticks && s.killRun != nil && s.caughtUp == 1:
+		fmt.Fprintf(w, "ok: no tick completed twice; every tick ran but those skipped while the killed run held the key; the killed run's tick %d was caught up once, with a greater fence\n", s.killRun.tick)
+	case cfg.ticks:
+		fmt.Fprintln(w, "ok: no tick completed twice, and every tick ran")
 	default:
 		fmt.Fprintf(w, "ok: each tick ran exactly once, with replicas started at random moments and clocks up to %v apart\n", cfg.skew)
 	}
