@@ -87,12 +87,119 @@ func (o demoOutput) runs(t *testing.T) []timelineRun {
 	return runs
 }
 
-// The demo as README's first command runs it, shorter: replicas started at
-// random moments, on the period's grid, with clocks up to 150ms apart (the
-// min hold of 500ms leaves a timer 350ms to be late on a busy machine).
+// ledgerLine is one run in the ledger the demo prints after its summary.
+var ledgerLine = regexp.MustCompile(`(?m)^  \s*(-?\d+)  (replica-\d)\s+(\d+)  (\S+)`)
+
+type printedRun struct {
+	tick    int64
+	replica string
+	fence   int64
+	outcome string
+}
+
+func (o demoOutput) ledger(t *testing.T) []printedRun {
+	t.Helper()
+	at := strings.Index(o.stdout, "\nledger of runs")
+	require.Positive(t, at, "a ledger after the summary")
+	var runs []printedRun
+	for _, m := range ledgerLine.FindAllStringSubmatch(o.stdout[at:], -1) {
+		tick, err := strconv.ParseInt(m[1], 10, 64)
+		require.NoError(t, err)
+		fence, err := strconv.ParseInt(m[3], 10, 64)
+		require.NoError(t, err)
+		runs = append(runs, printedRun{tick: tick, replica: m[2], fence: fence, outcome: m[4]})
+	}
+	return runs
+}
+
+// The demo as README's first command runs it, shorter: README's quick
+// start (ticks with catch-up, no min hold), replicas started at random
+// moments with clocks up to 300ms apart, and the replica running the job
+// killed mid-run. The ledger it prints shows what README promises: the
+// killed run lapsed, its tick run again once, on another replica, with a
+// greater fence, and no tick completed twice. A period of 2s and a TTL of
+// 3s put the lapse a period from the next claim either side of it, and
+// leave the catch-up's wait (TTL + period) two seconds to spare.
+func TestDemoRunsEachTickOnceAndCatchesUpTheKilledRunsTick(t *testing.T) {
+	const ttl, period = 3 * time.Second, 2 * time.Second
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_ticks",
+		"-duration", "16s", "-ttl", ttl.String(), "-period", period.String())
+
+	require.Equal(t, 0, out.code)
+	assert.Len(t, regexp.MustCompile(`(?m)^\s*\d+\.\d+s\s+replica-\d\s+STARTED`).FindAllString(out.stdout, -1), 3, "each replica's start is shown")
+	assert.Contains(t, out.stdout, "ok: no tick completed twice")
+	assert.Equal(t, 0, out.count(t, "double runs"))
+	assert.Equal(t, 0, out.count(t, "missed otherwise"), "only the killed run's lease may skip ticks")
+	// The killed run's lease lapses at most one TTL after the kill.
+	assert.LessOrEqual(t, out.count(t, "skipped while failing over"), int(ttl/period)+1)
+	assert.Equal(t, 1, out.count(t, "caught up"))
+	assert.Equal(t, 1, out.count(t, "leases lost"), "the killed replica's lease, never released")
+
+	killed := regexp.MustCompile(`(?m)^\s*\S+\s+(\d+)\s+(\S+)\s+(\d+)\s+\d+ms\s+KILLED mid-run`).FindStringSubmatch(out.stdout)
+	require.NotNil(t, killed, "a KILLED line")
+	killedTick, _ := strconv.ParseInt(killed[1], 10, 64)
+	killedFence, _ := strconv.ParseInt(killed[3], 10, 64)
+	assert.Regexp(t, `CAUGHT UP tick `+killed[1]+` from `+killed[2]+`: fence `+killed[3]+` -> \d+`, out.stdout, "the timeline shows the catch-up")
+
+	// The ledger: the killed run lapsed, one other replica ran its tick
+	// again with a greater fence, and no tick completed twice.
+	runs := out.ledger(t)
+	require.NotEmpty(t, runs)
+	completed := map[int64]int{}
+	var lapsed, again []printedRun
+	for _, r := range runs {
+		switch {
+		case r.outcome == "completed":
+			completed[r.tick]++
+			assert.Equal(t, 1, completed[r.tick], "tick %d completed twice: %v", r.tick, runs)
+		case r.outcome == "lapsed":
+			lapsed = append(lapsed, r)
+		default:
+			t.Errorf("run %v: neither completed nor lapsed", r)
+		}
+		if r.tick == killedTick && r.fence != killedFence {
+			again = append(again, r)
+		}
+	}
+	require.Equal(t, []printedRun{{tick: killedTick, replica: killed[2], fence: killedFence, outcome: "lapsed"}}, lapsed,
+		"the killed run, and only it, lapsed")
+	require.Len(t, again, 1, "the killed run's tick caught up once")
+	assert.NotEqual(t, killed[2], again[0].replica, "on another replica")
+	assert.Greater(t, again[0].fence, killedFence, "with a greater fence")
+	assert.Equal(t, "completed", again[0].outcome)
+	assert.Regexp(t, `(?m)^\s+`+killed[1]+`\s+`+again[0].replica+`\s+\d+\s+completed\s+CAUGHT UP: lapsed on `+killed[2], out.stdout,
+		"the ledger names the catch-up")
+
+	// Every run the timeline shows is in the ledger, under its tick and
+	// fence; fences grow from tick to tick, whoever runs it.
+	inLedger := map[timelineRun]bool{}
+	for _, r := range runs {
+		inLedger[timelineRun{tick: r.tick, replica: r.replica, fence: r.fence}] = true
+	}
+	tlRuns := out.runs(t)
+	require.NotEmpty(t, tlRuns)
+	for _, r := range tlRuns {
+		assert.True(t, inLedger[r], "timeline run %v in the ledger", r)
+	}
+	for i := 1; i < len(runs); i++ {
+		assert.Greater(t, runs[i].fence, runs[i-1].fence, "fences grow: %v", runs[i])
+	}
+
+	// On a terminal, pglease's log comes after the timeline, the summary
+	// and the ledger, never between the lines of their tables.
+	verdict := strings.Index(out.terminal, "\nok: no tick completed twice")
+	require.Positive(t, verdict)
+	assert.NotContains(t, out.terminal[:verdict], "level=", "no log line inside the tables")
+	assert.Contains(t, out.terminal[verdict:], "release_failed", "the log follows, with the release the killed replica could not make")
+	assert.Regexp(t, `(?m)^\s*\d+\.\d+s\s+\d+\s+replica-\d\s+\d+\s+LEASE LOST`, out.stdout, "the loss's line names the replica in its column")
+}
+
+// The timing-only way (-ticks=false): replicas started at random moments,
+// on the period's grid, with clocks up to 150ms apart (the min hold of
+// 500ms leaves a timer 350ms to be late on a busy machine).
 func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing.T) {
 	const ttl, period = 2 * time.Second, time.Second
-	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_min_hold",
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_min_hold", "-ticks=false",
 		"-duration", "10s", "-ttl", ttl.String(), "-period", period.String(), "-skew", "150ms")
 
 	require.Equal(t, 0, out.code)
@@ -102,7 +209,7 @@ func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing
 	assert.Equal(t, 0, out.count(t, "missed otherwise"), "only the failover may miss ticks")
 	// The killed replica's lease lapses at most one TTL after its last
 	// renewal, which came before the kill; the tick after that is taken.
-	assert.LessOrEqual(t, out.count(t, "missed while failing over"), int(ttl/period)+1)
+	assert.LessOrEqual(t, out.count(t, "skipped while failing over"), int(ttl/period)+1)
 	assert.Equal(t, 1, out.count(t, "takeovers"))
 	assert.Equal(t, 1, out.count(t, "leases lost"), "the killed replica's lease, never released")
 	assert.Contains(t, out.stderr, "release_failed", "pglease logs the release the killed replica could not make")
@@ -142,7 +249,7 @@ func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing
 // the next replica's timer fires: the double runs come every tick, not by
 // chance.
 func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
-	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_no_min_hold",
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_no_min_hold", "-ticks=false",
 		"-min-hold", "0", "-duration", "4s", "-period", "500ms", "-ttl", "1s", "-skew", "300ms")
 
 	assert.Equal(t, 0, out.code, "double runs are expected without min hold: not a failure")
@@ -155,7 +262,7 @@ func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
 // period, and the min hold merges only the claims of one tick that arrive
 // within it of each other. The job runs every two thirds of a period.
 func TestDemoWithDurationJobsStartedImmediatelyRunsMoreOftenThanThePeriod(t *testing.T) {
-	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_immediately",
+	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_immediately", "-ticks=false",
 		"-schedule", "immediately", "-kill=false", "-duration", "8s", "-period", "1s")
 
 	assert.Equal(t, 0, out.code, "extra runs are expected of this schedule: not a failure")
@@ -262,6 +369,7 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-skew", "1s", "-period", "1s"},
 		{"-schedule", "cron"},
+		{"-schedule", "immediately"}, // a job of ticks is on the grid
 		{"-start-spread", "30s"},
 		{"-start-spread", "500ms", "-period", "1s"},
 		{"-min-hold", "5s", "-ttl", "3s"},
