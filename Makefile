@@ -24,7 +24,7 @@ unit: ## Run the tests that need no database: the mechanisms of internal/
 faults: ## Run the fault, failover, durability, server-clock, guard-chaos and soak suites alone
 	go test -race -count=1 -v ./faults/
 
-demo: ## Run the demo: replicas of a scheduler taking turns on one job
+demo: ## Run the demo: replicas of a scheduler, the one running the job killed mid-run, and the ledger of runs
 	go run ./examples/replicas
 
 bench: ## Run the Go benchmarks, then the benchmark report program

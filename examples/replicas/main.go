@@ -4,22 +4,26 @@
 //
 // With no configuration it starts a throwaway PostgreSQL (or uses
 // PGLEASE_DATABASE_URL), runs three replicas of a gocron scheduler in one
-// process, each with its own pool and its own pglease.Locker, all scheduling
-// the same job every second on the period's grid (pglease.StartOnGrid), as
-// README's quick start does. The replicas start at random moments, not on
-// the grid nor in phase with each other, and their clocks disagree by up to
-// 300ms (simulated: a replica's claims reach the database as late as its
-// clock is slow). Midway it kills the replica that is running the job,
-// mid-run and without releasing its lease, as a crash would; the others
-// take over once the lease's TTL has passed. It prints a timeline, then a
-// summary, and exits 1 if a tick ran twice or was missed (other than while
-// the killed replica's lease ran out) where the conditions of exactly once
-// hold.
+// process, each with its own pool and its own pglease.Locker, all running
+// the same job every second as README's quick start does: a job of ticks
+// (pglease.WithPeriod, no min hold) with catch-up (pglease.WithCatchUp),
+// scheduled by its JobLocker's Schedule. The replicas start at random
+// moments, and their clocks disagree by up to 300ms (simulated: a
+// replica's claims reach the database as late as its clock is slow).
+// Midway it kills the replica that is running the job, mid-run and without
+// releasing its lease, as a crash would: the ticks that come while the
+// killed run's lease lives are skipped, and once it lapses another replica
+// runs the killed run's tick again, with a greater fence. It prints a
+// timeline, a summary, and the ledger of the job's runs (pglease.Admin.Runs:
+// the killed run lapsed, its tick caught up on another replica), and exits
+// 1 if a tick completed twice, was missed other than while the killed run
+// held the key, or the killed run's tick was not caught up exactly once.
 //
 //	go run ./examples/replicas
-//	go run ./examples/replicas -duration 8s                  # a short run
-//	go run ./examples/replicas -schedule immediately         # the former quick start: runs too often
-//	go run ./examples/replicas -min-hold 0                   # gocron issue 841: double runs
+//	go run ./examples/replicas -duration 12s                 # a short run
+//	go run ./examples/replicas -ticks=false                  # the timing-only way: StartOnGrid and a min hold
+//	go run ./examples/replicas -ticks=false -min-hold 0      # gocron issue 841: double runs
+//	go run ./examples/replicas -ticks=false -schedule immediately   # the first quick start: runs too often
 //	go run ./examples/replicas -dsn postgres://... -replica a   # one replica per terminal
 package main
 
