@@ -239,7 +239,7 @@ func (s summary) failed() bool {
 	if !s.promised {
 		return false
 	}
-	if s.ticksMode && (s.ledger.completedTwice() > 0 || s.lostCatchUp()) {
+	if s.ticksMode && (s.ledger.err != nil || s.ledger.completedTwice() > 0 || s.lostCatchUp()) {
 		return true
 	}
 	return s.doubles > 0 || len(s.missedOther) > 0
@@ -432,6 +432,8 @@ func (s summary) print(w io.Writer, cfg config, reps []*replica) {
 	}
 	fmt.Fprintln(w)
 	switch {
+	case s.failed() && cfg.ticks && s.ledger.err != nil:
+		fmt.Fprintln(w, "FAIL: the ledger of runs could not be read")
 	case s.failed() && cfg.ticks:
 		fmt.Fprintf(w, "FAIL: %d ticks ran twice (%d completed twice in the ledger), %d were missed, and the killed run's tick was caught up %d times, for once\n",
 			s.doubles, s.ledger.completedTwice(), len(s.missedOther), s.caughtUp)
@@ -441,6 +443,8 @@ func (s summary) print(w io.Writer, cfg config, reps []*replica) {
 		fmt.Fprintln(w, "as expected where the conditions of exactly once do not hold, not every tick ran once; run again without -schedule, -min-hold or -skew to see each tick run once")
 	case cfg.ticks && s.killRun != nil && s.caughtUp == 1:
 		fmt.Fprintf(w, "ok: no tick completed twice; every tick ran but those skipped while the killed run held the key; the killed run's tick %d was caught up once, with a greater fence\n", s.killRun.tick)
+	case cfg.ticks && s.killRun != nil:
+		fmt.Fprintln(w, "ok: no tick completed twice; every tick ran but those skipped while the killed run held the key; the demo ended before its tick was due to be caught up")
 	case cfg.ticks:
 		fmt.Fprintln(w, "ok: no tick completed twice, and every tick ran")
 	default:
