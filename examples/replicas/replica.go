@@ -31,8 +31,7 @@ type replica struct {
 	db      *cuttableDB
 	pool    *pgxpool.Pool
 	locker  *pglease.Locker
-	job     gocron.Locker // the job's distributed locker: a JobLocker of ticks, or locker
-	ticks   bool          // the job claims ticks (pglease.WithPeriod)
+	job     *pglease.JobLocker // the job of ticks, with catch-up; nil with -ticks=false
 	sched   gocron.Scheduler
 	tl      *timeline
 	kill    *killSwitch // nil when this replica is never killed
@@ -93,7 +92,6 @@ func newReplica(ctx context.Context, cfg config, name string, lag, startAt time.
 		pglease.WithLogger(logger),
 		pglease.WithHook(tl.event),
 	)
-	r.job, r.ticks = r.locker, cfg.ticks
 	if cfg.ticks {
 		// README's quick start: each tick claimed once, judged on the
 		// database's clock; and a run that lapses is caught up.
@@ -120,14 +118,18 @@ func (r *replica) start(period time.Duration, schedule string) error {
 	// The replica's claims reach the database as late as its clock is
 	// slow: the job's locker, behind its clock. Schedule puts the options
 	// given after its own, so this one is the job's.
-	slow := gocron.WithDistributedJobLocker(slowClock{r.job, r.lag})
+	var locker gocron.Locker = r.locker
+	if r.job != nil {
+		locker = r.job
+	}
+	slow := gocron.WithDistributedJobLocker(slowClock{locker, r.lag})
 	var (
 		j   gocron.Job
 		err error
 	)
 	switch {
-	case r.ticks:
-		j, err = r.job.(*pglease.JobLocker).Schedule(r.sched, task, named, slow)
+	case r.job != nil:
+		j, err = r.job.Schedule(r.sched, task, named, slow)
 	case schedule == immediately:
 		j, err = r.sched.NewJob(gocron.DurationJob(period), task, named, slow,
 			gocron.WithStartAt(gocron.WithStartImmediately()))
