@@ -148,11 +148,11 @@ func TestDemoRunsEachTickOnceAndCatchesUpTheKilledRunsTick(t *testing.T) {
 	completed := map[int64]int{}
 	var lapsed, again []printedRun
 	for _, r := range runs {
-		switch {
-		case r.outcome == "completed":
+		switch r.outcome {
+		case "completed":
 			completed[r.tick]++
 			assert.Equal(t, 1, completed[r.tick], "tick %d completed twice: %v", r.tick, runs)
-		case r.outcome == "lapsed":
+		case "lapsed":
 			lapsed = append(lapsed, r)
 		default:
 			t.Errorf("run %v: neither completed nor lapsed", r)
