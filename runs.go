@@ -29,8 +29,11 @@ type Run struct {
 	// finished); revoked (Revoke); superseded (its own holder claimed a
 	// later tick while it ran); given back (its claim's outcome was unknown
 	// or came past its trust window: no lease was handed out, nothing ran,
-	// and the tick may be claimed again); or unknown (a claim outside the
-	// job's ticks took the row before the run was closed).
+	// and the tick may be claimed again); unknown (a claim outside the
+	// job's ticks took the row before the run was closed); or skipped (no
+	// run: the replicas' claims of the tick found the run of an earlier
+	// tick still holding the key; Holder is the first to find it so, and
+	// Fence is the skip's own).
 	Outcome string
 }
 

@@ -48,3 +48,4 @@ CREATE TABLE IF NOT EXISTS "lease_run" (
     outcome    text
 );
 CREATE INDEX IF NOT EXISTS "lease_run_key" ON "lease_run" (key, started_at);
+CREATE UNIQUE INDEX IF NOT EXISTS "lease_run_skip" ON "lease_run" (key, tick) WHERE outcome = 'skipped';

@@ -165,7 +165,7 @@ func build(listed []pglease.LeaseInfo, runs []pglease.Run, perJob int) view {
 
 // jobOf lays out the runs of one job, oldest first: the period is the
 // shortest interval between two of its ticks, every tick of it with no run
-// between two runs is skipped, and a tick run again is caught up when every
+// between two runs, or that the ledger says skipped, is skipped, and a tick run again is caught up when every
 // earlier run of it lapsed, was revoked or was given back, and doubled
 // otherwise (which the ticks' claims should never let happen).
 func jobOf(runs []pglease.Run, now time.Time) jobRow {
@@ -182,6 +182,20 @@ func jobOf(runs []pglease.Run, now time.Time) jobRow {
 	redoable := true // every earlier run of the current tick left it to run again
 	var prev pglease.Run
 	for i, r := range runs {
+		if r.Outcome == "skipped" { // no run: one more tick of the gap before it
+			missed := 1
+			if i > 0 && period > 0 {
+				missed += max(int(r.Tick.Sub(prev.Tick)/period)-1, 0)
+			}
+			if n := len(j.Entries); n > 0 && j.Entries[n-1].Skipped > 0 {
+				j.Entries[n-1].Skipped += missed
+			} else {
+				j.Entries = append(j.Entries, entry{Skipped: missed})
+			}
+			j.Skipped += missed
+			prev, redoable = r, true
+			continue
+		}
 		e := entry{
 			Tick: clock(r.Tick), TickFull: r.Tick.UTC().Format(time.RFC3339Nano),
 			Holder: r.Holder, Fence: fmt.Sprint(r.Fence), Outcome: r.Outcome,

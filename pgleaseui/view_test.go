@@ -63,6 +63,11 @@ func TestJobOf(t *testing.T) {
 		assert.Equal(t, 2, j.Skipped)
 		assert.Equal(t, []string{"10:00:00 completed ", "10:00:10 completed ", "gap 2ns", "10:00:40 completed "}, describe(j))
 	})
+	t.Run("ATickTheLedgerSaysSkippedIsAGapWithTheTicksBeforeIt", func(t *testing.T) {
+		j := jobOf([]pglease.Run{run(0, 1, "completed"), run(2, 5, "skipped"), run(3, 6, "skipped"), run(4, 7, "completed")}, time.Time{})
+		assert.Equal(t, 3, j.Skipped)
+		assert.Equal(t, []string{"10:00:00 completed ", "gap 3ns", "10:00:40 completed "}, describe(j))
+	})
 	t.Run("ATickRunAgainAfterALapseIsCaughtUp", func(t *testing.T) {
 		j := jobOf([]pglease.Run{run(0, 1, "completed"), run(1, 2, "lapsed"), run(1, 3, "completed")}, time.Time{})
 		assert.Zero(t, j.Doubled)

@@ -31,7 +31,8 @@ var runsCommand = command{
 		"and ended, and how: running, completed, failed (its task returned an error),\n" +
 		"lapsed (expired without a release: its\n" +
 		"holder was killed or cut off, and the run may not have finished), revoked,\n" +
-		"superseded or unknown. -json prints a JSON array of objects with key, tick, fence,\n" +
+		"superseded, unknown, or skipped (no run: an earlier tick's run still held the key).\n" +
+		"-json prints a JSON array of objects with key, tick, fence,\n" +
 		"holder, started_at, ended_at (null while it runs) and outcome.",
 	flags: func(fs *flag.FlagSet, c *cli) {
 		fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of a table")

@@ -101,14 +101,17 @@ func (l ledger) print(w io.Writer, width int) {
 	line(strings.Repeat("-", 5), strings.Repeat("-", width), strings.Repeat("-", 6), strings.Repeat("-", 10), "")
 	for i, r := range l.runs {
 		note := ""
-		if i > 0 && l.runs[i-1].tick == r.tick {
+		switch {
+		case i > 0 && l.runs[i-1].tick == r.tick:
 			p := l.runs[i-1]
 			note = fmt.Sprintf("the same tick again, fence %d > %d", r.Fence, p.Fence)
 			if p.Outcome == "lapsed" {
 				note = fmt.Sprintf("CAUGHT UP: lapsed on %s, run again on %s with fence %d > %d", p.replica, r.replica, r.Fence, p.Fence)
 			}
-		} else if r.Outcome == "lapsed" {
+		case r.Outcome == "lapsed":
 			note = "its replica was killed mid-run: expired without a release"
+		case r.Outcome == "skipped":
+			note = "no run: the run of an earlier tick still held the key"
 		}
 		line(fmt.Sprint(r.tick), r.replica, fmt.Sprint(r.Fence), r.Outcome, note)
 	}

@@ -142,21 +142,27 @@ func TestDemoRunsEachTickOnceAndCatchesUpTheKilledRunsTick(t *testing.T) {
 	assert.Regexp(t, `CAUGHT UP tick `+killed[1]+` from `+killed[2]+`: fence `+killed[3]+` -> \d+`, out.stdout, "the timeline shows the catch-up")
 
 	// The ledger: the killed run lapsed, one other replica ran its tick
-	// again with a greater fence, and no tick completed twice.
-	runs := out.ledger(t)
-	require.NotEmpty(t, runs)
+	// again with a greater fence, no tick completed twice, and the ticks
+	// skipped were those while the killed run's lease held the key.
+	all := out.ledger(t)
+	require.NotEmpty(t, all)
 	completed := map[int64]int{}
-	var lapsed, again []printedRun
-	for _, r := range runs {
+	var runs, lapsed, again, skipped []printedRun
+	for _, r := range all {
 		switch r.outcome {
 		case "completed":
 			completed[r.tick]++
-			assert.Equal(t, 1, completed[r.tick], "tick %d completed twice: %v", r.tick, runs)
+			assert.Equal(t, 1, completed[r.tick], "tick %d completed twice: %v", r.tick, all)
 		case "lapsed":
 			lapsed = append(lapsed, r)
+		case "skipped":
+			skipped = append(skipped, r)
+			assert.Greater(t, r.tick, killedTick, "a tick skipped after the killed run's: %v", r)
+			continue // no run, and a fence of the skip's own
 		default:
-			t.Errorf("run %v: neither completed nor lapsed", r)
+			t.Errorf("run %v: neither completed, lapsed nor skipped", r)
 		}
+		runs = append(runs, r)
 		if r.tick == killedTick && r.fence != killedFence {
 			again = append(again, r)
 		}
@@ -164,6 +170,7 @@ func TestDemoRunsEachTickOnceAndCatchesUpTheKilledRunsTick(t *testing.T) {
 	require.Equal(t, []printedRun{{tick: killedTick, replica: killed[2], fence: killedFence, outcome: "lapsed"}}, lapsed,
 		"the killed run, and only it, lapsed")
 	require.Len(t, again, 1, "the killed run's tick caught up once")
+	assert.LessOrEqual(t, len(skipped), int(ttl/period)+1, "skipped only while the killed run's lease held the key: %v", skipped)
 	assert.NotEqual(t, killed[2], again[0].replica, "on another replica")
 	assert.Greater(t, again[0].fence, killedFence, "with a greater fence")
 	assert.Equal(t, "completed", again[0].outcome)

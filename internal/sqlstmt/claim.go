@@ -305,7 +305,16 @@ const (
 //     snapshot shows it) is closed there with how it ended: completed if
 //     its holder released it, revoked, superseded if it was still live
 //     (its own holder's claim of a later tick), lapsed otherwise. No round
-//     trip of its own, and no write at all for a claim that takes nothing.
+//     trip of its own, and no write for a claim that takes nothing but
+//     the one below.
+//   - skip: a claim refused because the run of an earlier tick still holds
+//     the key (live, its tick before the nearest: the replicas' event
+//     Skipped) enters the tick in the ledger as skipped, once per tick of
+//     a job (CreateRunsSkipped: the other replicas' inserts do nothing),
+//     with a fence of its own. Only such a claim writes; the usual losing
+//     claim, of a tick another replica took, finds the row's tick equal to
+//     the nearest and writes nothing. A catch-up never skips: it asks for
+//     the tick of the run it waits for.
 //   - A tick whose claim was given back (its outcome unknown, or answered
 //     past its trust window: the ledger says 'given back') ran nothing, and
 //     is taken again once its row has expired, by any claim of that tick.
@@ -332,7 +341,7 @@ const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSync
                               WHERE now_us.t BETWEEN sent.lo AND sent.hi
                               ORDER BY abs(extract(epoch FROM c - now_us.t)), c DESC LIMIT 1)) AS at
                    FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us, instant.t FROM instant) AS now_us),
-     prev AS (SELECT fence, holder, expires_at, released_at FROM {table} WHERE key = $1),
+     prev AS (SELECT key, fence, holder, expires_at, released_at, tick FROM {table} WHERE key = $1),
      taken AS (
 INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
 SELECT c.key, h.holder, clock.t, clock.t + make_interval(secs => $3), nearest.at
@@ -365,7 +374,13 @@ RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS
                                        WHEN prev.expires_at > instant.t THEN 'superseded'
                                        ELSE 'lapsed' END
                   FROM prev, instant
-                 WHERE run.fence = prev.fence AND run.outcome IS NULL AND EXISTS (SELECT 1 FROM taken))
+                 WHERE run.fence = prev.fence AND run.outcome IS NULL AND EXISTS (SELECT 1 FROM taken)),
+     skip AS (INSERT INTO {runs} (fence, key, tick, holder, started_at, ended_at, outcome)
+              SELECT nextval({seqlit}), prev.key, nearest.at, $2, instant.t, instant.t, 'skipped'
+                FROM prev, nearest, instant
+               WHERE NOT EXISTS (SELECT 1 FROM taken) AND $6::timestamptz IS NULL
+                 AND prev.expires_at > instant.t AND prev.tick < nearest.at
+              ON CONFLICT (key, tick) WHERE outcome = 'skipped' DO NOTHING)
 SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked, false AS released, true AS isrun FROM taken
 UNION ALL
 SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, cur.holder,

@@ -26,8 +26,10 @@ func Runs(table pgx.Identifier) pgx.Identifier {
 // completed (released by its holder), failed (released, its task having
 // returned an error: the release writes it), lapsed (expired without a release:
 // its holder died or was paused past its TTL), revoked (`pglease release`),
-// superseded (its own holder claimed the next tick while it ran). The
-// index serves the listing of one job's recent runs.
+// superseded (its own holder claimed the next tick while it ran), and
+// skipped for a tick whose claims found the run of an earlier tick still
+// holding the key (CreateRunsSkipped). The index serves the listing of one
+// job's recent runs.
 const CreateRuns = `CREATE TABLE IF NOT EXISTS {runs} (
     fence      bigint      PRIMARY KEY,
     key        text        NOT NULL,
@@ -41,14 +43,22 @@ const CreateRuns = `CREATE TABLE IF NOT EXISTS {runs} (
 // CreateRunsIndex indexes the ledger by job and start.
 const CreateRunsIndex = `CREATE INDEX IF NOT EXISTS {runsindex} ON {runs} (key, started_at)`
 
+// CreateRunsSkipped makes the ledger hold one skipped row per tick of a
+// job, however many replicas' claims found the key held: ClaimTick's
+// insert of it does nothing on a conflict with this index. A skipped row
+// has a fence of its own, drawn like a claim's, so that no run's row is
+// ever taken for it.
+const CreateRunsSkipped = `CREATE UNIQUE INDEX IF NOT EXISTS {runsskip} ON {runs} (key, tick) WHERE outcome = 'skipped'`
+
 // ListRuns lists the runs of one job ($1, or every job when NULL) started
 // within $2 seconds of the server's clock, with the outcome of each: the
 // one the next claim wrote, or for a run not yet closed, what the lease row
 // says while it still carries the run's fence (revoked, completed when
 // released, though a min hold keeps it live, running while live, lapsed
 // when expired without a release), and
-// unknown when a claim outside the job's ticks took the row. Sorted by key
-// byte-wise, then by tick.
+// unknown when a claim outside the job's ticks took the row. A tick
+// skipped by one replica and run by another (their clocks apart) is listed
+// as the run alone. Sorted by key byte-wise, then by tick.
 const ListRuns = `WITH server AS (SELECT clock_timestamp() AS now)
 SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
        coalesce(r.ended_at, CASE WHEN l.fence = r.fence AND l.released_at IS NOT NULL THEN l.released_at
@@ -62,6 +72,8 @@ SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
   FROM server, {runs} AS r LEFT JOIN {table} AS l ON l.key = r.key
  WHERE ($1::text IS NULL OR r.key = $1::text)
    AND r.started_at >= server.now - make_interval(secs => $2)
+   AND (r.outcome IS DISTINCT FROM 'skipped'
+        OR NOT EXISTS (SELECT 1 FROM {runs} AS ran WHERE ran.key = r.key AND ran.tick = r.tick AND ran.outcome IS DISTINCT FROM 'skipped'))
  ORDER BY r.key COLLATE "C", r.tick, r.fence`
 
 // PurgeRuns deletes the runs started longer than the retention ($1, in
