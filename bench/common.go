@@ -385,6 +385,14 @@ func walSyncs(ctx context.Context, conn *pgx.Conn) int64 {
 	return n
 }
 
+// walBytes is the server's WAL position in bytes (where the next record
+// goes), or 0 when it cannot be read.
+func walBytes(ctx context.Context, conn *pgx.Conn) int64 {
+	var n int64
+	_ = conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n)
+	return n
+}
+
 // nextXID is the server's next transaction id, read without taking one.
 func nextXID(ctx context.Context, conn *pgx.Conn) int64 {
 	var n int64

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,7 +24,15 @@ import (
 const (
 	tickCoalesced = "coalesced (pglease)"
 	tickPerClaim  = "one statement per claim"
+	// tickTicks is Lock through a job of ticks (WithPeriod): the claim of
+	// a tick, which also writes the ledger of runs. Only its WAL is
+	// measured, against tickCoalesced's (the ledger's cost per tick).
+	tickTicks = "ticks (WithPeriod, with the ledger)"
 )
+
+// fleetPeriod is the period of the fleet's jobs of ticks: every claim of
+// a tick of the study lands within half of it.
+const fleetPeriod = 4 * time.Second
 
 // fleetConns is the pool size of each replica.
 const fleetConns = 8
@@ -43,6 +52,10 @@ type tickPoint struct {
 	CPU        float64       // server CPU seconds per tick; negative when unknown
 	XIDs       float64       // transaction ids per tick, its releases included
 	WALSyncs   float64       // WAL flushes of one tick, its releases included
+	WALBytes   float64       // WAL bytes of one tick, its releases included
+	// Of tickCoalesced's point only: one tick of the same jobs as jobs of
+	// ticks (tickTicks), whose claims also write the ledger of runs.
+	TicksWALBytes, TicksWALSyncs float64
 }
 
 // counter counts the claim statements its pools send.
@@ -62,6 +75,7 @@ type replica struct {
 	holder string
 	pool   *pgxpool.Pool
 	locker *pglease.Locker
+	job    *pglease.JobLocker // the same Locker's jobs of ticks (fleetPeriod)
 }
 
 // studyFleet runs ticks of a fleet of replicas, each with its own pool and
@@ -121,18 +135,38 @@ func studyFleet(ctx context.Context, stats *pgx.Conn, dsn string, postmaster, re
 			}
 		}
 		// One more tick of each style alone, to read its WAL flushes once
-		// every backend has reported them (settledWALSyncs).
+		// every backend has reported them (settledWALSyncs), and its WAL
+		// bytes; then two ticks of the jobs as jobs of ticks, each at the
+		// start of a tick of fleetPeriod, the second measured (its claims
+		// also close the runs of the first in the ledger).
 		pools := make([]*pgxpool.Pool, len(fleet))
 		for i, r := range fleet {
 			pools[i] = r.pool
 		}
-		for _, style := range styles {
-			syncs := settledWALSyncs(ctx, stats, pools...)
+		measure := func(style string) (syncs, bytes int64, err error) {
+			if style == tickTicks {
+				time.Sleep(time.Until(time.Now().Truncate(fleetPeriod).Add(fleetPeriod + fleetPeriod/20)))
+			}
+			syncs0, bytes0 := settledWALSyncs(ctx, stats, pools...), walBytes(ctx, stats)
 			if _, _, err := tick(ctx, fleet, table, keys, style); err != nil {
+				return 0, 0, err
+			}
+			syncs = settledWALSyncs(ctx, stats, pools...) - syncs0
+			return syncs, walBytes(ctx, stats) - bytes0, nil
+		}
+		walOf := map[string]int64{}
+		for _, style := range []string{tickCoalesced, tickPerClaim, tickTicks, tickTicks} {
+			syncs, bytes, err := measure(style)
+			if err != nil {
 				closeFleet(fleet)
 				return nil, err
 			}
-			got[style].syncs = settledWALSyncs(ctx, stats, pools...) - syncs
+			if a := got[style]; a != nil {
+				a.syncs = syncs
+			} else {
+				got[style] = &acc{syncs: syncs} // the second tick of tickTicks is kept
+			}
+			walOf[style] = bytes
 		}
 		closeFleet(fleet)
 		for _, style := range styles {
@@ -148,8 +182,12 @@ func studyFleet(ctx context.Context, stats *pgx.Conn, dsn string, postmaster, re
 				Tick: a.ticks[len(a.ticks)/2],
 				P50:  a.latencies[len(a.latencies)/2], P99: a.latencies[len(a.latencies)*99/100],
 				Statements: float64(a.stmts) / float64(ticks), CPU: cpu,
-				XIDs: float64(a.xids) / float64(ticks), WALSyncs: float64(a.syncs),
+				XIDs: float64(a.xids) / float64(ticks), WALSyncs: float64(a.syncs), WALBytes: float64(walOf[style]),
 			})
+			if style == tickCoalesced {
+				out[len(out)-1].TicksWALBytes = float64(walOf[tickTicks])
+				out[len(out)-1].TicksWALSyncs = float64(got[tickTicks].syncs)
+			}
 		}
 	}
 	return out, nil
@@ -177,7 +215,14 @@ func newFleet(ctx context.Context, dsn, table string, n int, cnt *counter) ([]re
 		}
 		holder := fmt.Sprintf("replica-%d", r)
 		l := pglease.NewLocker(pool, pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithTTL(time.Minute), pglease.WithLogger(quiet))
-		fleet = append(fleet, replica{holder: holder, pool: pool, locker: l})
+		job, err := l.Job(pglease.WithPeriod(fleetPeriod))
+		if err != nil {
+			_ = l.Close(ctx)
+			pool.Close()
+			closeFleet(fleet)
+			return nil, err
+		}
+		fleet = append(fleet, replica{holder: holder, pool: pool, locker: l, job: job})
 	}
 	return fleet, nil
 }
@@ -217,8 +262,12 @@ func tick(ctx context.Context, fleet []replica, table string, keys []string, sty
 				<-start
 				t0 := time.Now()
 				defer func() { lat[i] = time.Since(t0) }()
-				if style == tickCoalesced {
-					lock, err := r.locker.Lock(ctx, key)
+				if style == tickCoalesced || style == tickTicks {
+					var locker gocron.Locker = r.locker
+					if style == tickTicks {
+						locker = r.job
+					}
+					lock, err := locker.Lock(ctx, key)
 					switch {
 					case err == nil:
 						wins[i] = &won{r: r, key: key, lease: lock.(*pglease.Lease)}

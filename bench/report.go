@@ -173,6 +173,17 @@ func fleetMarkdown(points []tickPoint) string {
 			p.Jobs, p.Style, ms(p.Tick.Seconds()*1000), ms(p.P50.Seconds()*1000), ms(p.P99.Seconds()*1000),
 			p.Statements, p.XIDs, p.WALSyncs, cpu, p.Tick.Seconds()/base[p.Jobs].Tick.Seconds(), cpuRatio)
 	}
+	b.WriteString("\n#### The ledger of runs: WAL of one tick, the same jobs as plain keys and as jobs of ticks (WithPeriod)\n\n")
+	b.WriteString("Each claim of a tick enters its run in the ledger and closes the run before it, in the claim's own statement; a tick's WAL includes the releases.\n\n")
+	b.WriteString("| J | plain keys: WAL bytes | jobs of ticks: WAL bytes | ratio | ledger bytes per job | WAL flushes, plain / ticks |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, p := range points {
+		if p.Style != tickCoalesced || p.WALBytes <= 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.2fx | %.0f | %.0f / %.0f |\n", p.Jobs, p.WALBytes, p.TicksWALBytes,
+			p.TicksWALBytes/p.WALBytes, (p.TicksWALBytes-p.WALBytes)/float64(p.Jobs), p.WALSyncs, p.TicksWALSyncs)
+	}
 	return b.String()
 }
 
