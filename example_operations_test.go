@@ -44,6 +44,7 @@ func ExampleSchema() {
 	//     outcome    text
 	// );
 	// CREATE INDEX IF NOT EXISTS "lease_run_key" ON "jobs"."lease_run" (key, started_at);
+	// CREATE UNIQUE INDEX IF NOT EXISTS "lease_run_skip" ON "jobs"."lease_run" (key, tick) WHERE outcome = 'skipped';
 }
 
 // Work on a lease table an older library created, as it is: no fence
