@@ -67,6 +67,11 @@ func (s *soakRuns) addJob(t *testing.T, sched gocron.Scheduler, l *pglease.Locke
 	period time.Duration, at time.Time, work func() time.Duration,
 ) {
 	t.Helper()
+	// On the same grid, but never in the past, which gocron refuses (a
+	// busy machine may take longer to start the replicas than planned).
+	for !at.After(time.Now().Add(50 * time.Millisecond)) {
+		at = at.Add(period)
+	}
 	_, err := sched.NewJob(gocron.DurationJob(period), gocron.NewTask(func(ctx context.Context) {
 		lease, ok := l.Held(key)
 		if !ok {
