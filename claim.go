@@ -65,6 +65,9 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 		// Asked in the key's turn, so that no claim of this Locker
 		// registers a lease of key between.
 		if err := l.ownLease(key); err != nil {
+			if t.ticks != nil {
+				return nil, fmt.Errorf("pglease: claim %q: tick skipped: the run of an earlier tick still holds the key: %w", key, err)
+			}
 			return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
 		}
 	}

@@ -41,10 +41,10 @@ func ExampleSchema() {
 	//     holder     text        NOT NULL,
 	//     started_at timestamptz NOT NULL,
 	//     ended_at   timestamptz,
-	//     outcome    text
+	//     outcome    text,
+	//     PRIMARY KEY (fence, tick)
 	// );
 	// CREATE INDEX IF NOT EXISTS "lease_run_key" ON "jobs"."lease_run" (key, started_at);
-	// CREATE UNIQUE INDEX IF NOT EXISTS "lease_run_skip" ON "jobs"."lease_run" (key, tick) WHERE outcome = 'skipped';
 }
 
 // Work on a lease table an older library created, as it is: no fence

@@ -230,7 +230,7 @@ func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, er
 	defer cancel()
 	lease, err := l.claim(cctx, key, t, reentrant)
 	var th *tickHeldError
-	if err != nil && t.ticks != nil && t.ticks.catchUpOn && errors.As(err, &th) && th.mayLapse() {
+	if err != nil && t.ticks != nil && t.ticks.catchUpOn && errors.As(err, &th) && (th.mayLapse() || th.raced()) {
 		lease, err = l.catchUp(ctx, key, t, th.tick)
 	}
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 // schemaStatements is the DDL Migrate runs, in order.
-var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable, sqlstmt.CreateRuns, sqlstmt.CreateRunsIndex, sqlstmt.CreateRunsSkipped}
+var schemaStatements = []string{sqlstmt.CreateSequence, sqlstmt.CreateTable, sqlstmt.CreateRuns, sqlstmt.CreateRunsIndex}
 
 // Schema returns the DDL that Migrate runs for the table its options name
 // (WithTable), for migration tools (goose, golang-migrate, atlas); schema.sql

@@ -33,7 +33,7 @@ type Run struct {
 	// job's ticks took the row before the run was closed); or skipped (no
 	// run: the replicas' claims of the tick found the run of an earlier
 	// tick still holding the key; Holder is the first to find it so, and
-	// Fence is the skip's own).
+	// Fence the lease that held the key).
 	Outcome string
 }
 

@@ -30,6 +30,7 @@ func TestRuns(t *testing.T) {
 	t.Run("PurgeKeepsTheRunHoldingTheKey", testRunsPurgeKeepsTheRunHoldingTheKey)
 	t.Run("AClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce", testRunsAClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce)
 	t.Run("ARunThatReturnsAnErrorIsFailedAndNotCaughtUp", testRunsARunThatReturnsAnErrorIsFailedAndNotCaughtUp)
+	t.Run("ASkippedTickIsListedWhenItsOnlyClaimSinceWasGivenBack", testRunsASkippedTickIsListedWhenItsOnlyClaimSinceWasGivenBack)
 }
 
 // Guarantee: a run whose task (Locker.Task) returns an error is closed as
@@ -352,4 +353,50 @@ func testRunsAClaimPastItsTrustWindowIsGivenBackAndItsTickRunOnce(t *testing.T) 
 	if r, ok := runOf(runs, row.Fence); ok {
 		assert.NotEqual(t, "completed", r.Outcome, "fence %d never handed out, yet completed: %+v", row.Fence, runs)
 	}
+}
+
+// Guarantee (GUIDE, "Ticks"): a skipped tick is "listed only if no replica
+// ran that tick after all", and a claim given back "ran nothing". Case: b's
+// claim of tick 2 is refused while the run of tick 1 holds the key (the
+// tick is entered as skipped); the run ends; a's claim of tick 2 commits
+// but its reply is lost, so it is given back; no replica runs tick 2. The
+// ledger must still say tick 2 was skipped: nobody ran it.
+func testRunsASkippedTickIsListedWhenItsOnlyClaimSinceWasGivenBack(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = 2 * time.Second
+	nem := pgtest.NewNemesisDB(t, pool, 1)
+	a := mustJob(t, pgtest.Locker(t, nem, table, "a"), pglease.WithPeriod(period))
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b"), pglease.WithPeriod(period))
+	c := mustJob(t, pgtest.Locker(t, pool, table, "c"), pglease.WithPeriod(period))
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+
+	sleepToPhase(period, 0.1)
+	first, err := c.Claim(ctx, "job")
+	require.NoError(t, err)
+	second := first.Tick().Add(period)
+	time.Sleep(time.Until(second.Add(-period / 4))) // within tick 2's half period, the run of tick 1 still holding the key
+	_, err = b.Claim(ctx, "job")
+	require.ErrorIs(t, err, pglease.ErrHeld)
+	require.ErrorContains(t, err, "still holds the key")
+	require.NoError(t, first.Unlock(ctx))
+
+	time.Sleep(time.Until(second.Add(period / 10)))
+	nem.LoseReplies("claim", 1)
+	_, err = a.Claim(ctx, "job")
+	nem.Heal()
+	require.Error(t, err, "a's claim reply was lost")
+	require.NotErrorIs(t, err, pglease.ErrHeld)
+
+	runs, err := admin.Runs(ctx, "job", time.Hour)
+	require.NoError(t, err)
+	var of2 []string
+	for _, r := range runs {
+		if r.Tick.Equal(second) {
+			of2 = append(of2, r.Outcome)
+		}
+	}
+	assert.NotContains(t, of2, "completed", "nobody ran tick 2")
+	assert.Contains(t, of2, "skipped", "tick 2, which no replica ran, is listed as skipped: %+v", runs)
 }

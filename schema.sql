@@ -39,13 +39,13 @@ CREATE TABLE IF NOT EXISTS "lease" (
     CHECK (expires_at > acquired_at)
 );
 CREATE TABLE IF NOT EXISTS "lease_run" (
-    fence      bigint      PRIMARY KEY,
+    fence      bigint      NOT NULL,
     key        text        NOT NULL,
     tick       timestamptz NOT NULL,
     holder     text        NOT NULL,
     started_at timestamptz NOT NULL,
     ended_at   timestamptz,
-    outcome    text
+    outcome    text,
+    PRIMARY KEY (fence, tick)
 );
 CREATE INDEX IF NOT EXISTS "lease_run_key" ON "lease_run" (key, started_at);
-CREATE UNIQUE INDEX IF NOT EXISTS "lease_run_skip" ON "lease_run" (key, tick) WHERE outcome = 'skipped';

@@ -121,8 +121,18 @@ func (e *tickHeldError) Error() string {
 			at, e.rowTick.UTC().Format(time.RFC3339Nano), e.holder, e.fence)
 	case e.live:
 		return fmt.Sprintf("tick %s skipped: %s (fence %d) holds the key", at, e.holder, e.fence)
+	case e.raced():
+		return fmt.Sprintf("tick %s taken by a claim of another replica at the same time", at)
 	}
 	return fmt.Sprintf("tick %s held", at)
+}
+
+// raced reports whether the claim was refused though the row it read was
+// free for the tick (none, or an earlier tick's no longer live): a claim
+// of another replica committed the tick's row after the statement's
+// snapshot, and the row read is not the one that refused it.
+func (e *tickHeldError) raced() bool {
+	return !e.live && (e.rowTick.IsZero() || e.rowTick.Before(e.tick))
 }
 
 // skipped reports whether the refusal is by the run of an earlier tick,
@@ -142,7 +152,8 @@ func (e *tickHeldError) mayLapse() bool {
 // that tick once more if the run lapsed (WithCatchUp): a waiting claim on
 // the job's terms, ended as soon as an attempt finds the run released,
 // revoked or followed by a later tick, and at most the job's TTL and
-// period after it began.
+// period after it began. A claim that lost the tick to a claim at the
+// same time (raced) waits for the winner's run alike.
 func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Time) (*Lease, error) {
 	tk := *t.ticks
 	tk.catchUp = tick
@@ -154,7 +165,7 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 	defer stop(nil)
 	return l.claimWait(ctx, key, waitHooks{terms: &ct, held: func(_ string, err error) {
 		var th *tickHeldError
-		if errors.As(err, &th) && !th.mayLapse() {
+		if errors.As(err, &th) && !th.mayLapse() && !th.raced() {
 			stop(th) // run to its end, or no longer the tick's: nothing to catch up
 		}
 	}})

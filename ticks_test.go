@@ -281,7 +281,7 @@ func TestTicks(t *testing.T) {
 		require.Len(t, runs, 2, "%+v", runs)
 		assert.Equal(t, []string{"running", "skipped"}, []string{runs[0].Outcome, runs[1].Outcome})
 		assert.True(t, runs[1].Tick.Equal(next), "the tick skipped: %v", runs[1].Tick)
-		assert.Greater(t, runs[1].Fence, runs[0].Fence, "a fence of its own")
+		assert.Equal(t, runs[0].Fence, runs[1].Fence, "under the fence of the run that held the key")
 		var skips int
 		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %q WHERE outcome = 'skipped'", table+"_run")).Scan(&skips))
 		assert.Equal(t, 1, skips, "one skipped row for the two claims")
@@ -552,6 +552,10 @@ func TestTicks(t *testing.T) {
 	t.Run("CronScheduleRunsEachInstantWithThatInstantAsItsTick", testTicksCronScheduleRunsEachInstantWithThatInstantAsItsTick)
 	t.Run("CronLockIsBoundedByItsTimeoutWhateverTheCrontab", testTicksCronLockIsBoundedByItsTimeoutWhateverTheCrontab)
 	t.Run("CronReplicasInTwoTimeZonesAgreeOnTheInstant", testTicksCronReplicasInTwoTimeZonesAgreeOnTheInstant)
+	t.Run("ASkipNeverMakesAClaimFailOnALedgerMadeBefore", testTicksASkipNeverMakesAClaimFailOnALedgerMadeBefore)
+	t.Run("ASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised", testTicksASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised)
+	t.Run("ARefusedClaimNamesTheTickItAskedEvenOnANewKey", testTicksARefusedClaimNamesTheTickItAskedEvenOnANewKey)
+	t.Run("CatchUpRunsALapsedTickRacedByTwoReplicasOnceMore", testTicksCatchUpRunsALapsedTickRacedByTwoReplicasOnceMore)
 }
 
 // sleepToPhase sleeps until the next instant after now that lies phase (a
@@ -1369,4 +1373,236 @@ func testTicksCronReplicasInTwoTimeZonesAgreeOnTheInstant(t *testing.T) {
 		return
 	}
 	require.ErrorIs(t, err, pglease.ErrHeld, "the daily instant is taken")
+}
+
+// Guarantee: a skipped tick never makes a claim fail. A ledger made before
+// the skipped rows (by an earlier Migrate, or an earlier pglease.Schema()
+// applied by a migration tool) is keyed by the fence alone: the claim of a
+// free tick takes it, and a claim that finds an earlier tick's run holding
+// the key is ErrHeld, its skip not entered (the run's row has its fence).
+func testTicksASkipNeverMakesAClaimFailOnALedgerMadeBefore(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	runs := pgx.Identifier{table + "_run"}.Sanitize()
+	_, err := pool.Exec(ctx, "ALTER TABLE "+runs+" DROP CONSTRAINT "+pgx.Identifier{table + "_run_pkey"}.Sanitize()+", ADD PRIMARY KEY (fence)")
+	require.NoError(t, err)
+	const period = time.Second
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a"), pglease.WithPeriod(period))
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b"), pglease.WithPeriod(period))
+	sleepToPhase(period, 0.2)
+	run, err := a.Claim(ctx, "k")
+	require.NoError(t, err, "the claim of a free tick")
+	time.Sleep(time.Until(run.Tick().Add(period + 100*time.Millisecond)))
+	_, err = b.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "a claim that finds the run of an earlier tick holding the key")
+	require.ErrorContains(t, err, "skipped")
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+runs).Scan(&rows))
+	assert.Equal(t, 1, rows, "the run alone")
+	require.NoError(t, run.Unlock(ctx))
+}
+
+// Guarantee (the ledger's skipped rows): "the skip never makes a claim
+// fail", and "fences: can any fence-based check now confuse a skip's
+// fence with a run's?". Case: the fence sequence is restarted behind the
+// table (a restore, a migration tool's down and up); the Locker's check
+// refuses every claim and names the fix, a setval to the table's largest
+// fence, which the operator runs as told. A skipped row's fence, drawn from
+// the same sequence, is in the ledger only, above every fence of the lease
+// table: after the fix the next claim of a tick must still take it.
+func testTicksASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	const period = time.Second
+	job := func(name string) *pglease.JobLocker {
+		return mustJob(t, pgtest.Locker(t, pool, table, name), pglease.WithPeriod(period))
+	}
+	sleepToPhase(period, 0.2)
+	run, err := job("a").Claim(ctx, "k")
+	require.NoError(t, err)
+	const skipped = 3
+	b := job("b")
+	for i := 1; i <= skipped; i++ { // the next ticks, skipped: the run of the first holds the key
+		time.Sleep(time.Until(run.Tick().Add(time.Duration(i) * period)))
+		_, err = b.Claim(ctx, "k")
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		require.ErrorContains(t, err, "still holds the key")
+	}
+	require.NoError(t, run.Unlock(ctx))
+
+	// The sequence goes back; the check refuses claims and names the fix.
+	_, err = pool.Exec(ctx, fmt.Sprintf("SELECT setval('%s', 1, false)", table+"_fence_seq"))
+	require.NoError(t, err)
+	_, err = job("c").Claim(ctx, "k")
+	require.Error(t, err, "a claim with the sequence behind the table")
+	i := strings.Index(err.Error(), "SELECT setval(")
+	require.GreaterOrEqual(t, i, 0, "the error names the fix: %v", err)
+	fix, depth := err.Error()[i:], 0
+	for j, r := range fix { // the statement, up to its balancing parenthesis
+		if r == '(' {
+			depth++
+		} else if r == ')' {
+			if depth--; depth == 0 {
+				fix = fix[:j+1]
+				break
+			}
+		}
+	}
+	t.Logf("the fix the error names: %s", fix)
+	dump := func(when string) {
+		rows, err := pool.Query(ctx, fmt.Sprintf("SELECT fence, tick, coalesce(outcome, '') FROM %s ORDER BY fence", pgx.Identifier{table + "_run"}.Sanitize()))
+		require.NoError(t, err)
+		for rows.Next() {
+			var f int64
+			var tk time.Time
+			var o string
+			require.NoError(t, rows.Scan(&f, &tk, &o))
+			t.Logf("%s: run fence %d tick %v %s", when, f, tk, o)
+		}
+		var lf int64
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf("SELECT max(fence) FROM %s", pgx.Identifier{table}.Sanitize())).Scan(&lf))
+		t.Logf("%s: lease max fence %d", when, lf)
+	}
+	dump("before the fix")
+	_, err = pool.Exec(ctx, fix)
+	require.NoError(t, err)
+
+	time.Sleep(time.Until(run.Tick().Add((skipped+1)*period + 100*time.Millisecond)))
+	next, err := job("d").Claim(ctx, "k")
+	dump("after the claim")
+	require.NoError(t, err, "the claim of a free tick once the sequence is fixed as told")
+	require.True(t, next.Tick().Equal(run.Tick().Add((skipped+1)*period)))
+	require.NoError(t, next.Unlock(ctx))
+}
+
+// Guarantee: a claim of a tick that takes nothing is ErrHeld naming the
+// tick it claimed (tickHeldError, Event.Tick), never a wrong one. Case:
+// replicas claim a job's first tick at once, on a key no row has yet: the
+// losers' snapshots may not see the winner's row.
+func testTicksARefusedClaimNamesTheTickItAskedEvenOnANewKey(t *testing.T) {
+	t.Parallel()
+	ctx, _, table := pgtest.Setup(t)
+	const period = 10 * time.Second
+	var jobs []*pglease.JobLocker
+	for i := range 6 {
+		jobs = append(jobs, mustJob(t, pgtest.Locker(t, pgtest.Pool(t, nil), table, fmt.Sprintf("r%d", i)), pglease.WithPeriod(period)))
+	}
+	sleepToPhase(period, 0.1)
+	tick := nearestTick(time.Now(), period).UTC().Format(time.RFC3339Nano)
+	var (
+		mu    sync.Mutex
+		wrong []string
+		held  int
+	)
+	for round := range 30 {
+		key := fmt.Sprintf("k%d", round)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, err := j.Claim(ctx, key)
+				if !errors.Is(err, pglease.ErrHeld) {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				held++
+				if strings.Contains(err.Error(), "0001-01-01") || !strings.Contains(err.Error(), tick) {
+					wrong = append(wrong, err.Error())
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	t.Logf("%d refusals", held)
+	assert.Empty(t, wrong, "refusals that do not name the tick claimed")
+}
+
+// Guarantee: with WithCatchUp, each tick runs at least once while a
+// replica lives, also when two replicas' Locks of it race (their timers
+// fire together, as gocron's do on the period's grid): a wins, then a is
+// cut off (killed) and its run lapses; b, whose Lock lost to a's run,
+// whether its claim saw a's row or not (a committed after its snapshot),
+// runs the tick once more, with a greater fence. NewKey: the job's very
+// first tick, no row yet; AfterAnEarlierTick: the row carries the previous
+// tick, run and released.
+func testTicksCatchUpRunsALapsedTickRacedByTwoReplicasOnceMore(t *testing.T) {
+	t.Parallel()
+	for name, earlier := range map[string]bool{"NewKey": false, "AfterAnEarlierTick": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, pool, table := pgtest.Setup(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			const period, ttl = 20 * time.Second, 500 * time.Millisecond
+			b := mustJob(t, pgtest.Locker(t, pool, table, "b", pglease.WithTTL(5*time.Second)), pglease.WithPeriod(period), pglease.WithCatchUp())
+			sleepToPhase(period, 0.05)
+			var bWon, caughtUp int
+			for round := range 16 {
+				key := fmt.Sprintf("job%d", round)
+				if earlier { // the previous tick's run, released (as a run and its release leave the row)
+					_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, acquired_at, expires_at, released_at, tick)
+						VALUES ($1, 'z#0000000000000000', clock_timestamp() - interval '20 s', clock_timestamp() - interval '19 s', clock_timestamp() - interval '19 s',
+						        to_timestamp(0) + make_interval(secs => (round(extract(epoch FROM clock_timestamp()) / 20) * 20 - 20)))`, pgx.Identifier{table}.Sanitize()), key)
+					require.NoError(t, err)
+				}
+				db := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
+				a := mustJob(t, pgtest.Locker(t, db, table, fmt.Sprintf("a%d", round), pglease.WithTTL(ttl)), pglease.WithPeriod(period), pglease.WithCatchUp())
+				warm, err := a.Claim(ctx, "warm-"+key) // a's connection and table check ready, as b's are
+				require.NoError(t, err)
+				require.NoError(t, warm.Unlock(ctx))
+				type result struct {
+					lease *pglease.Lease
+					err   error
+				}
+				start := make(chan struct{})
+				aGot, bGot := make(chan result, 1), make(chan result, 1)
+				lock := func(j *pglease.JobLocker, got chan<- result) {
+					lock, err := j.Lock(ctx, key)
+					r := result{err: err}
+					if err == nil {
+						r.lease = lock.(*pglease.Lease)
+					}
+					got <- r
+				}
+				go func() { <-start; lock(a, aGot) }()
+				go func() {
+					<-start
+					// b's timer fires a moment after a's (0 to 400 µs, spinning)
+					for until := time.Now().Add(time.Duration(round%5) * 100 * time.Microsecond); time.Now().Before(until); {
+					}
+					lock(b, bGot)
+				}()
+				close(start)
+				var ra result
+				select {
+				case ra = <-aGot:
+				case rb := <-bGot: // b won: a waits for b's run, and skips once it is released
+					require.NoError(t, rb.err, "round %d: the loser waits for the winner's run", round)
+					require.NoError(t, rb.lease.Unlock(ctx))
+					ra = <-aGot
+					require.ErrorIs(t, ra.err, pglease.ErrHeld, "round %d", round)
+					bWon++
+					continue
+				}
+				require.NoError(t, ra.err, "round %d: the loser waits for the winner's run", round)
+				db.Cut(errors.New("killed")) // a's run lapses without a release
+				select {
+				case rb := <-bGot:
+					require.NoError(t, rb.err, "round %d: b catches up the tick whose run (fence %d) lapsed", round, ra.lease.Fence())
+					assert.True(t, rb.lease.Tick().Equal(ra.lease.Tick()), "round %d: the same tick", round)
+					assert.Greater(t, rb.lease.Fence(), ra.lease.Fence(), "round %d", round)
+					require.NoError(t, rb.lease.Unlock(ctx))
+					caughtUp++
+				case <-time.After(ttl + 10*time.Second):
+					t.Fatalf("round %d: b's Lock did not return within the lapse and 10 s", round)
+				}
+			}
+			t.Logf("figures: b won %d rounds, caught up a lapsed run in %d", bWon, caughtUp)
+		})
+	}
 }

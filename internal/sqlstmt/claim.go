@@ -309,12 +309,14 @@ const (
 //     the one below.
 //   - skip: a claim refused because the run of an earlier tick still holds
 //     the key (live, its tick before the nearest: the replicas' event
-//     Skipped) enters the tick in the ledger as skipped, once per tick of
-//     a job (CreateRunsSkipped: the other replicas' inserts do nothing),
-//     with a fence of its own. Only such a claim writes; the usual losing
-//     claim, of a tick another replica took, finds the row's tick equal to
-//     the nearest and writes nothing. A catch-up never skips: it asks for
-//     the tick of the run it waits for.
+//     Skipped) enters the tick in the ledger as skipped, under the fence
+//     of the row that held the key: the ledger's key (fence, tick) makes
+//     the other replicas' inserts of it do nothing, and no fence is drawn
+//     for it. Only such a claim writes; the usual losing claim, of a tick
+//     another replica took, finds the row's tick equal to the nearest and
+//     writes nothing. A catch-up never skips: it asks for the tick of the
+//     run it waits for. Like a release, the skip is committed without
+//     waiting for its flush: a server crash may lose it.
 //   - A tick whose claim was given back (its outcome unknown, or answered
 //     past its trust window: the ledger says 'given back') ran nothing, and
 //     is taken again once its row has expired, by any claim of that tick.
@@ -328,7 +330,11 @@ const (
 //     earlier tick still holds the key), whether it was released, and
 //     whether its mandate is a run of its tick (isrun: a plain claim of the
 //     key keeps the row's tick), at no cost of a round trip; a row
-//     without a tick says 'epoch', so that every driver scans a time.
+//     without a tick says 'epoch', so that every driver scans a time. The
+//     row is the statement's snapshot's: a claim refused by a row that a
+//     concurrent claim committed after it (the tick's winner) finds none,
+//     or an earlier tick's that was free, and says the tick it asked
+//     (the Locker then knows it lost a race, not why the row refused it).
 //
 // The tick's own read and the refusal read see the statement's snapshot; a
 // row a concurrent claim inserts after it is judged by the conflict arm
@@ -376,11 +382,11 @@ RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS
                   FROM prev, instant
                  WHERE run.fence = prev.fence AND run.outcome IS NULL AND EXISTS (SELECT 1 FROM taken)),
      skip AS (INSERT INTO {runs} (fence, key, tick, holder, started_at, ended_at, outcome)
-              SELECT nextval({seqlit}), prev.key, nearest.at, $2, instant.t, instant.t, 'skipped'
+              SELECT prev.fence, prev.key, nearest.at, $2, instant.t, instant.t, 'skipped'
                 FROM prev, nearest, instant
                WHERE NOT EXISTS (SELECT 1 FROM taken) AND $6::timestamptz IS NULL
                  AND prev.expires_at > instant.t AND prev.tick < nearest.at
-              ON CONFLICT (key, tick) WHERE outcome = 'skipped' DO NOTHING)
+              ON CONFLICT DO NOTHING)
 SELECT true AS took, fence, acquired_at, expires_at, live, tableoid, holder, tick AS rowtick, tick AS asked, false AS released, true AS isrun FROM taken
 UNION ALL
 SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, cur.holder,
@@ -388,6 +394,10 @@ SELECT false, cur.fence, cur.acquired_at, cur.expires_at, cur.expires_at > insta
        EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.tick = cur.tick)
   FROM instant, nearest, {table} AS cur
  WHERE cur.key = $1 AND nearest.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken)
+UNION ALL
+SELECT false, 0, instant.t, instant.t, false, 0, '', 'epoch', nearest.at, false, false
+  FROM instant, nearest
+ WHERE nearest.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM prev)
 UNION ALL
 SELECT false, 0, instant.t, instant.t, false, 0, '', 'epoch', 'epoch', false, false
   FROM instant, nearest

@@ -28,27 +28,22 @@ func Runs(table pgx.Identifier) pgx.Identifier {
 // its holder died or was paused past its TTL), revoked (`pglease release`),
 // superseded (its own holder claimed the next tick while it ran), and
 // skipped for a tick whose claims found the run of an earlier tick still
-// holding the key (CreateRunsSkipped). The index serves the listing of one
-// job's recent runs.
+// holding the key: a row of that run's fence and the skipped tick, so
+// that the replicas' claims that found it so enter it once (the key is
+// fence and tick). The index serves the listing of one job's recent runs.
 const CreateRuns = `CREATE TABLE IF NOT EXISTS {runs} (
-    fence      bigint      PRIMARY KEY,
+    fence      bigint      NOT NULL,
     key        text        NOT NULL,
     tick       timestamptz NOT NULL,
     holder     text        NOT NULL,
     started_at timestamptz NOT NULL,
     ended_at   timestamptz,
-    outcome    text
+    outcome    text,
+    PRIMARY KEY (fence, tick)
 )`
 
 // CreateRunsIndex indexes the ledger by job and start.
 const CreateRunsIndex = `CREATE INDEX IF NOT EXISTS {runsindex} ON {runs} (key, started_at)`
-
-// CreateRunsSkipped makes the ledger hold one skipped row per tick of a
-// job, however many replicas' claims found the key held: ClaimTick's
-// insert of it does nothing on a conflict with this index. A skipped row
-// has a fence of its own, drawn like a claim's, so that no run's row is
-// ever taken for it.
-const CreateRunsSkipped = `CREATE UNIQUE INDEX IF NOT EXISTS {runsskip} ON {runs} (key, tick) WHERE outcome = 'skipped'`
 
 // ListRuns lists the runs of one job ($1, or every job when NULL) started
 // within $2 seconds of the server's clock, with the outcome of each: the
@@ -58,7 +53,8 @@ const CreateRunsSkipped = `CREATE UNIQUE INDEX IF NOT EXISTS {runsskip} ON {runs
 // when expired without a release), and
 // unknown when a claim outside the job's ticks took the row. A tick
 // skipped by one replica and run by another (their clocks apart) is listed
-// as the run alone. Sorted by key byte-wise, then by tick.
+// as the run alone, unless that run was given back (it ran nothing).
+// Sorted by key byte-wise, then by tick.
 const ListRuns = `WITH server AS (SELECT clock_timestamp() AS now)
 SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
        coalesce(r.ended_at, CASE WHEN l.fence = r.fence AND l.released_at IS NOT NULL THEN l.released_at
@@ -73,7 +69,8 @@ SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
  WHERE ($1::text IS NULL OR r.key = $1::text)
    AND r.started_at >= server.now - make_interval(secs => $2)
    AND (r.outcome IS DISTINCT FROM 'skipped'
-        OR NOT EXISTS (SELECT 1 FROM {runs} AS ran WHERE ran.key = r.key AND ran.tick = r.tick AND ran.outcome IS DISTINCT FROM 'skipped'))
+        OR NOT EXISTS (SELECT 1 FROM {runs} AS ran WHERE ran.key = r.key AND ran.tick = r.tick
+                          AND ran.outcome IS DISTINCT FROM 'skipped' AND ran.outcome IS DISTINCT FROM '` + givenBack + `'))
  ORDER BY r.key COLLATE "C", r.tick, r.fence`
 
 // PurgeRuns deletes the runs started longer than the retention ($1, in

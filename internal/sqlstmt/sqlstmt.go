@@ -72,8 +72,8 @@ func Channel(name string) string {
 // its fence sequence, {seqlit} that name as a string literal for nextval(),
 // {chanlit} its release channel (Channel) as a string literal, {chan}
 // that channel as a quoted identifier, {runs} the quoted name of its
-// ledger of runs (Runs), {runsindex} and {runsskip} the names of the
-// ledger's indexes (an index is made in its table's schema).
+// ledger of runs (Runs) and {runsindex} the name of the ledger's index
+// (an index is made in its table's schema).
 // Identifiers are quoted by pgx.Identifier.Sanitize, and the literals
 // double any single quote, so no name can change the statement.
 func Render(tmpl string, table pgx.Identifier) string {
@@ -85,7 +85,6 @@ func Render(tmpl string, table pgx.Identifier) string {
 		"{table}", table.Sanitize(),
 		"{runs}", runs.Sanitize(),
 		"{runsindex}", pgx.Identifier{index[len(index)-1]}.Sanitize(),
-		"{runsskip}", pgx.Identifier{runs[len(runs)-1] + "_skip"}.Sanitize(),
 		"{seq}", seq,
 		"{seqlit}", literal(seq),
 		"{chanlit}", literal(Channel(strings.Join(table, "."))),
