@@ -665,8 +665,12 @@ func (r *nemesisRun) tickWorker(s *nemesisSlot, holder string, j *pglease.JobLoc
 		if catchUp && s.cutOffNow() {
 			// A run cut off from the database: it runs on until its lease
 			// is no longer trusted, then walks away (its Locker holds it
-			// until then, and its Locks of the job are refused).
+			// until then, and its Locks of the job are refused). Unless
+			// the cut came too late for it: then it ends as any run.
 			r.trustFor(lease, nl, 3*nemesisTickTTL, stop)
+			if nl.poll(lease) {
+				r.unlock(client, lease)
+			}
 			continue
 		}
 		r.runTick(client, s, lease, nl, rnd, stop)
