@@ -55,6 +55,21 @@ var nemesisJobs = [][]pglease.Option{
 	{pglease.WithTTL(3 * time.Second), pglease.WithMinHold(50 * time.Millisecond)},
 }
 
+// nemesisTickJobs are the jobs of ticks each Locker runs, on keys of
+// their own: at most once, and with catch-up. Their period is short, so
+// that a run sees many ticks, and their TTL (nemesisTickTTL) the shortest
+// the Locker's heartbeat allows, so that a lapsed run is caught up within
+// a few periods.
+var nemesisTickJobs = []struct {
+	key     string
+	catchUp bool
+}{{"ticks", false}, {"catchup", true}}
+
+const (
+	nemesisPeriod  = 400 * time.Millisecond
+	nemesisTickTTL = time.Second
+)
+
 // nemesisMaxMinHold is the longest min hold of the Locker and its jobs: a
 // row released by Close stays live until acquired_at plus that.
 const nemesisMaxMinHold = 100 * time.Millisecond
@@ -129,6 +144,7 @@ type nemesisSlot struct {
 	holder  string
 	locker  *pglease.Locker
 	jobs    []*pglease.JobLocker
+	ticks   []*pglease.JobLocker // nemesisTickJobs, in order
 	elec    *pglease.Elector
 	elecOn  *pglease.Locker // the Locker the Elector is made from
 	stop    chan struct{}
@@ -140,6 +156,7 @@ type nemesisSlot struct {
 	elected   map[int64]time.Time       // an Elector's leases, when their claims returned
 	leaders   map[int64]*nemesisLease
 	aims      map[string]bool // the aimed faults under way
+	cutOff    chan struct{}   // closed by the catch-up job's worker at its next run, for aimCutOff
 }
 
 // aim reports whether the aimed fault of kind may start on s: one at a
@@ -211,7 +228,9 @@ type nemesisExemption struct {
 // server: three Lockers with three workers each (plain claims, waiting claims whose
 // contexts end at random, re-entrant claims by jobs with their own terms,
 // guarded ledger writes, some by careless workers that commit whatever
-// Guard says, and releases), two Electors, an observer reading rows, and
+// Guard says, and releases), two jobs of ticks on each Locker (at most
+// once, and with catch-up) locked at each tick, two Electors, an observer
+// reading rows, and
 // a nemesis that loses replies after commit, delivers statements after
 // their sender gave up, partitions and stalls the Lockers' networks,
 // resets connections, restarts the server, makes commits wait for a
@@ -219,7 +238,9 @@ type nemesisExemption struct {
 // force-expires leases, locks rows, exhausts pools and closes Lockers
 // while their claims are in flight. Every call and return is recorded;
 // porcupine checks the history per key against a model of the mandate,
-// and the trust windows, fences, ledger, rows left behind at Close and
+// and per tick of each job against a model of its runs (at most one
+// completes, none begins after), the ledger of runs has no tick completed
+// twice, and the trust windows, fences, ledger, rows left behind at Close and
 // claims handed out while no synchronous standby could confirm them are
 // checked directly.
 func TestNemesis(t *testing.T) {
@@ -341,6 +362,21 @@ func (r *nemesisRun) start(s *nemesisSlot) {
 		client := 10*s.index + w
 		s.workers.Go(func() { r.lockerWorker(s, holder, l, jobs, client, rnd, stop) })
 	}
+	s.ticks = nil
+	for i, job := range nemesisTickJobs {
+		terms := []pglease.Option{pglease.WithPeriod(nemesisPeriod), pglease.WithTTL(nemesisTickTTL)}
+		if job.catchUp {
+			terms = append(terms, pglease.WithCatchUp())
+		}
+		j, err := s.locker.Job(terms...)
+		require.NoError(r.t, err)
+		s.ticks = append(s.ticks, j)
+		holder, stop := s.holder, s.stop
+		rnd := rand.New(rand.NewSource(r.seed + int64(1000*s.index+100*(nemesisWorkers+i)+s.gen)))
+		client := 800 + 10*s.index + i
+		key, catchUp := job.key, job.catchUp
+		s.workers.Go(func() { r.tickWorker(s, holder, j, key, catchUp, client, rnd, stop) })
+	}
 }
 
 // hook records, for every Locker and Elector, the rows its claims wrote
@@ -400,6 +436,15 @@ func stopped(stop <-chan struct{}) bool {
 }
 
 func (r *nemesisRun) key(rnd *rand.Rand) string { return fmt.Sprintf("k%d", rnd.Intn(nemesisKeys)) }
+
+// operatedKey is the key an operator's revoke or force-expire hits: a
+// worker's, or one time in four a job's of ticks.
+func (r *nemesisRun) operatedKey(rnd *rand.Rand) string {
+	if rnd.Intn(4) == 0 {
+		return nemesisTickJobs[rnd.Intn(len(nemesisTickJobs))].key
+	}
+	return r.key(rnd)
+}
 
 func between(rnd *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rnd.Int63n(int64(hi-lo)+1))
@@ -464,12 +509,13 @@ func (r *nemesisRun) claim(client int, holder string, c claimer, l *pglease.Lock
 }
 
 // claimed records the outcome of a claim called at call that returned at
-// ret: the fence it handed out, held (a plain claim's ErrHeld wrote
-// nothing), or unknown.
+// ret: the fence it handed out (and the tick, for a job of ticks), held (a
+// plain claim's ErrHeld wrote nothing), or unknown.
 func (r *nemesisRun) claimed(client int, holder, key string, call, ret time.Time, lease *pglease.Lease, err error, wait bool) *nemesisLease {
 	in := lin.Input{Key: key, Kind: lin.Claim, Holder: holder}
 	switch {
 	case err == nil:
+		in.Tick = lease.Tick()
 		r.rec.Add(client, in, call, lin.Output{Outcome: lin.Got, Fence: lease.Fence()}, ret)
 		nl := &nemesisLease{key: key, holder: holder, fence: lease.Fence(), returned: ret}
 		r.mu.Lock()
@@ -545,7 +591,7 @@ func (r *nemesisRun) hold(client int, s *nemesisSlot, lease *pglease.Lease, nl *
 func (r *nemesisRun) unlock(client int, lease *pglease.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), nemesisTimeout)
 	defer cancel()
-	in := lin.Input{Key: lease.Key(), Kind: lin.Release, Holder: lease.Holder(), Fence: lease.Fence()}
+	in := lin.Input{Key: lease.Key(), Kind: lin.Release, Holder: lease.Holder(), Fence: lease.Fence(), Tick: lease.Tick()}
 	call := time.Now()
 	err := lease.Unlock(ctx)
 	ret := time.Now()
@@ -585,6 +631,80 @@ func (r *nemesisRun) write(client int, pool *pgxpool.Pool, lease *pglease.Lease,
 		return
 	}
 	w.committed = tx.Commit(ctx) == nil
+}
+
+// tickWorker runs a job of ticks on a Locker's incarnation as gocron would,
+// until stop: at each tick of the period's grid by its own clock, a
+// little off it as replicas' clocks are, it locks the job through its
+// JobLocker and, if it got the tick, runs it (runTick).
+func (r *nemesisRun) tickWorker(s *nemesisSlot, holder string, j *pglease.JobLocker, key string, catchUp bool, client int, rnd *rand.Rand, stop <-chan struct{}) {
+	var tick time.Time // the last tick of the grid it locked at
+	for {
+		next := time.Now().Truncate(nemesisPeriod).Add(nemesisPeriod)
+		if !next.After(tick) {
+			next = tick.Add(nemesisPeriod)
+		}
+		tick = next
+		select {
+		case <-time.After(time.Until(tick.Add(between(rnd, -nemesisPeriod/4, nemesisPeriod/4)))): // the job's next tick, by this replica's clock
+		case <-stop:
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		call := time.Now()
+		lock, err := j.Lock(ctx, key)
+		ret := time.Now()
+		cancel()
+		lease, _ := lock.(*pglease.Lease)
+		// A Lock that catches up may wait for the tick's run to end, and its
+		// ErrHeld then says nothing of the attempts it made meanwhile.
+		nl := r.claimed(client, holder, key, call, ret, lease, err, catchUp)
+		if lease == nil {
+			continue
+		}
+		if catchUp && s.cutOffNow() {
+			// A run cut off from the database: it runs on until its lease
+			// is no longer trusted, then walks away (its Locker holds it
+			// until then, and its Locks of the job are refused). Unless
+			// the cut came too late for it: then it ends as any run.
+			r.trustFor(lease, nl, 3*nemesisTickTTL, stop)
+			if nl.poll(lease) {
+				r.unlock(client, lease)
+			}
+			continue
+		}
+		r.runTick(client, s, lease, nl, rnd, stop)
+	}
+}
+
+// cutOffNow reports whether an aimCutOff waits for this run, and tells it.
+func (s *nemesisSlot) cutOffNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cutOff == nil {
+		return false
+	}
+	close(s.cutOff)
+	s.cutOff = nil
+	return true
+}
+
+// runTick runs the job of a tick on its lease: it asks the lease whether
+// it is still trusted every few milliseconds for a short run or, at times,
+// one that outlasts the period (the next ticks are skipped meanwhile),
+// writes to the ledger under Guard at times, and unlocks it.
+func (r *nemesisRun) runTick(client int, s *nemesisSlot, lease *pglease.Lease, nl *nemesisLease, rnd *rand.Rand, stop <-chan struct{}) {
+	until := time.Now().Add(between(rnd, 5*time.Millisecond, 150*time.Millisecond))
+	if rnd.Intn(8) == 0 {
+		until = time.Now().Add(between(rnd, nemesisPeriod, 3*nemesisPeriod)) // a run longer than its period
+	}
+	for time.Now().Before(until) && !stopped(stop) && nl.poll(lease) {
+		time.Sleep(between(rnd, 2*time.Millisecond, 15*time.Millisecond)) // the run's work between two looks at its lease
+	}
+	if rnd.Intn(4) == 0 {
+		r.write(client, s.pool, lease, false)
+	}
+	r.unlock(client, lease)
 }
 
 // electorWorker asks an Elector's incarnation whether it leads, or
@@ -738,10 +858,10 @@ var nemesisFaults = []nemesisFault{
 		pglease.ShiftWallClock(s.locker, 0)
 	}, false, false},
 	{"revoke", 6, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
-		r.operator(lin.Revoke, r.key(rnd))
+		r.operator(lin.Revoke, r.operatedKey(rnd))
 	}, true, false},
 	{"force-expire", 4, nil, func(r *nemesisRun, _ *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
-		key := r.key(rnd)
+		key := r.operatedKey(rnd)
 		if rnd.Intn(4) == 0 {
 			key = nemesisLeader
 		}
@@ -782,6 +902,11 @@ var nemesisFaults = []nemesisFault{
 		}
 		r.mu.Unlock()
 	}, true, false},
+	// A run of a tick cut off from the database, while the other Lockers
+	// wait to catch it up.
+	{"run of a tick cut off", 6, aLocker, func(r *nemesisRun, s *nemesisSlot, rnd *rand.Rand, _ time.Duration) {
+		r.aimCutOff(s, rnd)
+	}, false, false},
 	// A claim whose sender gave up, delivered after the Locker claimed the
 	// key again, with a shorter TTL, while the heartbeat's replies are
 	// lost.
@@ -940,6 +1065,37 @@ func (r *nemesisRun) aimLateClaim(s *nemesisSlot, rnd *rand.Rand) {
 	r.unlock(client, lease)
 }
 
+// aimCutOff makes the case of a run of a tick that lapses: the network of
+// s is cut (blackholed) as soon as its job with catch-up gets a tick, for
+// longer than the job's TTL, while the other Lockers' Locks of that tick
+// wait for its run to end. One of them must run the tick again, with a
+// greater fence, and the cut-off run must not complete.
+func (r *nemesisRun) aimCutOff(s *nemesisSlot, rnd *rand.Rand) {
+	if !s.aim("cutoff") {
+		return
+	}
+	defer s.aimed("cutoff")
+	got := make(chan struct{})
+	s.mu.Lock()
+	s.cutOff = got
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.cutOff = nil
+		s.mu.Unlock()
+	}()
+	select {
+	case <-got:
+	case <-time.After(5 * nemesisPeriod): // no tick got meanwhile: nothing to cut off
+		return
+	case <-s.stop:
+		return
+	}
+	s.proxy.SetMode(faultproxy.Blackhole)
+	time.Sleep(between(rnd, nemesisTickTTL+nemesisPeriod, 2*nemesisTickTTL+nemesisPeriod)) // the fault's length: past the lapse
+	s.proxy.SetMode(faultproxy.Forward)
+}
+
 // trustFor asks lease whether it is trusted every few milliseconds for d,
 // or until it is not, or stop.
 func (r *nemesisRun) trustFor(lease *pglease.Lease, nl *nemesisLease, d time.Duration, stop <-chan struct{}) {
@@ -1018,6 +1174,9 @@ func (r *nemesisRun) keys() []string {
 		keys = append(keys, fmt.Sprintf("k%d", i))
 	}
 	keys = append(keys, nemesisLeader)
+	for _, job := range nemesisTickJobs {
+		keys = append(keys, job.key)
+	}
 	for i := range nemesisLockers {
 		keys = append(keys, aimKey("reentrant", i), aimKey("giveback", i), aimKey("lateclaim", i))
 	}
@@ -1136,7 +1295,8 @@ func (r *nemesisRun) closeRace(s *nemesisSlot, rnd *rand.Rand, again bool) {
 }
 
 // race claims (or, for an Elector, asks for leadership) again and again
-// until the incarnation is closed, keeping what it gets.
+// until the incarnation is closed, keeping what it gets: keys of the
+// workers on the Locker's terms or a job's, or ticks of a job of ticks.
 func (r *nemesisRun) race(s *nemesisSlot, client int, rnd *rand.Rand) {
 	for range 100 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -1149,10 +1309,15 @@ func (r *nemesisRun) race(s *nemesisSlot, client int, rnd *rand.Rand) {
 			}
 		} else {
 			var c claimer = s.locker
-			if i := rnd.Intn(3); i < len(s.jobs) {
-				c = s.jobs[i]
-			}
+			i := rnd.Intn(4)
 			key := r.key(rnd)
+			switch {
+			case i < len(s.jobs):
+				c = s.jobs[i]
+			case i == 3: // a claim of a job's tick
+				j := rnd.Intn(len(s.ticks))
+				c, key = s.ticks[j], nemesisTickJobs[j].key
+			}
 			call := time.Now()
 			var lease *pglease.Lease
 			lease, err = c.Claim(ctx, key)
@@ -1229,6 +1394,35 @@ func (r *nemesisRun) check(ran time.Duration) {
 		t.Logf("porcupine did not finish within %v: no verdict on linearizability", *nemesisCheckIn)
 	}
 
+	// The runs of each tick of the jobs of ticks: porcupine on the same
+	// history, and the ledger of runs.
+	started = time.Now()
+	tickVerdict, tickInfo := lin.CheckTicks(kept, *nemesisCheckIn)
+	tickTook := time.Since(started)
+	var tickRuns []string
+	switch tickVerdict {
+	case porcupine.Illegal:
+		for _, at := range lin.IllegalTicks(kept, *nemesisCheckIn) {
+			tickRuns = append(tickRuns, fmt.Sprintf("the runs of tick %s are not legal", at))
+		}
+		f, err := os.CreateTemp("", fmt.Sprintf("pglease-nemesis-ticks-%d-*.html", r.seed))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		require.NoError(t, lin.VisualizeTicks(tickInfo, f.Name()))
+		tickRuns = append(tickRuns, fmt.Sprintf("the runs of ticks are not legal; see %s", f.Name()))
+	case porcupine.Unknown:
+		t.Logf("porcupine did not finish within %v: no verdict on the runs of ticks", *nemesisCheckIn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runs, err := adminOf(t, r.admin, pglease.WithTable(r.table)).Runs(ctx, "", ran+time.Hour)
+	require.NoError(t, err)
+	ledgerRuns := make([]lin.Run, 0, len(runs))
+	for _, run := range runs {
+		ledgerRuns = append(ledgerRuns, lin.Run{Key: run.Key, Tick: run.Tick, Fence: run.Fence, Outcome: run.Outcome})
+	}
+	ticks := lin.CountTicks(kept)
+
 	leases := make([]lin.Lease, 0, len(r.leases))
 	for _, nl := range r.leases {
 		nl.mu.Lock()
@@ -1252,6 +1446,8 @@ func (r *nemesisRun) check(ran time.Duration) {
 		{"careless commits", careless},
 		{"left behind at Close", r.leftovers},
 		{"unconfirmed claims", lin.ConfirmedGrants(r.grants, r.outages)},
+		{"runs of ticks", tickRuns},
+		{"ticks completed twice in the ledger", lin.CompletedOnce(ledgerRuns)},
 	}
 	var violations []string
 	for _, c := range checks {
@@ -1278,8 +1474,10 @@ func (r *nemesisRun) check(ran time.Duration) {
 			trusted++
 		}
 	}
-	t.Logf("figures: nemesis seed %d, %v, %d Lockers x %d workers and %d Electors on %d keys: %d operations %v; faults %v, statements faulted %v, at most %d commits at once waiting for an unanswered synchronous standby; "+
-		"%d leases (%d seen trusted), %d takeovers, %d guarded writes (%d committed); porcupine %s on %d operations (%d of unknown outcome pruned) in %v; violations: %s",
-		r.seed, ran.Round(time.Second), nemesisLockers, nemesisWorkers, nemesisElectors, nemesisKeys, len(ops), lin.Count(ops), r.faults, injected, r.syncWaits,
-		len(leases), trusted, len(r.takeovers), len(r.writes), len(committed), verdict, len(kept), pruned, took.Round(time.Millisecond), strings.Join(violations, ", "))
+	t.Logf("figures: nemesis seed %d, %v, %d Lockers x %d workers and %d jobs of ticks and %d Electors on %d keys: %d operations %v; faults %v, statements faulted %v, at most %d commits at once waiting for an unanswered synchronous standby; "+
+		"%d leases (%d seen trusted), %d takeovers, %d guarded writes (%d committed); porcupine %s on %d operations (%d of unknown outcome pruned) in %v; "+
+		"ticks: %d runs of %d ticks, %d completed, %d caught up, %d runs in the ledger; porcupine on ticks %s in %v; violations: %s",
+		r.seed, ran.Round(time.Second), nemesisLockers, nemesisWorkers, len(nemesisTickJobs), nemesisElectors, nemesisKeys, len(ops), lin.Count(ops), r.faults, injected, r.syncWaits,
+		len(leases), trusted, len(r.takeovers), len(r.writes), len(committed), verdict, len(kept), pruned, took.Round(time.Millisecond),
+		ticks.Runs, ticks.Ticks, ticks.Completions, ticks.CatchUps, len(runs), tickVerdict, tickTook.Round(time.Millisecond), strings.Join(violations, ", "))
 }

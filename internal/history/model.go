@@ -11,10 +11,14 @@
 // than the current one. An operation whose outcome the caller did not
 // learn (an error, a timeout) is Unknown: the model may take either branch,
 // and the operation may take effect at any time after its call.
+//
+// Beside it, a model of the runs of each tick of a job (ticks.go): at most
+// one run of a tick completes, and none begins after one completed.
 package history
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -106,6 +110,12 @@ type Input struct {
 	Kind   Kind
 	Holder string // the claimant, or the holder of the mandate released or written under
 	Fence  int64  // the mandate released or written under
+	// Tick is the tick of a job's schedule the claim got its lease for, or
+	// the release released a lease of (Lease.Tick()); zero for a lease of
+	// no tick, and for a claim whose lease, if any, its caller never saw.
+	// The lease model ignores it; the tick model (TickModel) checks the
+	// runs of each tick.
+	Tick time.Time
 }
 
 // Output is what an operation returned.
