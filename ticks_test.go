@@ -407,22 +407,17 @@ func TestTicks(t *testing.T) {
 		}
 	})
 
-	// Guarantee: a schedule needs a table with the tick column, and is a
-	// job's alone: refused with an error naming the option elsewhere.
+	// Guarantee: a schedule is a job's alone: refused with an error naming
+	// the option elsewhere. (WithoutFenceColumn, where a catch-up cannot
+	// work: TestWithoutFenceColumn/CatchUpRefused.)
 	t.Run("RefusedWhereItCannotWork", func(t *testing.T) {
 		t.Parallel()
 		_, pool, table := pgtest.Setup(t)
-		unfenced := pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn())
-		_, err := unfenced.Job(pglease.WithPeriod(time.Second))
 		var oe *pglease.OptionError
-		require.ErrorAs(t, err, &oe)
-		require.ErrorContains(t, err, "WithPeriod")
-		require.ErrorContains(t, err, "tick column")
-
 		require.ErrorIs(t, pglease.Migrate(context.Background(), pool, pglease.WithTable(table), pglease.WithPeriod(time.Second)), pglease.ErrInvalidOption,
 			"Migrate takes no period")
 
-		_, err = pgtest.Locker(t, pool, table, "c").Job(pglease.WithCatchUp())
+		_, err := pgtest.Locker(t, pool, table, "c").Job(pglease.WithCatchUp())
 		require.ErrorAs(t, err, &oe)
 		require.ErrorContains(t, err, "give WithPeriod or WithCron too")
 
@@ -1159,12 +1154,12 @@ func testTicksCronRefusedWhereItCannotWork(t *testing.T) {
 		opts []pglease.Option
 		want string
 	}{
-		"Every":              {l, []pglease.Option{pglease.WithCron("@every 1m")}, `WithCron("@every 1m"): @every counts from each run`},
-		"NeverComes":         {l, []pglease.Option{pglease.WithCron("0 0 30 2 *")}, "none of its instants comes"},
-		"Malformed":          {l, []pglease.Option{pglease.WithCron("61 * * * *")}, `WithCron("61 * * * *")`},
-		"WithPeriodToo":      {l, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithPeriod(time.Hour)}, "a job has one schedule"},
-		"WithoutFenceColumn": {unfenced, []pglease.Option{pglease.WithCron("0 * * * *")}, "tick column"},
-		"ZoneLocal":          {l, []pglease.Option{pglease.WithCron("CRON_TZ=Local 0 3 * * *")}, "the zone Local is each host's own"},
+		"Every":                     {l, []pglease.Option{pglease.WithCron("@every 1m")}, `WithCron("@every 1m"): @every counts from each run`},
+		"NeverComes":                {l, []pglease.Option{pglease.WithCron("0 0 30 2 *")}, "none of its instants comes"},
+		"Malformed":                 {l, []pglease.Option{pglease.WithCron("61 * * * *")}, `WithCron("61 * * * *")`},
+		"WithPeriodToo":             {l, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithPeriod(time.Hour)}, "a job has one schedule"},
+		"CatchUpWithoutFenceColumn": {unfenced, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithCatchUp()}, "released_at"},
+		"ZoneLocal":                 {l, []pglease.Option{pglease.WithCron("CRON_TZ=Local 0 3 * * *")}, "the zone Local is each host's own"},
 	} {
 		_, err := c.on.Job(c.opts...)
 		var oe *pglease.OptionError
