@@ -497,6 +497,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 	t.Run("EachTickAtMostOnceAcrossOffsetClocks", testWithoutFenceColumnEachTickAtMostOnceAcrossOffsetClocks)
 	t.Run("ATickRunIsNeverClaimedAgain", testWithoutFenceColumnATickRunIsNeverClaimedAgain)
 	t.Run("AnEarlierTicksRunKeepsItsLease", testWithoutFenceColumnAnEarlierTicksRunKeepsItsLease)
+	t.Run("AtMostOnceUnderConcurrentClaimsAtItsEdge", testWithoutFenceColumnAtMostOnceUnderConcurrentClaimsAtItsEdge)
+	t.Run("ATickWrittenWhileTheClaimWaitsOnTheRowIsNotTakenAgain", testWithoutFenceColumnATickWrittenWhileTheClaimWaitsOnTheRowIsNotTakenAgain)
 	t.Run("TheHolderCarriesTheTickExactly", testWithoutFenceColumnTheHolderCarriesTheTickExactly)
 	t.Run("PlainClaimsGuardAndElectorWorkOnRowsThatCarryATick", testWithoutFenceColumnPlainClaimsGuardAndElectorWorkOnRowsThatCarryATick)
 	t.Run("HolderColumnTooShortForTicksIsRefused", testWithoutFenceColumnHolderColumnTooShortForTicksIsRefused)
@@ -593,6 +595,115 @@ func testWithoutFenceColumnAnEarlierTicksRunKeepsItsLease(t *testing.T) {
 	assert.Equal(t, run.Holder(), row.Holder, "the row is the run's")
 	assert.True(t, row.Live)
 	require.NoError(t, lock.Unlock(ctx))
+}
+
+// Guarantee: without a fence column, each tick is taken at most once by
+// claims of four replicas sent at once around the edge between two ticks,
+// whatever the isolation level (a claim's read does not see a row inserted
+// after its snapshot: the conflict arm judges it, after its lock).
+func testWithoutFenceColumnAtMostOnceUnderConcurrentClaimsAtItsEdge(t *testing.T) {
+	t.Parallel()
+	for name, params := range map[string]map[string]string{
+		"ReadCommitted": nil,
+		"Serializable":  {"default_transaction_isolation": "serializable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const period = 200 * time.Millisecond
+			table, dsn := legacyTable(t, legacyColumns) // the server's own DSN, never a pooler's
+			var (
+				mu    sync.Mutex
+				taken = map[time.Time][]string{}
+			)
+			deadline := time.Now().Add(3 * time.Second)
+			var wg sync.WaitGroup
+			for i := range 4 {
+				pool := pgtest.PoolWith(t, dsn, func(c *pgxpool.Config) {
+					for k, v := range params {
+						c.ConnConfig.RuntimeParams[k] = v
+					}
+				})
+				l := pgtest.Locker(t, pool, table, fmt.Sprintf("r%d", i), pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second),
+					pglease.WithHeartbeatInterval(300*time.Millisecond))
+				j := mustJob(t, l, pglease.WithPeriod(period))
+				for g := range 3 {
+					wg.Go(func() {
+						for n := 0; time.Now().Before(deadline); n++ {
+							// aim at the edge between two ticks (the midpoint)
+							now := time.Now()
+							edge := now.Truncate(period).Add(period / 2)
+							if edge.Before(now) {
+								edge = edge.Add(period)
+							}
+							jitter := time.Duration((i*3+g+n)%7-3) * time.Millisecond
+							time.Sleep(time.Until(edge.Add(jitter)))
+							lease, err := j.Claim(context.Background(), "k")
+							if err != nil {
+								continue
+							}
+							mu.Lock()
+							taken[lease.Tick()] = append(taken[lease.Tick()], lease.Holder())
+							mu.Unlock()
+							if n%2 == 0 {
+								time.Sleep(period + period/4) // a run held across the next edge
+							}
+							_ = lease.Unlock(context.Background())
+						}
+					})
+				}
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			assert.NotEmpty(t, taken)
+			for tick, holders := range taken {
+				assert.Len(t, holders, 1, "tick %v taken by %v", tick, holders)
+			}
+			t.Logf("%d ticks taken", len(taken))
+		})
+	}
+}
+
+// Guarantee: without a fence column, a claim of a tick judges the row as it
+// is once it has its lock: a claim whose read saw the row expired with no
+// tick, then waited on the row while another transaction wrote that very
+// tick in it (expired: a run released), takes nothing.
+func testWithoutFenceColumnATickWrittenWhileTheClaimWaitsOnTheRowIsNotTakenAgain(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	admin := pgtest.Pool(t, nil)
+	app := pgtest.AppName("tickwait")
+	pool := pgtest.PoolWith(t, dsn, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = app })
+	period := fitPeriod(t, time.Hour, time.Minute, time.Minute) // one tick for the whole test
+	_, err := admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ('k', 'old', clock_timestamp())`, table))
+	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now))
+	tick := nearestTick(now, period)
+
+	tx, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	ran := "z#0123456789abcdef#0123456789abcdef@" + tick.UTC().Format(tickLayout)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = $1, expires_at = clock_timestamp() WHERE key = 'k'`, table), ran)
+	require.NoError(t, err)
+
+	j := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn()), pglease.WithPeriod(period))
+	claimed := make(chan error, 1)
+	go func() {
+		lease, err := j.Claim(ctx, "k")
+		if err == nil {
+			err = fmt.Errorf("took tick %v as %s", lease.Tick(), lease.Holder())
+		}
+		claimed <- err
+	}()
+	pgtest.LockWaiter(t, admin, app, "WITH instant AS", 10*time.Second) // the claim of a tick, within what pg_stat_activity shows
+	require.NoError(t, tx.Commit(ctx))
+	err = <-claimed
+	require.ErrorIs(t, err, pglease.ErrHeld, "the claim took the row of tick %v, written while it waited", tick)
+	row, _ := readLegacyRow(t, pool, table, "k")
+	assert.Equal(t, ran, row.Holder, "the row is untouched")
 }
 
 // Guarantee: without a fence column, the holder of a tick's lease is the
