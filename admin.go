@@ -18,8 +18,9 @@ import (
 // clock. It works on a table of Migrate or of WithoutFenceColumn, holds no
 // connection, needs no Close, and is safe for concurrent use.
 type Admin struct {
-	db    DB
-	table table
+	db      DB
+	table   table
+	noFence bool // WithoutFenceColumn: the table has no ledger of runs
 }
 
 // NewAdmin returns an Admin of the table its options name (WithTable; the
@@ -35,7 +36,7 @@ func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 		return nil, err
 	}
 	t, _ := parseTable(cfg.table) // checked by WithTable
-	return &Admin{db: db, table: t}, nil
+	return &Admin{db: db, table: t, noFence: cfg.noFence}, nil
 }
 
 // LeaseInfo is a snapshot of one lease: a row of the table as Admin.List
@@ -51,7 +52,7 @@ type LeaseInfo struct {
 	ServerNow    time.Time  // List: the server's clock at the read; ExpiresAt - ServerNow is the time left
 	Live         bool       // List: ExpiresAt > ServerNow; every lease of Leases is live
 	ReleasedAt   time.Time  // List: when its holder released it; zero if it did not (expired: it lapsed)
-	Tick         time.Time  // the tick of a job's schedule it was claimed for (WithPeriod, WithCron); zero if none
+	Tick         time.Time  // the tick of a job's schedule it was claimed for (WithPeriod, WithCron), WithoutFenceColumn read from its holder; zero if none
 	TrustUntil   time.Time  // Leases: the local time until which the Locker trusts the lease
 	State        LeaseState // Leases: how sure the Locker is of the lease
 }
@@ -112,9 +113,27 @@ func scanLeaseRow(row pgx.Row) (LeaseInfo, *string, error) {
 	}
 	r.AcquiredAt, r.ExpiresAt = serverTime(acquired), serverTime(expires)
 	r.ReleasedAt, r.Tick = serverTime(released), serverTime(tick)
+	if !tick.Valid {
+		r.Tick = tickOfHolder(r.Holder) // WithoutFenceColumn
+	}
 	r.NeverExpires = expires.InfinityModifier == pgtype.Infinity
 	r.Live = r.ExpiresAt.After(r.ServerNow)
 	return r, holder, nil
+}
+
+// tickOfHolder is the tick a holder written by the claim of a job's tick
+// WithoutFenceColumn carries after '@' (sqlstmt.UnfencedClaimTick), or
+// zero.
+func tickOfHolder(holder string) time.Time {
+	n := sqlstmt.TickSuffixLen
+	if len(holder) < n || holder[len(holder)-n] != '@' {
+		return time.Time{}
+	}
+	tick, err := time.Parse(sqlstmt.TickLayout, holder[len(holder)-n+1:])
+	if err != nil {
+		return time.Time{}
+	}
+	return tick
 }
 
 // serverTime is a timestamptz as a time: zero when NULL, and 'infinity'

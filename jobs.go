@@ -69,11 +69,9 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 	if c.period > 0 && c.cron != nil {
 		c.invalid("WithCron", "%s: WithCron(%q) and WithPeriod(%v): a job has one schedule: give one of them", who, c.crontab, c.period)
 	}
-	if c.period > 0 && l.cfg.noFence {
-		c.invalid("WithPeriod", "%s: WithPeriod(%v): a tick is stored in the lease table's tick column, which a table WithoutFenceColumn lacks: run Migrate, or schedule the job without WithPeriod", who, c.period)
-	}
-	if c.cron != nil && l.cfg.noFence {
-		c.invalid("WithCron", "%s: WithCron(%q): a tick is stored in the lease table's tick column, which a table WithoutFenceColumn lacks: run Migrate, or schedule the job without WithCron", who, c.crontab)
+	if c.catchUp && l.cfg.noFence {
+		c.invalid("WithCatchUp", "%s: WithCatchUp: a catch-up runs a tick again only when its run lapsed, and a table WithoutFenceColumn, "+
+			"which has no released_at column, cannot tell a lapsed run from a released one: run Migrate, or schedule the job without WithCatchUp", who)
 	}
 	if len(c.errs) == 0 {
 		// The rules of newConfig, with the heartbeat interval the Locker

@@ -228,7 +228,9 @@ func WithTimeout(d time.Duration) Option {
 // alter: columns key (unique), holder (text), expires_at (timestamptz),
 // optionally acquired_at, and no fence. Each claim then writes a holder made
 // for that one lease, and Fence returns 0: downstream fencing needs the fence
-// column. See docs/GUIDE.md, "WithoutFenceColumn".
+// column. A job's tick (WithPeriod, WithCron) is written in the holder, after
+// '@'; WithCatchUp and the ledger of runs need Migrate's table. See
+// docs/GUIDE.md, "WithoutFenceColumn".
 func WithoutFenceColumn() Option {
 	return Option{"WithoutFenceColumn", atLocker | atAdmin, "Migrate and Schema create the fenced table; " +
 		"a job and an Elector use their Locker's table: give it to NewLocker and NewAdmin", func(c *config) { c.noFence = true }}

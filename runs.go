@@ -37,14 +37,21 @@ type Run struct {
 	Outcome string
 }
 
+// noLedger says why a table WithoutFenceColumn lists no runs.
+const noLedger = "a table WithoutFenceColumn has no ledger of runs: the tick of a job's last run is in its row's holder (List); run Migrate for the ledger"
+
 // Runs returns the runs of the job key, or of every job when key is "",
 // started within since of the server's clock, sorted by key byte-wise,
-// then by tick. It needs SELECT on the lease table and its ledger.
+// then by tick. It needs SELECT on the lease table and its ledger, which
+// Migrate makes: a table WithoutFenceColumn has none.
 func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Run, error) {
 	mustContext(ctx, "Runs")
 	t := a.table
 	if since <= 0 {
 		return nil, fmt.Errorf("pglease: runs of %s: since %v: must be positive", t, since)
+	}
+	if a.noFence {
+		return nil, fmt.Errorf("pglease: runs of %s: %s", t, noLedger)
 	}
 	var job *string
 	if key != "" {
@@ -72,7 +79,7 @@ func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Ru
 		return rows.Err()
 	})
 	if driver.Is(err, driver.UndefinedTable) {
-		err = fmt.Errorf("%w (the ledger of runs, %s, is made by Migrate, beside the lease table)", err, sqlstmt.Runs(t.name).Sanitize())
+		err = fmt.Errorf("%w (the ledger of runs, %s, is made by Migrate, beside the lease table; %s)", err, sqlstmt.Runs(t.name).Sanitize(), noLedger)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pglease: runs of %s: %w", t, err)

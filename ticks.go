@@ -19,9 +19,10 @@ import (
 // job's duration, the min hold (none is needed) and the replicas' clocks,
 // as long as they are off by less than half the period; a claim of a tick
 // already taken, or made while the run of an earlier tick holds the key, is
-// ErrHeld and gocron skips it. Only Locker.Job takes it, and not with
-// WithoutFenceColumn. Schedule the job with JobLocker.Schedule, so that its
-// schedule is written once. See docs/GUIDE.md, "Ticks".
+// ErrHeld and gocron skips it. Only Locker.Job takes it; WithoutFenceColumn
+// the tick is written in the lease's holder. Schedule the job with
+// JobLocker.Schedule, so that its schedule is written once. See
+// docs/GUIDE.md, "Ticks".
 func WithPeriod(period time.Duration) Option {
 	return Option{"WithPeriod", atJob, "a period is a job's: give it to Locker.Job",
 		durationOption("WithPeriod", period, time.Millisecond, "the period must be at least 1ms",
@@ -90,7 +91,8 @@ func (tk *ticks) after(tick time.Time) time.Duration {
 // a skip); a lapse lets one waiting replica claim the same tick with a
 // greater fence and run it. Each tick then runs at least once while a
 // replica lives, and more than once only when a run lapsed after doing its
-// work. Only Locker.Job takes it, with WithPeriod.
+// work. Only Locker.Job takes it, with WithPeriod or WithCron, and not
+// WithoutFenceColumn, whose table cannot tell a released run from a lapsed one.
 func WithCatchUp() Option {
 	return Option{"WithCatchUp", atJob, "catching up is a job's: give it to Locker.Job, with WithPeriod",
 		func(c *config) { c.catchUp = true }}
@@ -111,16 +113,20 @@ func (e *tickHeldError) Unwrap() error { return ErrHeld }
 
 func (e *tickHeldError) Error() string {
 	at := e.tick.UTC().Format(time.RFC3339Nano)
+	fence := "" // none WithoutFenceColumn
+	if e.fence != 0 {
+		fence = fmt.Sprintf(", fence %d", e.fence)
+	}
 	switch {
 	case !e.rowTick.IsZero() && !e.rowTick.Before(e.tick) && e.live:
-		return fmt.Sprintf("tick %s taken by %s (fence %d), its run holding the key", at, e.holder, e.fence)
+		return fmt.Sprintf("tick %s taken by %s%s, its run holding the key", at, e.holder, fence)
 	case !e.rowTick.IsZero() && !e.rowTick.Before(e.tick):
-		return fmt.Sprintf("tick %s already taken (by %s, fence %d)", at, e.holder, e.fence)
+		return fmt.Sprintf("tick %s already taken (by %s%s)", at, e.holder, fence)
 	case e.live && !e.rowTick.IsZero():
-		return fmt.Sprintf("tick %s skipped: the run of tick %s (%s, fence %d) still holds the key",
-			at, e.rowTick.UTC().Format(time.RFC3339Nano), e.holder, e.fence)
+		return fmt.Sprintf("tick %s skipped: the run of tick %s (%s%s) still holds the key",
+			at, e.rowTick.UTC().Format(time.RFC3339Nano), e.holder, fence)
 	case e.live:
-		return fmt.Sprintf("tick %s skipped: %s (fence %d) holds the key", at, e.holder, e.fence)
+		return fmt.Sprintf("tick %s skipped: %s%s holds the key", at, e.holder, fence)
 	case e.raced():
 		return fmt.Sprintf("tick %s taken by a claim of another replica at the same time", at)
 	}

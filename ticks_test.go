@@ -118,82 +118,8 @@ func TestTicks(t *testing.T) {
 	// a run of an earlier tick held the key through.
 	t.Run("EachTickAtMostOnceAcrossOffsetClocks", func(t *testing.T) {
 		t.Parallel()
-		// A period long enough that the replica 0.4 of it behind still
-		// claims its tick when its timer fires 100 ms late on a busy
-		// machine (the nearest tick is judged on the server's clock).
-		const period = time.Second
-		const ticks = 20
 		table := pgtest.Table(t, pgtest.Pool(t, nil))
-		type job struct {
-			name string
-			run  time.Duration
-		}
-		jobs := []job{{"quick", 0}, {"long", 3 * period / 2}}
-		var (
-			mu   sync.Mutex
-			runs = map[string][]tickRun{}
-		)
-		offsets := []time.Duration{-4 * period / 10, 0, 4 * period / 10}
-		for i, offset := range offsets {
-			name := fmt.Sprintf("replica-%d", i+1)
-			l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name, pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
-			sched, err := gocron.NewScheduler(gocron.WithClock(offsetClock{clockwork.NewRealClock(), offset}))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
-			for _, j := range jobs {
-				jl := mustJob(t, l, pglease.WithPeriod(period))
-				task, named := l.Task(j.name, func(_ context.Context, lease *pglease.Lease) error {
-					x := tickRun{replica: name, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()}
-					time.Sleep(j.run)
-					x.end, x.lostAtEnd = time.Now(), lease.Err()
-					mu.Lock()
-					runs[j.name] = append(runs[j.name], x)
-					mu.Unlock()
-					return nil
-				})
-				_, err := jl.Schedule(sched, task, named)
-				require.NoError(t, err)
-			}
-			sched.Start()
-		}
-		first := time.Now().Truncate(period).Add(2 * period) // every scheduler has started by then
-		last := first.Add(ticks * period)
-		time.Sleep(time.Until(last.Add(2 * period)))
-
-		mu.Lock()
-		defer mu.Unlock()
-		for _, j := range jobs {
-			perTick := map[time.Time][]tickRun{}
-			for _, x := range runs[j.name] {
-				require.False(t, x.tick.IsZero(), "%s ran with a lease of no tick", j.name)
-				assert.Zero(t, x.tick.UnixNano()%int64(period), "%s: tick %v is on the period's grid", j.name, x.tick)
-				require.NoError(t, x.lostAtEnd, "%s: the run of tick %v kept its lease to its end", j.name, x.tick)
-				perTick[x.tick] = append(perTick[x.tick], x)
-			}
-			ran := 0
-			for k := first; !k.After(last); k = k.Add(period) {
-				got := perTick[k]
-				require.LessOrEqual(t, len(got), 1, "%s: tick %v ran more than once: %+v", j.name, k, got)
-				if len(got) == 1 {
-					ran++
-					continue
-				}
-				if j.run == 0 {
-					t.Errorf("%s: tick %v did not run, though every replica was free", j.name, k)
-					continue
-				}
-				// Not run: a run of an earlier tick held the key while the
-				// replicas fired (from 0.4 period before the tick to 0.4
-				// after, late by up to a second on a busy machine).
-				held := false
-				for _, x := range runs[j.name] {
-					held = held || (x.tick.Before(k) && x.end.After(k.Add(-4*period/10)) && x.start.Before(k.Add(4*period/10+time.Second)))
-				}
-				assert.True(t, held, "%s: tick %v did not run, and no run held the key then", j.name, k)
-			}
-			assert.Positive(t, ran, "%s ran", j.name)
-			t.Logf("figures: %s: %d of %d ticks ran, %d runs in all", j.name, ran, ticks+1, len(runs[j.name]))
-		}
+		eachTickAtMostOnceAcrossOffsetClocks(t, 20, func() pglease.DB { return pgtest.Pool(t, nil) }, table)
 	})
 
 	// Guarantee: a tick once claimed is never claimed again, by a replica
@@ -504,22 +430,17 @@ func TestTicks(t *testing.T) {
 		}
 	})
 
-	// Guarantee: a schedule needs a table with the tick column, and is a
-	// job's alone: refused with an error naming the option elsewhere.
+	// Guarantee: a schedule is a job's alone: refused with an error naming
+	// the option elsewhere. (WithoutFenceColumn, where a catch-up cannot
+	// work: TestWithoutFenceColumn/CatchUpRefused.)
 	t.Run("RefusedWhereItCannotWork", func(t *testing.T) {
 		t.Parallel()
 		_, pool, table := pgtest.Setup(t)
-		unfenced := pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn())
-		_, err := unfenced.Job(pglease.WithPeriod(time.Second))
 		var oe *pglease.OptionError
-		require.ErrorAs(t, err, &oe)
-		require.ErrorContains(t, err, "WithPeriod")
-		require.ErrorContains(t, err, "tick column")
-
 		require.ErrorIs(t, pglease.Migrate(context.Background(), pool, pglease.WithTable(table), pglease.WithPeriod(time.Second)), pglease.ErrInvalidOption,
 			"Migrate takes no period")
 
-		_, err = pgtest.Locker(t, pool, table, "c").Job(pglease.WithCatchUp())
+		_, err := pgtest.Locker(t, pool, table, "c").Job(pglease.WithCatchUp())
 		require.ErrorAs(t, err, &oe)
 		require.ErrorContains(t, err, "give WithPeriod or WithCron too")
 
@@ -556,6 +477,91 @@ func TestTicks(t *testing.T) {
 	t.Run("ASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised", testTicksASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised)
 	t.Run("ARefusedClaimNamesTheTickItAskedEvenOnANewKey", testTicksARefusedClaimNamesTheTickItAskedEvenOnANewKey)
 	t.Run("CatchUpRunsALapsedTickRacedByTwoReplicasOnceMore", testTicksCatchUpRunsALapsedTickRacedByTwoReplicasOnceMore)
+}
+
+// eachTickAtMostOnceAcrossOffsetClocks runs a job that returns at once and
+// one that takes 1.5 periods (1 s) on three replicas of table, each on its
+// own DB (db), with opts, whose gocron clocks are 0.4 of the period apart,
+// no min hold, for ticks ticks, and checks that every tick of a job ran at
+// most once, that each of the quick job ran exactly once, and that a run
+// kept its lease to its end (a tick of the long job not run is one a run
+// of an earlier tick held the key through).
+func eachTickAtMostOnceAcrossOffsetClocks(t *testing.T, ticks int, db func() pglease.DB, table string, opts ...pglease.Option) {
+	t.Helper()
+	// A period long enough that the replica 0.4 of it behind still
+	// claims its tick when its timer fires 100 ms late on a busy
+	// machine (the nearest tick is judged on the server's clock).
+	const period = time.Second
+	type job struct {
+		name string
+		run  time.Duration
+	}
+	jobs := []job{{"quick", 0}, {"long", 3 * period / 2}}
+	var (
+		mu   sync.Mutex
+		runs = map[string][]tickRun{}
+	)
+	offsets := []time.Duration{-4 * period / 10, 0, 4 * period / 10}
+	for i, offset := range offsets {
+		name := fmt.Sprintf("replica-%d", i+1)
+		l := pgtest.Locker(t, db(), table, name, append([]pglease.Option{pglease.WithTTL(5 * time.Second), pglease.WithHeartbeatInterval(200 * time.Millisecond)}, opts...)...)
+		sched, err := gocron.NewScheduler(gocron.WithClock(offsetClock{clockwork.NewRealClock(), offset}))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sched.Shutdown() }) // before the Locker's Close
+		for _, j := range jobs {
+			jl := mustJob(t, l, pglease.WithPeriod(period))
+			task, named := l.Task(j.name, func(_ context.Context, lease *pglease.Lease) error {
+				x := tickRun{replica: name, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()}
+				time.Sleep(j.run)
+				x.end, x.lostAtEnd = time.Now(), lease.Err()
+				mu.Lock()
+				runs[j.name] = append(runs[j.name], x)
+				mu.Unlock()
+				return nil
+			})
+			_, err := jl.Schedule(sched, task, named)
+			require.NoError(t, err)
+		}
+		sched.Start()
+	}
+	first := time.Now().Truncate(period).Add(2 * period) // every scheduler has started by then
+	last := first.Add(time.Duration(ticks) * period)
+	time.Sleep(time.Until(last.Add(2 * period)))
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, j := range jobs {
+		perTick := map[time.Time][]tickRun{}
+		for _, x := range runs[j.name] {
+			require.False(t, x.tick.IsZero(), "%s ran with a lease of no tick", j.name)
+			assert.Zero(t, x.tick.UnixNano()%int64(period), "%s: tick %v is on the period's grid", j.name, x.tick)
+			require.NoError(t, x.lostAtEnd, "%s: the run of tick %v kept its lease to its end", j.name, x.tick)
+			perTick[x.tick] = append(perTick[x.tick], x)
+		}
+		ran := 0
+		for k := first; !k.After(last); k = k.Add(period) {
+			got := perTick[k]
+			require.LessOrEqual(t, len(got), 1, "%s: tick %v ran more than once: %+v", j.name, k, got)
+			if len(got) == 1 {
+				ran++
+				continue
+			}
+			if j.run == 0 {
+				t.Errorf("%s: tick %v did not run, though every replica was free", j.name, k)
+				continue
+			}
+			// Not run: a run of an earlier tick held the key while the
+			// replicas fired (from 0.4 period before the tick to 0.4
+			// after, late by up to a second on a busy machine).
+			held := false
+			for _, x := range runs[j.name] {
+				held = held || (x.tick.Before(k) && x.end.After(k.Add(-4*period/10)) && x.start.Before(k.Add(4*period/10+time.Second)))
+			}
+			assert.True(t, held, "%s: tick %v did not run, and no run held the key then", j.name, k)
+		}
+		assert.Positive(t, ran, "%s ran", j.name)
+		t.Logf("figures: %s: %d of %d ticks ran, %d runs in all", j.name, ran, ticks+1, len(runs[j.name]))
+	}
 }
 
 // sleepToPhase sleeps until the next instant after now that lies phase (a
@@ -1175,12 +1181,12 @@ func testTicksCronRefusedWhereItCannotWork(t *testing.T) {
 		opts []pglease.Option
 		want string
 	}{
-		"Every":              {l, []pglease.Option{pglease.WithCron("@every 1m")}, `WithCron("@every 1m"): @every counts from each run`},
-		"NeverComes":         {l, []pglease.Option{pglease.WithCron("0 0 30 2 *")}, "none of its instants comes"},
-		"Malformed":          {l, []pglease.Option{pglease.WithCron("61 * * * *")}, `WithCron("61 * * * *")`},
-		"WithPeriodToo":      {l, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithPeriod(time.Hour)}, "a job has one schedule"},
-		"WithoutFenceColumn": {unfenced, []pglease.Option{pglease.WithCron("0 * * * *")}, "tick column"},
-		"ZoneLocal":          {l, []pglease.Option{pglease.WithCron("CRON_TZ=Local 0 3 * * *")}, "the zone Local is each host's own"},
+		"Every":                     {l, []pglease.Option{pglease.WithCron("@every 1m")}, `WithCron("@every 1m"): @every counts from each run`},
+		"NeverComes":                {l, []pglease.Option{pglease.WithCron("0 0 30 2 *")}, "none of its instants comes"},
+		"Malformed":                 {l, []pglease.Option{pglease.WithCron("61 * * * *")}, `WithCron("61 * * * *")`},
+		"WithPeriodToo":             {l, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithPeriod(time.Hour)}, "a job has one schedule"},
+		"CatchUpWithoutFenceColumn": {unfenced, []pglease.Option{pglease.WithCron("0 * * * *"), pglease.WithCatchUp()}, "released_at"},
+		"ZoneLocal":                 {l, []pglease.Option{pglease.WithCron("CRON_TZ=Local 0 3 * * *")}, "the zone Local is each host's own"},
 	} {
 		_, err := c.on.Job(c.opts...)
 		var oe *pglease.OptionError

@@ -491,6 +491,388 @@ func TestWithoutFenceColumn(t *testing.T) {
 			requireRowsMandate(l, key)
 		}
 	})
+
+	// Jobs of ticks (WithPeriod, WithCron): the tick travels in the forged
+	// holder.
+	t.Run("EachTickAtMostOnceAcrossOffsetClocks", testWithoutFenceColumnEachTickAtMostOnceAcrossOffsetClocks)
+	t.Run("ATickRunIsNeverClaimedAgain", testWithoutFenceColumnATickRunIsNeverClaimedAgain)
+	t.Run("AnEarlierTicksRunKeepsItsLease", testWithoutFenceColumnAnEarlierTicksRunKeepsItsLease)
+	t.Run("AtMostOnceUnderConcurrentClaimsAtItsEdge", testWithoutFenceColumnAtMostOnceUnderConcurrentClaimsAtItsEdge)
+	t.Run("ATickWrittenWhileTheClaimWaitsOnTheRowIsNotTakenAgain", testWithoutFenceColumnATickWrittenWhileTheClaimWaitsOnTheRowIsNotTakenAgain)
+	t.Run("TheHolderCarriesTheTickExactly", testWithoutFenceColumnTheHolderCarriesTheTickExactly)
+	t.Run("PlainClaimsGuardAndElectorWorkOnRowsThatCarryATick", testWithoutFenceColumnPlainClaimsGuardAndElectorWorkOnRowsThatCarryATick)
+	t.Run("HolderColumnTooShortForTicksIsRefused", testWithoutFenceColumnHolderColumnTooShortForTicksIsRefused)
+	t.Run("CatchUpIsRefused", testWithoutFenceColumnCatchUpIsRefused)
+	t.Run("RunsSaysTheTableHasNoLedger", testWithoutFenceColumnRunsSaysTheTableHasNoLedger)
+}
+
+// tickLayout is the form of a tick in a forged holder, after '@'.
+const tickLayout = "2006-01-02T15:04:05.000000Z"
+
+// Guarantee: three replicas of a table without a fence column, whose
+// clocks are up to 0.4 of the period apart, no min hold: every tick of a
+// job runs at most once; a job that returns at once runs every tick exactly
+// once; a job that takes 1.5 periods keeps its lease through its run.
+func testWithoutFenceColumnEachTickAtMostOnceAcrossOffsetClocks(t *testing.T) {
+	t.Parallel()
+	table, dsn := legacyTable(t, legacyColumns)
+	eachTickAtMostOnceAcrossOffsetClocks(t, 20, func() pglease.DB { return pgtest.PoolAt(t, dsn, nil) }, table, pglease.WithoutFenceColumn())
+}
+
+// Guarantee: without a fence column, a tick once claimed is never claimed
+// again, by a replica restarted within the period (a new Locker) nor by the
+// one that ran it, though its run ended and released the key (expired in
+// place, its holder and so its tick kept); the next tick is claimed.
+func testWithoutFenceColumnATickRunIsNeverClaimedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	const period = 3 * time.Second
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn()), pglease.WithPeriod(period))
+	sleepToPhase(period, 0.1) // far from a tick's edge: the claims below see the same tick
+	first, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, first.Unlock(ctx))
+	row, ok := readLegacyRow(t, pool, table, "k")
+	require.True(t, ok)
+	require.False(t, row.Live, "released")
+	require.Equal(t, first.Holder(), row.Holder, "released in place, its holder kept")
+
+	restarted := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn()), pglease.WithPeriod(period))
+	_, err = restarted.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "a restarted replica claimed the tick run")
+	require.ErrorContains(t, err, "already taken")
+	_, err = a.Claim(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the replica that ran the tick claimed it again")
+	_, err = a.Lock(ctx, "k")
+	require.ErrorIs(t, err, pglease.ErrHeld, "the replica that ran the tick locked it again")
+	after, _ := readLegacyRow(t, pool, table, "k")
+	assert.Equal(t, row, after, "the row is untouched")
+
+	time.Sleep(time.Until(first.Tick().Add(period)))
+	next, err := restarted.Claim(ctx, "k")
+	require.NoError(t, err)
+	assert.True(t, next.Tick().Equal(first.Tick().Add(period)), "the next tick: %v after %v", next.Tick(), first.Tick())
+	require.NoError(t, next.Unlock(ctx))
+}
+
+// Guarantee: without a fence column, a run that outlasts its period keeps
+// its lease: the claim of the next tick is ErrHeld, by its own Locker, by a
+// Locker of the same replica restarted, and by another replica, whose
+// error names the tick of the run that holds the key.
+func testWithoutFenceColumnAnEarlierTicksRunKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	const period = time.Second
+	la := pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn())
+	a := mustJob(t, la, pglease.WithPeriod(period))
+	sleepToPhase(period, 0.2) // far from a tick's edge
+	lock, err := a.Lock(ctx, "k")
+	require.NoError(t, err)
+	run := lock.(*pglease.Lease)
+	// The run of that tick outlasts its period: the next tick comes.
+	time.Sleep(time.Until(run.Tick().Add(period + 150*time.Millisecond)))
+	for name, j := range map[string]*pglease.JobLocker{
+		"its own Locker":        a,
+		"the same replica anew": mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn()), pglease.WithPeriod(period)),
+		"another replica":       mustJob(t, pgtest.Locker(t, pool, table, "b", pglease.WithoutFenceColumn()), pglease.WithPeriod(period)),
+	} {
+		next, err := j.Claim(ctx, "k")
+		if err == nil {
+			t.Logf("%s claimed tick %v (%s) while the run of tick %v (%s) held the key", name, next.Tick(), next.Holder(), run.Tick(), run.Holder())
+		}
+		require.ErrorIs(t, err, pglease.ErrHeld, "%s: a claim of the next tick while the run of an earlier tick holds the key", name)
+		if name != "its own Locker" {
+			require.ErrorContains(t, err, "the run of tick "+run.Tick().UTC().Format(time.RFC3339Nano), name)
+			require.ErrorContains(t, err, "still holds the key", name)
+		}
+	}
+	require.NoError(t, run.Err(), "a run that outlasts its period keeps its lease")
+	row, _ := readLegacyRow(t, pool, table, "k")
+	assert.Equal(t, run.Holder(), row.Holder, "the row is the run's")
+	assert.True(t, row.Live)
+	require.NoError(t, lock.Unlock(ctx))
+}
+
+// Guarantee: without a fence column, each tick is taken at most once by
+// claims of four replicas sent at once around the edge between two ticks,
+// whatever the isolation level (a claim's read does not see a row inserted
+// after its snapshot: the conflict arm judges it, after its lock).
+func testWithoutFenceColumnAtMostOnceUnderConcurrentClaimsAtItsEdge(t *testing.T) {
+	t.Parallel()
+	for name, params := range map[string]map[string]string{
+		"ReadCommitted": nil,
+		"Serializable":  {"default_transaction_isolation": "serializable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const period = 200 * time.Millisecond
+			table, dsn := legacyTable(t, legacyColumns) // the server's own DSN, never a pooler's
+			var (
+				mu    sync.Mutex
+				taken = map[time.Time][]string{}
+			)
+			deadline := time.Now().Add(3 * time.Second)
+			var wg sync.WaitGroup
+			for i := range 4 {
+				pool := pgtest.PoolWith(t, dsn, func(c *pgxpool.Config) {
+					for k, v := range params {
+						c.ConnConfig.RuntimeParams[k] = v
+					}
+				})
+				l := pgtest.Locker(t, pool, table, fmt.Sprintf("r%d", i), pglease.WithoutFenceColumn(), pglease.WithTTL(time.Second),
+					pglease.WithHeartbeatInterval(300*time.Millisecond))
+				j := mustJob(t, l, pglease.WithPeriod(period))
+				for g := range 3 {
+					wg.Go(func() {
+						for n := 0; time.Now().Before(deadline); n++ {
+							// aim at the edge between two ticks (the midpoint)
+							now := time.Now()
+							edge := now.Truncate(period).Add(period / 2)
+							if edge.Before(now) {
+								edge = edge.Add(period)
+							}
+							jitter := time.Duration((i*3+g+n)%7-3) * time.Millisecond
+							time.Sleep(time.Until(edge.Add(jitter)))
+							lease, err := j.Claim(context.Background(), "k")
+							if err != nil {
+								continue
+							}
+							mu.Lock()
+							taken[lease.Tick()] = append(taken[lease.Tick()], lease.Holder())
+							mu.Unlock()
+							if n%2 == 0 {
+								time.Sleep(period + period/4) // a run held across the next edge
+							}
+							_ = lease.Unlock(context.Background())
+						}
+					})
+				}
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			assert.NotEmpty(t, taken)
+			for tick, holders := range taken {
+				assert.Len(t, holders, 1, "tick %v taken by %v", tick, holders)
+			}
+			t.Logf("%d ticks taken", len(taken))
+		})
+	}
+}
+
+// Guarantee: without a fence column, a claim of a tick judges the row as it
+// is once it has its lock: a claim whose read saw the row expired with no
+// tick, then waited on the row while another transaction wrote that very
+// tick in it (expired: a run released), takes nothing.
+func testWithoutFenceColumnATickWrittenWhileTheClaimWaitsOnTheRowIsNotTakenAgain(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	admin := pgtest.Pool(t, nil)
+	app := pgtest.AppName("tickwait")
+	pool := pgtest.PoolWith(t, dsn, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = app })
+	period := fitPeriod(t, time.Hour, time.Minute, time.Minute) // one tick for the whole test
+	_, err := admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, holder, expires_at) VALUES ('k', 'old', clock_timestamp())`, table))
+	require.NoError(t, err)
+	var now time.Time
+	require.NoError(t, admin.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now))
+	tick := nearestTick(now, period)
+
+	tx, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	ran := "z#0123456789abcdef#0123456789abcdef@" + tick.UTC().Format(tickLayout)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = $1, expires_at = clock_timestamp() WHERE key = 'k'`, table), ran)
+	require.NoError(t, err)
+
+	j := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn()), pglease.WithPeriod(period))
+	claimed := make(chan error, 1)
+	go func() {
+		lease, err := j.Claim(ctx, "k")
+		if err == nil {
+			err = fmt.Errorf("took tick %v as %s", lease.Tick(), lease.Holder())
+		}
+		claimed <- err
+	}()
+	pgtest.LockWaiter(t, admin, app, "WITH instant AS", 10*time.Second) // the claim of a tick, within what pg_stat_activity shows
+	require.NoError(t, tx.Commit(ctx))
+	err = <-claimed
+	require.ErrorIs(t, err, pglease.ErrHeld, "the claim took the row of tick %v, written while it waited", tick)
+	row, _ := readLegacyRow(t, pool, table, "k")
+	assert.Equal(t, ran, row.Holder, "the row is untouched")
+}
+
+// Guarantee: without a fence column, the holder of a tick's lease is the
+// holder forged for it, '@' and the tick in UTC to the microsecond, read
+// back exactly: by the claims that refuse the tick once it was run, and by
+// Admin.List, for ticks of a period with microseconds and of a crontab.
+func testWithoutFenceColumnTheHolderCarriesTheTickExactly(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table), pglease.WithoutFenceColumn())
+	require.NoError(t, err)
+	const period = time.Hour + 1234567*time.Microsecond // ticks at every microsecond of the second
+	for name, schedule := range map[string]pglease.Option{
+		"Period": pglease.WithPeriod(period),
+		"Cron":   pglease.WithCron("0 0,10 * * * *"),
+	} {
+		run, err := mustJob(t, pgtest.Locker(t, pool, table, "a"+name, pglease.WithoutFenceColumn()), schedule).Claim(ctx, name)
+		require.NoError(t, err)
+		if name == "Period" {
+			require.Zero(t, run.Tick().UnixMicro()%period.Microseconds(), "tick %v is on the period's grid", run.Tick())
+		}
+		suffix := "@" + run.Tick().UTC().Format(tickLayout)
+		require.True(t, strings.HasSuffix(run.Holder(), suffix), "%s: holder %q carries the tick %v", name, run.Holder(), run.Tick())
+		assert.Regexp(t, `^a`+name+`#[0-9a-f]{16}#[0-9a-f]{16}$`, strings.TrimSuffix(run.Holder(), suffix), "the forged holder before it")
+		row, _ := readLegacyRow(t, pool, table, name)
+		require.Equal(t, run.Holder(), row.Holder)
+
+		rows, err := admin.List(ctx)
+		require.NoError(t, err)
+		listed := false
+		for _, r := range rows {
+			if r.Key == name {
+				listed = true
+				assert.True(t, r.Tick.Equal(run.Tick()), "%s: List reads tick %v from the holder, the run's is %v", name, r.Tick, run.Tick())
+			}
+		}
+		require.True(t, listed)
+
+		require.NoError(t, run.Unlock(ctx))
+		_, err = mustJob(t, pgtest.Locker(t, pool, table, "b"+name, pglease.WithoutFenceColumn()), schedule).Claim(ctx, name)
+		require.ErrorIs(t, err, pglease.ErrHeld)
+		// "already taken" only if the row's tick, read from its holder, is
+		// no earlier than the tick asked.
+		require.ErrorContains(t, err, "tick "+run.Tick().UTC().Format(time.RFC3339Nano)+" already taken", name)
+	}
+}
+
+// Guarantee: without a fence column, the leases of ticks leave the other
+// ways to a key working: a Guard of a run's lease commits; a plain claim of
+// the key is ErrHeld while the run holds it, from another replica and from
+// the run's own Locker (a plain claim is not re-entrant into a run of a
+// tick, which would lose its lease); an Elector campaigning for the key
+// takes it once the run is released.
+func testWithoutFenceColumnPlainClaimsGuardAndElectorWorkOnRowsThatCarryATick(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	la := pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn())
+	lb := pgtest.Locker(t, pool, table, "b", pglease.WithoutFenceColumn())
+	run, err := mustJob(t, la, pglease.WithPeriod(time.Hour)).Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Contains(t, run.Holder(), "@", "the run's holder carries its tick")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, run.Guard(ctx, tx), "a Guard of the run's lease")
+	require.NoError(t, tx.Commit(ctx))
+
+	for name, l := range map[string]*pglease.Locker{"another replica": lb, "its own Locker": la} {
+		_, err := l.Claim(ctx, "k")
+		require.ErrorIs(t, err, pglease.ErrHeld, "%s: a plain claim of the key while the run of a tick holds it", name)
+	}
+	require.NoError(t, run.Err(), "the run keeps its lease")
+	row, _ := readLegacyRow(t, pool, table, "k")
+	require.Equal(t, run.Holder(), row.Holder)
+
+	e, err := pglease.NewElector(lb, "k")
+	require.NoError(t, err)
+	type result struct {
+		lease *pglease.Lease
+		err   error
+	}
+	led := make(chan result, 1)
+	go func() {
+		lease, err := e.Campaign(ctx)
+		led <- result{lease, err}
+	}()
+	require.NoError(t, run.Unlock(ctx))
+	r := <-led
+	require.NoError(t, r.err, "the Elector takes the key once the run is released")
+	assert.NotContains(t, r.lease.Holder(), "@", "a plain lease's holder carries no tick")
+	row, _ = readLegacyRow(t, pool, table, "k")
+	assert.Equal(t, r.lease.Holder(), row.Holder)
+	assert.True(t, row.Live)
+}
+
+// Guarantee: without a fence column, a holder column too short for the
+// holders of a job of ticks (the forged holder, '@' and the tick: 28
+// characters more) refuses the job's claims with an error that says so,
+// and writes nothing; plain claims go on, and a column that fits takes
+// ticks.
+func testWithoutFenceColumnHolderColumnTooShortForTicksIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	const name = "replica-1"
+	width := len(name) + 2*(1+16) + 1 + len(tickLayout)
+	for _, fits := range []bool{false, true} {
+		w := width
+		if !fits {
+			w--
+		}
+		table, dsn := legacyTable(t, fmt.Sprintf(`key text PRIMARY KEY, holder varchar(%d) NOT NULL, expires_at timestamptz NOT NULL`, w))
+		pool := pgtest.PoolAt(t, dsn, nil)
+		l := pgtest.Locker(t, pool, table, name, pglease.WithoutFenceColumn())
+		plain, err := l.Claim(ctx, "plain")
+		require.NoError(t, err, "a plain claim on a varchar(%d) holder column", w)
+		require.NoError(t, plain.Unlock(ctx))
+		run, err := mustJob(t, l, pglease.WithPeriod(time.Hour)).Claim(ctx, "job")
+		if fits {
+			require.NoError(t, err, "a varchar(%d) holder column takes the %d-character holders of a job of ticks", w, width)
+			require.Equal(t, width, utf8.RuneCountInString(run.Holder()))
+			require.NoError(t, run.Unlock(ctx))
+			continue
+		}
+		require.Error(t, err)
+		require.NotErrorIs(t, err, pglease.ErrHeld)
+		require.ErrorContains(t, err, "column holder is character varying")
+		require.ErrorContains(t, err, fmt.Sprintf("too short for the %d-character holders of a job of ticks", width))
+		_, written := readLegacyRow(t, pool, table, "job")
+		require.False(t, written, "nothing written")
+	}
+}
+
+// Guarantee: WithCatchUp, which must tell a lapsed run from a released
+// one, is refused WithoutFenceColumn (the table has no released_at) with an
+// *OptionError that names it, why and the fix; a job of ticks without it is
+// accepted.
+func testWithoutFenceColumnCatchUpIsRefused(t *testing.T) {
+	t.Parallel()
+	l := pgtest.Locker(t, pgtest.Pool(t, nil), "never_claimed", "a", pglease.WithoutFenceColumn())
+	for _, schedule := range []pglease.Option{pglease.WithPeriod(time.Second), pglease.WithCron("0 * * * *")} {
+		_, err := l.Job(schedule, pglease.WithCatchUp())
+		var oe *pglease.OptionError
+		require.ErrorAs(t, err, &oe)
+		assert.Equal(t, "WithCatchUp", oe.Option)
+		require.ErrorContains(t, err, "cannot tell a lapsed run from a released one")
+		require.ErrorContains(t, err, "run Migrate")
+		_, err = l.Job(schedule)
+		require.NoError(t, err, "a job of ticks without catch-up")
+	}
+}
+
+// Guarantee: Admin.Runs of a table without a fence column, which has no
+// ledger of runs, says so, with or without WithoutFenceColumn given to
+// NewAdmin.
+func testWithoutFenceColumnRunsSaysTheTableHasNoLedger(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	for _, opts := range [][]pglease.Option{{pglease.WithoutFenceColumn()}, nil} {
+		admin, err := pglease.NewAdmin(pool, append([]pglease.Option{pglease.WithTable(table)}, opts...)...)
+		require.NoError(t, err)
+		_, err = admin.Runs(ctx, "", time.Hour)
+		require.ErrorContains(t, err, "a table WithoutFenceColumn has no ledger of runs", "options %v", opts)
+	}
 }
 
 // oldLocker is the older internal library a rolling deploy replaces: a plain

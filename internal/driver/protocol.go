@@ -37,7 +37,8 @@ type Protocol interface {
 	// ClaimTick takes key for ttl for one tick of a job's schedule (the
 	// instant of tk nearest the server's clock), and only if the row's tick
 	// is earlier. It waits on the row's lock at most lockWait (0: as long
-	// as it is held). Unfenced has no column for the tick and refuses.
+	// as it is held). Unfenced carries the tick in the forged holder
+	// (Claimed.Holder), and has no catch-up.
 	ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, tk Ticks) (TickClaim, error)
 	// Bursts reports whether ClaimAll sends many claims in one statement.
 	Bursts() bool

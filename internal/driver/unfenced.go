@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -24,6 +26,8 @@ type unfenced struct {
 	mu       sync.Mutex
 	checked  bool
 	claimSQL string // chosen once the table is checked
+	tickSQL  string
+	tooShort error // set once checked if the holder column cannot take a tick
 	hbSQL    string
 	relSQL   string
 	relQuiet string
@@ -52,10 +56,51 @@ func (p *unfenced) ClaimAll(context.Context, DB, []string, []float64, time.Durat
 	return nil, errors.New("pglease: a table without a fence column has no claim of many keys")
 }
 
-// ClaimTick is not a statement of this protocol: the table has no column
-// for the tick (Locker.Job refuses a schedule WithoutFenceColumn).
-func (p *unfenced) ClaimTick(context.Context, DB, string, time.Duration, time.Duration, Ticks) (TickClaim, error) {
-	return TickClaim{}, errors.New("pglease: a table without a fence column has no tick column")
+// ClaimTick claims the tick nearest the server's clock in the forged
+// holder (sqlstmt.UnfencedClaimTick): the table has no tick column. A
+// catch-up is not a claim of this protocol (Locker.Job refuses
+// WithCatchUp WithoutFenceColumn).
+func (p *unfenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait time.Duration, tk Ticks) (TickClaim, error) {
+	if _, err := p.check(ctx, db); err != nil {
+		return TickClaim{}, err
+	}
+	p.mu.Lock()
+	tickSQL, tooShort := p.tickSQL, p.tooShort
+	p.mu.Unlock()
+	if tooShort != nil {
+		return TickClaim{}, NotSentError(tooShort)
+	}
+	if !tk.CatchUp.IsZero() {
+		return TickClaim{}, NotSentError(errors.New("pglease: a table without a fence column has no catch-up: it cannot tell a released run from a lapsed one"))
+	}
+	var wait *string
+	if lockWait > 0 {
+		w := fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1))
+		wait = &w
+	}
+	var period *int64
+	if tk.Period > 0 {
+		us := tk.Period.Microseconds()
+		period = &us
+	}
+	return retried(ctx, func() (TickClaim, error) {
+		var (
+			c       TickClaim
+			rowTick *string
+		)
+		err := db.QueryRow(ctx, tickSQL, key, p.forge(), ttl.Seconds(), period, wait, nil, tk.Instants).
+			Scan(&c.Took, &c.Holder, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, &c.Tick, &rowTick)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return TickClaim{}, nil // no row: the claim's snapshot did not see the one that refused it
+		}
+		if err == nil && rowTick != nil {
+			if c.RowTick, err = time.Parse(sqlstmt.TickLayout, *rowTick); err != nil {
+				err = fmt.Errorf("reading the tick of the row's holder %q: %w", c.Holder, err)
+			}
+		}
+		c.Stale = err == nil && !c.Took && c.Tick.Unix() == 0
+		return c, err
+	})
 }
 
 // Claim waits on the row's lock at most lockWait when it is not zero
@@ -135,11 +180,19 @@ func (p *unfenced) check(ctx context.Context, db DB) (string, error) {
 	if len(cols) == 0 {
 		return "", fmt.Errorf("table %s does not exist (WithoutFenceColumn uses an existing table; it never creates one)", p.table)
 	}
-	hasAcquired, err := checkColumns(cols, utf8.RuneCountInString(p.forge())) // varchar(n) counts characters
+	holderLen := utf8.RuneCountInString(p.forge()) // varchar(n) counts characters
+	hasAcquired, err := checkColumns(cols, holderLen)
 	if err != nil {
 		return "", fmt.Errorf("table %s cannot be used WithoutFenceColumn: %w", p.table, err)
 	}
+	if h := cols["holder"]; h.typmod > 4 && int(h.typmod-4) < holderLen+sqlstmt.TickSuffixLen {
+		p.tooShort = fmt.Errorf("table %s cannot hold the ticks of a job (WithPeriod, WithCron) WithoutFenceColumn: column holder is %s, "+
+			"too short for the %d-character holders of a job of ticks (this replica's %d-character holder, '@' and the tick, %d more): "+
+			"give the holder column %d characters or more, or this replica a shorter WithHolder", p.table, h.typ,
+			holderLen+sqlstmt.TickSuffixLen, holderLen, sqlstmt.TickSuffixLen, holderLen+sqlstmt.TickSuffixLen)
+	}
 	p.claimSQL = p.render(sqlstmt.UnfencedClaimFor(hasAcquired))
+	p.tickSQL = p.render(sqlstmt.UnfencedClaimTickFor(hasAcquired))
 	p.checked = true
 	return p.claimSQL, nil
 }

@@ -53,6 +53,13 @@ var (
 		"OR lease.expires_at <= clock_timestamp()", "left(lease.holder, length($4::text)) = $4::text",
 		"GREATEST(lease.expires_at, EXCLUDED.expires_at)",
 	}}
+	// unfencedTickClaimOfExpired is the claim of a tick without a fence
+	// column: it takes only an expired row, of no holder's live lease,
+	// and only for a tick after the one the row's holder carries.
+	unfencedTickClaimOfExpired = writeClass{"takes only an expired row, for a tick after its holder's, never moving the expiry back", []string{
+		"WHERE lease.expires_at <= clock_timestamp()", "< right(EXCLUDED.holder, 27) COLLATE \"C\"",
+		"GREATEST(lease.expires_at, EXCLUDED.expires_at)",
+	}}
 	// purgeOfLongExpired: deletes only rows expired for longer than the
 	// retention, which no claim in flight can still be waiting on.
 	purgeOfLongExpired = writeClass{"deletes only rows expired for the whole retention", []string{
@@ -82,6 +89,7 @@ var writes = map[string]writeClass{
 	"ClaimAll":                  claimOfFreeOrOwn,
 	"ClaimTick":                 tickClaimOfFreeOrOwn,
 	"UnfencedClaim":             unfencedClaimOfFreeOrOwn,
+	"UnfencedClaimTick":         unfencedTickClaimOfExpired,
 	"Heartbeat":                 mandateOfFence,
 	"Release":                   mandateOfFence,
 	"ReleaseOne":                mandateOfFence,

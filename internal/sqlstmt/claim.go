@@ -228,6 +228,81 @@ ON CONFLICT (key) DO UPDATE
 RETURNING LEAST(expires_at - make_interval(secs => $3), clock_timestamp()), expires_at, expires_at > clock_timestamp() AS live, tableoid,
           ` + raiseSyncCommit + ` AS durable`
 
+// UnfencedClaimTick is ClaimTick for a table without a fence column,
+// whose only free text is the holder: the tick travels in it. The holder
+// written is the one forged for this mandate ($2), '@' and the tick in
+// UTC with microseconds (TickLayout: fixed width, so that two ticks
+// compare as text in the order of time, COLLATE "C", and Go parses it
+// back exactly); the row's tick is read back from its holder (curTick,
+// leaseTick), NULL when the holder carries none.
+//
+//   - The tick is judged as ClaimTick judges it (tickInstant, tickNearest):
+//     the period's grid or the instants of a crontab ($7), nearest the
+//     server's clock, and a stale claim returns its row ('epoch' asked,
+//     the server's clock as acquired_at). $6 (a catch-up) is always NULL:
+//     without released_at a released run cannot be told from a lapsed one.
+//   - The claim takes the row only if it is expired and its holder's tick
+//     is absent or earlier: never a live row, not even one of this
+//     replica's own forged holders, so a run of an earlier tick keeps its
+//     lease, and a tick run and released (expired in place, its holder
+//     kept) is never run again. The read before the insert refuses a live
+//     row or a later tick having only read, as claimFree does; a row it
+//     does not see is judged by the conflict arm, after its lock.
+//   - Otherwise as UnfencedClaim: {acq} placeholders, lock_timeout ($5),
+//     the deferred and raised synchronous commit, an expiry never moved
+//     back, the acquired time from the expiry (the arm takes only an
+//     expired row, so it is the claim's clock), RETURNING the holder
+//     written, which the heartbeat and the release then match whole.
+//   - A claim that takes nothing returns the row as it was (took = false),
+//     its holder and its tick (as text, NULL if none), for the error that
+//     says why; without a row, nothing.
+const UnfencedClaimTick = `WITH ` + tickInstant + `,
+     nearest AS (` + tickNearest + `),
+     taken AS (
+INSERT INTO {table} AS lease (key, holder, expires_at{acq})
+SELECT $1::text, $2::text || '@' || ` + nearestTick + `, clock.t + make_interval(secs => $3){acqval}
+  FROM (SELECT t, sync FROM instant) AS clock, nearest
+ WHERE clock.sync IS NOT NULL AND nearest.at IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM {table} AS cur WHERE cur.key = $1::text
+                      AND (cur.expires_at > clock.t OR ` + curTick + ` >= ` + nearestTick + ` COLLATE "C"))
+   AND ($5::text IS NULL OR set_config('lock_timeout', $5::text, true) IS NOT NULL)
+ON CONFLICT (key) DO UPDATE
+   SET holder     = EXCLUDED.holder,
+       expires_at = GREATEST(lease.expires_at, EXCLUDED.expires_at){acqset}
+ WHERE lease.expires_at <= clock_timestamp()
+   AND (` + leaseTick + ` IS NULL OR ` + leaseTick + ` < right(EXCLUDED.holder, ` + tickLen + `) COLLATE "C")
+RETURNING holder, LEAST(expires_at - make_interval(secs => $3), clock_timestamp()) AS acquired_at, expires_at,
+          expires_at > clock_timestamp() AS live, tableoid, ` + raiseSyncCommit + ` AS durable)
+SELECT true AS took, holder, acquired_at, expires_at, live, tableoid, (SELECT at FROM nearest) AS asked, NULL::text AS rowtick FROM taken
+UNION ALL
+SELECT false, cur.holder, instant.t, cur.expires_at, cur.expires_at > instant.t, cur.tableoid, nearest.at, ` + curTick + `
+  FROM instant, nearest, {table} AS cur
+ WHERE cur.key = $1::text AND nearest.at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taken)
+UNION ALL
+SELECT false, '', instant.t, instant.t, false, 0, 'epoch', NULL
+  FROM instant, nearest
+ WHERE nearest.at IS NULL`
+
+// TickLayout is the form of the tick in a holder of UnfencedClaimTick (Go's
+// layout of nearestTick's): it follows the forged holder and '@'.
+const TickLayout = "2006-01-02T15:04:05.000000Z"
+
+// TickSuffixLen is how many characters the tick adds to a forged holder:
+// '@' and the tick.
+const TickSuffixLen = 1 + len(TickLayout)
+
+// The tick in a holder (UnfencedClaimTick): nearestTick writes it,
+// curTick and leaseTick read it from the row (cur in a read, lease in the
+// conflict arm), NULL unless the holder ends with '@' and a tick of that
+// exact form. tickLen is len(TickLayout).
+const (
+	tickLen     = `27`
+	tickPattern = `'@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z$'`
+	nearestTick = `to_char(nearest.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+	curTick     = `CASE WHEN cur.holder ~ ` + tickPattern + ` COLLATE "C" THEN right(cur.holder, ` + tickLen + `) END`
+	leaseTick   = `CASE WHEN lease.holder ~ ` + tickPattern + ` COLLATE "C" THEN right(lease.holder, ` + tickLen + `) END`
+)
+
 // Columns lists the table's columns, to check it has what
 // WithoutFenceColumn needs. to_regclass resolves the name as the statements will.
 const Columns = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypmod, a.attnotnull, a.atthasdef,
@@ -240,12 +315,21 @@ const Columns = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attty
 // UnfencedClaimFor is UnfencedClaim for a table with an acquired_at column
 // (hasAcquired) or without one: the template with its {acq} placeholders
 // filled, still to be rendered.
-func UnfencedClaimFor(hasAcquired bool) string {
+func UnfencedClaimFor(hasAcquired bool) string { return withAcquired(UnfencedClaim, hasAcquired) }
+
+// UnfencedClaimTickFor is UnfencedClaimTick as UnfencedClaimFor is
+// UnfencedClaim.
+func UnfencedClaimTickFor(hasAcquired bool) string {
+	return withAcquired(UnfencedClaimTick, hasAcquired)
+}
+
+// withAcquired fills the {acq} placeholders of an unfenced claim.
+func withAcquired(stmt string, hasAcquired bool) string {
 	acq, acqval, acqset := "", "", ""
 	if hasAcquired {
 		acq, acqval, acqset = ", acquired_at", ", clock.t", ",\n       acquired_at = EXCLUDED.acquired_at"
 	}
-	return strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(UnfencedClaim)
+	return strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(stmt)
 }
 
 // Mandate reads the mandate a key's row carries now: its holder, its fence,
@@ -269,6 +353,23 @@ const (
                       AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.tick = cur.tick)`
 	lapsedLease = `lease.expires_at <= clock_timestamp() AND lease.released_at IS NULL AND lease.holder <> '` + revokedHolder + `'
             AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = lease.fence AND run.tick = lease.tick)`
+)
+
+// tickInstant and tickNearest are the parts of a claim of a tick
+// (ClaimTick, UnfencedClaimTick) that read the server's clock once and
+// judge the tick from it: nearest.at is the tick of the period ($4, in
+// microseconds) nearest instant.t, or the instant of $7 nearest it, or
+// the catch-up's tick ($6); NULL when instant.t lies outside the instants
+// sent (a stale claim). ClaimTick says why they are shaped so.
+const (
+	tickInstant = `instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync)`
+	tickNearest = `SELECT coalesce($6::timestamptz,
+                            to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0),
+                            (SELECT c FROM unnest($7::timestamptz[]) AS c,
+                                           (SELECT min(x) AS lo, max(x) AS hi FROM unnest($7::timestamptz[]) AS x) AS sent
+                              WHERE now_us.t BETWEEN sent.lo AND sent.hi
+                              ORDER BY abs(extract(epoch FROM c - now_us.t)), c DESC LIMIT 1)) AS at
+                   FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us, instant.t FROM instant) AS now_us`
 )
 
 // ClaimTick is Claim of one tick of a job's schedule: the run of that tick,
@@ -339,14 +440,8 @@ const (
 // The tick's own read and the refusal read see the statement's snapshot; a
 // row a concurrent claim inserts after it is judged by the conflict arm
 // after its lock, as in Claim.
-const ClaimTick = `WITH instant AS (SELECT clock_timestamp() AS t, ` + deferSyncCommit + ` AS sync),
-     nearest AS (SELECT coalesce($6::timestamptz,
-                            to_timestamp(0) + make_interval(secs => ((us + $4::bigint / 2) / $4::bigint * $4::bigint) / 1000000.0),
-                            (SELECT c FROM unnest($7::timestamptz[]) AS c,
-                                           (SELECT min(x) AS lo, max(x) AS hi FROM unnest($7::timestamptz[]) AS x) AS sent
-                              WHERE now_us.t BETWEEN sent.lo AND sent.hi
-                              ORDER BY abs(extract(epoch FROM c - now_us.t)), c DESC LIMIT 1)) AS at
-                   FROM (SELECT round(extract(epoch FROM instant.t) * 1000000)::bigint AS us, instant.t FROM instant) AS now_us),
+const ClaimTick = `WITH ` + tickInstant + `,
+     nearest AS (` + tickNearest + `),
      prev AS (SELECT key, fence, holder, expires_at, released_at, tick FROM {table} WHERE key = $1),
      taken AS (
 INSERT INTO {table} AS lease (key, holder, acquired_at, expires_at, tick)
