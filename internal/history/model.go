@@ -315,14 +315,24 @@ func effect(revoked string, s State, in Input) State {
 
 // byKey partitions a history by key: keys are independent rows.
 func byKey(history []porcupine.Operation) [][]porcupine.Operation {
-	index := map[string]int{}
+	return partition(history, func(in Input) (string, bool) { return in.Key, true })
+}
+
+// partition groups the operations of history by the part of each that
+// part names, in the order each part first appears, leaving out those it
+// names none (false).
+func partition[P comparable](history []porcupine.Operation, part func(Input) (P, bool)) [][]porcupine.Operation {
+	index := map[P]int{}
 	var parts [][]porcupine.Operation
 	for _, op := range history {
-		key := op.Input.(Input).Key
-		i, ok := index[key]
+		p, ok := part(op.Input.(Input))
 		if !ok {
+			continue
+		}
+		i, seen := index[p]
+		if !seen {
 			i = len(parts)
-			index[key] = i
+			index[p] = i
 			parts = append(parts, nil)
 		}
 		parts[i] = append(parts[i], op)

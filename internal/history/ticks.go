@@ -140,23 +140,9 @@ type tickOf struct {
 // byTick partitions a history by job and tick, leaving out the operations
 // of no tick.
 func byTick(history []porcupine.Operation) [][]porcupine.Operation {
-	index := map[tickOf]int{}
-	var parts [][]porcupine.Operation
-	for _, op := range history {
-		in := op.Input.(Input)
-		if in.Tick.IsZero() || (in.Kind != Claim && in.Kind != Release) {
-			continue
-		}
-		at := tickOf{in.Key, in.Tick.UnixNano()}
-		i, ok := index[at]
-		if !ok {
-			i = len(parts)
-			index[at] = i
-			parts = append(parts, nil)
-		}
-		parts[i] = append(parts[i], op)
-	}
-	return parts
+	return partition(history, func(in Input) (tickOf, bool) {
+		return tickOf{in.Key, in.Tick.UnixNano()}, !in.Tick.IsZero() && (in.Kind == Claim || in.Kind == Release)
+	})
 }
 
 func describeTick(in Input, out Output) string {
