@@ -477,6 +477,7 @@ func TestTicks(t *testing.T) {
 	t.Run("ASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised", testTicksASkipsFenceNeverFailsAClaimOnceTheSequenceIsFixedAsAdvised)
 	t.Run("ARefusedClaimNamesTheTickItAskedEvenOnANewKey", testTicksARefusedClaimNamesTheTickItAskedEvenOnANewKey)
 	t.Run("CatchUpRunsALapsedTickRacedByTwoReplicasOnceMore", testTicksCatchUpRunsALapsedTickRacedByTwoReplicasOnceMore)
+	t.Run("CatchUpNeverRerunsAReleasedRunAcrossAServerCrash", testTicksCatchUpNeverRerunsAReleasedRunAcrossAServerCrash)
 }
 
 // eachTickAtMostOnceAcrossOffsetClocks runs a job that returns at once and
@@ -1610,5 +1611,46 @@ func testTicksCatchUpRunsALapsedTickRacedByTwoReplicasOnceMore(t *testing.T) {
 			}
 			t.Logf("figures: b won %d rounds, caught up a lapsed run in %d", bWon, caughtUp)
 		})
+	}
+}
+
+// Guarantee: with WithCatchUp, a run completed and released is never run
+// again, though the server crashes right after its Unlock returned: the
+// release of a run commits synchronously, so the run does not come back
+// reading as lapsed, and a catch-up replica skips its tick.
+func testTicksCatchUpNeverRerunsAReleasedRunAcrossAServerCrash(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.CrashableServer(t)
+	table := pgtest.DurableTable(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// One tick nearest the server's clock for the whole test.
+	period := fitPeriod(t, 24*time.Hour, time.Minute, 5*time.Minute)
+	const ttl = 2 * time.Second
+	a := mustJob(t, pgtest.Locker(t, pgtest.PoolAt(t, srv.DSN(), nil), table, "a", pglease.WithTTL(ttl)), pglease.WithPeriod(period), pglease.WithCatchUp())
+	lock, err := a.Lock(ctx, "k")
+	require.NoError(t, err)
+	run := lock.(*pglease.Lease)
+	require.NoError(t, run.Unlock(ctx), "the run completed and was released")
+	pgtest.CrashAndRestart(t, srv)
+
+	pool := pgtest.PoolAt(t, srv.DSN(), nil)
+	b := mustJob(t, pgtest.Locker(t, pool, table, "b", pglease.WithTTL(ttl)), pglease.WithPeriod(period), pglease.WithCatchUp())
+	var again gocron.Lock
+	require.Eventually(t, func() bool {
+		again, err = b.Lock(ctx, "k")
+		return err == nil || errors.Is(err, pglease.ErrHeld)
+	}, 30*time.Second, 50*time.Millisecond, "no claim answered within 30s of the restart: %v", err)
+	if err == nil {
+		l := again.(*pglease.Lease)
+		t.Errorf("tick %v, run by fence %d and released, was run again by fence %d (catch-up) after the crash", run.Tick(), run.Fence(), l.Fence())
+		_ = again.Unlock(ctx)
+	}
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	runs, err := admin.Runs(ctx, "k", time.Hour)
+	require.NoError(t, err)
+	if r, ok := runOf(runs, run.Fence()); assert.True(t, ok) {
+		assert.NotEqual(t, "lapsed", r.Outcome, "the released run reads as lapsed: %+v", runs)
 	}
 }

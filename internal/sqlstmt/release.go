@@ -36,7 +36,8 @@ package sqlstmt
 //     commit without waiting for the WAL flush (the setting is read at
 //     commit, before the transaction-local value is reverted). A release
 //     lost in a crash only makes the lease last until its expiry: liveness,
-//     never safety. Claims and heartbeats stay synchronous, and the next
+//     never safety. (The release that closes a run of a tick waits for
+//     its flush: ReleaseRuns.) Claims and heartbeats stay synchronous, and the next
 //     synchronous commit flushes the WAL up to and including this release.
 //   - pg_notify({chanlit}, key) in RETURNING wakes the claims waiting for
 //     the released keys (ClaimWait, an Elector's followers) in the same
@@ -186,6 +187,12 @@ SELECT c.key, c.holder, false
 // give-back leaves released_at NULL: the row then reads as a run that
 // lapsed, which a catch-up may run (WithCatchUp). Only leases of ticks are
 // sent so, so that a table made before the ledger releases as before.
+//
+// A statement that closes a run as completed or failed commits
+// synchronously (runFlush), unlike every other release: a release lost in
+// a crash would leave a finished run reading as lapsed in the ledger, and
+// a catch-up would run its tick again. One WAL flush per run of a tick;
+// releases of plain leases and give-backs stay asynchronous.
 
 // ReleaseRuns is Release closing the runs of the leases of ticks.
 const ReleaseRuns = releaseRunRows + `, pg_notify({chanlit}, l.key)` + releaseRunReport
@@ -209,7 +216,9 @@ const releaseRunRows = `WITH r AS (
          released_at = CASE WHEN mine.outcome = '` + givenBack + `' THEN NULL ELSE clock_timestamp() END
     FROM mine
    WHERE l.key = mine.key AND l.expires_at > clock_timestamp()
-     AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+     AND set_config('synchronous_commit',
+                    CASE WHEN EXISTS (SELECT 1 FROM r WHERE r.outcome IN ('completed', 'failed')) THEN ` + runFlush + `
+                         ELSE 'off' END, true) IS NOT NULL
      AND set_config('lock_timeout', $5, true) IS NOT NULL
   RETURNING l.key, l.fence, mine.outcome`
 
@@ -238,13 +247,20 @@ UPDATE {table} AS l
        released_at = CASE WHEN $6::text = '` + givenBack + `' THEN NULL ELSE clock_timestamp() END
  WHERE l.key = $2 AND l.holder = $1 COLLATE "C" AND l.fence = $3
    AND l.expires_at > clock_timestamp()
-   AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+   AND set_config('synchronous_commit',
+                  CASE WHEN $6::text IN ('completed', 'failed') THEN ` + runFlush + ` ELSE 'off' END, true) IS NOT NULL
    AND set_config('lock_timeout', $5, true) IS NOT NULL
 RETURNING l.key, l.fence
 ), ran AS (
   UPDATE {runs} AS run SET ended_at = clock_timestamp(), outcome = $6::text
     FROM released WHERE run.fence = released.fence AND run.outcome IS NULL
 )`
+
+// runFlush is the synchronous_commit of a release that closes a run: the
+// session's when it waits for the flush at least (on, remote_write,
+// remote_apply), on otherwise, as a claim raises it (raiseSyncCommit).
+const runFlush = `CASE WHEN current_setting('synchronous_commit') IN ('on', 'remote_write', 'remote_apply')
+                           THEN current_setting('synchronous_commit') ELSE 'on' END`
 
 // givenBack is the outcome of a run whose claim was given back: it handed
 // out no lease, and ran nothing.
