@@ -3,6 +3,7 @@ module github.com/pglease/pglease/bench
 go 1.25.0
 
 require (
+	github.com/go-co-op/gocron/v2 v2.22.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pglease/pglease v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
@@ -14,7 +15,6 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
-	github.com/go-co-op/gocron/v2 v2.22.0 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
