@@ -504,6 +504,67 @@ func TestWithoutFenceColumn(t *testing.T) {
 	t.Run("HolderColumnTooShortForTicksIsRefused", testWithoutFenceColumnHolderColumnTooShortForTicksIsRefused)
 	t.Run("CatchUpIsRefused", testWithoutFenceColumnCatchUpIsRefused)
 	t.Run("RunsSaysTheTableHasNoLedger", testWithoutFenceColumnRunsSaysTheTableHasNoLedger)
+	t.Run("ThePurgeKeepsEveryRowThatCarriesATick", testWithoutFenceColumnThePurgeKeepsEveryRowThatCarriesATick)
+}
+
+// Guarantee (docs/GUIDE.md, Ticks): "The purge keeps every row that carries
+// a tick, however old: it is the only record that the tick ran, and a claim
+// may come for that tick up to half a period after it"; WithoutFenceColumn
+// "the tick travels in the holder" and "a run released ... is never run
+// again". Case: a job of a long period (hours; a daily job's is 24h) on a
+// frozen table. Its tick was claimed and run, and released at once, two
+// hours ago by the server's clock, and is still the nearest tick (the
+// period is more than four hours), as for a replica whose clock is two
+// hours behind (off by less than half the period). The row that carries
+// the tick in its holder is then what such a run leaves; the test moves
+// its expiry two hours back instead of waiting for them. An operator's
+// Admin.Purge with the smallest horizon (MinRetention, 1h) must keep it,
+// and the tick must not be claimed again.
+func testWithoutFenceColumnThePurgeKeepsEveryRowThatCarriesATick(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	owner := pgtest.Pool(t, nil) // the operator's role, which may DELETE
+	const back = 2 * time.Hour
+	period := fitPeriod(t, 6*time.Hour, back+5*time.Minute, 5*time.Minute)
+	a := mustJob(t, pgtest.Locker(t, pool, table, "a", pglease.WithoutFenceColumn()), pglease.WithPeriod(period))
+	first, err := a.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, first.Unlock(ctx))
+	row, ok := readLegacyRow(t, pool, table, "k")
+	require.True(t, ok)
+	require.False(t, row.Live, "released")
+	require.True(t, strings.HasSuffix(row.Holder, "@"+first.Tick().UTC().Format(tickLayout)), "the holder %q carries the tick %v", row.Holder, first.Tick())
+
+	// The run was two hours ago: the same row, its times two hours back.
+	_, err = owner.Exec(ctx, fmt.Sprintf(`UPDATE %s SET expires_at = expires_at - make_interval(secs => $2),
+	       acquired_at = acquired_at - make_interval(secs => $2) WHERE key = $1`, table), "k", back.Seconds())
+	require.NoError(t, err)
+
+	admin, err := pglease.NewAdmin(owner, pglease.WithTable(table), pglease.WithoutFenceColumn())
+	require.NoError(t, err)
+	n, err := admin.Purge(ctx, pglease.MinRetention)
+	require.NoError(t, err)
+	_, kept := readLegacyRow(t, pool, table, "k")
+	assert.True(t, kept, "the purge deleted the row that carries tick %v, run %v ago (%d rows purged)", first.Tick(), back, n)
+
+	for name, l := range map[string]*pglease.Locker{
+		"the replica that ran it": nil,
+		"another replica":         pgtest.Locker(t, pool, table, "b", pglease.WithoutFenceColumn()),
+	} {
+		j := a
+		if l != nil {
+			j = mustJob(t, l, pglease.WithPeriod(period))
+		}
+		again, err := j.Claim(ctx, "k")
+		if err == nil {
+			assert.Failf(t, "tick run twice", "%s claimed tick %v again (%s), run and released %v ago", name, again.Tick(), again.Holder(), back)
+			require.NoError(t, again.Unlock(ctx))
+			continue
+		}
+		assert.ErrorIs(t, err, pglease.ErrHeld, name)
+	}
 }
 
 // tickLayout is the form of a tick in a forged holder, after '@'.

@@ -66,9 +66,12 @@ const AddColumns = `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tick timestampt
 // up to half the job's period after it (a weekly job's, days later), which
 // without the row would run it again. A retired job's row stays until an
 // operator deletes it. The tick is read through to_jsonb, so that a table
-// without the column (WithoutFenceColumn, or made before it) purges too.
+// without the column (WithoutFenceColumn, or made before it) purges too;
+// in a table without it, the tick is in the holder (UnfencedClaimTick), and
+// a row whose holder ends with one is kept alike.
 const Purge = `DELETE FROM {table} AS t WHERE expires_at < clock_timestamp() - make_interval(secs => $1)
-   AND to_jsonb(t) ->> 'tick' IS NULL`
+   AND to_jsonb(t) ->> 'tick' IS NULL
+   AND NOT (t.holder ~ ` + tickPattern + ` COLLATE "C")`
 
 // MigrateLock serializes concurrent Migrate calls on one table (two
 // concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalog).
