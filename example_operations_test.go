@@ -35,7 +35,7 @@ func ExampleSchema() {
 	//     CHECK (expires_at > acquired_at)
 	// );
 	// CREATE TABLE IF NOT EXISTS "jobs"."lease_run" (
-	//     fence      bigint      PRIMARY KEY,
+	//     fence      bigint      NOT NULL,
 	//     key        text        NOT NULL,
 	//     tick       timestamptz NOT NULL,
 	//     holder     text        NOT NULL,
