@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/driver"
 )
 
@@ -274,4 +275,246 @@ func (l *Locker) knownFence(key string) int64 {
 		known = max(known, lease.fence)
 	}
 	return known
+}
+
+// maxBurstLockWait is the longest a burst's claim statement waits on one row
+// lock (lock_timeout) before its claims are sent again one by one. A claim
+// in flight of another replica holds its row for one commit, a few
+// milliseconds on a durable server; only a row locked for longer (an open
+// transaction) costs the burst this wait and a second round trip. It is
+// also how long a claim sent alone keeps its place in flight while it
+// waits on a row lock (coalesce.Coalescer.Linger): after that, the claims queued
+// behind it go without it.
+const maxBurstLockWait = 500 * time.Millisecond
+
+// maxAloneLockWait is the longest the statement of one claim sent with a
+// lock wait (when claims may not wait on a row lock without bound,
+// claimBound.mayWait) waits on its row's lock before it gives its
+// connection back, to be sent again after a pause, as a release is
+// (firstLockedRetry doubling to maxLockedRetry): far longer than a claim of
+// another replica holds a row, one commit, and the longest a claim of a
+// free key waits for a connection behind claims of rows locked elsewhere.
+const maxAloneLockWait = 50 * time.Millisecond
+
+// claimOutcome is what the statement that carried one claim said of it.
+type claimOutcome struct {
+	c     driver.Claimed
+	ok    bool // taken; false with a nil err: held by another
+	err   error
+	sent  time.Time // when that statement was sent: the trust window counts from it
+	alone bool      // the statement failed on something one row may cause: send this claim again alone
+	// locked: it was the statement of this claim alone, and its row was
+	// locked past its lock wait: send it again after a pause.
+	locked bool
+}
+
+// claimCall is one claim handed to the coalescer, with its terms and the
+// end of its key's turn, which the coalescer calls if the caller stops
+// waiting.
+type claimCall struct {
+	key   string
+	terms terms
+	known int64 // the greatest fence of key the Locker knew of as the claim began (Locker.knownFence)
+	done  func()
+}
+
+// newClaims is the coalescer of a Locker's claims, or nil when its
+// protocol sends them one by one.
+func (l *Locker) newClaims() *coalesce.Coalescer[claimCall, claimOutcome] {
+	if !l.proto.Bursts() {
+		return nil
+	}
+	return &coalesce.Coalescer[claimCall, claimOutcome]{Send: l.sendClaims, Orphan: l.orphanClaim, Limit: l.conns.ClaimLimit(maxAloneInFlight), Linger: burstLockWait(l.cfg.ttl)}
+}
+
+// maxAloneInFlight is how many claim (or release) statements of a Locker
+// may be in flight before the next calls queue and go together: the
+// connections of pgxpool's smallest default pool. A few job runs at once
+// then go as they always did, one statement each, in parallel on their own
+// connections, and lose no round trip waiting for each other (with one
+// statement in flight, 4 concurrent job runs were 10% slower); a tick of
+// dozens of jobs costs at most this many statements, plus one.
+const maxAloneInFlight = 4
+
+// sendClaim sends the claim of key on terms t, alone or with the others of
+// a burst, and returns what became of its statement. done ends key's turn;
+// if ctx ends while the claim is in a statement, sendClaim hands it to the
+// coalescer, which calls it once that statement has returned, and
+// replaces it with a no-op.
+func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64, done *func()) sent {
+	if t.ticks != nil {
+		return l.claimAlone(ctx, key, t, 0) // its statement is its own (sqlstmt.ClaimTick)
+	}
+	if l.claims == nil {
+		return l.claimAlone(ctx, key, t, 0)
+	}
+	o, handedOff, err := l.claims.Do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
+	switch {
+	case handedOff:
+		*done = func() {}
+		return sent{at: time.Now(), err: fmt.Errorf("waiting for the claim statement in flight: %w", err), fate: orphaned}
+	case err != nil:
+		return sent{at: time.Now(), err: fmt.Errorf("waiting for the claim statement in flight to return: %w", err), fate: notSent}
+	case o.alone && o.locked:
+		return l.claimAlone(ctx, key, t, firstLockedRetry)
+	case o.alone:
+		return l.claimAlone(ctx, key, t, 0)
+	}
+	return sent{c: o.c, ok: o.ok, at: o.sent, err: o.err, fate: fateOf(o.err)}
+}
+
+// claimAlone sends the claim of key in a statement of its own, after
+// pause if not zero. A claim that may not wait on a row lock without bound
+// (claimBound.mayWait) is sent with a lock wait (aloneLockWait), and while its row stays locked past it, sent again
+// after a pause that doubles up to maxLockedRetry: between two attempts it
+// holds no connection.
+func (l *Locker) claimAlone(ctx context.Context, key string, t terms, pause time.Duration) sent {
+	for {
+		if pause > 0 {
+			timer := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return sent{at: time.Now(), err: fmt.Errorf("row locked by another transaction past each wait of the claim on it (SQLSTATE 55P03): %w", context.Cause(ctx)), fate: notSent}
+			case <-timer.C:
+			}
+		}
+		if l.conns.MayWait() {
+			s := l.claimOne(ctx, key, t, 0)
+			l.conns.Waited()
+			return s
+		}
+		s := l.claimOne(ctx, key, t, aloneLockWait(t.ttl))
+		if !driver.Is(s.err, driver.LockNotAvailable) {
+			return s
+		}
+		pause = min(max(2*pause, firstLockedRetry), maxLockedRetry)
+	}
+}
+
+// claimOne sends the claim of key alone, waiting on its row's lock at most
+// lockWait (0: as long as it is held): the claim statement, or for a job of
+// ticks the claim of the tick nearest the server's clock.
+func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait time.Duration) sent {
+	at := time.Now()
+	if t.ticks == nil {
+		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), key, t.ttl, lockWait)
+		return sent{c: c, ok: ok, at: at, err: err, fate: fateOf(err)}
+	}
+	around := l.clock.Wall(at) // a crontab's instants around this replica's clock
+	for attempt := 1; ; attempt++ {
+		tk, err := t.ticks.claim(around)
+		if err != nil {
+			return sent{at: at, err: fmt.Errorf("%s: %w", t.ticks.crontab, err), fate: notSent}
+		}
+		tc, err := l.proto.ClaimTick(ctx, l.conns.Claim(), key, t.ttl, lockWait, tk)
+		f := fateOf(err) // a stale claim was answered: it took nothing
+		switch {
+		case err == nil && tc.Stale && attempt < maxStaleClaims:
+			// The server's clock was outside the instants sent: around
+			// it, as late as this statement was, instead.
+			around, at = tc.AcquiredAt.Add(time.Since(at)), time.Now()
+			continue
+		case err == nil && tc.Stale:
+			err = fmt.Errorf("the database server's clock read %v, outside the instants of %s sent around %v, %d times: this replica's clock and the server's differ by more than half the time between two instants, or each claim took that long to reach the server",
+				tc.AcquiredAt.UTC().Format(time.RFC3339Nano), t.ticks.crontab, around.UTC().Format(time.RFC3339Nano), attempt)
+		case driver.Is(err, driver.UndefinedTable):
+			err = fmt.Errorf("%w (a job with ticks enters its runs in the ledger beside the lease table: run Migrate, or apply pglease.Schema())", err)
+		}
+		return sent{c: tc.Claimed, tick: &tc, ok: tc.Took, at: at, err: err, fate: f}
+	}
+}
+
+// maxStaleClaims is how many times a claim of a crontab's tick is sent
+// when the server's clock lies outside the instants it sent.
+const maxStaleClaims = 3
+
+// sendClaims is the coalescer's statement: the claim statement for a claim
+// alone that may wait on a row lock without bound (claimBound.mayWait),
+// the burst's (sqlstmt.ClaimAll) for a burst, for a claim alone that may
+// not, or for every claim when the Locker's coalesceAll is set. The
+// burst's waits on a row lock for burstLockWait, or for aloneLockWait when
+// it is one claim or claims may not wait without bound. When the burst's
+// statement fails on an error one row may cause (driver.RowError), each claim goes
+// again alone, so that one row fails only its own claim. Any other failure (the connection, the
+// server shutting down) fails every claim of the statement, with its cause.
+func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
+	out := make([]claimOutcome, len(calls))
+	sent := time.Now()
+	if len(calls) == 1 && !l.coalesceAll {
+		if l.conns.MayWait() {
+			c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl, 0)
+			l.conns.Waited()
+			out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
+			return out
+		}
+	}
+	keys := make([]string, len(calls))
+	ttls := make([]float64, len(calls))
+	shortest := calls[0].terms.ttl
+	for i, cl := range calls {
+		keys[i], ttls[i] = cl.key, cl.terms.ttl.Seconds()
+		shortest = min(shortest, cl.terms.ttl)
+	}
+	wait := burstLockWait(shortest)
+	if len(calls) == 1 || l.conns.Pressed() {
+		// On the last connection claims may hold: the claims of free keys
+		// wait for it no longer than this.
+		wait = aloneLockWait(shortest)
+	}
+	got, err := l.proto.ClaimAll(ctx, l.conns.Claim(), keys, ttls, wait)
+	for i, key := range keys {
+		c, ok := got[key]
+		switch {
+		case err != nil && driver.RowError(ctx, err):
+			out[i] = claimOutcome{alone: true, locked: len(calls) == 1 && driver.Is(err, driver.LockNotAvailable)}
+		case err != nil:
+			out[i] = claimOutcome{err: fmt.Errorf("claim statement of %d keys: %w", len(keys), err), sent: sent}
+		default:
+			out[i] = claimOutcome{c: c, ok: ok, sent: sent}
+		}
+	}
+	return out
+}
+
+// burstLockWait is maxBurstLockWait, or a quarter of the trust window of
+// ttl when that is shorter: a burst that waited longer would leave its
+// claims little of their window. A burst counts its shortest TTL.
+func burstLockWait(ttl time.Duration) time.Duration {
+	return min(maxBurstLockWait, (ttl-trustMargin(ttl))/4)
+}
+
+// aloneLockWait is maxAloneLockWait, or burstLockWait(ttl) when that is
+// shorter.
+func aloneLockWait(ttl time.Duration) time.Duration {
+	return min(maxAloneLockWait, burstLockWait(ttl))
+}
+
+// orphanClaim settles a claim whose caller stopped waiting while its
+// statement was in flight (its Claim returned the context's error), as
+// settle would have, then ends its key's turn: whatever the statement may
+// have written ends the previous lease and is given back, on exactly its
+// fence (read first when the outcome is unknown). Nobody holds that lease: released now,
+// the key is free for others at once instead of at its expiry.
+func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
+	defer cl.done()
+	switch {
+	case o.alone, o.err == nil && !o.ok:
+		return // the statement failed on a row, or found the key held: nothing written
+	case o.err != nil:
+		if fateOf(o.err) == unknown {
+			l.supersede(cl.key, "re-claimed by the same holder in a claim whose caller gave up and whose outcome is unknown")
+			l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.known)
+		}
+		return
+	}
+	// The row is this claim's now: a lease of the key this Locker held is
+	// a previous mandate, and must stop believing before the row is given
+	// back and another holder can take it.
+	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
+	l.fences.See(cl.key, o.c.Fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
+	l.sawDrawn(o.c.Fence)
+	if o.c.Live {
+		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/robfig/cron/v3"
 
+	"github.com/pglease/pglease/internal/crontab"
 	"github.com/pglease/pglease/internal/driver"
 )
 
@@ -30,7 +31,7 @@ func WithPeriod(period time.Duration) Option {
 }
 
 // WithCron makes a job's claims claim the instants of a cron schedule, as
-// WithPeriod does the ticks of a period: crontab is read as gocron's
+// WithPeriod does the ticks of a period: tab is read as gocron's
 // CronJob(crontab, true) reads it (five fields, or six with seconds first,
 // or a descriptor such as @daily), in UTC unless it begins with
 // CRON_TZ=zone; @every is refused (use WithPeriod). Each claim takes the
@@ -38,15 +39,15 @@ func WithPeriod(period time.Duration) Option {
 // must be off by less than half the shortest time between two instants.
 // Only Locker.Job takes it, not with WithPeriod; Schedule adds the job as a
 // CronJob of the same crontab.
-func WithCron(crontab string) Option {
+func WithCron(tab string) Option {
 	return Option{"WithCron", atJob, "a schedule is a job's: give it to Locker.Job",
 		func(c *config) {
-			tab, s, err := parseCron(crontab)
+			zoned, s, err := crontab.Parse(tab)
 			if err != nil {
-				c.invalid("WithCron", "WithCron(%q): %v", crontab, err)
+				c.invalid("WithCron", "WithCron(%q): %v", tab, err)
 				return
 			}
-			c.crontab, c.cron = tab, s
+			c.crontab, c.cron = zoned, s
 		}}
 }
 
@@ -70,7 +71,7 @@ func (tk *ticks) claim(now time.Time) (driver.Ticks, error) {
 		return d, nil
 	}
 	var err error
-	d.Instants, err = instantsAround(tk.cron, now)
+	d.Instants, err = crontab.InstantsAround(tk.cron, now)
 	return d, err
 }
 

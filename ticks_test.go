@@ -1281,7 +1281,7 @@ func testTicksCronScheduleRunsEachInstantWithThatInstantAsItsTick(t *testing.T) 
 // honours its context). Case: a Lock away from the crontab's instants (a
 // gocron Job.RunNow, WithStartImmediately, or an application's own Lock)
 // of a crontab that fires every second of one month of the year, the
-// month after this one: instantsAround walks back, doubling, until two
+// month after this one: crontab.InstantsAround walks back, doubling, until two
 // instants lie behind the clock, and then steps through every instant of
 // that window one robfig Next at a time (2.6 million for a month),
 // uncancellable, before any statement is sent.

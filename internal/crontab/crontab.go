@@ -1,4 +1,7 @@
-package pglease
+// Package crontab reads a job's crontab as gocron does and finds the
+// instants of its schedule a claim of a tick sends: pure functions of a
+// schedule and a clock.
+package crontab
 
 import (
 	"errors"
@@ -13,13 +16,13 @@ import (
 // fields, or six with seconds first, or a descriptor.
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// parseCron reads crontab, in UTC unless it names its zone (CRON_TZ= or
+// Parse reads crontab, in UTC unless it names its zone (CRON_TZ= or
 // TZ=), and returns it with its zone named, as the replicas and gocron must
 // all read it, and its schedule. It refuses @every, a delay from each run
 // rather than instants; the zone Local, which differs from host to host
 // and which gocron reads in its scheduler's location; and a crontab none
 // of whose instants comes.
-func parseCron(crontab string) (tab string, s cron.Schedule, err error) {
+func Parse(crontab string) (tab string, s cron.Schedule, err error) {
 	tab = strings.TrimSpace(crontab)
 	if zone, rest, _ := strings.Cut(tab, " "); strings.HasPrefix(zone, "CRON_TZ=") || strings.HasPrefix(zone, "TZ=") {
 		if _, name, _ := strings.Cut(zone, "="); name == "Local" {
@@ -48,11 +51,11 @@ func parseCron(crontab string) (tab string, s cron.Schedule, err error) {
 	return tab, s, nil
 }
 
-// instantsAround returns the last two instants of s at or before now and
+// InstantsAround returns the last two instants of s at or before now and
 // the first two after it: the instant of s nearest any time less than half
 // the shortest gap between two instants of s from now is among them (the
 // database server's clock, off from now by less than that).
-func instantsAround(s cron.Schedule, now time.Time) ([]time.Time, error) {
+func InstantsAround(s cron.Schedule, now time.Time) ([]time.Time, error) {
 	around := make([]time.Time, 0, 4)
 	if prev := lastAtOrBefore(s, now); !prev.IsZero() {
 		if prev2 := lastAtOrBefore(s, prev.Add(-time.Second)); !prev2.IsZero() {

@@ -1,4 +1,4 @@
-package pglease
+package crontab
 
 import (
 	"math/rand/v2"
@@ -23,7 +23,7 @@ func TestCron(t *testing.T) {
 			"@daily":                             "CRON_TZ=UTC @daily",
 			"CRON_TZ=America/New_York 0 3 * * *": "CRON_TZ=America/New_York 0 3 * * *",
 		} {
-			tab, s, err := parseCron(crontab)
+			tab, s, err := Parse(crontab)
 			require.NoError(t, err, crontab)
 			assert.Equal(t, want, tab)
 			from := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
@@ -50,7 +50,7 @@ func TestCron(t *testing.T) {
 			"TZ=Europe/Paris   ":             "a zone and no schedule",
 			"":                               "",
 		} {
-			_, _, err := parseCron(crontab)
+			_, _, err := Parse(crontab)
 			require.ErrorContains(t, err, why, crontab)
 		}
 	})
@@ -60,11 +60,11 @@ func TestCron(t *testing.T) {
 	// millions of that month.
 	t.Run("FindsTheInstantsBeforeTheClockWithoutWalkingThem", func(t *testing.T) {
 		t.Parallel()
-		_, s, err := parseCron("* * * * 1 *") // every second of January
+		_, s, err := Parse("* * * * 1 *") // every second of January
 		require.NoError(t, err)
 		calls := 0
 		counting := nextFunc(func(x time.Time) time.Time { calls++; return s.Next(x) })
-		got, err := instantsAround(counting, time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+		got, err := InstantsAround(counting, time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 		require.NoError(t, err)
 		assert.Equal(t, []time.Time{
 			time.Date(2026, 1, 31, 23, 59, 58, 0, time.UTC), time.Date(2026, 1, 31, 23, 59, 59, 0, time.UTC),
@@ -85,13 +85,13 @@ func TestCron(t *testing.T) {
 			"0 9 * * 1-5":          24 * time.Hour,
 			"@yearly":              365 * 24 * time.Hour,
 		} {
-			_, s, err := parseCron(crontab)
+			_, s, err := Parse(crontab)
 			require.NoError(t, err)
 			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			for range 200 {
 				now := base.Add(time.Duration(rng.Int64N(int64(3 * 365 * 24 * time.Hour))))
 				server := now.Add(time.Duration((rng.Float64() - 0.5) * 0.999 * float64(gap)))
-				sent, err := instantsAround(s, now)
+				sent, err := InstantsAround(s, now)
 				require.NoError(t, err)
 				want := nearestInstant(t, s.Next, server, 2*gap)
 				assert.True(t, slices.ContainsFunc(sent, want.Equal), "%s: claimer at %v, server at %v: nearest %v not in %v", crontab, now, server, want, sent)
