@@ -19,7 +19,7 @@ import (
 // connection, needs no Close, and is safe for concurrent use.
 type Admin struct {
 	db      DB
-	table   table
+	table   driver.Table
 	noFence bool // WithoutFenceColumn: the table has no ledger of runs
 }
 
@@ -35,7 +35,7 @@ func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}
-	t, _ := parseTable(cfg.table) // checked by WithTable
+	t, _ := driver.ParseTable(cfg.table) // checked by WithTable
 	return &Admin{db: db, table: t, noFence: cfg.noFence}, nil
 }
 
@@ -70,7 +70,7 @@ func (a *Admin) List(ctx context.Context) ([]LeaseInfo, error) {
 	t := a.table
 	out := []LeaseInfo{}
 	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
-		rows, err := db.Query(ctx, t.render(sqlstmt.List))
+		rows, err := db.Query(ctx, t.Render(sqlstmt.List))
 		if err != nil {
 			return err
 		}
@@ -233,7 +233,7 @@ func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocat
 	var rev Revocation
 	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
 		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.render(sqlstmt.LockRow), key))
+			row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.Render(sqlstmt.LockRow), key))
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("in table %s: %w", t, ErrNotFound)
 			}
@@ -249,7 +249,7 @@ func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocat
 				args = append(args, RevokedHolder)
 			}
 			var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
-			err = tx.QueryRow(ctx, t.render(c.sql), args...).Scan(&expires, &rev.ServerNow)
+			err = tx.QueryRow(ctx, t.Render(c.sql), args...).Scan(&expires, &rev.ServerNow)
 			rev.ExpiresAt = serverTime(expires)
 			if driver.Is(err, driver.StringTooLong) {
 				return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
@@ -314,7 +314,7 @@ func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Ru
 	}
 	out := []Run{}
 	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
-		rows, err := db.Query(ctx, t.render(sqlstmt.ListRuns), job, since.Seconds())
+		rows, err := db.Query(ctx, t.Render(sqlstmt.ListRuns), job, since.Seconds())
 		if err != nil {
 			return err
 		}
@@ -334,7 +334,7 @@ func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Ru
 		return rows.Err()
 	})
 	if driver.Is(err, driver.UndefinedTable) {
-		err = fmt.Errorf("%w (the ledger of runs, %s, is made by Migrate, beside the lease table; %s)", err, sqlstmt.Runs(t.name).Sanitize(), noLedger)
+		err = fmt.Errorf("%w (the ledger of runs, %s, is made by Migrate, beside the lease table; %s)", err, sqlstmt.Runs(t.Name).Sanitize(), noLedger)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pglease: runs of %s: %w", t, err)

@@ -93,10 +93,10 @@ func (l *Locker) sawDrawn(fence int64) {
 // and its sequence restored from a dump, or dropped and created again),
 // and fences already issued are being issued again.
 func (l *Locker) drewBackwards(fence, drawn int64) error {
-	t, _ := parseTable(l.cfg.table) // checked by newConfig
+	t, _ := driver.ParseTable(l.cfg.table) // checked by newConfig
 	return fmt.Errorf("the fence sequence went backwards: fence %d drawn after this Locker's claims drew %d "+
 		"(the lease table or its sequence was restored or created again while replicas ran): stop the replicas, "+
-		"then set the sequence above every fence issued, as in SELECT setval('%s', %d + 1000000)", fence, drawn, t.seq.Sanitize(), drawn)
+		"then set the sequence above every fence issued, as in SELECT setval('%s', %d + 1000000)", fence, drawn, t.Seq.Sanitize(), drawn)
 }
 
 // sent is what became of one claim statement.
@@ -155,9 +155,9 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	case s.err != nil && s.fate == unknown:
 		l.supersede(key, "re-claimed by the same holder in a claim whose outcome is unknown")
 		l.giveBackUnknown(ctx, key, t, known)
-		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
+		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
 	case s.err != nil: // nothing was written, or the coalescer settles it
-		return fail(EventClaimFailed, 0, withCause(ctx, s.err))
+		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
 	case !s.ok && s.tick != nil:
 		return fail(EventContended, 0, &tickHeldError{tick: s.tick.Tick, rowTick: s.tick.RowTick, holder: s.tick.Holder,
 			fence: s.tick.Fence, live: s.tick.Live, released: s.tick.Released, run: s.tick.IsRun})
@@ -237,17 +237,6 @@ func tickOf(s sent) time.Time {
 		return time.Time{}
 	}
 	return s.tick.Tick
-}
-
-// withCause is err, the failure of a claim statement, wrapping the cause
-// of ctx when ctx has ended and err does not say so already: a statement
-// shared by a burst fails with its own context's error once every caller
-// has given up, and each caller must see its own.
-func withCause(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
 }
 
 // supersede ends the Locker's lease of key, if it has one, after a claim

@@ -56,16 +56,16 @@ func SyncRelease(l *Locker) {
 func rewriteReleases(l *Locker, who string, rewrite func(string) string, gone string) {
 	t := l.waits.table
 	for _, tmpl := range []string{sqlstmt.Release, sqlstmt.ReleaseOne} {
-		if strings.Contains(rewrite(t.render(tmpl)), gone) {
+		if strings.Contains(rewrite(t.Render(tmpl)), gone) {
 			panic(who + ": release statement not recognised")
 		}
 	}
 	l.proto = driver.Fenced(func(tmpl string) string {
 		if tmpl == sqlstmt.Release || tmpl == sqlstmt.ReleaseOne {
-			return rewrite(t.render(tmpl))
+			return rewrite(t.Render(tmpl))
 		}
-		return t.render(tmpl)
+		return t.Render(tmpl)
 	}, l.cfg.holder)
 }
 
-func quoteChannel(t table) string { return "'" + strings.ReplaceAll(t.channel(), "'", "''") + "'" }
+func quoteChannel(t driver.Table) string { return "'" + strings.ReplaceAll(channelOf(t), "'", "''") + "'" }

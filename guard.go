@@ -141,11 +141,11 @@ func connOf(tx pgx.Tx) (conn *pgx.Conn) {
 // rendered per call, a microsecond beside the round trip, rather than kept
 // in the Locker.
 func (l *Locker) guardSQL() string {
-	t, _ := parseTable(l.cfg.table) // checked by newConfig
+	t, _ := driver.ParseTable(l.cfg.table) // checked by newConfig
 	if l.cfg.noFence {
-		return t.render(sqlstmt.UnfencedGuard)
+		return t.Render(sqlstmt.UnfencedGuard)
 	}
-	return t.render(sqlstmt.Guard)
+	return t.Render(sqlstmt.Guard)
 }
 
 func (ls *Lease) guardArgs() []any {

@@ -339,13 +339,13 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 	if len(keys) == 0 {
 		return out
 	}
-	t, err := parseTable(l.cfg.table)
+	t, err := driver.ParseTable(l.cfg.table)
 	if err != nil {
 		return out
 	}
 	ctx, cancel := context.WithTimeout(ctx, lostReadTimeout)
 	defer cancel()
-	rows, err := db.Query(ctx, t.render(sqlstmt.LostRows), keys)
+	rows, err := db.Query(ctx, t.Render(sqlstmt.LostRows), keys)
 	if err != nil {
 		return out
 	}

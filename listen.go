@@ -9,17 +9,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/listen"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// channel is the channel the release statement notifies the released keys
+// channelOf is the channel the release statement notifies the released keys
 // on: "pglease:" and the table's name as given to WithTable, cut to fit
 // (sqlstmt.Channel). Lockers wake each other only if they name the table
 // the same way ("lease" and "public.lease" are two channels); a waiter
 // that misses a notification still wakes at its backoff and at the
 // holder's expiry.
-func (t table) channel() string { return sqlstmt.Channel(t.String()) }
+func channelOf(t driver.Table) string { return sqlstmt.Channel(t.String()) }
 
 // WaitMode says how a Locker's waiting claims learn that a key was
 // released.
@@ -88,9 +89,9 @@ func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	ln := &listen.Listener{
 		Source:  l.listenSource(),
-		Listen:  l.waits.table.render(sqlstmt.Listen),
+		Listen:  l.waits.table.Render(sqlstmt.Listen),
 		Probe:   sqlstmt.Probe,
-		Channel: l.waits.table.channel(),
+		Channel: channelOf(l.waits.table),
 		Notify:  l.waits.wake,
 		Ready: func(pid uint32) {
 			l.waits.mu.Lock()

@@ -174,11 +174,11 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 		return nil, errors.New("pglease: new locker: the *sql.DB is limited to one connection (SetMaxOpenConns(1)): " +
 			"a claim waiting on a row lock would leave the heartbeat none; allow two or more")
 	}
-	t, _ := parseTable(cfg.table) // checked by newConfig
-	proto := driver.Fenced(t.render, cfg.holder)
+	t, _ := driver.ParseTable(cfg.table) // checked by newConfig
+	proto := driver.Fenced(t.Render, cfg.holder)
 	if cfg.noFence {
 		forge := func() string { return cfg.holder + forgeSep + randomSuffix() }
-		proto = driver.Unfenced(t.render, t.String(), t.name.Sanitize(), cfg.holder+forgeSep, forge)
+		proto = driver.Unfenced(t.Render, t.String(), t.Name.Sanitize(), cfg.holder+forgeSep, forge)
 	}
 	l := &Locker{
 		cfg:      cfg,

@@ -24,10 +24,10 @@ func Schema(opts ...Option) (string, error) {
 	if err := errors.Join(cfg.errs...); err != nil {
 		return "", err
 	}
-	t, _ := parseTable(cfg.table)
+	t, _ := driver.ParseTable(cfg.table)
 	var b strings.Builder
 	for _, stmt := range schemaStatements {
-		b.WriteString(t.render(stmt))
+		b.WriteString(t.Render(stmt))
 		b.WriteString(";\n")
 	}
 	return b.String(), nil
@@ -51,17 +51,17 @@ func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	if err := errors.Join(cfg.errs...); err != nil {
 		return err
 	}
-	t, _ := parseTable(cfg.table)
+	t, _ := driver.ParseTable(cfg.table)
 	err := driver.OnOneConnection(ctx, db, func(db driver.DB) error { return migrate(ctx, db, t, cfg) })
 	if err != nil {
 		// Whatever statement the end of ctx cut short, the error names
 		// the cause (a 57014 alone does not say it was ctx's).
-		return fmt.Errorf("pglease: migrate %s: %w", t, explainPrivilege(withCause(ctx, err)))
+		return fmt.Errorf("pglease: migrate %s: %w", t, explainPrivilege(driver.WithCause(ctx, err)))
 	}
 	return nil
 }
 
-func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
+func migrate(ctx context.Context, db DB, t driver.Table, cfg config) (err error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return err
@@ -75,20 +75,20 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 		return fmt.Errorf("advisory lock: %w", err)
 	}
 	for _, stmt := range schemaStatements {
-		if _, err := tx.Exec(ctx, t.render(stmt)); err != nil {
+		if _, err := tx.Exec(ctx, t.Render(stmt)); err != nil {
 			return err
 		}
 	}
 	var missing string
-	if err := tx.QueryRow(ctx, sqlstmt.MissingColumns, t.name.Sanitize()).Scan(&missing); err != nil {
+	if err := tx.QueryRow(ctx, sqlstmt.MissingColumns, t.Name.Sanitize()).Scan(&missing); err != nil {
 		return fmt.Errorf("looking for the columns added since the table was made: %w", err)
 	}
 	if missing != "" {
-		if _, err := tx.Exec(ctx, t.render(sqlstmt.AddColumns)); err != nil {
+		if _, err := tx.Exec(ctx, t.Render(sqlstmt.AddColumns)); err != nil {
 			return fmt.Errorf("adding the columns %s: %w", missing, err)
 		}
 	}
-	if err := checkTable(ctx, tx, t, migrating); err != nil {
+	if err := driver.CheckTable(ctx, tx, t, driver.Migrating); err != nil {
 		return err
 	}
 	if _, err := purge(ctx, tx, t, cfg.retention); err != nil {
@@ -100,17 +100,17 @@ func migrate(ctx context.Context, db DB, t table, cfg config) (err error) {
 // purge runs sqlstmt.Purge and returns how many rows it deleted, then
 // deletes the runs of the ledger started as long ago, if the table has a
 // ledger. The callers have checked the horizon against MinRetention.
-func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, t.render(sqlstmt.Purge), olderThan.Seconds())
+func purge(ctx context.Context, db DB, t driver.Table, olderThan time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, t.Render(sqlstmt.Purge), olderThan.Seconds())
 	if err := driver.Confirmed(ctx, err); err != nil {
 		return 0, err
 	}
 	var ledger bool
-	if err := db.QueryRow(ctx, sqlstmt.HasRuns, sqlstmt.Runs(t.name).Sanitize()).Scan(&ledger); err != nil {
+	if err := db.QueryRow(ctx, sqlstmt.HasRuns, sqlstmt.Runs(t.Name).Sanitize()).Scan(&ledger); err != nil {
 		return 0, fmt.Errorf("looking for the ledger of runs: %w", err)
 	}
 	if ledger {
-		_, err := db.Exec(ctx, t.render(sqlstmt.PurgeRuns), olderThan.Seconds())
+		_, err := db.Exec(ctx, t.Render(sqlstmt.PurgeRuns), olderThan.Seconds())
 		if err := driver.Confirmed(ctx, err); err != nil {
 			return 0, fmt.Errorf("purging the ledger of runs: %w", err)
 		}
@@ -119,9 +119,9 @@ func purge(ctx context.Context, db DB, t table, olderThan time.Duration) (int64,
 }
 
 // migrateLockKey derives the advisory lock key from the table name.
-func migrateLockKey(t table) int64 {
+func migrateLockKey(t driver.Table) int64 {
 	h := fnv.New64a()
-	h.Write([]byte("pglease.migrate:" + t.name.Sanitize()))
+	h.Write([]byte("pglease.migrate:" + t.Name.Sanitize()))
 	return int64(h.Sum64())
 }
 

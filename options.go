@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/robfig/cron/v3"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 // Defaults, for users who want to refer to them.
@@ -199,7 +201,7 @@ func WithMinHold(d time.Duration) Option {
 // refused: give it with its schema.
 func WithTable(name string) Option {
 	return Option{"WithTable", atLocker | atMigrate | atSchema | atAdmin, "a job's and an Elector's leases are in their Locker's table: give it to NewLocker", func(c *config) {
-		if _, err := parseTable(name); err != nil {
+		if _, err := driver.ParseTable(name); err != nil {
 			c.invalid("WithTable", "WithTable: %v", err)
 			return
 		}

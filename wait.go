@@ -40,7 +40,7 @@ func newSchedule() *poll.Schedule {
 
 // waiting holds a Locker's waiting claims and its listener.
 type waiting struct {
-	table table // for the channel and sqlstmt.Remaining
+	table driver.Table // for the channel and sqlstmt.Remaining
 
 	mu      sync.Mutex
 	groups  map[string]*waitGroup // keys with a waiting claim
@@ -347,7 +347,7 @@ func (l *Locker) remaining(ctx context.Context, key string) (string, time.Durati
 	return holder, time.Duration(min(secs, maxNotifyBackoff.Seconds()) * float64(time.Second)), nil
 }
 
-func (w *waiting) remainingSQL() string { return w.table.render(sqlstmt.Remaining) }
+func (w *waiting) remainingSQL() string { return w.table.Render(sqlstmt.Remaining) }
 
 // releaseStarted records a release on its way: until it has finished, a
 // waiting claim of this Locker would take the row over from it (same
