@@ -7,7 +7,11 @@ import "time"
 var Start = time.Date(2026, time.January, 2, 3, 4, 5, 678901000, time.UTC)
 
 // Clock is the server's clock of a Table, the only clock its statements
-// read: it moves only when a test moves it. *Table is one.
+// read. It moves when a test moves it, and by a microsecond after each
+// statement (step): on a server no two statements read the same instant,
+// and a frozen clock would keep a lease released at the very instant of
+// its claim live (a release keeps a row a microsecond past its acquired
+// time, for the CHECK). *Table is one.
 type Clock interface {
 	Now() time.Time
 	Advance(d time.Duration)
@@ -30,6 +34,10 @@ func (t *Table) Advance(d time.Duration) {
 	defer t.mu.Unlock()
 	t.now = t.now.Add(d)
 }
+
+// step moves the clock by a microsecond, after a statement, with t.mu
+// held.
+func (t *Table) step() { t.now = t.now.Add(time.Microsecond) }
 
 // clock is Now with t.mu held.
 func (t *Table) clock() time.Time { return t.now.Truncate(time.Microsecond) }

@@ -100,6 +100,7 @@ func (d *Driver) attempt(ctx context.Context, kind Kind, write func() error) err
 	}
 	d.t.mu.Lock()
 	err := write()
+	d.t.step()
 	d.t.mu.Unlock()
 	if g != nil && g.ran {
 		if err := g.hold(ctx, kind); err != nil {
