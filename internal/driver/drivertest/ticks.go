@@ -66,9 +66,11 @@ var tickCases = []testCase{
 		period := 2 * c.short
 		first := c.claimTick(c.a, "job", c.short, tickOf(period))
 		require.True(c, first.Took)
+		assert.LessOrEqual(c, first.AcquiredAt.Sub(first.Tick).Abs(), period/2, "the tick nearest the server's clock, not the one before it")
 		c.table.Advance(period)
 		next := c.claimTick(c.b, "job", long, tickOf(period))
 		require.True(c, next.Took)
+		assert.LessOrEqual(c, next.AcquiredAt.Sub(next.Tick).Abs(), period/2)
 		assert.GreaterOrEqual(c, next.Tick.Sub(first.Tick), period)
 		assert.Greater(c, next.Fence, first.Fence)
 		c.requireRow("job", "b", next.Fence, true)
