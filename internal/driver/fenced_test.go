@@ -21,6 +21,7 @@ func TestFencedObeysTheContract(t *testing.T) {
 	t.Parallel()
 	drivertest.Run(t, drivertest.Harness{
 		New: func(t *testing.T) drivertest.Table {
+			t.Helper()
 			_, pool, name := pgtest.Setup(t)
 			return pgTable{tb: t, pool: pool, name: name}
 		},

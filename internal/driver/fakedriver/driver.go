@@ -23,7 +23,8 @@ type Driver struct {
 
 var _ driver.Protocol = (*Driver)(nil)
 
-// Bursts: a claim of many keys is one statement, as in driver.Fenced.
+// Bursts reports true: a claim of many keys is one statement, as in
+// driver.Fenced.
 func (d *Driver) Bursts() bool { return true }
 
 // Claim takes key for ttl: a missing row, an expired one or the holder's
