@@ -420,8 +420,8 @@ const maxStaleClaims = 3
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
 // alone that may wait on a row lock without bound (claimBound.mayWait),
-// the burst's (sqlstmt.ClaimAll) for a burst, for a claim alone that may
-// not, or for every claim when the Locker's coalesceAll is set. The
+// the burst's (sqlstmt.ClaimAll) for a burst and for a claim alone that
+// may not. The
 // burst's waits on a row lock for burstLockWait, or for aloneLockWait when
 // it is one claim or claims may not wait without bound. When the burst's
 // statement fails on an error one row may cause (driver.RowError), each claim goes
@@ -430,13 +430,11 @@ const maxStaleClaims = 3
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
 	out := make([]claimOutcome, len(calls))
 	sent := time.Now()
-	if len(calls) == 1 && !l.coalesceAll {
-		if l.conns.MayWait() {
-			c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl, 0)
-			l.conns.Waited()
-			out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
-			return out
-		}
+	if len(calls) == 1 && l.conns.MayWait() {
+		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl, 0)
+		l.conns.Waited()
+		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
+		return out
 	}
 	keys := make([]string, len(calls))
 	ttls := make([]float64, len(calls))

@@ -85,10 +85,6 @@ type Locker struct {
 	// one.
 	claims   *coalesce.Coalescer[claimCall, claimOutcome]
 	releases *coalesce.Coalescer[releasing, releaseResult]
-	// coalesceAll sends even a claim or release alone through the
-	// burst's statements, so that tests run every contract through them
-	// (export_test.go); set before the first claim.
-	coalesceAll bool
 
 	mu       sync.Mutex
 	leases   map[string]*Lease     // the newest unended lease per key

@@ -287,11 +287,11 @@ func releaseOutcome(prior, err error) error {
 
 // releaseStatement expires the rows of leases on db in one statement
 // (driver.Protocol.Release), one lease's in the statement that costs least
-// (ReleaseOne) unless coalesceAll, and reports by lease.
+// (ReleaseOne), and reports by lease.
 func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
 	var got map[int]bool
 	var err error
-	if len(leases) == 1 && !l.coalesceAll {
+	if len(leases) == 1 {
 		got, err = l.proto.ReleaseOne(ctx, db, leases[0].row())
 	} else {
 		got, err = l.proto.Release(ctx, db, rowsOf(leases))
