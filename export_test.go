@@ -2,9 +2,15 @@ package pglease
 
 import (
 	"context"
+	"errors"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/skew"
 )
 
@@ -16,10 +22,40 @@ func ShiftWallClock(l *Locker, d time.Duration) { l.clock.Shift(d) }
 
 // SetCoalesceAll makes every claim and release of l, even one alone, go
 // through the burst's statements (sqlstmt.ClaimAll, sqlstmt.Release), so
-// that the contract tests cover them too. Call it before l's first claim.
-// The tests' TestMain sets it on every Locker pgtest builds when
-// PGLEASE_COALESCE_ALL is set.
-func SetCoalesceAll(l *Locker, on bool) { l.coalesceAll = on }
+// that the contract tests cover them too: l's protocol is wrapped in
+// inBursts (off: unwrapped). Call it before l's first claim. The tests'
+// TestMain sets it on every Locker pgtest builds when PGLEASE_COALESCE_ALL
+// is set.
+func SetCoalesceAll(l *Locker, on bool) {
+	b, wrapped := l.proto.(inBursts)
+	switch {
+	case on && !wrapped:
+		l.proto = inBursts{l.proto}
+	case !on && wrapped:
+		l.proto = b.Protocol
+	}
+}
+
+// inBursts is a protocol whose claim and release of one lease are its
+// burst's statements: a claim that may wait on its row's lock without
+// bound waits for a day instead.
+type inBursts struct{ driver.Protocol }
+
+func (p inBursts) Claim(ctx context.Context, db driver.DB, key string, ttl, lockWait time.Duration) (driver.Claimed, bool, error) {
+	if !p.Bursts() {
+		return p.Protocol.Claim(ctx, db, key, ttl, lockWait)
+	}
+	if lockWait == 0 {
+		lockWait = 24 * time.Hour
+	}
+	got, err := p.ClaimAll(ctx, db, []string{key}, []float64{ttl.Seconds()}, lockWait)
+	c, ok := got[key]
+	return c, ok, err
+}
+
+func (p inBursts) ReleaseOne(ctx context.Context, db driver.DB, m driver.Lease) (map[int]bool, error) {
+	return p.Release(ctx, db, []driver.Lease{m})
+}
 
 // SetElectorCoalesceAll is SetCoalesceAll for the Locker of e. Call it
 // before e's first campaign.
@@ -195,3 +231,37 @@ func (j *JobLocker) MinHold() time.Duration { return j.terms.minHold }
 // Beyond is how far the offset of s is certainly beyond zero: |Offset| -
 // Uncertainty, or 0 when the reading cannot tell the clocks apart.
 func (s Skew) Beyond() time.Duration { return skew.Sample(s).Beyond() }
+
+// NewLockerOn is a Locker whose statements are those of the protocol proto
+// makes for its holder (the in-memory driver of internal/driver/fakedriver),
+// on no database: its table check stands as passed, and the reads it makes
+// beside its protocol (the cause of a loss, a waiting claim's remaining
+// time) fail as a server that does not answer them.
+func NewLockerOn(proto func(holder string) driver.Protocol, opts ...Option) (*Locker, error) {
+	l, err := newLocker(noDB{}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	l.proto = proto(l.cfg.holder)
+	passed := time.Now()
+	l.table.passed.Store(&passed)
+	l.table.every = time.Duration(math.MaxInt64)
+	return l, nil
+}
+
+// errNoDB is what every statement on noDB returns.
+var errNoDB = errors.New("no database: this Locker speaks only to its protocol")
+
+// noDB is the DB of a Locker on a protocol of its own (NewLockerOn).
+type noDB struct{}
+
+func (noDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNoDB
+}
+func (noDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errNoDB }
+func (noDB) QueryRow(context.Context, string, ...any) pgx.Row        { return noRow{} }
+func (noDB) Begin(context.Context) (pgx.Tx, error)                   { return nil, errNoDB }
+
+type noRow struct{}
+
+func (noRow) Scan(...any) error { return errNoDB }
