@@ -15,8 +15,9 @@
 //     on the row whose holder and fence still match and that is still
 //     live;
 //   - the only clock is the table's (Clock), read once per statement, in
-//     whole microseconds as timestamptz keeps it; a TTL or a min hold is
-//     rounded to the microsecond, as make_interval rounds it;
+//     whole microseconds as timestamptz keeps it, and a microsecond later
+//     for the next statement; a TTL or a min hold is rounded to the
+//     microsecond, as make_interval rounds it;
 //   - CHECK (expires_at > acquired_at) is enforced: a write that would
 //     break it fails the whole statement with SQLSTATE 23514.
 //
