@@ -52,3 +52,8 @@ func (p pgTable) Row(key string) (drivertest.Row, bool) {
 	r, ok := pgtest.ReadRow(p.tb, p.pool, p.name, key)
 	return drivertest.Row{Holder: r.Holder, Fence: r.Fence, Live: r.Live}, ok
 }
+
+func (p pgTable) LockRow(key string) func() {
+	end := pgtest.LockRow(p.tb, p.pool, p.name, key)
+	return func() { end(false) }
+}

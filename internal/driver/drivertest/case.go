@@ -17,8 +17,8 @@ type testCase struct {
 }
 
 // cases is the contract, in the order of the protocol: claims, heartbeats,
-// releases, reads, ticks.
-var cases = concat(claimCases, extendCases, releaseCases, readCases, tickCases)
+// releases, reads, ticks, and rows locked by another transaction.
+var cases = concat(claimCases, extendCases, releaseCases, readCases, tickCases, lockCases)
 
 func concat(lists ...[]testCase) []testCase {
 	var out []testCase

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 var claimCases = []testCase{
@@ -84,6 +86,17 @@ var claimCases = []testCase{
 		}
 		assert.Greater(c, got["lapsed"].Fence, lapsed.Fence)
 		c.requireRow("held", "b", held.Fence, true)
+	}},
+	{"AClaimThatWouldBreakTheCheckFailsWhole", func(c *tc) {
+		_, ok, err := c.a.Claim(c.ctx, c.db, "k", 0, 0)
+		assert.False(c, ok)
+		assert.True(c, driver.Is(err, "23514"), "CHECK (expires_at > acquired_at): %v", err)
+		_, err = c.a.ClaimAll(c.ctx, c.db, []string{"x", "y"}, []float64{long.Seconds(), 0}, time.Second)
+		assert.True(c, driver.Is(err, "23514"), "%v", err)
+		for _, key := range []string{"k", "x", "y"} {
+			_, exists := c.table.Row(key)
+			assert.False(c, exists, "%s written by a statement that failed", key)
+		}
 	}},
 }
 

@@ -41,6 +41,9 @@ type Table interface {
 	Advance(d time.Duration)
 	// Row reads the row of key as stored, and whether there is one.
 	Row(key string) (Row, bool)
+	// LockRow takes the row lock of key's row in another transaction,
+	// until the returned function ends it.
+	LockRow(key string) (unlock func())
 }
 
 // Row is a lease row as stored.

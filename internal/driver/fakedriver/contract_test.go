@@ -26,6 +26,8 @@ func (contractTable) DB() driver.DB { return nil }
 
 func (c contractTable) Protocol(holder string) driver.Protocol { return c.Table.Protocol(holder) }
 
+func (c contractTable) LockRow(key string) func() { return c.Lock(key) }
+
 func (c contractTable) Row(key string) (drivertest.Row, bool) {
 	r, ok := c.Table.Row(key)
 	return drivertest.Row{Holder: r.Holder, Fence: r.Fence, Live: r.Live}, ok

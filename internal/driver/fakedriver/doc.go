@@ -15,16 +15,20 @@
 //     on the row whose holder and fence still match and that is still
 //     live;
 //   - the only clock is the table's (Clock), read once per statement, in
-//     whole microseconds as timestamptz keeps it; a TTL or a min hold is
-//     rounded to the microsecond, as make_interval rounds it;
+//     whole microseconds as timestamptz keeps it, and a microsecond later
+//     for the next statement; a TTL or a min hold is rounded to the
+//     microsecond, as make_interval rounds it;
 //   - CHECK (expires_at > acquired_at) is enforced: a write that would
 //     break it fails the whole statement with SQLSTATE 23514.
 //
-// What it leaves out: row locks held by other transactions (a heartbeat
-// never reports a row skipped because locked, a release never reports one
-// to send again), lock waits, notifications, and the parts of the ledger
-// of runs that no statement of the protocol reads back (the closing of a
-// run by the next claim, the entries of skipped ticks).
+// Rows locked by another transaction are the test's to make (Table.Lock):
+// heartbeats and releases skip them and say so, claims wait for them.
+// What it leaves out: locks taken by its own statements (two statements of
+// the fake never wait for each other: each runs whole under one mutex),
+// the release of one lease's short wait for a locked row, notifications,
+// snapshots older than the statement, and the parts of the ledger of runs
+// that no statement of the protocol reads back (the closing of a run by
+// the next claim, the entries of skipped ticks).
 //
 // The files, one concept each:
 //
@@ -34,6 +38,7 @@
 //   - driver.go: the protocol of one holder on a table (claims,
 //     heartbeats, releases, the read of a row's lease);
 //   - tick.go: the claim of a tick of a job's schedule;
+//   - lock.go: a row locked by another transaction;
 //   - fault.go: a statement made to fail, before or after it ran;
 //   - gate.go: a statement held until the test lets it go on.
 package fakedriver

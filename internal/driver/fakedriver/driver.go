@@ -29,18 +29,19 @@ func (d *Driver) Bursts() bool { return true }
 
 // Claim takes key for ttl: a missing row, an expired one or the holder's
 // own (re-entrant), each with a new fence; another holder's live row is
-// refused (ok false). The lock wait has nothing to wait on here.
-func (d *Driver) Claim(ctx context.Context, _ driver.DB, key string, ttl, _ time.Duration) (driver.Claimed, bool, error) {
+// refused (ok false). A row it would take that is locked (Lock) is
+// waited for, at most lockWait when not 0.
+func (d *Driver) Claim(ctx context.Context, _ driver.DB, key string, ttl, lockWait time.Duration) (driver.Claimed, bool, error) {
 	var (
 		c  driver.Claimed
 		ok bool
 	)
 	err := d.send(ctx, Claim, func() error {
 		now := d.t.clock()
-		next, took := d.take(key, ttl, now)
+		next, took, err := d.take(key, ttl, lockWait, now)
 		c, ok = driver.Claimed{Holder: d.holder}, took
-		if !took {
-			return nil
+		if !took || err != nil {
+			return err
 		}
 		if err := checkRow(key, next); err != nil {
 			return err
@@ -60,7 +61,7 @@ func (d *Driver) Claim(ctx context.Context, _ driver.DB, key string, ttl, _ time
 // in byte order, as the real statement inserts them, so that the fences
 // drawn follow that order. A key missing from the result is held by
 // another holder.
-func (d *Driver) ClaimAll(ctx context.Context, _ driver.DB, keys []string, ttls []float64, _ time.Duration) (map[string]driver.Claimed, error) {
+func (d *Driver) ClaimAll(ctx context.Context, _ driver.DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]driver.Claimed, error) {
 	if len(ttls) != len(keys) {
 		return nil, fmt.Errorf("fakedriver: claim of %d keys with %d TTLs", len(keys), len(ttls))
 	}
@@ -79,7 +80,10 @@ func (d *Driver) ClaimAll(ctx context.Context, _ driver.DB, keys []string, ttls 
 		now := d.t.clock()
 		taken := make(map[string]row, len(keys))
 		for _, i := range order {
-			next, took := d.take(keys[i], time.Duration(ttls[i]*float64(time.Second)), now)
+			next, took, err := d.take(keys[i], time.Duration(ttls[i]*float64(time.Second)), max(lockWait, time.Millisecond), now)
+			if err != nil {
+				return err
+			}
 			if !took {
 				continue
 			}
@@ -103,22 +107,27 @@ func (d *Driver) ClaimAll(ctx context.Context, _ driver.DB, keys []string, ttls 
 
 // take judges key's row for a claim of the holder at now, as the claim's
 // conflict arm does, and returns the row the claim writes, with its fence
-// drawn; false when another holder's lease is live. It writes nothing.
+// drawn; false when another holder's lease is live. It writes nothing. A
+// row it would take that is locked is waited for (lockWait, 0: as long
+// as it is held), before any fence is drawn.
 //
 //   - The expiry is never moved back: a re-entrant claim with a shorter
 //     TTL keeps the later expiry of the lease it supersedes.
 //   - A plain claim keeps the row's tick, and clears its release time.
-func (d *Driver) take(key string, ttl time.Duration, now time.Time) (row, bool) {
+func (d *Driver) take(key string, ttl, lockWait time.Duration, now time.Time) (row, bool, error) {
 	next := row{holder: d.holder, acquired: now, expires: now.Add(interval(ttl))}
 	if cur, ok := d.t.rows[key]; ok {
 		if cur.holder != d.holder && cur.live(now) {
-			return row{}, false
+			return row{}, false, nil
+		}
+		if w := d.t.waitFor(key, lockWait); w != nil {
+			return row{}, false, w
 		}
 		next.expires = latest(cur.expires, next.expires)
 		next.tick = cur.tick
 	}
 	next.fence = d.t.drawFence()
-	return next, true
+	return next, true, nil
 }
 
 // claimed is what a claim returns for the row it wrote.
@@ -128,8 +137,8 @@ func claimed(r row, now time.Time) driver.Claimed {
 
 // Extend extends each lease whose row still matches (its key, the holder,
 // its fence, live) to now plus its TTL, never moving an expiry back, and
-// reports those; the others are lost. No row is ever locked here, so no
-// lease is reported Locked.
+// reports those; the others are lost. A lease whose row is locked (Lock)
+// is reported Locked, not extended.
 func (d *Driver) Extend(ctx context.Context, _ driver.DB, ms []driver.Lease) (map[int]driver.Extension, error) {
 	var got map[int]driver.Extension
 	err := d.send(ctx, Extend, func() error {
@@ -139,6 +148,12 @@ func (d *Driver) Extend(ctx context.Context, _ driver.DB, ms []driver.Lease) (ma
 		for i, m := range ms {
 			r := d.mine(m, now)
 			if r == nil {
+				continue
+			}
+			if d.t.locked(m.Key) {
+				if last[m.Key] == i {
+					got[i] = driver.Extension{Locked: true, ServerNow: now}
+				}
 				continue
 			}
 			r.expires = latest(r.expires, now.Add(interval(m.TTL)))
@@ -158,7 +173,8 @@ func (d *Driver) Extend(ctx context.Context, _ driver.DB, ms []driver.Lease) (ma
 // now or, under a min hold, at its acquired time plus the hold, whichever
 // is later (and at least a microsecond after its acquired time, so the
 // CHECK holds after a clock stepped back); it reports those released
-// (true), the others are lost. A lease of a tick (Run) closes its run in
+// (true), and those whose row is locked (Lock) to be sent again (false);
+// the others are lost. A lease of a tick (Run) closes its run in
 // the ledger with that outcome; a give-back leaves the row unreleased,
 // reading as a run that lapsed.
 func (d *Driver) Release(ctx context.Context, _ driver.DB, ms []driver.Lease) (map[int]bool, error) {
@@ -179,6 +195,12 @@ func (d *Driver) release(ctx context.Context, kind Kind, ms []driver.Lease) (map
 		for i, m := range ms {
 			r := d.mine(m, now)
 			if r == nil {
+				continue
+			}
+			if d.t.locked(m.Key) {
+				if last[m.Key] == i {
+					got[i] = false
+				}
 				continue
 			}
 			r.expires = latest(now, r.acquired.Add(interval(m.MinHold)), r.acquired.Add(time.Microsecond))

@@ -2,6 +2,7 @@ package fakedriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/pglease/pglease/internal/driver"
@@ -98,10 +99,7 @@ func (d *Driver) attempt(ctx context.Context, kind Kind, write func() error) err
 	if f != nil && !f.ran {
 		return f.err
 	}
-	d.t.mu.Lock()
-	err := write()
-	d.t.step()
-	d.t.mu.Unlock()
+	err := d.run(ctx, kind, write)
 	if g != nil && g.ran {
 		if err := g.hold(ctx, kind); err != nil {
 			return err
@@ -126,4 +124,24 @@ func (d *Driver) next(kind Kind) (*fault, *Gate) {
 		g, d.gates[kind] = q[0], q[1:]
 	}
 	return f, g
+}
+
+// run runs write under the table's mutex, and again each time it returned
+// a lockWaitError, once that wait is over; the clock steps after the run that
+// wrote.
+func (d *Driver) run(ctx context.Context, kind Kind, write func() error) error {
+	for {
+		d.t.mu.Lock()
+		err := write()
+		var w *lockWaitError
+		if !errors.As(err, &w) {
+			d.t.step()
+			d.t.mu.Unlock()
+			return err
+		}
+		d.t.mu.Unlock()
+		if err := w.wait(ctx, kind); err != nil {
+			return err
+		}
+	}
 }

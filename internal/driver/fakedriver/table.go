@@ -24,8 +24,9 @@ type Table struct {
 	mu    sync.Mutex
 	now   time.Time // the server's clock (clock.go)
 	rows  map[string]*row
-	fence int64             // the last fence drawn
-	runs  map[runKey]string // the ledger: each run's outcome, "" while open
+	fence int64                    // the last fence drawn
+	runs  map[runKey]string        // the ledger: each run's outcome, "" while open
+	locks map[string]chan struct{} // rows locked by another transaction (lock.go), closed when it ends
 }
 
 // row is a lease row as stored. A zero tick or release time is the
@@ -51,7 +52,7 @@ func keyOfRun(fence int64, tick time.Time) runKey {
 
 // NewTable is an empty table whose clock reads Start.
 func NewTable() *Table {
-	return &Table{now: Start, rows: map[string]*row{}, runs: map[runKey]string{}}
+	return &Table{now: Start, rows: map[string]*row{}, runs: map[runKey]string{}, locks: map[string]chan struct{}{}}
 }
 
 // Protocol is the fenced protocol of holder on the table.

@@ -26,11 +26,11 @@ import (
 //     and tick: a release closes it (Run), and the rules above read it.
 //
 // This table has no revocation, so no row is revoked.
-func (d *Driver) ClaimTick(ctx context.Context, _ driver.DB, key string, ttl, _ time.Duration, tk driver.Ticks) (driver.TickClaim, error) {
+func (d *Driver) ClaimTick(ctx context.Context, _ driver.DB, key string, ttl, lockWait time.Duration, tk driver.Ticks) (driver.TickClaim, error) {
 	var got driver.TickClaim
 	err := d.send(ctx, ClaimTick, func() error {
 		var err error
-		got, err = d.claimTick(key, ttl, tk, d.t.clock())
+		got, err = d.claimTick(key, ttl, lockWait, tk, d.t.clock())
 		return err
 	})
 	if err != nil {
@@ -40,7 +40,7 @@ func (d *Driver) ClaimTick(ctx context.Context, _ driver.DB, key string, ttl, _ 
 }
 
 // claimTick is ClaimTick's statement, with t.mu held.
-func (d *Driver) claimTick(key string, ttl time.Duration, tk driver.Ticks, now time.Time) (driver.TickClaim, error) {
+func (d *Driver) claimTick(key string, ttl, lockWait time.Duration, tk driver.Ticks, now time.Time) (driver.TickClaim, error) {
 	tick, ok, err := nearestTick(tk, now)
 	if err != nil {
 		return driver.TickClaim{}, err
@@ -64,6 +64,9 @@ func (d *Driver) claimTick(key string, ttl time.Duration, tk driver.Ticks, now t
 			Released: !cur.released.IsZero(),
 			IsRun:    !cur.tick.IsZero() && isRun,
 		}, nil
+	}
+	if w := d.t.waitFor(key, lockWait); exists && w != nil {
+		return driver.TickClaim{}, w
 	}
 	next := row{holder: d.holder, fence: d.t.drawFence(), acquired: now, expires: now.Add(interval(ttl)), tick: tick}
 	if exists {
