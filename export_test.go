@@ -37,18 +37,24 @@ func SetCoalesceAll(l *Locker, on bool) {
 }
 
 // inBursts is a protocol whose claim and release of one lease are its
-// burst's statements: a claim that may wait on its row's lock without
-// bound waits for a day instead.
+// burst's statements, as a Locker sends them for a burst: a claim that may
+// wait on its row's lock without bound waits as a burst of one does
+// (aloneLockWait), and is then sent alone, as a Locker sends again alone
+// a claim whose row a burst found locked.
 type inBursts struct{ driver.Protocol }
 
 func (p inBursts) Claim(ctx context.Context, db driver.DB, key string, ttl, lockWait time.Duration) (driver.Claimed, bool, error) {
 	if !p.Bursts() {
 		return p.Protocol.Claim(ctx, db, key, ttl, lockWait)
 	}
-	if lockWait == 0 {
-		lockWait = 24 * time.Hour
+	wait := lockWait
+	if wait == 0 {
+		wait = aloneLockWait(ttl)
 	}
-	got, err := p.ClaimAll(ctx, db, []string{key}, []float64{ttl.Seconds()}, lockWait)
+	got, err := p.ClaimAll(ctx, db, []string{key}, []float64{ttl.Seconds()}, wait)
+	if lockWait == 0 && driver.Is(err, driver.LockNotAvailable) {
+		return p.Protocol.Claim(ctx, db, key, ttl, 0)
+	}
 	c, ok := got[key]
 	return c, ok, err
 }

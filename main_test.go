@@ -22,7 +22,9 @@ func TestMain(m *testing.M) {
 		claimCron() // this process is a replica in a time zone of its own (ticks_test.go)
 		return
 	}
-	var opts []pgtest.MainOption
+	// Under -short, the tests that need no server: the Locker's logic on
+	// the in-memory driver, and the checks of pure functions.
+	opts := []pgtest.MainOption{pgtest.ShortRun("^(TestLockerLogic|TestDrawnFences|TestTableCheck|TestStartOnGrid|ExampleSchema|ExampleStartOnGrid)$")}
 	if coalesceAll {
 		opts = append(opts,
 			pgtest.EveryLocker(func(l *pglease.Locker) { pglease.SetCoalesceAll(l, true) }),

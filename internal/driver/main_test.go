@@ -6,4 +6,8 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain gives the contract test a server; under -short, only the tests
+// that need none run.
+func TestMain(m *testing.M) {
+	pgtest.Main(m, pgtest.ShortRun("^(TestClosings|TestClaimBound|TestOutcome|TestRetrySerialization|TestInlineArgs|TestSQLState)$"))
+}

@@ -13,6 +13,7 @@ import (
 // synchronous standby, and the multi-host DSN finds the new primary, twice
 // in a row (the old primary rebuilt as the standby in between).
 func TestCommittedRowSurvivesCrashAndPromotionOfTheSynchronousStandby(t *testing.T) {
+	skipUnderShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := Start(ctx, Options{Synchronous: true, Logf: t.Logf})
@@ -49,6 +50,7 @@ func TestCommittedRowSurvivesCrashAndPromotionOfTheSynchronousStandby(t *testing
 // A partitioned synchronous standby confirms nothing: a commit on the
 // primary waits for it (SyncRep) until Heal, and then returns.
 func TestPartitionHoldsCommitsUntilHealed(t *testing.T) {
+	skipUnderShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := Start(ctx, Options{Synchronous: true, Logf: t.Logf})
@@ -87,5 +89,14 @@ func TestPartitionHoldsCommitsUntilHealed(t *testing.T) {
 		require.NoError(t, err)
 	case <-ctx.Done():
 		t.Fatal("the commit still waits after Heal")
+	}
+}
+
+// skipUnderShort skips a test that starts PostgreSQL servers under -short,
+// which runs only the tests that need none; the full run has no skip.
+func skipUnderShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL servers: run without -short")
 	}
 }

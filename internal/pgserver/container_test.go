@@ -108,6 +108,7 @@ func TestDockerProbeRejectsAnEndpointThatDoesNotAnswerPing(t *testing.T) {
 }
 
 func TestWithoutADockerDaemonStartUsesLocalBinariesAndSaysWhyNotDocker(t *testing.T) {
+	skipUnderShort(t)
 	t.Setenv(EnvDatabaseURL, "")
 	t.Setenv(EnvNoDocker, "")
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "docker.sock"))
@@ -152,6 +153,7 @@ func fakeContainer(dsn string) *exec.Cmd {
 }
 
 func TestContainerServerSpeaksTheContainerProgramsProtocol(t *testing.T) {
+	skipUnderShort(t)
 	t.Setenv(EnvDatabaseURL, "")
 	local, err := Start(t.Context(), Options{Private: true})
 	require.NoError(t, err)
@@ -177,6 +179,7 @@ func TestContainerProgramThatEndsEarlyIsAnErrorCarryingItsStderr(t *testing.T) {
 }
 
 func TestContainerProgramBuildsFromItsOwnModule(t *testing.T) {
+	skipUnderShort(t)
 	cmd, err := containerProgram(Options{Durable: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"go", "run", ".", "-image", containerImage, "-durable"}, cmd.Args)
@@ -188,6 +191,7 @@ func TestContainerProgramBuildsFromItsOwnModule(t *testing.T) {
 }
 
 func TestDockerDaemonThatRunsNoContainerFallsBackToLocalBinaries(t *testing.T) {
+	skipUnderShort(t)
 	t.Setenv(EnvDatabaseURL, "")
 	t.Setenv(EnvNoDocker, "")
 	fakeDocker(t, http.StatusOK) // answers the probe, and nothing else

@@ -49,6 +49,7 @@ func countRows(t *testing.T, dsn string) int {
 }
 
 func TestServerLifecycle(t *testing.T) {
+	skipUnderShort(t)
 	t.Setenv(EnvDatabaseURL, "")
 	ctx := context.Background()
 
@@ -177,6 +178,7 @@ func TestServerLifecycle(t *testing.T) {
 }
 
 func TestDurable(t *testing.T) {
+	skipUnderShort(t)
 	t.Setenv(EnvDatabaseURL, "")
 	srv, err := Start(context.Background(), Options{Durable: true})
 	require.NoError(t, err)
@@ -294,6 +296,7 @@ func TestRedact(t *testing.T) {
 // names the binaries, whose own libraries their programs are given, and
 // the server started reports its major.
 func TestMajors(t *testing.T) {
+	skipUnderShort(t)
 	// fakeBin makes root/bin with executable initdb and postgres, and
 	// root/lib with the given files.
 	fakeBin := func(t *testing.T, libs ...string) string {
@@ -382,4 +385,13 @@ func TestMajors(t *testing.T) {
 		require.NoError(t, conn.QueryRow(context.Background(), "SHOW data_checksums").Scan(&checksums))
 		require.Equal(t, "off", checksums)
 	})
+}
+
+// skipUnderShort skips a test that starts PostgreSQL servers under -short,
+// which runs only the tests that need none; the full run has no skip.
+func skipUnderShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL servers: run without -short")
+	}
 }

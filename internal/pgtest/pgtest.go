@@ -67,6 +67,7 @@ var every struct {
 	locker  []func(*pglease.Locker)
 	elector []func(*pglease.Elector)
 	leaks   []goleak.Option
+	short   string // ShortRun's pattern
 }
 
 // MainOption is an option of Main.
@@ -77,6 +78,14 @@ type MainOption func()
 // cache), never pglease's own.
 func IgnoreGoroutines(opts ...goleak.Option) MainOption {
 	return func() { every.leaks = append(every.leaks, opts...) }
+}
+
+// ShortRun names, as go test's -run does, the tests of the package that
+// need no server: under -short (go test -short ./...), Main starts no
+// server and runs only these, unless -run is given. Without ShortRun, a
+// package runs no test under -short.
+func ShortRun(pattern string) MainOption {
+	return func() { every.short = pattern }
 }
 
 // EveryLocker has f applied to every Locker that Locker builds, and to
@@ -120,6 +129,9 @@ func Main(m *testing.M, opts ...MainOption) {
 	for _, o := range opts {
 		o()
 	}
+	if testing.Short() {
+		os.Exit(shortRun(m))
+	}
 	Server = pgserver.ForTestMain(pgserver.Options{})
 	code := 1
 	if b, ok := startPooler(); ok {
@@ -132,6 +144,29 @@ func Main(m *testing.M, opts ...MainOption) {
 		}
 	}
 	os.Exit(Server.AfterTests(code, every.leaks...))
+}
+
+// shortRun runs, with no server, the tests ShortRun names (or those -run
+// names), and checks that none left a goroutine behind.
+func shortRun(m *testing.M) int {
+	if run := flag.Lookup("test.run"); run.Value.String() == "" {
+		pattern := every.short
+		if pattern == "" {
+			pattern = "^$"
+		}
+		if err := run.Value.Set(pattern); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(every.leaks...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // startPooler starts the PgBouncer of -pooler; ok is false when it failed.
