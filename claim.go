@@ -252,7 +252,7 @@ func withCause(ctx context.Context, err error) error {
 
 // supersede ends the Locker's lease of key, if it has one, after a claim
 // statement may have written the row for this holder without handing out a
-// lease: the row has a new fence, so the previous mandate is over.
+// lease: the row has a new fence, so the previous lease is over.
 func (l *Locker) supersede(key, why string) {
 	l.mu.Lock()
 	prev := l.leases[key]
@@ -509,7 +509,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 		return
 	}
 	// The row is this claim's now: a lease of the key this Locker held is
-	// a previous mandate, and must stop believing before the row is given
+	// a previous lease, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
 	l.fences.See(cl.key, o.c.Fence, time.Now(), cl.terms.ttl+cl.terms.minHold)

@@ -107,7 +107,7 @@ type tickHeldError struct {
 	fence         int64
 	live          bool
 	released      bool
-	run           bool // the row's mandate is a run of rowTick
+	run           bool // the row's lease is a run of rowTick
 }
 
 func (e *tickHeldError) Unwrap() error { return ErrHeld }

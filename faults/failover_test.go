@@ -324,7 +324,7 @@ func runFailoverSoak(t *testing.T, synchronous bool, cycles int) failoverFinding
 			}
 		}
 	}
-	mc := checkMandates(all, began.Add(ttl), ended, 0)
+	mc := checkLeases(all, began.Add(ttl), ended, 0)
 	f.inversions, f.overlaps, f.worstGap = mc.inversions, mc.overlaps, mc.worstGap
 	for _, p := range mc.problems {
 		f.problem("%s", p)

@@ -121,11 +121,11 @@ var writes = map[string]writeClass{
 // lease table ({table}).
 var writeTo = regexp.MustCompile(`(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\{table\}`)
 
-// TestEveryStatementThatChangesLeaseRowsMatchesItsMandateOrIsHarmlessWhenLate
+// TestEveryStatementThatChangesLeaseRowsMatchesItsLeaseOrIsHarmlessWhenLate
 // enumerates every string constant of the package (its value as the
 // compiler sees it), finds those that change lease rows, and checks each
 // against its class: the next statement cannot forget to name its mandate.
-func TestEveryStatementThatChangesLeaseRowsMatchesItsMandateOrIsHarmlessWhenLate(t *testing.T) {
+func TestEveryStatementThatChangesLeaseRowsMatchesItsLeaseOrIsHarmlessWhenLate(t *testing.T) {
 	consts := packageConstants(t, ".")
 	found := map[string]bool{}
 	for name, text := range consts {
