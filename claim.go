@@ -10,14 +10,11 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 )
 
-// Claim takes the lease on key in one statement, or returns an error wrapping
-// ErrHeld while another holder's lease is live. A claim by the same Locker
-// while its lease is live succeeds with a greater fence, and the previous
-// Lease is then lost. The lease is extended in the background until Unlock,
-// loss or Close. Claim uses ctx as given (Lock adds the Locker's timeout) and
-// returns within about two seconds of its end; a claim whose outcome is
-// unknown is expired again on the fence it drew. See docs/GUIDE.md,
-// "Locker.Claim".
+// Claim takes the lease on key in one statement, or returns an error
+// wrapping ErrHeld while another holder's lease is live. A re-claim by the
+// same Locker succeeds with a greater fence, and its previous Lease is lost.
+// The lease is extended in the background until Unlock, loss or Close. Claim
+// uses ctx as given; Lock adds a timeout. See docs/GUIDE.md, "Locker.Claim".
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
 	return l.claim(ctx, key, l.terms(), reentrant)
