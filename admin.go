@@ -13,19 +13,18 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// Admin is the operator's view of one lease table (List, Purge, Revoke,
-// ForceExpire, which the pglease command runs), judged by the database's
-// clock. It works on a table of Migrate or of WithoutFenceColumn, holds no
-// connection, needs no Close, and is safe for concurrent use.
+// Admin is the operator's view of one lease table (what the pglease command
+// runs), by the database's clock. It holds no connection, needs no Close,
+// and is safe for concurrent use.
 type Admin struct {
 	db      DB
 	table   driver.Table
 	noFence bool // WithoutFenceColumn: the table has no ledger of runs
 }
 
-// NewAdmin returns an Admin of the table its options name (WithTable; the
-// default is DefaultTable) on db, or an error: a nil db, or an invalid
-// option (an *OptionError). It sends nothing to the database.
+// NewAdmin returns an Admin of the table its options name (WithTable) on db,
+// or an error: a nil db, or an *OptionError. It sends nothing to the
+// database.
 func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 	if isNil(db) {
 		return nil, errors.New("pglease: new admin: db is nil")
@@ -154,12 +153,9 @@ func serverTime(ts pgtype.Timestamptz) time.Time {
 	return ts.Time
 }
 
-// Purge deletes the rows expired longer ago than olderThan, by the
-// server's clock, with the statement Migrate purges with, and returns how
-// many. A live lease is never deleted. olderThan must be at least
-// MinRetention: a shorter horizon would let a claim that stalled between
-// drawing its fence and inserting its row issue a fence smaller than one
-// already handed out. It needs DELETE on the table.
+// Purge deletes the rows expired longer ago than olderThan, by the server's
+// clock, and returns how many; a live lease is never deleted. olderThan must
+// be at least MinRetention. It needs DELETE on the table.
 func (a *Admin) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
 	mustContext(ctx, "Purge")
 	t := a.table
@@ -195,21 +191,20 @@ type Revocation struct {
 }
 
 // Revoke takes the live lease on key from its holder without letting anyone
-// in early: the row's holder becomes RevokedHolder, its expiry and fence stay.
-// The holder loses the lease at its next heartbeat, nobody can claim the key
-// before that expiry, and the next claim takes a greater fence. A key not live
-// or revoked already is left as it was (Changed is false); a missing key is an
-// error wrapping ErrNotFound.
+// in early: the row's holder becomes RevokedHolder, its expiry and fence
+// stay. A key not live or revoked already is left as it is (Changed is
+// false); a missing key's error wraps ErrNotFound. See docs/GUIDE.md,
+// "Admin.Revoke".
 func (a *Admin) Revoke(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "Revoke")
 	return a.changeRow(ctx, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true})
 }
 
-// ForceExpire expires the live lease on key at once, so that any holder can
-// claim it right away, with a greater fence. UNSAFE: its holder trusts the
-// lease until its next heartbeat, or up to the old expiry if that fails, so
-// two replicas may run the job at once; prefer Revoke. A key not live is left
-// as it was; a missing key is an error wrapping ErrNotFound.
+// ForceExpire expires the live lease on key at once, so that anyone can
+// claim it with a greater fence. UNSAFE: its holder may trust it until the
+// old expiry, so two replicas may run the job at once; prefer Revoke. A
+// missing key's error wraps ErrNotFound. See docs/GUIDE.md,
+// "Admin.ForceExpire".
 func (a *Admin) ForceExpire(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "ForceExpire")
 	return a.changeRow(ctx, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire})
@@ -276,29 +271,19 @@ type Run struct {
 	Holder    string
 	StartedAt time.Time // the server's time of its claim
 	EndedAt   time.Time // zero while it runs, and when unknown
-	// Outcome is running; completed (released by its holder); failed
-	// (released by its holder, its task, Locker.Task, having returned an
-	// error); lapsed
-	// (expired without a release: its holder was killed, paused past its
-	// TTL or cut off from the database, and the run may not have
-	// finished); revoked (Revoke); superseded (its own holder claimed a
-	// later tick while it ran); given back (its claim's outcome was unknown
-	// or came past its trust window: no lease was handed out, nothing ran,
-	// and the tick may be claimed again); unknown (a claim outside the
-	// job's ticks took the row before the run was closed); or skipped (no
-	// run: the replicas' claims of the tick found the run of an earlier
-	// tick still holding the key; Holder is the first to find it so, and
-	// Fence the lease that held the key).
+	// Outcome is how the run ended: running, completed, failed, lapsed,
+	// revoked, superseded, given back, unknown or skipped. See
+	// docs/GUIDE.md, "Run".
 	Outcome string
 }
 
 // noLedger says why a table WithoutFenceColumn lists no runs.
 const noLedger = "a table WithoutFenceColumn has no ledger of runs: the tick of a job's last run is in its row's holder (List); run Migrate for the ledger"
 
-// Runs returns the runs of the job key, or of every job when key is "",
-// started within since of the server's clock, sorted by key byte-wise,
-// then by tick. It needs SELECT on the lease table and its ledger, which
-// Migrate makes: a table WithoutFenceColumn has none.
+// Runs returns the runs of job key, or of every job when key is "", started
+// within since by the server's clock, sorted by key byte-wise, then tick. It
+// needs SELECT on the table and its ledger, which a table WithoutFenceColumn
+// lacks.
 func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Run, error) {
 	mustContext(ctx, "Runs")
 	t := a.table

@@ -10,14 +10,11 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 )
 
-// Claim takes the lease on key in one statement, or returns an error wrapping
-// ErrHeld while another holder's lease is live. A claim by the same Locker
-// while its lease is live succeeds with a greater fence, and the previous
-// Lease is then lost. The lease is extended in the background until Unlock,
-// loss or Close. Claim uses ctx as given (Lock adds the Locker's timeout) and
-// returns within about two seconds of its end; a claim whose outcome is
-// unknown is expired again on the fence it drew. See docs/GUIDE.md,
-// "Locker.Claim".
+// Claim takes the lease on key in one statement, or returns an error
+// wrapping ErrHeld while another holder's lease is live. A re-claim by the
+// same Locker succeeds with a greater fence, and its previous Lease is lost.
+// The lease is extended in the background until Unlock, loss or Close. Claim
+// uses ctx as given; Lock adds a timeout. See docs/GUIDE.md, "Locker.Claim".
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
 	return l.claim(ctx, key, l.terms(), reentrant)
@@ -241,7 +238,7 @@ func tickOf(s sent) time.Time {
 
 // supersede ends the Locker's lease of key, if it has one, after a claim
 // statement may have written the row for this holder without handing out a
-// lease: the row has a new fence, so the previous mandate is over.
+// lease: the row has a new fence, so the previous lease is over.
 func (l *Locker) supersede(key, why string) {
 	l.mu.Lock()
 	prev := l.leases[key]
@@ -496,7 +493,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 		return
 	}
 	// The row is this claim's now: a lease of the key this Locker held is
-	// a previous mandate, and must stop believing before the row is given
+	// a previous lease, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
 	l.fences.See(cl.key, o.c.Fence, time.Now(), cl.terms.ttl+cl.terms.minHold)

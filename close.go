@@ -9,12 +9,10 @@ import (
 )
 
 // Close closes the Locker's Electors, stops the heartbeat, releases every
-// lease still held in one statement (their Err then wraps ErrClosed), ends
-// the claims in flight with ErrClosed, and waits for every goroutine of the
-// Locker. The release runs even if ctx is cancelled, bounded by the Locker's
-// timeout; Close waits for claims in flight for as long as ctx lasts, and its
-// error then names their keys. When it returns nil, nothing of the Locker
-// runs and it holds nothing. Later calls wait for the first and return nil.
+// lease still held in one statement (their Err then wraps ErrClosed), even
+// if ctx is cancelled, ends claims in flight with ErrClosed, and waits for
+// the Locker's goroutines. When it returns nil, nothing of the Locker runs
+// or is held. It is idempotent. See docs/GUIDE.md, "Locker.Close".
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	electors, first := l.markClosed(ctx)

@@ -44,12 +44,11 @@
 //		return s.Shutdown()
 //	}
 //
-// Each claim of the job takes the tick of its period's grid nearest the
-// database's clock ([WithPeriod]), stored with the lease, so a tick runs at
-// most once however late a replica's timer fires; [JobLocker.Schedule] puts
-// the ticks at the same instants on every replica. [Migrate] creates the table. Outside
-// gocron, [Locker.Claim] takes a key and [Locker.ClaimWait] waits for one;
-// an [Elector] runs all of a service's jobs on one leader.
+// Each claim takes the tick of the job's period nearest the database's
+// clock ([WithPeriod]), so a tick runs at most once however late a
+// replica's timer fires. [Migrate] creates the table. Outside gocron,
+// [Locker.Claim] takes a key and [Locker.ClaimWait] waits for one; an
+// [Elector] runs all of a service's jobs on one leader.
 //
 // # Guarantees
 //
@@ -64,9 +63,8 @@
 // These rest on a replica's clock not running slow by more than a tenth of
 // the TTL (at most a second) over one TTL, on a durable server, and across a
 // failover on a synchronous standby. Fencing protects only what checks the
-// fence. The [user guide] says why, how to choose TTL and heartbeat, and how
-// the protocol works; [Operations] covers the schema, grants, PgBouncer, the
-// pglease command and metrics.
+// fence. The [user guide] says why and how to choose TTL and heartbeat;
+// [Operations] covers the schema, grants, PgBouncer and metrics.
 //
 // [user guide]: https://github.com/pglease/pglease/blob/main/docs/GUIDE.md
 // [Operations]: https://github.com/pglease/pglease/blob/main/docs/OPERATIONS.md

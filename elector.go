@@ -14,10 +14,8 @@ var _ gocron.Elector = (*Elector)(nil)
 
 // Elector elects one leader among the replicas of a service, for
 // gocron.WithDistributedElector: only the leader runs jobs. Leadership is a
-// lease on one key, claimed with its Locker's holder and extended by its
-// Locker's heartbeat. From the first IsLeader or Campaign until Close, a
-// campaign waits for the key as ClaimWait does, and takes over within a round
-// trip of the leader's Close. Make one with NewElector.
+// lease on one key, kept by its Locker's heartbeat; a follower takes over
+// within a round trip of the leader's Close. See docs/GUIDE.md, "Elector".
 type Elector struct {
 	locker *Locker
 	key    string
@@ -57,9 +55,8 @@ type LeaderCallbacks struct {
 	// OnStoppedLeading: the lease of OnStartedLeading ended (Close
 	// resigned, or it was lost); lease.Err says which.
 	OnStoppedLeading func(lease *Lease)
-	// OnNewLeader: the leader changed to holder (this replica's own
-	// holder when it was elected), as a follower sees it; RevokedHolder is
-	// never reported.
+	// OnNewLeader: the leader changed to holder (this replica's own when it
+	// was elected), as a follower sees it.
 	OnNewLeader func(holder string)
 }
 
@@ -73,10 +70,10 @@ func WithLeaderCallbacks(cb LeaderCallbacks) Option {
 // short.
 const campaignRetry = time.Second
 
-// NewElector returns an Elector of l for key, the same on every replica of a
-// service. It claims with l's holder, on terms of its own (WithTTL and
-// WithTimeout, by default l's) and no min hold, so that Close hands leadership
-// over at once. l.Close closes it first. It sends nothing to the database.
+// NewElector returns an Elector of l for key, the same on every replica. It
+// claims with l's holder, on terms of its own (WithTTL, WithTimeout; by
+// default l's) and no min hold; l.Close closes it first. It sends nothing to
+// the database.
 func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 	if l == nil {
 		return nil, errors.New("pglease: new elector: locker is nil")
@@ -128,9 +125,8 @@ func (e *Elector) isClosed() bool {
 func (e *Elector) Key() string { return e.key }
 
 // IsLeader implements gocron.Elector: nil while this replica leads, an error
-// wrapping ErrHeld while another does. It answers without a round trip while
-// the leadership lease is trusted, and otherwise claims the key at once. The
-// first call starts the campaign.
+// wrapping ErrHeld while another does. While the leadership lease is trusted
+// it answers without a round trip. The first call starts the campaign.
 func (e *Elector) IsLeader(ctx context.Context) error {
 	mustContext(ctx, "IsLeader")
 	ctx, cancel := context.WithTimeout(ctx, e.terms.timeout)
@@ -141,13 +137,10 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 	return nil
 }
 
-// Campaign starts the campaign if it is not running and waits until this
-// replica leads, for services outside gocron, and returns the leadership
-// lease, which stays this replica's until its Done, whatever happens to ctx.
-// Its error wraps ctx.Err() (and ErrHeld) when ctx ends, or ErrClosed once the
-// Elector or its Locker is closed; any other failure of the campaign's last
-// attempt is returned at once, and the campaign goes on trying about every
-// second.
+// Campaign waits until this replica leads (outside gocron) and returns the
+// leadership lease, held until its Done. Its error wraps ctx.Err() (and
+// ErrHeld) when ctx ends, or ErrClosed once the Elector or Locker is closed;
+// other failures return at once. See docs/GUIDE.md, "Elector.Campaign".
 func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 	mustContext(ctx, "Campaign")
 	for {
@@ -367,10 +360,9 @@ func (e *Elector) Leader() (*Lease, bool) {
 }
 
 // Close resigns: the campaign stops and the leadership lease is released at
-// once, even if ctx is cancelled, within the Elector's timeout, so that the
-// followers take over within a round trip; the callbacks still due run before
-// Close returns, unless Close is called from one. The Locker stays open. Close
-// is idempotent.
+// once, even if ctx is cancelled, so that a follower takes over within a
+// round trip; the callbacks still due run first. The Locker stays open.
+// Close is idempotent. See docs/GUIDE.md, "Elector.Close".
 func (e *Elector) Close(ctx context.Context) error {
 	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()

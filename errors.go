@@ -8,10 +8,9 @@ var (
 	// ErrHeld: another holder's lease on the key is live. Contention
 	// between replicas, not a failure.
 	ErrHeld = errors.New("lease held by another holder")
-	// ErrLost: the lease is no longer the key's current lease. The error
-	// wrapping it says why: a later lease took the key, the lease lapsed,
-	// its trust deadline passed, or an operator revoked it (ErrRevoked) or
-	// expired it early (Admin.ForceExpire). A lost lease never comes back.
+	// ErrLost: the lease is no longer the key's current lease: a later lease
+	// took the key, it lapsed, its trust deadline passed, or an operator
+	// revoked or expired it. A lost lease never comes back.
 	ErrLost = errors.New("lease lost")
 	// ErrReleased is Lease.Err after a successful Unlock.
 	ErrReleased = errors.New("lease released")
@@ -20,15 +19,12 @@ var (
 	ErrClosed = errors.New("locker closed")
 	// ErrInvalidOption is wrapped by every *OptionError.
 	ErrInvalidOption = errors.New("pglease: invalid option")
-	// ErrNotFound: Admin.Revoke or Admin.ForceExpire found no row for the
-	// key.
+	// ErrNotFound: Admin.Revoke or ForceExpire found no row for the key.
 	ErrNotFound = errors.New("pglease: key not found")
 )
 
-// OptionError names the option that is wrong and says why, and how to fix
-// it where that is not plain from why: an option given where it does not
-// apply, a value it refuses, the zero Option, or a combination that cannot
-// work.
+// OptionError names the option that is wrong, says why, and how to fix it
+// where that is not plain from why.
 type OptionError struct {
 	Option string // the option's function name, e.g. "WithTTL"
 	msg    string

@@ -6,12 +6,8 @@ import (
 	"time"
 )
 
-// EventKind says what happened to a lease. Each lease's events come in
-// order: its claim (EventAcquired, or EventContended or EventClaimFailed with
-// no lease), heartbeats (EventExtended, EventHeartbeatFailed), then its end
-// (EventReleased, EventReleaseFailed or EventLost; a lease lost before its
-// release reports EventLost, then EventReleaseFailed). See docs/GUIDE.md,
-// "Events".
+// EventKind says what happened to a lease. A lease's events come in order:
+// its claim, its heartbeats, its end. See docs/GUIDE.md, "Events".
 type EventKind int
 
 // The events a Locker reports through WithHook and WithLogger, with the
@@ -72,17 +68,15 @@ type Event struct {
 	Leases int           // heartbeats: the leases in the statement
 	Skew   Skew          // EventAcquired, EventExtended: the Locker's ClockSkew reading
 
-	// Tick is, for a claim of a job's tick (WithPeriod, WithCron), the tick claimed
-	// (EventAcquired) or refused (EventContended). CaughtUp marks an
-	// acquisition that runs a tick whose run lapsed (WithCatchUp); Skipped
-	// a refusal because the run of an earlier tick still holds the key.
+	// Tick is the tick claimed (EventAcquired) or refused (EventContended);
+	// CaughtUp: a rerun of a lapsed tick; Skipped: refused while an earlier
+	// tick's run held the key.
 	Tick     time.Time
 	CaughtUp bool
 	Skipped  bool
 
-	// Context is the caller's context of the claim or release the event
-	// reports; nil for heartbeats and losses. A hook may read its values
-	// (a trace span) but must not wait on it.
+	// Context is the context of the claim or release reported, or nil; a
+	// hook may read its values but must not wait on it.
 	Context context.Context
 }
 

@@ -12,19 +12,11 @@ import (
 )
 
 // Task returns a gocron task and the gocron.WithName option of a job named
-// name, the key of its lease, for a scheduler whose distributed locker is l or
-// a JobLocker of l:
-//
-//	task, named := locker.Task("nightly-report", report)
-//	_, err := s.NewJob(gocron.DailyJob(1, at), task, named)
-//
-// run gets a context that ends with the lease or the job's context, and the
-// run's lease, whose Fence is the run's fencing token; the error it returns
-// goes to gocron, and for a job of ticks (WithPeriod, WithCron) closes the
-// run as failed in the ledger (completed when nil). A run that finds no
-// lease under name (its lease ended before the task started, or the job
-// was given another gocron.WithName) is skipped, and reported once per job
-// as EventRunWithoutLease. Task panics on an invalid name.
+// name, its lease's key, for a scheduler whose locker is l or a JobLocker of
+// l. run gets the run's lease and a context that ends with it; its error
+// goes to gocron and marks a tick's run failed. A run that finds no lease is
+// skipped (EventRunWithoutLease). A bad name panics. See docs/GUIDE.md,
+// "Locker.Task".
 func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease) error) (gocron.Task, gocron.JobOption) {
 	if err := checkKey(name); err != nil {
 		panic("pglease: Task: " + err.Error())
@@ -107,16 +99,11 @@ var errUnnamedJob = errors.New("pglease: the key looks like a Go function name, 
 	"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
 	"name the job (gocron.WithName, or Locker.Task)")
 
-// StartOnGrid is the gocron job option that puts a gocron.DurationJob's runs
-// on the multiples of period since the Unix epoch: the same instants on every
-// replica, whenever each started (every minute at second 0, every 24h at
-// midnight UTC). Give it the DurationJob's period. The first run is the first
-// multiple at or after the job is scheduled. With ticks aligned and a min hold
-// H, each tick runs exactly once when D < H, H + D <= period and run + D <=
-// period, D being the spread of the claims around a tick and run the time from
-// claim to release. It reads time.Now (not gocron.WithClock), sets
-// gocron.WithStartAt, and panics with an *OptionError when period <= 0. See
-// docs/GUIDE.md, "StartOnGrid".
+// StartOnGrid is the gocron job option that puts a DurationJob's runs on the
+// multiples of period since the Unix epoch, the same instants on every
+// replica; give it the job's period. The first run is the first multiple at
+// or after the job is scheduled. It sets gocron.WithStartAt, and panics with
+// an *OptionError if period <= 0. See docs/GUIDE.md, "StartOnGrid".
 func StartOnGrid(period time.Duration) gocron.JobOption {
 	if period <= 0 {
 		panic(&OptionError{Option: "StartOnGrid", msg: fmt.Sprintf("StartOnGrid(%v): the period must be positive", period)})

@@ -16,11 +16,9 @@ import (
 
 // Guard makes tx commit only while this lease is the key's current lease: it
 // checks the lease row in tx, by the server's clock, and locks it in share
-// mode until tx ends, so that no later lease of the key can begin before tx
-// commits. Call it last: the writes, Guard, commit. Every error it returns
-// (wrapping ErrLost when the lease is not current) leaves tx aborted, so that
-// its commit rolls back. Call it in the outermost transaction or in a
-// savepoint that is committed. See docs/GUIDE.md, "Lease.Guard".
+// mode until tx ends. Call it last, right before the commit, in the
+// outermost transaction. Every error it returns (wrapping ErrLost when the
+// lease is not current) leaves tx aborted. See docs/GUIDE.md, "Lease.Guard".
 func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	mustContext(ctx, "Guard")
 	if isNilTx(tx) {
@@ -29,9 +27,9 @@ func (ls *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	return ls.guardTx(ctx, tx)
 }
 
-// GuardSQL is Guard for a database/sql transaction (GORM, sqlx, ent and bun
-// expose it), on pgx's stdlib driver or lib/pq: the same check, lock and
-// errors, and tx aborted on every error.
+// GuardSQL is Guard for a *sql.Tx (GORM, sqlx, ent, bun) on pgx's stdlib
+// driver or lib/pq: the same check, lock and errors, and tx aborted on every
+// error.
 func (ls *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 	mustContext(ctx, "GuardSQL")
 	if tx == nil {

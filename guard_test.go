@@ -85,7 +85,7 @@ func TestGuard(t *testing.T) {
 	// would have moved: such a round extends nothing, so the lease is lost
 	// at the deadline its last confirmed round set.
 	t.Run("RefusesALeaseOnlyUnreplicatedRoundsExtended", testGuardUnreplicated)
-	t.Run("CommitsWhileTheMandateIsCurrent", func(t *testing.T) {
+	t.Run("CommitsWhileTheLeaseIsCurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		ledger := pgtest.NewLedger(t, pool)
@@ -638,7 +638,7 @@ func TestGuard(t *testing.T) {
 			require.Equal(t, 0, count())
 		})
 
-		t.Run("OldMandateNeverCommitsAfterANewerClaim", func(t *testing.T) {
+		t.Run("OldLeaseNeverCommitsAfterANewerClaim", func(t *testing.T) {
 			lease, err := a.Claim(ctx, "race")
 			require.NoError(t, err)
 			tx, err := pool.Begin(ctx)

@@ -205,19 +205,17 @@ func (l *Locker) extendStatement(ctx context.Context, db DB, leases []*Lease) (m
 	return byLease(leases, got), err
 }
 
-// Skew is a reading of how far this replica's wall clock is from the
-// database's, from the server time that claims and heartbeats return:
-// Offset = server time - (sent + round trip/2), within ± round trip/2. See
-// docs/GUIDE.md, "Skew".
+// Skew is a reading of this replica's wall clock against the database's,
+// from the server time that claims and heartbeats return. See docs/GUIDE.md,
+// "Skew".
 type Skew struct {
-	// Offset is the server's clock minus this replica's wall clock:
-	// positive when the server is ahead.
+	// Offset is the server's clock minus this replica's: positive when the
+	// server is ahead.
 	Offset time.Duration
-	// Uncertainty bounds the error: the true offset was within Offset ±
-	// Uncertainty when the sample was taken (half its round trip).
+	// Uncertainty is half the sample's round trip: the true offset was
+	// within Offset ± Uncertainty.
 	Uncertainty time.Duration
-	// At is the local wall time of the sample; zero when there is no
-	// reading.
+	// At is the local wall time of the sample; zero without a reading.
 	At time.Time
 }
 

@@ -34,9 +34,9 @@ func (l *Locker) shortestTTL() time.Duration { return time.Duration(l.minTTL.Loa
 var _ gocron.Locker = (*JobLocker)(nil)
 
 // JobLocker claims leases of one Locker on terms of its own (TTL, min hold,
-// timeout), sharing the Locker's pool, heartbeat and hooks; Held, Guard and
-// Close treat its leases as the Locker's. Make one with Locker.Job and give it
-// to gocron.WithDistributedJobLocker. It is safe for concurrent use.
+// timeout); Held, Guard and Close treat its leases as the Locker's. Make one
+// with Locker.Job, for gocron.WithDistributedJobLocker. It is safe for
+// concurrent use.
 type JobLocker struct {
 	locker *Locker
 	terms  terms
@@ -44,10 +44,8 @@ type JobLocker struct {
 
 // Job returns a JobLocker that claims leases of l with the TTL, min hold and
 // timeout its options give (WithTTL, WithMinHold, WithTimeout); the rest is
-// l's. The terms must pass NewLocker's rules against l's heartbeat interval
-// (less than TTL/2), or Job returns an *OptionError naming the option. It
-// sends nothing to the database. A Locker holds at most one lease per key,
-// whichever JobLocker claimed it.
+// l's. Terms that fail NewLocker's rules are an *OptionError. It sends
+// nothing to the database. See docs/GUIDE.md, "Locker.Job".
 func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	t := l.terms()
 	c := config{ttl: t.ttl, minHold: t.minHold, timeout: t.timeout}

@@ -53,13 +53,11 @@ func (ls *Lease) Key() string { return ls.key }
 // with WithoutFenceColumn the identifier forged for this one claim.
 func (ls *Lease) Holder() string { return ls.holder }
 
-// Fence is the fencing token the database issued for this claim. Fences of a
-// key only grow. Pass it to every downstream write, and let the downstream
-// refuse writes with a fence lower than one it has seen. They are not
-// consecutive: a claim that writes draws from the table's one sequence
-// (shared by its keys) as it builds its row, and again when it takes an
-// existing row; one that races another for a free key draws even when it
-// loses. A jump of two or more per claim means no lost lease.
+// Fence is the fencing token the database issued for this claim; a key's
+// fences only grow. Pass it to every downstream write, and let the
+// downstream refuse a fence lower than one it has seen. Fences are not
+// consecutive: a jump of two or more means no lost lease. See docs/GUIDE.md,
+// "Lease.Fence".
 func (ls *Lease) Fence() int64 { return ls.fence }
 
 // Tick is the tick of the job's schedule the lease was claimed for
@@ -81,9 +79,8 @@ func (ls *Lease) ExpiresAt() time.Time {
 func (ls *Lease) Done() <-chan struct{} { return ls.done }
 
 // Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
-// was lost before it was given up (taken, lapsed, or past its trust
-// deadline); otherwise it is ErrReleased after Unlock, or ErrClosed after the
-// Locker's Close.
+// was lost (taken, lapsed, or past its trust deadline); otherwise it is
+// ErrReleased after Unlock, or ErrClosed after the Locker's Close.
 func (ls *Lease) Err() error {
 	ls.checkTrust(time.Now())
 	ls.mu.Lock()
@@ -92,11 +89,9 @@ func (ls *Lease) Err() error {
 }
 
 // Context returns a context derived from parent that is cancelled the moment
-// the lease ends, with the lease's Err as its cause (context.Cause). A job
-// should do its work under it. Call cancel when done. It also ends with
-// parent: gocron cancels a job's context when its scheduler shuts down, so
-// a run still going at Shutdown sees context.Canceled (not ErrLost), and a
-// nightly job killed by a deploy says "context canceled".
+// the lease ends, with the lease's Err as its cause (context.Cause); do the
+// job's work under it, and call cancel when done. It also ends with parent:
+// a run still going at gocron's Shutdown sees context.Canceled, not ErrLost.
 func (ls *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	mustContext(parent, "Lease.Context")
 	ctx, cancel := context.WithCancelCause(parent)
@@ -123,14 +118,11 @@ func (ls *Lease) Context(parent context.Context) (context.Context, context.Cance
 	}
 }
 
-// Unlock releases the lease (gocron.Lock). It runs even if ctx is already
-// cancelled, as gocron's is during shutdown, bounded by the timeout of
-// its Locker (or of the JobLocker that claimed it). It returns an error
-// wrapping ErrLost when the lease was lost before or a later lease owns the
-// key; the later lease's row is untouched.
-// Failures are also reported through the logger and hooks, since gocron
-// ignores what Unlock returns. Unlock after a release returns its outcome
-// again and sends nothing.
+// Unlock releases the lease (gocron.Lock), even if ctx is cancelled, within
+// its Locker's (or JobLocker's) timeout. Its error wraps ErrLost when the
+// lease was lost or a later lease owns the key, whose row it leaves as is;
+// failures are logged and given to the hooks too. See docs/GUIDE.md,
+// "Lease.Unlock".
 func (ls *Lease) Unlock(ctx context.Context) error {
 	mustContext(ctx, "Unlock")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)

@@ -992,7 +992,7 @@ func TestLoss(t *testing.T) {
 		}
 	})
 
-	t.Run("RevokeOfALaterMandateIsNotThisLeases", func(t *testing.T) {
+	t.Run("RevokeOfALaterLeaseIsNotThisLeases", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		l := pgtest.Locker(t, pool, table, "a", fast...)

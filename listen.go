@@ -29,14 +29,12 @@ type WaitMode int
 const (
 	// WaitIdle means no claim of the Locker has waited yet.
 	WaitIdle WaitMode = iota
-	// WaitByNotification means a connection of the Locker LISTENs on the table's
-	// channel and the release statement notifies it: waiters wake within a
-	// round trip of a release.
+	// WaitByNotification means a connection of the Locker LISTENs for
+	// releases: waiters wake within a round trip of one.
 	WaitByNotification
-	// WaitByPolling means waiters try again about once a second, and at
-	// the holder's expiry: a release is seen within about a second, at a
-	// claim and a read a second per waiting key. WithListenDSN lets a Locker
-	// behind a pooler wait by notification instead.
+	// WaitByPolling means waiters try again about once a second, and at the
+	// holder's expiry; WithListenDSN lets a Locker behind a pooler wait by
+	// notification instead.
 	WaitByPolling
 )
 
@@ -138,15 +136,11 @@ func (l *Locker) pollingReason(reason error) string {
 	return reason.Error()
 }
 
-// WithListenDSN gives the Locker a connection of its own, dialed with dsn (as
-// pgx.ParseConfig reads it), on which it LISTENs for the releases its waiting
-// claims (ClaimWait, an Elector's campaign) wait for; statements still run on
-// the DB. Use it behind a transaction pooler, which delivers no notifications:
-// point dsn at the server itself. The connection is dialed at the first
-// waiting claim, checked with a probe notification, dialed again when lost,
-// and closed by Close. The default is none: on a *pgxpool.Pool the Locker
-// listens on one of the pool's connections. See docs/GUIDE.md,
-// "WithListenDSN".
+// WithListenDSN gives the Locker a connection of its own, dialed with dsn
+// (as pgx.ParseConfig reads it), only to LISTEN for the releases its waiting
+// claims wait for. Behind a transaction pooler, point dsn at the server
+// itself. By default a Locker on a *pgxpool.Pool listens on one of its
+// connections. See docs/GUIDE.md, "WithListenDSN".
 func WithListenDSN(dsn string) Option {
 	return Option{"WithListenDSN", atLocker, lockerWide, func(c *config) {
 		if strings.TrimSpace(dsn) == "" {

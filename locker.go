@@ -26,10 +26,8 @@ import (
 	"github.com/pglease/pglease/internal/turn"
 )
 
-// DB is what pglease needs from PostgreSQL. *pgxpool.Pool and *pgx.Conn
-// satisfy it. pglease never closes it: the pool is the caller's. A DB
-// that wraps a pool and also has its Acquire and Stat methods is used as
-// that pool (see docs/GUIDE.md, "DB").
+// DB is what pglease needs from PostgreSQL; *pgxpool.Pool and *pgx.Conn
+// satisfy it. pglease never closes it. See docs/GUIDE.md, "DB".
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -37,17 +35,10 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// SQL returns a DB on db, a database/sql pool opened with pgx's stdlib driver
-// ("pgx") or lib/pq ("postgres"), for NewLocker, Migrate and NewAdmin:
-//
-//	locker := pglease.NewLocker(pglease.SQL(db), pglease.WithTable("leases"))
-//
-// A Locker uses it as it uses a *pgxpool.Pool: claims leave one connection of
-// db.SetMaxOpenConns to the heartbeat (NewLocker refuses a limit of one), and
-// a claim given up is cancelled on the server. Waiting claims poll unless
-// WithListenDSN is given; WithKeptConnection does not apply. Server errors
-// read as *pgconn.PgError with either driver. Guard a *sql.Tx with
-// Lease.GuardSQL. SQL(nil) is a nil DB. See docs/GUIDE.md, "SQL".
+// SQL returns a DB on db, a database/sql pool of pgx's stdlib driver ("pgx")
+// or lib/pq ("postgres"). A Locker keeps one of db's connections for its
+// heartbeat (a limit of one is refused), and its waiting claims poll unless
+// WithListenDSN is given. See docs/GUIDE.md, "SQL".
 func SQL(db *sql.DB) DB {
 	if db == nil {
 		return nil
@@ -130,10 +121,9 @@ type Locker struct {
 }
 
 // NewLocker returns a Locker on db. It panics with an error naming what is
-// wrong (as regexp.MustCompile does): a nil db, a pgx.Tx, or an invalid
-// option (an *OptionError). Every statement of a Locker commits on its own,
-// so a *pgx.Conn must not be inside a transaction either. It sends nothing
-// to the database.
+// wrong: a nil db, a pgx.Tx, or an invalid option (an *OptionError). Every
+// statement of a Locker commits on its own: a *pgx.Conn must not be in a
+// transaction either. It sends nothing to the database.
 func NewLocker(db DB, opts ...Option) *Locker {
 	l, err := newLocker(db, opts...)
 	if err != nil {
@@ -209,10 +199,10 @@ func (l *Locker) Holder() string { return l.cfg.holder }
 func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 
 // Lock implements gocron.Locker: it claims key (the job name) within the
-// Locker's timeout, since gocron's context has no deadline. Failures are
-// logged and reported to the hooks, since gocron does not; contention stays at
-// debug level. A key that looks like a Go function name (a job with no
-// gocron.WithName) is reported once, as EventUnnamedJob.
+// Locker's timeout. Failures other than contention are logged at error level
+// and given to the hooks, since gocron does not report them; a key like a Go
+// function name (a job without gocron.WithName) is reported as
+// EventUnnamedJob.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	mustContext(ctx, "Lock")
 	return l.lock(ctx, key, l.terms())

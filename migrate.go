@@ -34,13 +34,10 @@ func Schema(opts ...Option) (string, error) {
 }
 
 // Migrate creates the fence sequence and the lease table if they do not
-// exist, and purges rows expired longer ago than the retention (Retention, or
-// WithRetention). It runs in one transaction under a transaction-scoped
-// advisory lock: idempotent, and safe when many replicas run it at once. It
-// refuses, naming the fix, an existing table or sequence that could lose rows
-// or hand out a smaller fence (UNLOGGED, a sequence CACHE above 1, ...). At run
-// time a Locker needs only SELECT, INSERT and UPDATE on the table and USAGE on
-// its sequence. See docs/GUIDE.md, "Migrate".
+// exist, and purges rows expired longer ago than the retention (Retention,
+// or WithRetention). It is idempotent and safe to run on many replicas at
+// once. It refuses, naming the fix, an existing table or sequence that could
+// lose rows or hand out a smaller fence. See docs/GUIDE.md, "Migrate".
 func Migrate(ctx context.Context, db DB, opts ...Option) error {
 	mustContext(ctx, "Migrate")
 	if isNil(db) {

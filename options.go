@@ -24,15 +24,13 @@ const (
 	// DefaultTimeout bounds one claim made by Lock and one release made by
 	// Unlock or Close.
 	DefaultTimeout = 5 * time.Second
-	// Retention is how long Migrate keeps an expired row before purging it.
-	// It may be lowered to MinRetention, no further.
+	// Retention is how long Migrate keeps an expired row (>= MinRetention).
 	Retention = 24 * time.Hour
 )
 
-// MinRetention is the shortest purge horizon WithRetention, Migrate and the
-// CLI accept: a claim draws its fence before it inserts its row, and a purge
-// within the time such a claim may stall would let it hand out a smaller
-// fence. See docs/GUIDE.md, "MinRetention".
+// MinRetention is the shortest purge horizon accepted: a shorter one could
+// let a stalled claim hand out a smaller fence. See docs/GUIDE.md,
+// "MinRetention".
 const MinRetention = time.Hour
 
 // MinTTL is the shortest TTL WithTTL accepts.
@@ -75,10 +73,9 @@ const MaxKeyLen = 1024
 //	WithRetention                                         x
 //	WithLeaderCallbacks                         x
 //
-// An option given where it does not apply, a value it refuses, the zero
-// Option, or a combination that cannot work is an *OptionError wrapping
-// ErrInvalidOption that names the option and the fix; nothing is written.
-// NewLocker panics with it, the others return it.
+// Any other use, a bad value or the zero Option is an *OptionError naming
+// the option and the fix, and nothing is written: NewLocker panics with it,
+// the others return it.
 type Option struct {
 	name  string // the With function, e.g. "WithTTL"
 	takes entry  // the entry points that take it
@@ -142,15 +139,15 @@ type config struct {
 	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
 
-// RevokedHolder is the holder Admin.Revoke (`pglease release`) writes in a
-// revoked lease's row. No Locker may have it, so that nothing of its former
-// holder matches the row again.
+// RevokedHolder is the holder Admin.Revoke writes in a revoked lease's row.
+// No Locker may have it, so nothing of its former holder matches the row
+// again.
 const RevokedHolder = "pglease:revoked"
 
-// WithHolder names this replica in the holder column; the Locker adds '#' and
-// a random suffix of its own (Locker.Holder), so that only the leases it
-// claimed are its own to claim again. The default is hostname-pid. A value
-// with '#', and RevokedHolder, are refused.
+// WithHolder names this replica in the holder column, for operators; the
+// Locker adds '#' and a random suffix, so replicas may share it. The default
+// is hostname-pid; '#' and RevokedHolder are refused. See docs/GUIDE.md,
+// "WithHolder".
 func WithHolder(id string) Option {
 	return Option{"WithHolder", atLocker, lockerWide, func(c *config) {
 		switch {
@@ -166,10 +163,9 @@ func WithHolder(id string) Option {
 	}}
 }
 
-// WithTTL sets how long a lease lives on the server without a heartbeat,
-// which is also how long other replicas wait after a holder crashes. The
-// default is DefaultTTL (60s); a job's and an Elector's default is their
-// Locker's.
+// WithTTL sets how long a lease lives without a heartbeat, which is also how
+// long the other replicas wait after a holder crashes. The default is
+// DefaultTTL (60s); a job's and an Elector's is their Locker's.
 func WithTTL(d time.Duration) Option {
 	return Option{"WithTTL", atLocker | atJob | atElector, leaseTerms, durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
 		func(c *config) { c.ttl = d })}
@@ -183,22 +179,20 @@ func WithHeartbeatInterval(d time.Duration) Option {
 		func(c *config) { c.heartbeat = d })}
 }
 
-// WithMinHold keeps a released lease until acquired_at + d, so that a replica
-// whose scheduler fires a little later cannot run the same tick again (the
-// holder itself can claim it again). It must be <= TTL; with StartOnGrid,
-// about half the period is a good choice. The default is 0: Unlock expires the
-// lease at once.
+// WithMinHold keeps a released lease until acquired_at + d, so that a
+// replica whose timer fires a little later cannot run the same tick again.
+// It must be <= TTL; the default, 0, expires the lease at Unlock. See
+// docs/GUIDE.md, "WithMinHold".
 func WithMinHold(d time.Duration) Option {
 	return Option{"WithMinHold", atLocker | atJob, "an Elector has no min hold, so that its Close hands leadership over at once; " +
 		"Migrate, Schema and NewAdmin claim nothing", durationOption("WithMinHold", d, 0, "min hold must not be negative",
 		func(c *config) { c.minHold, c.minHoldSet = d, true })}
 }
 
-// WithTable sets the lease table, "name" or "schema.name"; the fence sequence
-// is "<name>_fence_seq" beside it. The default is DefaultTable ("lease"). A
-// bare name that the statements use as an alias (h, mine, extended, r,
-// released, server, instant, nearest, prev, taken, logged, closed, ran) is
-// refused: give it with its schema.
+// WithTable sets the lease table, "name" or "schema.name"; the fence
+// sequence is "<name>_fence_seq" beside it. The default is DefaultTable
+// ("lease"). A bare name the statements use as an alias (h, r, server...) is
+// refused: give it with its schema. See docs/GUIDE.md, "WithTable".
 func WithTable(name string) Option {
 	return Option{"WithTable", atLocker | atMigrate | atSchema | atAdmin, "a job's and an Elector's leases are in their Locker's table: give it to NewLocker", func(c *config) {
 		if _, err := driver.ParseTable(name); err != nil {
@@ -228,29 +222,24 @@ func WithTimeout(d time.Duration) Option {
 
 // WithoutFenceColumn makes the Locker work on an existing table it cannot
 // alter: columns key (unique), holder (text), expires_at (timestamptz),
-// optionally acquired_at, and no fence. Each claim then writes a holder made
-// for that one lease, and Fence returns 0: downstream fencing needs the fence
-// column. A job's tick (WithPeriod, WithCron) is written in the holder, after
-// '@'; WithCatchUp and the ledger of runs need Migrate's table. See
-// docs/GUIDE.md, "WithoutFenceColumn".
+// optionally acquired_at, and no fence. Fence then returns 0, and a job
+// cannot catch up (WithCatchUp). See docs/GUIDE.md, "WithoutFenceColumn".
 func WithoutFenceColumn() Option {
 	return Option{"WithoutFenceColumn", atLocker | atAdmin, "Migrate and Schema create the fenced table; " +
 		"a job and an Elector use their Locker's table: give it to NewLocker and NewAdmin", func(c *config) { c.noFence = true }}
 }
 
 // WithKeptConnection makes a Locker on a *pgxpool.Pool of two connections or
-// more keep one of them, from its first claim until Close, for its heartbeat
-// and releases, so that jobs holding every connection of the pool cannot
-// starve the heartbeat. Count it when sizing the pool, and close the Locker
-// before the pool. NewLocker refuses it for any other DB.
+// more keep one of them from its first claim until Close, for its heartbeat
+// and releases. Size the pool one larger, and close the Locker before the
+// pool. See docs/GUIDE.md, "WithKeptConnection".
 func WithKeptConnection() Option {
 	return Option{"WithKeptConnection", atLocker, lockerWide, func(c *config) { c.keepConn = true }}
 }
 
-// WithLogger sets where the Locker reports. Contention and routine events
-// are logged at debug level; failed claims, lost leases and failed releases
-// at error level. The default is slog.Default(). To silence it, pass
-// slog.New(slog.DiscardHandler).
+// WithLogger sets where the Locker reports: routine events at debug level,
+// failures at error level. The default is slog.Default();
+// slog.New(slog.DiscardHandler) silences it.
 func WithLogger(logger *slog.Logger) Option {
 	return Option{"WithLogger", atLocker, lockerWide, func(c *config) {
 		if logger == nil {
@@ -261,10 +250,9 @@ func WithLogger(logger *slog.Logger) Option {
 	}}
 }
 
-// WithHook registers a function called with every Event the Locker
-// observes, its Electors' included. Hooks run synchronously on the
-// Locker's goroutines, in the order registered: they must return quickly
-// and must not call the Locker. It may be given several times.
+// WithHook registers a function called with every Event of the Locker and
+// its Electors, synchronously, in the order registered: it must return
+// quickly and must not call the Locker. It may be given several times.
 func WithHook(hook func(Event)) Option {
 	return Option{"WithHook", atLocker, lockerWide, func(c *config) {
 		if hook == nil {

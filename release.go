@@ -300,16 +300,16 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 }
 
 // giveBackUnknown gives back what a claim of key may have committed unseen,
-// on exactly the mandate it made: it first reads the row (harmless however
+// on exactly the lease it made: it first reads the row (harmless however
 // late it arrives), and expires it through the release statement only if
 // the row carries this holder, is live, and has a fence greater than any
-// this Locker knows of (known): a mandate of its own that it never handed
+// this Locker knows of (known): a lease of its own that it never handed
 // out. The release matches that fence alone, so a release that arrives
 // late, after the Locker has claimed the key again, touches nothing. It is
 // sent within the claim's key turn, even if ctx has ended, within the
 // claim's timeout (givenUpGiveBack once ctx has ended); its read is not
 // sent under answering, so that it ends with its context. Without a fence
-// column each mandate has a holder of its own, which the row does not tell
+// column each lease has a holder of its own, which the row does not tell
 // apart from a lease handed out: such a row lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
@@ -335,7 +335,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
 }
 
-// giveBack expires the row of ls, a mandate nobody holds, keeping its min
+// giveBack expires the row of ls, a lease nobody holds, keeping its min
 // hold, in one attempt of the release statement: a row locked elsewhere
 // lapses at its expiry.
 func (l *Locker) giveBack(ctx context.Context, ls *Lease) {

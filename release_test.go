@@ -176,7 +176,7 @@ func testReleaseQuietResend(t *testing.T) {
 	// Between the failed notifying commit and the quiet resend, a re-entrant
 	// claim of the same holder takes the row with a new fence: the quiet
 	// resend must touch nothing and the Unlock must report ErrLost.
-	t.Run("MeetsANewerMandate", func(t *testing.T) {
+	t.Run("MeetsANewerLease", func(t *testing.T) {
 		spy := &quietSpy{}
 		spyPool := pgtest.PoolAt(t, dsn, spy)
 		oldL := pgtest.Locker(t, spyPool, table, "same", pglease.WithTTL(30*time.Second))

@@ -17,7 +17,7 @@
 -- update and the table stays a few pages forever.
 -- Keep the sequence as created: INCREMENT BY 1, CACHE 1, NO CYCLE, the
 -- bigint maximum. With CACHE n each session draws its own block of n
--- values, and a later mandate of a key could get a smaller fence (1, n+1,
+-- values, and a later lease of a key could get a smaller fence (1, n+1,
 -- 2). Migrate refuses such a sequence, saying what to run, and so does a
 -- Locker's first claim. To check it yourself, this must return
 -- 1 | 9223372036854775807 | 1 | f

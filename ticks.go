@@ -13,16 +13,11 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 )
 
-// WithPeriod makes a job's claims claim ticks: each claim takes the lease
-// for the tick of the period's grid (multiples of period since the Unix
-// epoch) nearest the database server's clock, and only if no claim took
-// that tick or a later one. Each tick then runs at most once, whatever the
-// job's duration, the min hold (none is needed) and the replicas' clocks,
-// as long as they are off by less than half the period; a claim of a tick
-// already taken, or made while the run of an earlier tick holds the key, is
-// ErrHeld and gocron skips it. Only Locker.Job takes it; WithoutFenceColumn
-// the tick is written in the lease's holder. Schedule the job with
-// JobLocker.Schedule, so that its schedule is written once. See
+// WithPeriod makes a job's claims claim ticks: each takes the lease for the
+// multiple of period since the Unix epoch nearest the database's clock, if
+// no claim took that tick or a later one, so each tick runs at most once
+// while the replicas' clocks agree within half the period. A tick taken, or
+// held by an earlier run, is ErrHeld. Only for Locker.Job. See
 // docs/GUIDE.md, "Ticks".
 func WithPeriod(period time.Duration) Option {
 	return Option{"WithPeriod", atJob, "a period is a job's: give it to Locker.Job",
@@ -30,15 +25,10 @@ func WithPeriod(period time.Duration) Option {
 			func(c *config) { c.period = period })}
 }
 
-// WithCron makes a job's claims claim the instants of a cron schedule, as
-// WithPeriod does the ticks of a period: tab is read as gocron's
-// CronJob(crontab, true) reads it (five fields, or six with seconds first,
-// or a descriptor such as @daily), in UTC unless it begins with
-// CRON_TZ=zone; @every is refused (use WithPeriod). Each claim takes the
-// instant nearest the database server's clock, so the replicas' clocks
-// must be off by less than half the shortest time between two instants.
-// Only Locker.Job takes it, not with WithPeriod; Schedule adds the job as a
-// CronJob of the same crontab.
+// WithCron makes a job's claims claim the instants of crontab tab, read as
+// gocron's CronJob(tab, true) reads it, in UTC unless it begins with
+// CRON_TZ=. The replicas' clocks must agree within half the shortest gap
+// between instants. Only for Locker.Job. See docs/GUIDE.md, "Ticks".
 func WithCron(tab string) Option {
 	return Option{"WithCron", atJob, "a schedule is a job's: give it to Locker.Job",
 		func(c *config) {
@@ -83,17 +73,13 @@ func (tk *ticks) after(tick time.Time) time.Duration {
 	return tk.cron.Next(tick).Sub(tick)
 }
 
-// WithCatchUp makes a job of ticks (WithPeriod) run a tick once more when
-// its run lapsed: its holder was killed, paused past its TTL or cut off
-// from the database, and its lease expired without a release. The Lock of a
-// replica that finds the tick's run holding the key waits for that run's
-// end, as ClaimWait waits, for at most the job's TTL and period: a run
-// released, revoked, or followed by the next tick's ends the wait (ErrHeld,
-// a skip); a lapse lets one waiting replica claim the same tick with a
-// greater fence and run it. Each tick then runs at least once while a
-// replica lives, and more than once only when a run lapsed after doing its
-// work. Only Locker.Job takes it, with WithPeriod or WithCron, and not
-// WithoutFenceColumn, whose table cannot tell a released run from a lapsed one.
+// WithCatchUp makes a job of ticks run a tick again when its run lapsed
+// (expired unreleased: its holder killed or cut off): the other replicas
+// wait for the lapse, at most the job's TTL and period, and one runs the
+// tick with a greater fence. A tick then runs at least once while a replica
+// lives, and twice only after a lapse: make the job idempotent. Only
+// Locker.Job takes it, with WithPeriod or WithCron. See docs/GUIDE.md,
+// "Ticks".
 func WithCatchUp() Option {
 	return Option{"WithCatchUp", atJob, "catching up is a job's: give it to Locker.Job, with WithPeriod",
 		func(c *config) { c.catchUp = true }}
@@ -107,7 +93,7 @@ type tickHeldError struct {
 	fence         int64
 	live          bool
 	released      bool
-	run           bool // the row's mandate is a run of rowTick
+	run           bool // the row's lease is a run of rowTick
 }
 
 func (e *tickHeldError) Unwrap() error { return ErrHeld }
@@ -178,17 +164,10 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 	}})
 }
 
-// Schedule adds the job to s on its schedule (WithPeriod: every period,
-// its first run on the period's grid; WithCron: a CronJob of its crontab)
-// with j as its distributed locker, and opts after those, so that the
-// schedule is written once:
-//
-//	payouts, err := locker.Job(pglease.WithPeriod(time.Minute))
-//	task, named := locker.Task("payouts", pay)
-//	_, err = payouts.Schedule(s, task, named)
-//
-// A JobLocker made without WithPeriod or WithCron has no schedule:
-// Schedule returns an error and adds nothing.
+// Schedule adds the job to s with j as its locker, on the schedule j was
+// made with (WithPeriod: a DurationJob on the period's grid; WithCron: a
+// CronJob), then opts, so that the schedule is written once. Without one it
+// returns an error. See docs/GUIDE.md, "JobLocker.Schedule".
 func (j *JobLocker) Schedule(s gocron.Scheduler, task gocron.Task, opts ...gocron.JobOption) (gocron.Job, error) {
 	tk := j.terms.ticks
 	switch {

@@ -433,7 +433,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 
 	// Guarantee: without the fence column, concurrent re-entrant claims keep the
 	// row's own mandate.
-	t.Run("ConcurrentReentrantClaimsKeepTheMandate", func(t *testing.T) {
+	t.Run("ConcurrentReentrantClaimsKeepTheLease", func(t *testing.T) {
 		t.Parallel()
 		ctx := pgtest.Ctx(t)
 		table, dsn := legacyTable(t, legacyColumns)
@@ -441,9 +441,9 @@ func TestWithoutFenceColumn(t *testing.T) {
 		other := pgtest.Locker(t, pool, table, "replica-2", pglease.WithoutFenceColumn())
 		opts := []pglease.Option{pglease.WithoutFenceColumn(), pglease.WithHeartbeatInterval(100 * time.Millisecond)}
 
-		// requireRowsMandate checks that the lease l holds is the row's, and
+		// requireRowsLease checks that the lease l holds is the row's, and
 		// that its Unlock frees the key for another holder at once.
-		requireRowsMandate := func(l *pglease.Locker, key string) {
+		requireRowsLease := func(l *pglease.Locker, key string) {
 			t.Helper()
 			held, ok := l.Held(key)
 			require.True(t, ok, "one of the claims is held")
@@ -474,7 +474,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 		}
 		require.NoError(t, <-first)
 		require.NoError(t, secondErr)
-		requireRowsMandate(l, "forced")
+		requireRowsLease(l, "forced")
 
 		// Free: many claims of one key at once, round after round.
 		l = pgtest.Locker(t, pool, table, "replica-3", opts...)
@@ -488,7 +488,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			requireRowsMandate(l, key)
+			requireRowsLease(l, key)
 		}
 	})
 

@@ -163,13 +163,10 @@ func (l *Locker) ownLease(key string) error {
 }
 
 // ClaimWait claims key, waiting while another holder has it, until it gets
-// the lease, ctx ends, or the Locker is closed; it returns the same *Lease as
-// Claim. The waiters of one Locker take the key one after another. It wakes
-// when the key is released (see WaitMode and WithListenDSN), at the holder's
-// expiry, and otherwise about once a second. When ctx ends, the error wraps
-// ctx.Err(), and ErrHeld if the key was held. Any other failure is returned at
-// once, except a server restart once the key was found held. See
-// docs/GUIDE.md, "Locker.ClaimWait".
+// the lease, ctx ends or the Locker closes; a Locker's waiters take the key
+// in turn. When ctx ends its error wraps ctx.Err() (and ErrHeld if the key
+// was held); other failures return at once. See docs/GUIDE.md,
+// "Locker.ClaimWait".
 func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "ClaimWait")
 	if err := checkKey(key); err != nil {

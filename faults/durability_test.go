@@ -20,10 +20,10 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// mandate is one acknowledged claim, as its holder saw it. Local times are
+// ackedLease is one acknowledged claim, as its holder saw it. Local times are
 // monotonic readings of this one process; server times come from the
 // database.
-type mandate struct {
+type ackedLease struct {
 	key, holder   string
 	fence         int64
 	expiresAt     time.Time // server expiry as last known to the holder
@@ -32,16 +32,16 @@ type mandate struct {
 	released      bool      // Unlock returned nil
 }
 
-// history collects the mandates of every holder.
+// history collects the acknowledged leases of every holder.
 type history struct {
-	mu       sync.Mutex
-	mandates []*mandate
+	mu    sync.Mutex
+	acked []*ackedLease
 }
 
-func (h *history) add(m *mandate) {
+func (h *history) add(m *ackedLease) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.mandates = append(h.mandates, m)
+	h.acked = append(h.acked, m)
 }
 
 // cycle claims key with l and releases it at once, recording both. It
@@ -54,7 +54,7 @@ func (h *history) cycle(ctx context.Context, l *pglease.Locker, key string) (boo
 	if err != nil {
 		return false, err
 	}
-	m := &mandate{key: key, holder: l.Holder(), fence: lease.Fence(), claimed: time.Now()}
+	m := &ackedLease{key: key, holder: l.Holder(), fence: lease.Fence(), claimed: time.Now()}
 	h.add(m)
 	return true, h.release(ctx, m, lease)
 }
@@ -62,7 +62,7 @@ func (h *history) cycle(ctx context.Context, l *pglease.Locker, key string) (boo
 // release unlocks lease, recording it in m. The expiry is read after
 // Unlock, which waits for any heartbeat round in flight: it is the last one
 // the holder knew of.
-func (h *history) release(ctx context.Context, m *mandate, lease *pglease.Lease) error {
+func (h *history) release(ctx context.Context, m *ackedLease, lease *pglease.Lease) error {
 	h.mu.Lock()
 	m.unlockStarted = time.Now()
 	h.mu.Unlock()
@@ -75,15 +75,15 @@ func (h *history) release(ctx context.Context, m *mandate, lease *pglease.Lease)
 }
 
 // byKey returns the mandates of each key in the order they were claimed.
-func (h *history) byKey() map[string][]*mandate {
+func (h *history) byKey() map[string][]*ackedLease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := map[string][]*mandate{}
-	for _, m := range h.mandates {
+	out := map[string][]*ackedLease{}
+	for _, m := range h.acked {
 		out[m.key] = append(out[m.key], m)
 	}
 	for _, ms := range out {
-		slices.SortFunc(ms, func(a, b *mandate) int { return a.claimed.Compare(b.claimed) })
+		slices.SortFunc(ms, func(a, b *ackedLease) int { return a.claimed.Compare(b.claimed) })
 	}
 	return out
 }
@@ -278,12 +278,12 @@ func TestDurability(t *testing.T) {
 		// The burst: every key claimed (synchronous commits), then every key
 		// released (asynchronous commits), and the server killed at once.
 		leases := make([]*pglease.Lease, keys)
-		burst := make([]*mandate, keys)
+		burst := make([]*ackedLease, keys)
 		for k := range leases {
 			lease, err := before[k%holders].Claim(ctx, keyName(k))
 			require.NoError(t, err)
 			leases[k] = lease
-			burst[k] = &mandate{key: keyName(k), holder: lease.Holder(), fence: lease.Fence(), claimed: time.Now()}
+			burst[k] = &ackedLease{key: keyName(k), holder: lease.Holder(), fence: lease.Fence(), claimed: time.Now()}
 			hist.add(burst[k])
 		}
 		for k, lease := range leases {
@@ -297,7 +297,7 @@ func TestDurability(t *testing.T) {
 		// Before the crash: per key, fences grow in claim order, and a holder
 		// got the key only after the previous holder had started its Unlock.
 		var maxFence int64
-		last := map[string]*mandate{}
+		last := map[string]*ackedLease{}
 		for key, ms := range hist.byKey() {
 			for i, m := range ms {
 				maxFence = max(maxFence, m.fence)

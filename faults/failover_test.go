@@ -120,7 +120,7 @@ type failoverFindings struct {
 	cycles          int
 	failovers       []pgcluster.Failover
 	claims          int
-	mandates        int
+	runs            int
 	heldAtCrash     int // leases believed when the primary died
 	survived        int // of those, rows on the new primary with their fence and at least their known expiry
 	superseded      int // rows re-claimed by the same holder in a claim the crash left unacknowledged
@@ -155,11 +155,11 @@ func (f failoverFindings) slowest() (promoted, rebuilt time.Duration) {
 
 func (f failoverFindings) String() string {
 	promoted, rebuilt := f.slowest()
-	return fmt.Sprintf("%d crash-promote cycles (promotion at most %v, standby back at most %v); %d claims, %d mandates; "+
+	return fmt.Sprintf("%d crash-promote cycles (promotion at most %v, standby back at most %v); %d claims, %d runs; "+
 		"%d leases held at the crashes: %d survived with their fence and expiry, %d superseded by their holder's unacknowledged claim, "+
-		"%d missing (%d rows with an acknowledged extension lost, %d never reported lost, %d believed past the new primary's expiry, by up to %v); fences reissued %d, fence inversions %d, overlapping mandates %d; "+
-		"%d leases reported lost; longest time a key had no mandate %v",
-		f.cycles, promoted.Round(time.Millisecond), rebuilt.Round(time.Millisecond), f.claims, f.mandates,
+		"%d missing (%d rows with an acknowledged extension lost, %d never reported lost, %d believed past the new primary's expiry, by up to %v); fences reissued %d, fence inversions %d, overlapping runs %d; "+
+		"%d leases reported lost; longest time a key had no lease %v",
+		f.cycles, promoted.Round(time.Millisecond), rebuilt.Round(time.Millisecond), f.claims, f.runs,
 		f.heldAtCrash, f.survived, f.superseded, f.missing, f.lostExtensions, f.missingNotLost, f.exposed, f.worstExposure.Round(time.Millisecond), f.reissuedFences, f.inversions, f.overlaps,
 		f.lostEvents, f.worstGap.Round(time.Millisecond))
 }
@@ -313,7 +313,7 @@ func runFailoverSoak(t *testing.T, synchronous bool, cycles int) failoverFinding
 			f.problem("fence %d acquired %d times: %s", fence, len(who), strings.Join(who, ", "))
 		}
 	}
-	f.mandates = len(all)
+	f.runs = len(all)
 	// How long a holder believed in a lease that the new primary had
 	// already let expire: the window in which another replica could take it.
 	for _, h := range suspects {
@@ -324,7 +324,7 @@ func runFailoverSoak(t *testing.T, synchronous bool, cycles int) failoverFinding
 			}
 		}
 	}
-	mc := checkMandates(all, began.Add(ttl), ended, 0)
+	mc := checkLeases(all, began.Add(ttl), ended, 0)
 	f.inversions, f.overlaps, f.worstGap = mc.inversions, mc.overlaps, mc.worstGap
 	for _, p := range mc.problems {
 		f.problem("%s", p)

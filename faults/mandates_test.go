@@ -16,10 +16,10 @@ import (
 	"github.com/pglease/pglease"
 )
 
-// soakMandate is one job run under a lease, recorded from inside the job: from
+// soakRun is one job run under a lease, recorded from inside the job: from
 // the moment it saw its lease until it stopped believing in it (its work
 // finished, or its lease context ended).
-type soakMandate struct {
+type soakRun struct {
 	key     string
 	fence   int64
 	replica string
@@ -55,7 +55,7 @@ func (r *soakRand) intn(n int) int {
 // soakRuns records the mandates of the jobs of a soak, from inside the jobs.
 type soakRuns struct {
 	mu   sync.Mutex
-	runs []soakMandate
+	runs []soakRun
 }
 
 // addJob adds to sched the job of key, run every period from at under
@@ -77,7 +77,7 @@ func (s *soakRuns) addJob(t *testing.T, sched gocron.Scheduler, l *pglease.Locke
 		if !ok {
 			return
 		}
-		m := soakMandate{key: key, fence: lease.Fence(), replica: replica, start: time.Now()}
+		m := soakRun{key: key, fence: lease.Fence(), replica: replica, start: time.Now()}
 		jctx, cancel := lease.Context(ctx)
 		defer cancel()
 		timer := time.NewTimer(work())
@@ -98,28 +98,28 @@ func (s *soakRuns) addJob(t *testing.T, sched gocron.Scheduler, l *pglease.Locke
 }
 
 // all returns the mandates recorded so far.
-func (s *soakRuns) all() []soakMandate {
+func (s *soakRuns) all() []soakRun {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]soakMandate(nil), s.runs...)
+	return append([]soakRun(nil), s.runs...)
 }
 
-// mandateCheck is what checkMandates found.
-type mandateCheck struct {
+// leaseCheck is what checkLeases found.
+type leaseCheck struct {
 	keys                                      int // keys with at least one mandate
 	takeovers, lostRuns, overlaps, inversions int
 	worstGap                                  time.Duration
 	problems                                  []string // one line for each inversion, overlap and gap above the bound
 }
 
-// checkMandates checks, for every key: no two mandates overlap in time
+// checkLeases checks, for every key: no two mandates overlap in time
 // (one ends before the next begins), fences strictly increase in the order
 // the mandates began, and the longest time in [from, to] when no mandate
 // of the key was believed (starvation). A gap longer than bound is a
 // problem; a zero bound only measures the gaps.
-func checkMandates(all []soakMandate, from, to time.Time, bound time.Duration) mandateCheck {
-	byKey := map[string][]soakMandate{}
-	var c mandateCheck
+func checkLeases(all []soakRun, from, to time.Time, bound time.Duration) leaseCheck {
+	byKey := map[string][]soakRun{}
+	var c leaseCheck
 	problem := func(format string, args ...any) { c.problems = append(c.problems, fmt.Sprintf(format, args...)) }
 	gap := func(key string, gap time.Duration, from, to time.Time) {
 		c.worstGap = max(c.worstGap, gap)

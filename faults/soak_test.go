@@ -189,7 +189,7 @@ func TestSoak(t *testing.T) {
 	// and 2 s for a busy machine's timers, the claims' timeout and the
 	// pools' reconnections through the proxies. Safety (overlaps, fences)
 	// has no such slack.
-	st := checkMandates(all, began.Add(2*ttl), ended, 2*ttl+period+2*time.Second)
+	st := checkLeases(all, began.Add(2*ttl), ended, 2*ttl+period+2*time.Second)
 	require.Equal(t, keys, st.keys, "every key ran")
 	for _, p := range st.problems {
 		t.Error(p)

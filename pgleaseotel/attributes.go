@@ -36,7 +36,7 @@ const (
 	outcomeFailed   = "failed"    // claims, releases, rounds, waits: any other failure
 	outcomeExtended = "extended"  // heartbeat rounds: the round's statement ran
 	outcomeReleased = "released"  // releases: the row was expired in place
-	outcomeLost     = "lost"      // releases: a later mandate owned the key (ErrLost)
+	outcomeLost     = "lost"      // releases: a later lease owned the key (ErrLost)
 	outcomeRan      = "ran"       // ticks: this replica claimed the tick to run it
 	outcomeCaughtUp = "caught_up" // ticks: this replica runs a tick whose run lapsed
 	outcomeSkipped  = "skipped"   // ticks: the run of an earlier tick still held the key

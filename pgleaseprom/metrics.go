@@ -24,7 +24,7 @@ const (
 	outcomeHeld     = "held"      // claims: another holder's lease is live (ErrHeld)
 	outcomeFailed   = "failed"    // claims and releases: any other failure, as the Event kinds claim_failed and release_failed say
 	outcomeReleased = "released"  // releases: the row was expired in place
-	outcomeLost     = "lost"      // releases: a later mandate owned the key (ErrLost)
+	outcomeLost     = "lost"      // releases: a later lease owned the key (ErrLost)
 	outcomeRan      = "ran"       // ticks: this replica claimed the tick to run it
 	outcomeCaughtUp = "caught_up" // ticks: this replica runs a tick whose run lapsed
 	outcomeSkipped  = "skipped"   // ticks: the run of an earlier tick still held the key

@@ -41,7 +41,7 @@ func Fenced(render func(string) string, holder string) Protocol {
 		releaseRunsQuietSQL:   render(sqlstmt.ReleaseRunsQuiet),
 		releaseOneRunSQL:      render(sqlstmt.ReleaseOneRun),
 		releaseOneRunQuietSQL: render(sqlstmt.ReleaseOneRunQuiet),
-		rowSQL:                render(sqlstmt.Mandate),
+		rowSQL:                render(sqlstmt.RowLease),
 		holder:                holder,
 	}
 }

@@ -101,7 +101,7 @@ const (
 // would empty, a fence sequence that could issue a fence smaller than one
 // it issued before, or stop issuing them (CREATE SEQUENCE IF NOT EXISTS
 // keeps an existing sequence as an operator or a migration tool left it:
-// CACHE 100 gives successive mandates of a key fences 1, 101, 2), a fence
+// CACHE 100 gives successive leases of a key fences 1, 101, 2), a fence
 // column whose default does not draw from it, a sequence behind the
 // table's fences (sqlstmt.FenceBehind), and a key column of a
 // nondeterministic collation. Migrate reports a missing sequence (it has
@@ -205,7 +205,7 @@ func persistenceProblem(t Table, table, partition, seq string) error {
 
 // fenceDefaultProblem refuses a fence column whose default does not draw
 // from the fence sequence: new rows would take fences from elsewhere, and
-// a key's next mandate could get a smaller one.
+// a key's next lease could get a smaller one.
 func fenceDefaultProblem(t Table, identity string, fromSeq bool) error {
 	if identity == "" && fromSeq {
 		return nil

@@ -56,7 +56,7 @@ func TestALeaseTrustedAfterItsHoldersLaterLeaseWasHandedOutOverlaps(t *testing.T
 	assert.Contains(t, problems[0], "after its own fence 2")
 }
 
-func TestLedgerWritesOfAnOlderMandateAfterANewerOneAreFound(t *testing.T) {
+func TestLedgerWritesOfAnOlderLeaseAfterANewerOneAreFound(t *testing.T) {
 	rows := []LedgerRow{
 		{Seq: 1, Key: "k", Fence: 1, Token: "t1"},
 		{Seq: 2, Key: "k", Fence: 1, Token: "t2"},

@@ -85,7 +85,7 @@ func TestConcurrentClaimsMayLinearizeInTheOrderOfTheirFences(t *testing.T) {
 	assert.Equal(t, porcupine.Ok, check(t, h))
 }
 
-func TestACommittedWriteOfAnOlderMandateAfterANewerClaimCompletedIsAViolation(t *testing.T) {
+func TestACommittedWriteOfAnOlderLeaseAfterANewerClaimCompletedIsAViolation(t *testing.T) {
 	h := (&hist{}).
 		op(0, claim("k", "a"), 0, got(1), 10).
 		op(0, write("k", "a", 1), 20, is(Committed), 30).
@@ -103,7 +103,7 @@ func TestACommittedWriteConcurrentWithTheNewerClaimMayLinearizeBeforeIt(t *testi
 	assert.Equal(t, porcupine.Ok, check(t, h))
 }
 
-func TestACommitWhoseReplyWasLostMayLandLateButNotAfterTheNextMandate(t *testing.T) {
+func TestACommitWhoseReplyWasLostMayLandLateButNotAfterTheNextLease(t *testing.T) {
 	// The commit's reply was lost: it returns at the end of the history,
 	// and may linearize anywhere after its call while a1 is current.
 	h := (&hist{}).
@@ -118,7 +118,7 @@ func TestACommitWhoseReplyWasLostMayLandLateButNotAfterTheNextMandate(t *testing
 	assert.Equal(t, porcupine.Illegal, check(t, h))
 }
 
-func TestACommittedWriteAfterItsMandatesReleaseIsAViolation(t *testing.T) {
+func TestACommittedWriteAfterItsLeasesReleaseIsAViolation(t *testing.T) {
 	h := (&hist{}).
 		op(0, claim("k", "a"), 0, got(1), 10).
 		op(0, release("k", "a", 1), 20, is(OK), 30).
@@ -147,7 +147,7 @@ func TestAnExpiredRowSeenLiveAgainIsAViolation(t *testing.T) {
 	assert.Equal(t, porcupine.Illegal, check(t, h))
 }
 
-func TestReadsMaySeeMandatesNobodyReportedButNeverAFenceGoingBack(t *testing.T) {
+func TestReadsMaySeeLeasesNobodyReportedButNeverAFenceGoingBack(t *testing.T) {
 	h := (&hist{}).
 		op(0, claim("k", "a"), 0, got(1), 10).
 		op(2, read("k"), 20, seen("c", 6, true), 30). // a claim whose reply was lost
@@ -185,7 +185,7 @@ func TestARowReleasedBeforeACrashMayBeLiveAgainAfterIt(t *testing.T) {
 	assert.Equal(t, porcupine.Ok, check(t, h))
 }
 
-func TestACommitAfterAnOperatorRevokedTheMandateIsAViolation(t *testing.T) {
+func TestACommitAfterAnOperatorRevokedTheLeaseIsAViolation(t *testing.T) {
 	h := (&hist{}).
 		op(0, claim("k", "a"), 0, got(1), 10).
 		op(3, Input{Key: "k", Kind: Revoke}, 20, Output{Outcome: Seen, Holder: "a", Fence: 1, Live: true, Changed: true}, 30).

@@ -23,14 +23,14 @@ type writeClass struct {
 }
 
 var (
-	// mandateOfFence: matched on the lease's key, holder and fence, and
+	// leaseOfFence: matched on the lease's key, holder and fence, and
 	// only while live: a later mandate, of any holder, has another fence.
-	mandateOfFence = writeClass{"matches key, holder and fence of one live mandate", []string{
+	leaseOfFence = writeClass{"matches key, holder and fence of one live lease", []string{
 		"fence = ", "holder = $1", "expires_at > clock_timestamp()",
 	}}
-	// mandateOfForgedHolder: without a fence column each mandate has a
+	// leaseOfForgedHolder: without a fence column each mandate has a
 	// holder of its own, matched with the key.
-	mandateOfForgedHolder = writeClass{"matches key and the holder forged for one live mandate", []string{
+	leaseOfForgedHolder = writeClass{"matches key and the holder forged for one live lease", []string{
 		"AND l.holder = ", "expires_at > clock_timestamp()",
 	}}
 	// claimOfFreeOrOwn: a claim takes only a row that is expired or the
@@ -90,23 +90,23 @@ var writes = map[string]writeClass{
 	"ClaimTick":                 tickClaimOfFreeOrOwn,
 	"UnfencedClaim":             unfencedClaimOfFreeOrOwn,
 	"UnfencedClaimTick":         unfencedTickClaimOfExpired,
-	"Heartbeat":                 mandateOfFence,
-	"Release":                   mandateOfFence,
-	"ReleaseOne":                mandateOfFence,
-	"ReleaseOneQuiet":           mandateOfFence,
-	"releaseOneRow":             mandateOfFence,
-	"UnfencedHeartbeat":         mandateOfForgedHolder,
-	"UnfencedRelease":           mandateOfForgedHolder,
-	"UnfencedReleaseQuiet":      mandateOfForgedHolder,
-	"unfencedReleaseRows":       mandateOfForgedHolder,
-	"ReleaseQuiet":              mandateOfFence,
-	"ReleaseRuns":               mandateOfFence,
-	"ReleaseRunsQuiet":          mandateOfFence,
-	"releaseRunRows":            mandateOfFence,
-	"ReleaseOneRun":             mandateOfFence,
-	"ReleaseOneRunQuiet":        mandateOfFence,
-	"releaseOneRunRow":          mandateOfFence,
-	"releaseRows":               mandateOfFence,
+	"Heartbeat":                 leaseOfFence,
+	"Release":                   leaseOfFence,
+	"ReleaseOne":                leaseOfFence,
+	"ReleaseOneQuiet":           leaseOfFence,
+	"releaseOneRow":             leaseOfFence,
+	"UnfencedHeartbeat":         leaseOfForgedHolder,
+	"UnfencedRelease":           leaseOfForgedHolder,
+	"UnfencedReleaseQuiet":      leaseOfForgedHolder,
+	"unfencedReleaseRows":       leaseOfForgedHolder,
+	"ReleaseQuiet":              leaseOfFence,
+	"ReleaseRuns":               leaseOfFence,
+	"ReleaseRunsQuiet":          leaseOfFence,
+	"releaseRunRows":            leaseOfFence,
+	"ReleaseOneRun":             leaseOfFence,
+	"ReleaseOneRunQuiet":        leaseOfFence,
+	"releaseOneRunRow":          leaseOfFence,
+	"releaseRows":               leaseOfFence,
 	"extendMine":                partOfMine,
 	"Purge":                     purgeOfLongExpired,
 	"Revoke":                    operatorUnderRowLock,
@@ -121,11 +121,11 @@ var writes = map[string]writeClass{
 // lease table ({table}).
 var writeTo = regexp.MustCompile(`(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\{table\}`)
 
-// TestEveryStatementThatChangesLeaseRowsMatchesItsMandateOrIsHarmlessWhenLate
+// TestEveryStatementThatChangesLeaseRowsMatchesItsLeaseOrIsHarmlessWhenLate
 // enumerates every string constant of the package (its value as the
 // compiler sees it), finds those that change lease rows, and checks each
 // against its class: the next statement cannot forget to name its mandate.
-func TestEveryStatementThatChangesLeaseRowsMatchesItsMandateOrIsHarmlessWhenLate(t *testing.T) {
+func TestEveryStatementThatChangesLeaseRowsMatchesItsLeaseOrIsHarmlessWhenLate(t *testing.T) {
 	consts := packageConstants(t, ".")
 	found := map[string]bool{}
 	for name, text := range consts {

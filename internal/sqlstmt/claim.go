@@ -332,14 +332,14 @@ func withAcquired(stmt string, hasAcquired bool) string {
 	return strings.NewReplacer("{acq}", acq, "{acqval}", acqval, "{acqset}", acqset).Replace(stmt)
 }
 
-// Mandate reads the mandate a key's row carries now: its holder, its fence,
+// RowLease reads the lease a key's row carries now: its holder, its fence,
 // and whether it is live on the server's clock. A claim whose outcome the
 // Locker never learned (its reply lost, its context ended in flight) sends
 // it before giving back what that claim may have committed, so that the
-// give-back acts on exactly one mandate, named by its fence: a read is
+// give-back acts on exactly one lease, named by its fence: a read is
 // harmless however late it arrives, and a release of that fence arriving
 // after a newer claim touches nothing.
-const Mandate = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`
+const RowLease = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`
 
 // lapsedCur and lapsedLease are true of a row (cur in a read, lease in
 // the conflict arm) whose run lapsed: expired without a release, and not
