@@ -18,8 +18,8 @@ help: ## Show this help
 test: ## Run every test of every module against a real PostgreSQL, with the race detector
 	@$(call each_module,go test -race ./...)
 
-unit: ## Run the tests that need no database: the mechanisms of internal/
-	go test -race $$(go list ./internal/... | grep -v -e /pgtest -e /pgserver -e /pgcluster -e /pgbouncer -e /pgproc -e /listen)
+unit: ## Run the tests that need no server: the Locker's logic on the in-memory driver, the mechanisms of internal/
+	go test -race -short ./...
 
 faults: ## Run the fault, failover, durability, server-clock, guard-chaos and soak suites alone
 	go test -race -count=1 -v ./faults/

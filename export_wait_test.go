@@ -68,4 +68,6 @@ func rewriteReleases(l *Locker, who string, rewrite func(string) string, gone st
 	}, l.cfg.holder)
 }
 
-func quoteChannel(t driver.Table) string { return "'" + strings.ReplaceAll(channelOf(t), "'", "''") + "'" }
+func quoteChannel(t driver.Table) string {
+	return "'" + strings.ReplaceAll(channelOf(t), "'", "''") + "'"
+}

@@ -90,6 +90,7 @@ func (t Table) Render(tmpl string) string { return sqlstmt.Render(tmpl, t.Name) 
 // TableUse is who checks a table (CheckTable), and so what is checked.
 type TableUse int
 
+// The users of a table.
 const (
 	Migrating     TableUse = iota // Migrate, which has just created the sequence if it was missing
 	ClaimFenced                   // a Locker's first claim

@@ -81,9 +81,9 @@ func IgnoreGoroutines(opts ...goleak.Option) MainOption {
 }
 
 // ShortRun names, as go test's -run does, the tests of the package that
-// need no server: under -short (go test -short ./...), Main starts no
-// server and runs only these, unless -run is given. Without ShortRun, a
-// package runs no test under -short.
+// need no server: under -short (go test -short ./...) without -bench, Main
+// starts no server and runs only these, unless -run is given. Without
+// ShortRun, a package runs no test under -short.
 func ShortRun(pattern string) MainOption {
 	return func() { every.short = pattern }
 }
@@ -129,8 +129,8 @@ func Main(m *testing.M, opts ...MainOption) {
 	for _, o := range opts {
 		o()
 	}
-	if testing.Short() {
-		os.Exit(shortRun(m))
+	if testing.Short() && flag.Lookup("test.bench").Value.String() == "" {
+		os.Exit(shortRun(m)) // with -bench, -short shortens the benchmarks, which need the server
 	}
 	Server = pgserver.ForTestMain(pgserver.Options{})
 	code := 1
