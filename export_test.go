@@ -56,7 +56,7 @@ func (p inBursts) Claim(ctx context.Context, db driver.DB, key string, ttl, lock
 		return p.Protocol.Claim(ctx, db, key, ttl, 0)
 	}
 	c, ok := got[key]
-	return c, ok, err
+	return c, ok && err == nil, err // as Claim: a failed statement took nothing the caller may trust
 }
 
 func (p inBursts) ReleaseOne(ctx context.Context, db driver.DB, m driver.Lease) (map[int]bool, error) {
