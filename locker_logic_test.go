@@ -192,4 +192,56 @@ func TestLockerLogic(t *testing.T) {
 		_, err := a.Claim(ctx, "k4")
 		require.ErrorIs(t, err, pglease.ErrClosed)
 	})
+
+	t.Run("BurstOfUnknownOutcomeIsGivenBackKeyByKey", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		tbl := fakedriver.NewTable()
+		l, d := newLocker(t, tbl, "a")
+		d.FailNext(fakedriver.ClaimAll, lost, true)
+		keys := []string{"k1", "k2", "k3"}
+		_, errs := pglease.ClaimBurst(ctx, l, keys)
+		for i, err := range errs {
+			require.ErrorIs(t, err, lost, "claim of %s", keys[i])
+		}
+		for _, key := range keys {
+			row, ok := tbl.Row(key)
+			require.True(t, ok, "%s: the burst ran", key)
+			require.Equal(t, l.Holder(), row.Holder)
+		}
+		require.Eventually(t, func() bool {
+			for _, key := range keys {
+				if r, _ := tbl.Row(key); r.Live {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, time.Millisecond, "each row the burst may have taken is given back")
+	})
+
+	t.Run("CloseEndsAClaimInFlight", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		tbl := fakedriver.NewTable()
+		l, d := newLocker(t, tbl, "a")
+		alone, burst := d.Hold(fakedriver.Claim, false), d.Hold(fakedriver.ClaimAll, false)
+		claimed := make(chan error, 1)
+		go func() {
+			_, err := l.Claim(ctx, "k")
+			claimed <- err
+		}()
+		select { // the claim is on its way, held before it runs
+		case <-alone.Arrived():
+		case <-burst.Arrived():
+		}
+		require.NoError(t, l.Close(ctx))
+		select {
+		case err := <-claimed:
+			require.ErrorIs(t, err, pglease.ErrClosed, "Close ended the claim")
+		case <-ctx.Done():
+			t.Fatal("the claim in flight outlived Close")
+		}
+		_, ok := tbl.Row("k")
+		require.False(t, ok, "the claim ended before it ran: nothing written")
+	})
 }

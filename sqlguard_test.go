@@ -818,7 +818,7 @@ func TestSQLContract(t *testing.T) {
 			before := lease.ExpiresAt()
 			guarded := make(chan error, 1)
 			go func() { guarded <- lease.GuardSQL(ctx, tx) }()
-			pgtest.LockWaiter(t, pool, "", "AS mandate", 5*time.Second) // the guard waits on the row
+			pgtest.LockWaiter(t, pool, "", "AS this_lease", 5*time.Second) // the guard waits on the row
 			end(true)
 			require.NoError(t, <-guarded)
 			require.NoError(t, tx.Commit())
