@@ -46,7 +46,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	if t.ticks != nil {
 		mode = exclusive // a run that outlasts its period keeps its lease
 	}
-	if err := l.checkTable(ctx); err != nil { // at most once per tableRecheck (table.go)
+	if err := l.table.check(ctx); err != nil { // at most once per tableRecheck (table.go)
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
 		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err

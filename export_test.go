@@ -203,7 +203,7 @@ func StoredHolder(holder string) Option {
 
 // CheckTable makes l's one read of its table now, as its first claim would,
 // for tests that time that claim's statement alone.
-func (l *Locker) CheckTable(ctx context.Context) error { return l.checkTable(ctx) }
+func (l *Locker) CheckTable(ctx context.Context) error { return l.table.check(ctx) }
 
 // RecheckTableEvery makes a check of l's table that passed stand for d
 // (tableRecheck) instead: call it before l's first claim.

@@ -161,19 +161,23 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 			"a claim waiting on a row lock would leave the heartbeat none; allow two or more")
 	}
 	t, _ := driver.ParseTable(cfg.table) // checked by newConfig
-	proto := driver.Fenced(t.Render, cfg.holder)
+	proto, use := driver.Fenced(t.Render, cfg.holder), driver.ClaimFenced
 	if cfg.noFence {
 		forge := func() string { return cfg.holder + forgeSep + randomSuffix() }
 		proto = driver.Unfenced(t.Render, t.String(), t.Name.Sanitize(), cfg.holder+forgeSep, forge)
+		use = driver.ClaimUnfenced
 	}
+	conns := driver.NewConns(db, cfg.keepConn)
 	l := &Locker{
 		cfg:      cfg,
 		proto:    proto,
-		conns:    driver.NewConns(db, cfg.keepConn),
+		conns:    conns,
 		leases:   make(map[string]*Lease),
 		electors: make(map[*Elector]struct{}),
 		closing:  make(chan struct{}),
-		table:    newTableCheck(),
+		table: newTableCheck(func(ctx context.Context) error {
+			return readTable(ctx, conns.Claim(), t, use)
+		}),
 	}
 	l.minTTL.Store(int64(cfg.ttl))
 	l.minHold.Store(int64(cfg.minHold))

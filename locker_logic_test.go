@@ -244,4 +244,38 @@ func TestLockerLogic(t *testing.T) {
 		_, ok := tbl.Row("k")
 		require.False(t, ok, "the claim ended before it ran: nothing written")
 	})
+
+	t.Run("ElectorHandsOverWhenTheLeaderCloses", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		tbl := fakedriver.NewTable()
+		a, _ := newLocker(t, tbl, "a")
+		b, _ := newLocker(t, tbl, "b")
+		ea, err := pglease.NewElector(a, "leader")
+		require.NoError(t, err)
+		eb, err := pglease.NewElector(b, "leader")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = eb.Close(context.Background()) })
+		led, err := ea.Campaign(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, eb.IsLeader(ctx), pglease.ErrHeld, "one leader")
+		follower := make(chan *pglease.Lease, 1)
+		go func() {
+			lease, err := eb.Campaign(ctx)
+			assert.NoError(t, err)
+			follower <- lease
+		}()
+		require.NoError(t, ea.Close(ctx))
+		require.ErrorIs(t, led.Err(), pglease.ErrClosed)
+		select {
+		case lease := <-follower:
+			require.NotNil(t, lease)
+			require.Greater(t, lease.Fence(), led.Fence(), "the new leader's fence is greater")
+			row, _ := tbl.Row("leader")
+			require.Equal(t, b.Holder(), row.Holder)
+			require.True(t, row.Live)
+		case <-ctx.Done():
+			t.Fatal("the follower never took over")
+		}
+	})
 }

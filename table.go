@@ -21,16 +21,16 @@ const DefaultTable = "lease"
 const tableRecheck = 10 * time.Second
 
 // tableCheck is the read a Locker makes of its table before its claims
-// (Locker.checkTable): one read at a time, and none while one that passed
-// stands.
+// (check): one read at a time, and none while one that passed stands.
 type tableCheck struct {
-	turn   chan struct{}             // held by the read in flight
-	passed atomic.Pointer[time.Time] // when the last read that passed began; nil: none
-	every  time.Duration             // how long it stands: tableRecheck (tests change it)
+	read   func(ctx context.Context) error // the catalogs' read (readTable)
+	turn   chan struct{}                   // held by the read in flight
+	passed atomic.Pointer[time.Time]       // when the last read that passed began; nil: none
+	every  time.Duration                   // how long it stands: tableRecheck (tests change it)
 }
 
-func newTableCheck() tableCheck {
-	return tableCheck{turn: make(chan struct{}, 1), every: tableRecheck}
+func newTableCheck(read func(ctx context.Context) error) tableCheck {
+	return tableCheck{read: read, turn: make(chan struct{}, 1), every: tableRecheck}
 }
 
 // fresh reports whether a check passed within every.
@@ -39,17 +39,16 @@ func (c *tableCheck) fresh() bool {
 	return at != nil && time.Since(*at) < c.every
 }
 
-// checkTable refuses a claim on a table whose fence sequence could hand
-// out fences backwards, or whose key column's collation matches keys that
-// differ in bytes (driver.CheckTable), before anything is written:
-// a table made from schema.sql by a migration tool is used without
-// Migrate's checks. It reads the catalogs at a Locker's first claim and
-// again at the first claim after tableRecheck; a read that failed or
-// refused is made again at the next claim (after ALTER SEQUENCE, a claim
-// goes through). Every lease, and so every Guard, comes from a claim that
-// passed a check at most tableRecheck old.
-func (l *Locker) checkTable(ctx context.Context) error {
-	c := &l.table
+// check refuses a claim on a table whose fence sequence could hand out
+// fences backwards, or whose key column's collation matches keys that
+// differ in bytes (driver.CheckTable), before anything is written: a table
+// made from schema.sql by a migration tool is used without Migrate's
+// checks. It reads the catalogs at a Locker's first claim and again at the
+// first claim after every; a read that failed or refused is made again at
+// the next claim (after ALTER SEQUENCE, a claim goes through). Every lease,
+// and so every Guard, comes from a claim that passed a check at most every
+// old.
+func (c *tableCheck) check(ctx context.Context) error {
 	if c.fresh() {
 		return nil
 	}
@@ -63,29 +62,33 @@ func (l *Locker) checkTable(ctx context.Context) error {
 		return nil
 	}
 	began := time.Now()
-	t, _ := driver.ParseTable(l.cfg.table) // checked by newConfig
-	use := driver.ClaimFenced
-	if l.cfg.noFence {
-		use = driver.ClaimUnfenced
+	if err := c.read(ctx); err != nil {
+		c.passed.Store(nil)
+		return err
 	}
-	// Under default_transaction_isolation = serializable, the read of the
-	// table's fences can meet claims of its rows: a 40001 is read again.
-	check := func() error {
-		return driver.RetrySerialization(ctx, func() error { return driver.CheckTable(ctx, l.conns.Claim(), t, use) })
+	c.passed.Store(&began)
+	return nil
+}
+
+// readTable is a Locker's read of its table t, for use, on db
+// (driver.CheckTable). Under default_transaction_isolation = serializable,
+// the read of the table's fences can meet claims of its rows: a 40001 is
+// read again; so is a read cut by a session's statement_timeout shorter
+// than a fresh backend's first read of these catalogs, once they are
+// cached.
+func readTable(ctx context.Context, db DB, t driver.Table, use driver.TableUse) error {
+	read := func() error {
+		return driver.RetrySerialization(ctx, func() error { return driver.CheckTable(ctx, db, t, use) })
 	}
-	err := check()
+	err := read()
 	for range 4 {
 		if !driver.StatementTimedOut(ctx, err) {
 			break
 		}
-		// A session's statement_timeout shorter than a fresh backend's
-		// first read of these catalogs: once more, the catalogs now cached.
-		err = check()
+		err = read()
 	}
 	if err != nil {
-		c.passed.Store(nil)
 		return fmt.Errorf("table %s: %w", t, err)
 	}
-	c.passed.Store(&began)
 	return nil
 }
