@@ -39,7 +39,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	ctx, leave, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
+		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 	defer leave()
@@ -48,14 +48,14 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	}
 	if err := l.table.check(ctx); err != nil { // at most once per tableRecheck (table.go)
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
+		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 
 	done, err := l.turns.Take(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
-		l.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
+		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
@@ -145,7 +145,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		if errors.As(err, &th) {
 			e.Tick, e.Skipped = th.tick, th.skipped()
 		}
-		l.emit(e)
+		l.cfg.emit(e)
 		return nil, err
 	}
 	switch {
@@ -203,7 +203,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.
 	skew := l.recordSkew(s.c.AcquiredAt, s.at, took)
-	l.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx,
+	l.cfg.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx,
 		Tick: tickOf(s), CaughtUp: t.ticks != nil && !t.ticks.catchUp.IsZero()})
 	prev, err := l.register(lease)
 	if err != nil {

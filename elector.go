@@ -264,7 +264,7 @@ func (e *Elector) failed(holder string, err error) {
 	}
 	e.mu.Unlock()
 	if changed {
-		e.locker.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: holder})
+		e.locker.cfg.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: holder})
 	}
 }
 
@@ -272,7 +272,7 @@ func (e *Elector) failed(holder string, err error) {
 // IsLeader can return it, as a claim is, so that a hook never sees a
 // leadership that has not begun.
 func (e *Elector) elected(lease *Lease) {
-	e.locker.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
+	e.locker.cfg.emit(Event{Kind: EventElected, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence()})
 	e.mu.Lock()
 	e.lease, e.lastErr, e.ended = lease, nil, e.begun
 	close(e.attempted)
@@ -287,7 +287,7 @@ func (e *Elector) elected(lease *Lease) {
 	}
 	e.mu.Unlock()
 	if newLeader {
-		e.locker.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: lease.Holder()})
+		e.locker.cfg.emit(Event{Kind: EventNewLeader, Key: e.key, Holder: lease.Holder()})
 	}
 }
 
@@ -303,7 +303,7 @@ func (e *Elector) stopped(lease *Lease) {
 		e.queueLocked(func() { f(lease) })
 	}
 	e.mu.Unlock()
-	e.locker.emit(Event{Kind: EventStoppedLeading, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence(), Err: lease.Err()})
+	e.locker.cfg.emit(Event{Kind: EventStoppedLeading, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence(), Err: lease.Err()})
 }
 
 // queueNewLeaderLocked queues OnNewLeader(holder), if set; e.mu is held.
@@ -421,18 +421,6 @@ func (e *Elector) waitCallbacks(fromCallback bool) {
 		return // the campaign never started: no callback ever ran
 	}
 	<-callsDone
-}
-
-// dropElector forgets e, closed, unless its callbacks may still be due
-// (its Close ran while a callback did): the Locker's Close then waits for
-// them, as a later Elector.Close would.
-func (l *Locker) dropElector(e *Elector, callbacksDue bool) {
-	if callbacksDue {
-		return
-	}
-	l.mu.Lock()
-	delete(l.electors, e)
-	l.mu.Unlock()
 }
 
 // resigned is what Close returns for the Locker's Close error err.

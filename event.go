@@ -93,10 +93,10 @@ func (k EventKind) level() slog.Level {
 	}
 }
 
-// emit logs e and hands it to every hook.
-func (l *Locker) emit(e Event) {
+// emit logs e and hands it to every hook of the Locker configured so.
+func (c *config) emit(e Event) {
 	if e.Holder == "" {
-		e.Holder = l.cfg.holder
+		e.Holder = c.holder
 	}
 	lvl := e.Kind.level()
 	switch {
@@ -105,7 +105,7 @@ func (l *Locker) emit(e Event) {
 	case e.Skipped:
 		lvl = slog.LevelInfo // a run outlasted its period
 	}
-	if log := l.cfg.logger; log.Enabled(context.Background(), lvl) {
+	if log := c.logger; log.Enabled(context.Background(), lvl) {
 		attrs := []slog.Attr{
 			slog.String("event", e.Kind.String()),
 			slog.String("holder", e.Holder),
@@ -129,7 +129,7 @@ func (l *Locker) emit(e Event) {
 		}
 		log.LogAttrs(context.Background(), lvl, "pglease: "+e.Kind.String(), attrs...)
 	}
-	for _, h := range l.cfg.hooks {
+	for _, h := range c.hooks {
 		h(e)
 	}
 }

@@ -59,7 +59,7 @@ func (l *Locker) once(key string, e Event) {
 	}
 	l.mu.Unlock()
 	if first {
-		l.emit(e)
+		l.cfg.emit(e)
 	}
 }
 

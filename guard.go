@@ -56,7 +56,7 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("pglease: guard %q fence %d: %w: %w", ls.key, ls.fence, err, ErrLost)
 	}
 	var one int
-	err := queryGuard(ctx, tx, ls.locker.guardSQL(), ls.guardArgs()...).Scan(&one)
+	err := queryGuard(ctx, tx, guardSQL(&ls.locker.cfg), ls.guardArgs()...).Scan(&one)
 	switch {
 	case err == nil:
 		return nil
@@ -135,12 +135,12 @@ func connOf(tx pgx.Tx) (conn *pgx.Conn) {
 	return tx.Conn()
 }
 
-// guardSQL renders the guard statement of this Locker's protocol. It is
+// guardSQL renders the guard statement of the protocol c configures. It is
 // rendered per call, a microsecond beside the round trip, rather than kept
 // in the Locker.
-func (l *Locker) guardSQL() string {
-	t, _ := driver.ParseTable(l.cfg.table) // checked by newConfig
-	if l.cfg.noFence {
+func guardSQL(c *config) string {
+	t, _ := driver.ParseTable(c.table) // checked by newConfig
+	if c.noFence {
 		return t.Render(sqlstmt.UnfencedGuard)
 	}
 	return t.Render(sqlstmt.Guard)

@@ -119,7 +119,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	}
 	if err != nil {
 		err = fmt.Errorf("pglease: heartbeat of %d leases: %w", len(leases), err)
-		l.emit(Event{Kind: EventHeartbeatFailed, Err: err, Took: took, Leases: len(leases)})
+		l.cfg.emit(Event{Kind: EventHeartbeatFailed, Err: err, Took: took, Leases: len(leases)})
 		now := time.Now()
 		for _, ls := range leases {
 			ls.checkTrust(now)
@@ -150,7 +150,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	if !server.IsZero() {
 		skew = l.recordSkew(server, sent, took)
 	}
-	l.emit(Event{Kind: EventExtended, Took: took, Leases: extended, Skew: skew})
+	l.cfg.emit(Event{Kind: EventExtended, Took: took, Leases: extended, Skew: skew})
 	return skipped, true
 }
 

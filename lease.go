@@ -401,7 +401,7 @@ func (ls *Lease) lostInRound(why loss) {
 func (ls *Lease) loseTo(why string, sentinel error) {
 	err := fmt.Errorf("pglease: lease %q fence %d: %s: %w", ls.key, ls.fence, why, sentinel)
 	ls.end(err, func() {
-		ls.locker.emit(Event{Kind: EventLost, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
+		ls.locker.cfg.emit(Event{Kind: EventLost, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err})
 	})
 }
 

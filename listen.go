@@ -118,10 +118,10 @@ func (l *Locker) setWaitMode(m WaitMode, reason string) {
 		return
 	}
 	if m == WaitByNotification {
-		l.emit(Event{Kind: EventWaitByNotification})
+		l.cfg.emit(Event{Kind: EventWaitByNotification})
 		return
 	}
-	l.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v: a claim and a read", reason, maxPollInterval)})
+	l.cfg.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v: a claim and a read", reason, maxPollInterval)})
 }
 
 // pollingReason is why waiters poll, as WaitMode says it: the listener's

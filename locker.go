@@ -320,3 +320,15 @@ func shorten(key string) string {
 	}
 	return key[:max] + "..."
 }
+
+// dropElector forgets e, closed, unless its callbacks may still be due
+// (its Close ran while a callback did): the Locker's Close then waits for
+// them, as a later Elector.Close would.
+func (l *Locker) dropElector(e *Elector, callbacksDue bool) {
+	if callbacksDue {
+		return
+	}
+	l.mu.Lock()
+	delete(l.electors, e)
+	l.mu.Unlock()
+}

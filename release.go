@@ -259,13 +259,13 @@ func (l *Locker) finishRelease(ctx context.Context, r releasing, err error) erro
 		// Reported only if this release ended the lease: one that ran out
 		// of trust meanwhile was reported lost already.
 		if r.endedHere {
-			l.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Took: took, Context: ctx})
+			l.cfg.emit(Event{Kind: EventReleased, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Took: took, Context: ctx})
 		}
 	} else {
 		// The lease is no longer extended either way, so at worst its row
 		// lapses at its expiry.
 		err = fmt.Errorf("pglease: unlock %q fence %d: %w", ls.key, ls.fence, err)
-		l.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err, Took: took, Context: ctx})
+		l.cfg.emit(Event{Kind: EventReleaseFailed, Key: ls.key, Holder: ls.holder, Fence: ls.fence, Err: err, Took: took, Context: ctx})
 	}
 	ls.mu.Lock()
 	ls.releaseErr = err
