@@ -381,8 +381,10 @@ func TestElector(t *testing.T) {
 		second := events.WaitFor(t, pglease.EventElected, 2*time.Second)
 		require.True(t, strings.HasPrefix(second.Holder, "e2#"), "elected: %q", second.Holder)
 		require.Greater(t, second.Fence, first.Fence())
-		lease, ok := e2.Leader()
-		require.True(t, ok)
+		// EventElected comes before the leadership is e2's to return (a hook
+		// never sees a leadership that has not begun): Leader follows it.
+		var lease *pglease.Lease
+		require.Eventually(t, func() bool { l, ok := e2.Leader(); lease = l; return ok }, 2*time.Second, time.Millisecond)
 		require.NoError(t, e2.IsLeader(ctx))
 		require.Equal(t, second.Fence, lease.Fence())
 	})
