@@ -289,7 +289,8 @@ func TestBurst(t *testing.T) {
 					}()
 					require.Eventually(t, func() bool {
 						var waiting bool
-						_ = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%' AND query NOT LIKE '%unnest%')`).Scan(&waiting)
+						_ = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+							AND query LIKE 'INSERT INTO%' AND query NOT LIKE '%unnest%' AND strpos(query, $1) > 0)`, table).Scan(&waiting)
 						return waiting
 					}, 10*time.Second, 10*time.Millisecond, "the claim of k waits alone on the row lock")
 					time.Sleep(2 * ttl) // the point of the test: a wait longer than the TTL
