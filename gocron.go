@@ -1,7 +1,6 @@
 package pglease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -10,58 +9,6 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 )
-
-// Task returns a gocron task and the gocron.WithName option of a job named
-// name, its lease's key, for a scheduler whose locker is l or a JobLocker of
-// l. run gets the run's lease and a context that ends with it; its error
-// goes to gocron and marks a tick's run failed. A run that finds no lease is
-// skipped (EventRunWithoutLease). A bad name panics. See docs/GUIDE.md,
-// "Locker.Task".
-func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease) error) (gocron.Task, gocron.JobOption) {
-	if err := checkKey(name); err != nil {
-		panic("pglease: Task: " + err.Error())
-	}
-	if run == nil {
-		panic("pglease: Task: run is nil")
-	}
-	task := gocron.NewTask(func(ctx context.Context) error {
-		lease, ok := l.Held(name)
-		if !ok {
-			l.once(name, Event{Kind: EventRunWithoutLease, Key: name, Err: errRunWithoutLease})
-			return nil
-		}
-		ctx, cancel := lease.Context(ctx)
-		defer cancel()
-		err := run(ctx, lease)
-		if err != nil {
-			lease.failed.Store(true) // before gocron's Unlock, which follows the task's return
-		}
-		return err
-	})
-	return task, gocron.WithName(name)
-}
-
-// errRunWithoutLease is the Err of EventRunWithoutLease.
-var errRunWithoutLease = errors.New("pglease: a run of the job found no lease under its name, and was skipped: " +
-	"its lease ended before the run started, or the job's gocron.WithName is not the name given to Task (pass Task's own option); " +
-	"reported once per job")
-
-// once emits e the first time it is asked to for e's kind and key.
-func (l *Locker) once(key string, e Event) {
-	k := e.Kind.String() + "\x00" + key
-	l.mu.Lock()
-	first := !l.warned[k]
-	if first {
-		if l.warned == nil {
-			l.warned = map[string]bool{}
-		}
-		l.warned[k] = true
-	}
-	l.mu.Unlock()
-	if first {
-		l.cfg.emit(e)
-	}
-}
 
 // funcName matches what runtime.FuncForPC(...).Name() gives a function, a
 // method or a closure: an import path, a package name, and dotted
@@ -82,15 +29,6 @@ func looksLikeFuncName(key string) bool {
 		return false
 	}
 	return strings.Contains(key, "/") || strings.HasPrefix(key, "main.") || closureOrMethod.MatchString(key)
-}
-
-// warnUnnamed reports, once per key, a key Lock was given that looks like
-// a Go function name (EventUnnamedJob, at error level). The job still
-// runs: refusing it would stop every unnamed job at an upgrade.
-func (l *Locker) warnUnnamed(key string) {
-	if looksLikeFuncName(key) {
-		l.once(key, Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
-	}
 }
 
 // errUnnamedJob is the Err of EventUnnamedJob: Lock's key looks like

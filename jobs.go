@@ -127,3 +127,38 @@ func lower(v *atomic.Int64, d time.Duration) bool {
 		}
 	}
 }
+
+// Task returns a gocron task and the gocron.WithName option of a job named
+// name, its lease's key, for a scheduler whose locker is l or a JobLocker of
+// l. run gets the run's lease and a context that ends with it; its error
+// goes to gocron and marks a tick's run failed. A run that finds no lease is
+// skipped (EventRunWithoutLease). A bad name panics. See docs/GUIDE.md,
+// "Locker.Task".
+func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease) error) (gocron.Task, gocron.JobOption) {
+	if err := checkKey(name); err != nil {
+		panic("pglease: Task: " + err.Error())
+	}
+	if run == nil {
+		panic("pglease: Task: run is nil")
+	}
+	task := gocron.NewTask(func(ctx context.Context) error {
+		lease, ok := l.Held(name)
+		if !ok {
+			l.once(name, Event{Kind: EventRunWithoutLease, Key: name, Err: errRunWithoutLease})
+			return nil
+		}
+		ctx, cancel := lease.Context(ctx)
+		defer cancel()
+		err := run(ctx, lease)
+		if err != nil {
+			lease.failed.Store(true) // before gocron's Unlock, which follows the task's return
+		}
+		return err
+	})
+	return task, gocron.WithName(name)
+}
+
+// errRunWithoutLease is the Err of EventRunWithoutLease.
+var errRunWithoutLease = errors.New("pglease: a run of the job found no lease under its name, and was skipped: " +
+	"its lease ended before the run started, or the job's gocron.WithName is not the name given to Task (pass Task's own option); " +
+	"reported once per job")

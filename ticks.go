@@ -1,7 +1,6 @@
 package pglease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -139,29 +138,6 @@ func (e *tickHeldError) skipped() bool {
 // claim of the key, which keeps the row's tick, is no run of it.
 func (e *tickHeldError) mayLapse() bool {
 	return e.run && !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != RevokedHolder
-}
-
-// catchUp waits for the run of tick, which holds key, to end, and claims
-// that tick once more if the run lapsed (WithCatchUp): a waiting claim on
-// the job's terms, ended as soon as an attempt finds the run released,
-// revoked or followed by a later tick, and at most the job's TTL and
-// period after it began. A claim that lost the tick to a claim at the
-// same time (raced) waits for the winner's run alike.
-func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Time) (*Lease, error) {
-	tk := *t.ticks
-	tk.catchUp = tick
-	ct := t
-	ct.ticks = &tk
-	ctx, cancel := context.WithTimeout(ctx, t.ttl+max(t.ticks.after(tick), 0))
-	defer cancel()
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	return l.claimWait(ctx, key, waitHooks{terms: &ct, held: func(_ string, err error) {
-		var th *tickHeldError
-		if errors.As(err, &th) && !th.mayLapse() && !th.raced() {
-			stop(th) // run to its end, or no longer the tick's: nothing to catch up
-		}
-	}})
 }
 
 // Schedule adds the job to s with j as its locker, on the schedule j was

@@ -282,6 +282,29 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 	}
 }
 
+// catchUp waits for the run of tick, which holds key, to end, and claims
+// that tick once more if the run lapsed (WithCatchUp): a waiting claim on
+// the job's terms, ended as soon as an attempt finds the run released,
+// revoked or followed by a later tick, and at most the job's TTL and
+// period after it began. A claim that lost the tick to a claim at the
+// same time (raced) waits for the winner's run alike.
+func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Time) (*Lease, error) {
+	tk := *t.ticks
+	tk.catchUp = tick
+	ct := t
+	ct.ticks = &tk
+	ctx, cancel := context.WithTimeout(ctx, t.ttl+max(t.ticks.after(tick), 0))
+	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	return l.claimWait(ctx, key, waitHooks{terms: &ct, held: func(_ string, err error) {
+		var th *tickHeldError
+		if errors.As(err, &th) && !th.mayLapse() && !th.raced() {
+			stop(th) // run to its end, or no longer the tick's: nothing to catch up
+		}
+	}})
+}
+
 // sleepOn is what a waiting claim's pause listens to: a notification, the
 // end of its own Locker's lease, a kick and Close end it; the switch to
 // polling (nil when the pause is not the schedule's) shortens it.
