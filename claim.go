@@ -69,7 +69,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 			return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
 		}
 	}
-	known, drawn := l.knownFence(key), l.drawn.Load()
+	known, drawn := l.reg.knownFence(key), l.drawn.Load()
 	s := l.sendClaim(ctx, key, t, known, &done)
 	return l.settle(ctx, key, t, known, drawn, s)
 }
@@ -165,7 +165,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		// carries our holder but is already expired: it is nobody's lease.
 		// It also has a new fence: the previous lease is over.
 		l.supersede(key, "re-claimed by the same holder")
-		l.fences.See(key, s.c.Fence, time.Now(), t.ttl+t.minHold)
+		l.reg.seeFence(key, s.c.Fence, t.ttl+t.minHold)
 		l.sawDrawn(s.c.Fence)
 		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
 	case !l.cfg.noFence && s.c.Fence <= drawn:
@@ -182,7 +182,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		// window: the Locker could not vouch for it for a moment. Its row
 		// is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
-		l.fences.See(key, s.c.Fence, time.Now(), t.ttl+t.minHold)
+		l.reg.seeFence(key, s.c.Fence, t.ttl+t.minHold)
 		l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})
 		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
 	}
@@ -205,7 +205,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	skew := l.recordSkew(s.c.AcquiredAt, s.at, took)
 	l.cfg.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx,
 		Tick: tickOf(s), CaughtUp: t.ticks != nil && !t.ticks.catchUp.IsZero()})
-	prev, err := l.register(lease)
+	prev, err := l.reg.add(lease, l.heartbeat)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the
 		// release is reported like any other).
@@ -240,27 +240,9 @@ func tickOf(s sent) time.Time {
 // statement may have written the row for this holder without handing out a
 // lease: the row has a new fence, so the previous lease is over.
 func (l *Locker) supersede(key, why string) {
-	l.mu.Lock()
-	prev := l.leases[key]
-	l.mu.Unlock()
-	if prev != nil {
+	if prev := l.reg.get(key); prev != nil {
 		prev.lose(why)
 	}
-}
-
-// knownFence is the greatest fence of key this Locker has been handed and
-// may still have a live row under: its lease's, or one it remembers
-// (Locker.fences). A live row of this holder with a greater fence was
-// written by a claim of this Locker whose reply it never read.
-func (l *Locker) knownFence(key string) int64 {
-	l.mu.Lock()
-	lease := l.leases[key]
-	l.mu.Unlock()
-	known := l.fences.Greatest(key, time.Now())
-	if lease != nil {
-		known = max(known, lease.fence)
-	}
-	return known
 }
 
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
@@ -300,7 +282,7 @@ type claimOutcome struct {
 type claimCall struct {
 	key   string
 	terms terms
-	known int64 // the greatest fence of key the Locker knew of as the claim began (Locker.knownFence)
+	known int64 // the greatest fence of key the Locker knew of as the claim began (registry.knownFence)
 	done  func()
 }
 
@@ -496,7 +478,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	// a previous lease, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
-	l.fences.See(cl.key, o.c.Fence, time.Now(), cl.terms.ttl+cl.terms.minHold)
+	l.reg.seeFence(cl.key, o.c.Fence, cl.terms.ttl+cl.terms.minHold)
 	l.sawDrawn(o.c.Fence)
 	if o.c.Live {
 		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms})

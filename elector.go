@@ -99,19 +99,9 @@ func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 		attempted: make(chan struct{}),
 		callsSig:  make(chan struct{}, 1),
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, fmt.Errorf("pglease: new elector %q: %w", key, ErrClosed)
+	if err := l.reg.addElector(e, key); err != nil {
+		return nil, fmt.Errorf("pglease: new elector %q: %w", key, err)
 	}
-	for other := range l.electors {
-		if other.key == key && !other.isClosed() {
-			// Both would claim with one holder: a waiting claim never takes
-			// over its own Locker's lease, so the second would only wait.
-			return nil, fmt.Errorf("pglease: new elector %q: this Locker has an open Elector for that key already", key)
-		}
-	}
-	l.electors[e] = struct{}{}
 	return e, nil
 }
 

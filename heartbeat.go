@@ -74,7 +74,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	defer l.gate.LeaveRound()
 
 	if only == nil {
-		only = l.snapshot()
+		only = l.reg.all()
 	}
 	now := time.Now()
 	var (

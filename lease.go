@@ -168,18 +168,18 @@ func (l *Locker) newWatchdog() *trust.Watchdog {
 		Slice: func() time.Duration { return watchSlice(l.shortestTTL()) },
 		Check: func() {
 			now := time.Now()
-			for _, ls := range l.snapshot() {
+			for _, ls := range l.reg.all() {
 				ls.checkTrust(now)
 			}
 		},
-		Keep: func() bool { return len(l.snapshot()) > 0 && !l.isClosed() },
+		Keep: l.reg.any,
 	}
 }
 
 // watch starts the watchdog unless it runs: Claim calls it once the lease
 // is registered. It must not be called with a lease's mu held.
 func (l *Locker) watch() {
-	if !l.isClosed() {
+	if !l.reg.isClosed() {
 		l.watchdog.Start()
 	}
 }
@@ -281,7 +281,7 @@ func (ls *Lease) end(err error, report func()) bool {
 	if report != nil {
 		report() // before Done: whoever sees Done closed finds the loss reported
 	}
-	ls.locker.forget(ls)
+	ls.locker.reg.remove(ls)
 	close(ls.done)
 	return true
 }
@@ -428,7 +428,7 @@ func (l *Locker) Leases() []LeaseInfo {
 	now := time.Now()
 	retrying := l.round.failing()
 	var out []LeaseInfo
-	for _, ls := range l.snapshot() {
+	for _, ls := range l.reg.all() {
 		ls.checkTrust(now)
 		ls.mu.Lock()
 		held := ls.err == nil

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/driver"
-	"github.com/pglease/pglease/internal/fence"
 	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/gate"
 	"github.com/pglease/pglease/internal/skew"
@@ -77,25 +75,14 @@ type Locker struct {
 	claims   *coalesce.Coalescer[claimCall, claimOutcome]
 	releases *coalesce.Coalescer[releasing, releaseResult]
 
-	mu       sync.Mutex
-	leases   map[string]*Lease     // the newest unended lease per key
-	electors map[*Elector]struct{} // its Electors, until closed with their callbacks run
-	warned   map[string]bool       // events reported once per key (Locker.once), by kind and key
-	closed   bool
-	stop     context.CancelFunc // stops the heartbeat; nil until started
-	loopDone chan struct{}      // closed when the heartbeat goroutine returns
-	closing  chan struct{}      // closed when Close has finished
-	// closeCtx is Close's context, once Close has begun: a give-back of a
-	// claim Close ended runs within it (giveBackContext), and Close waits
-	// for it. givenUp are those that failed, for Close to return.
-	closeCtx context.Context
-	givenUp  []error
+	reg     registry      // its leases, fences, Electors and heartbeat, behind one mutex (registry.go)
+	closing chan struct{} // closed when Close has finished
 
 	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
 	waits waiting     // waiting claims and their listener (wait.go)
 
 	// watchdog checks every lease's trust while any is held (Locker.watch);
-	// its lock is taken before mu.
+	// its lock is taken before the registry's.
 	watchdog *trust.Watchdog
 	// clock is the Locker's wall clock, for trust deadlines and the
 	// clock-skew reading (tests shift it, export_test.go).
@@ -104,9 +91,6 @@ type Locker struct {
 	// inFlight counts the claims on their way (Claim, Lock, ClaimWait):
 	// Close ends them and waits for them.
 	inFlight flight.Flights
-	// fences remembers the fences handed out, for the give-back of a claim
-	// whose outcome is unknown (release.go).
-	fences fence.Known[string]
 	// table is the check of the table before claims (table.go).
 	table tableCheck
 
@@ -169,12 +153,10 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 	}
 	conns := driver.NewConns(db, cfg.keepConn)
 	l := &Locker{
-		cfg:      cfg,
-		proto:    proto,
-		conns:    conns,
-		leases:   make(map[string]*Lease),
-		electors: make(map[*Elector]struct{}),
-		closing:  make(chan struct{}),
+		cfg:     cfg,
+		proto:   proto,
+		conns:   conns,
+		closing: make(chan struct{}),
 		table: newTableCheck(func(ctx context.Context) error {
 			return readTable(ctx, conns.Claim(), t, use)
 		}),
@@ -231,17 +213,7 @@ func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, er
 
 // once emits e the first time it is asked to for e's kind and key.
 func (l *Locker) once(key string, e Event) {
-	k := e.Kind.String() + "\x00" + key
-	l.mu.Lock()
-	first := !l.warned[k]
-	if first {
-		if l.warned == nil {
-			l.warned = map[string]bool{}
-		}
-		l.warned[k] = true
-	}
-	l.mu.Unlock()
-	if first {
+	if l.reg.first(e.Kind.String() + "\x00" + key) {
 		l.cfg.emit(e)
 	}
 }
@@ -259,60 +231,11 @@ func (l *Locker) warnUnnamed(key string) {
 // held: not released, not lost, and within its trust deadline. A job run by
 // gocron reaches its lease this way, with its job name as key.
 func (l *Locker) Held(key string) (*Lease, bool) {
-	l.mu.Lock()
-	lease := l.leases[key]
-	l.mu.Unlock()
+	lease := l.reg.get(key)
 	if lease == nil || lease.Err() != nil {
 		return nil, false
 	}
 	return lease, true
-}
-
-func (l *Locker) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
-
-// register makes lease the newest for its key and starts the heartbeat if
-// it is not running yet. It returns the lease it replaces, if any. Claims
-// of one key take turns (Locker.turns), so the lease registered last is the
-// one committed last: the row's lease, with or without a fence to say so.
-func (l *Locker) register(lease *Lease) (*Lease, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, ErrClosed
-	}
-	prev := l.leases[lease.key]
-	l.leases[lease.key] = lease
-	l.fences.See(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
-	if l.stop == nil {
-		ctx, stop := context.WithCancel(context.Background())
-		l.stop, l.loopDone = stop, make(chan struct{})
-		go l.heartbeat(ctx, l.loopDone)
-	}
-	return prev, nil
-}
-
-// forget drops lease from the held set if it is still the newest for its key.
-func (l *Locker) forget(lease *Lease) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.leases[lease.key] == lease {
-		delete(l.leases, lease.key)
-	}
-}
-
-// snapshot lists the leases held now.
-func (l *Locker) snapshot() []*Lease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]*Lease, 0, len(l.leases))
-	for _, lease := range l.leases {
-		out = append(out, lease)
-	}
-	return out
 }
 
 // mustContext panics on a nil context before anything changes: passing nil
@@ -351,12 +274,9 @@ func shorten(key string) string {
 // (its Close ran while a callback did): the Locker's Close then waits for
 // them, as a later Elector.Close would.
 func (l *Locker) dropElector(e *Elector, callbacksDue bool) {
-	if callbacksDue {
-		return
+	if !callbacksDue {
+		l.reg.dropElector(e)
 	}
-	l.mu.Lock()
-	delete(l.electors, e)
-	l.mu.Unlock()
 }
 
 // Close closes the Locker's Electors, stops the heartbeat, releases every
@@ -366,7 +286,7 @@ func (l *Locker) dropElector(e *Elector, callbacksDue bool) {
 // or is held. It is idempotent. See docs/GUIDE.md, "Locker.Close".
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
-	electors, first := l.markClosed(ctx)
+	electors, first := l.reg.close(ctx)
 	if !first {
 		select {
 		case <-l.closing:
@@ -388,21 +308,6 @@ func (l *Locker) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// markClosed marks the Locker closed, so that no claim registers a lease
-// any more, and hands over its Electors; first is false when an earlier
-// Close did it.
-func (l *Locker) markClosed(ctx context.Context) (electors map[*Elector]struct{}, first bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, false
-	}
-	l.closed = true
-	l.closeCtx = ctx
-	electors, l.electors = l.electors, nil
-	return electors, true
-}
-
 // closeElectors closes the Locker's Electors first: each resigns, its
 // campaign stops and its callbacks run, so that no goroutine of theirs
 // outlives the Locker.
@@ -421,18 +326,11 @@ func closeElectors(ctx context.Context, electors map[*Elector]struct{}) []error 
 // stops the heartbeat and waits for its round in flight, and returns the
 // leases held then.
 func (l *Locker) stopClaiming() []*Lease {
-	l.mu.Lock()
-	stop, loopDone := l.stop, l.loopDone
-	held := make([]*Lease, 0, len(l.leases))
-	for _, lease := range l.leases {
-		held = append(held, lease)
-	}
-	l.mu.Unlock()
+	held := l.reg.all()
 	l.inFlight.Close(ErrClosed)
 	l.stopWaiting()
-	if stop != nil {
-		stop()
-		<-loopDone
+	if done := l.reg.stopHeartbeat(); done != nil {
+		<-done
 	}
 	return held
 }
@@ -479,10 +377,7 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 	if l.releases != nil {
 		l.releases.Wait()
 	}
-	l.mu.Lock()
-	errs = append(errs, l.givenUp...)
-	l.mu.Unlock()
-	return errs
+	return append(errs, l.reg.givenUpErrs()...)
 }
 
 // closeConnections stops the watchdog, gives the heartbeat's reserve back

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	}
 	// Under -short, the tests that need no server: the Locker's logic on
 	// the in-memory driver, and the checks of pure functions.
-	opts := []pgtest.MainOption{pgtest.ShortRun("^(TestLockerLogic|TestDrawnFences|TestTableCheck|TestStartOnGrid|ExampleSchema|ExampleStartOnGrid)$")}
+	opts := []pgtest.MainOption{pgtest.ShortRun("^(TestLockerLogic|TestRegistry|TestDrawnFences|TestTableCheck|TestStartOnGrid|ExampleSchema|ExampleStartOnGrid)$")}
 	if coalesceAll {
 		opts = append(opts,
 			pgtest.EveryLocker(func(l *pglease.Locker) { pglease.SetCoalesceAll(l, true) }),

@@ -331,7 +331,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	if !m.Live || m.Holder != l.cfg.holder || m.Fence <= known {
 		return
 	}
-	l.fences.See(key, m.Fence, time.Now(), t.ttl+t.minHold)
+	l.reg.seeFence(key, m.Fence, t.ttl+t.minHold)
 	l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
 }
 
@@ -365,9 +365,7 @@ const closingGiveBack = 2 * driver.AnswerGrace
 // a pool: on one connection the give-back waits behind the statement Close
 // cancelled, and keeps the bound it has outside Close.
 func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
-	l.mu.Lock()
-	closeCtx := l.closeCtx
-	l.mu.Unlock()
+	closeCtx := l.reg.closeContext()
 	if closeCtx != nil && l.conns.IsPool() {
 		// Not limit alone: the Locker's timeout may be shorter than a
 		// round trip of a slow link, and Close waits for this anyway.
@@ -381,7 +379,5 @@ func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (cont
 // giveUp records, for Close to return, that what a claim of key may have
 // written could not be given back.
 func (l *Locker) giveUp(key string, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.givenUp = append(l.givenUp, fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err))
+	l.reg.giveUp(fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err))
 }

@@ -19,18 +19,15 @@
 //     claims of ever new keys keep only the entries still in force.
 package fence
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // MinSweep is the size below which Known never sweeps.
 const MinSweep = 64
 
 // Known remembers the greatest fence per key. The zero value is ready to
-// use.
+// use. It is not safe for concurrent use: its owner (a Locker's registry)
+// calls it under its own lock, with the leases it keeps beside it.
 type Known[K comparable] struct {
-	mu      sync.Mutex
 	m       map[K]entry
 	sweepAt int
 }
@@ -43,8 +40,6 @@ type entry struct {
 // See records that fence of key was handed out at now, and is to be
 // remembered for keep.
 func (k *Known[K]) See(key K, fence int64, now time.Time, keep time.Duration) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.m == nil {
 		k.m = make(map[K]entry)
 	}
@@ -68,8 +63,6 @@ func (k *Known[K]) See(key K, fence int64, now time.Time, keep time.Duration) {
 
 // Greatest is the greatest fence of key still remembered at now; 0 if none.
 func (k *Known[K]) Greatest(key K, now time.Time) int64 {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	e, ok := k.m[key]
 	if !ok || !now.Before(e.until) {
 		return 0
@@ -79,7 +72,5 @@ func (k *Known[K]) Greatest(key K, now time.Time) int64 {
 
 // Len is how many entries are remembered, swept or not.
 func (k *Known[K]) Len() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	return len(k.m)
 }

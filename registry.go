@@ -1,0 +1,220 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/pglease/pglease/internal/fence"
+)
+
+// registry is what a Locker holds, behind one mutex: the newest unended
+// lease of each key, the greatest fence of each key its claims were handed,
+// its Electors, the events it reported once, its heartbeat goroutine (which
+// the first lease starts), and whether Close has begun. Close marks it
+// closed in one step, so that no lease registers, no Elector joins and no
+// heartbeat starts once Close has taken what it must end.
+//
+// Lock order, the one place it is written: registry.mu is taken last.
+// Under it, nothing is locked but an Elector's mu (addElector asks the
+// others whether they are closed); it may be taken with any other lock of
+// the Locker held (the watchdog's, the gate of a heartbeat round). A
+// Lease's mu is never held with it, either way round: a lease drops itself
+// (remove) after unlocking its own.
+type registry struct {
+	mu       sync.Mutex
+	leases   map[string]*Lease     // the newest unended lease per key
+	fences   fence.Known[string]   // the fences handed out (registry.knownFence)
+	electors map[*Elector]struct{} // its Electors, until closed with their callbacks run
+	warned   map[string]bool       // events reported once per key (Locker.once), by kind and key
+	closed   bool
+	stopBeat context.CancelFunc // stops the heartbeat; nil until started
+	beatDone chan struct{}      // closed when the heartbeat goroutine returns
+	// closeCtx is Close's context, once Close has begun: a give-back of a
+	// claim Close ended runs within it (giveBackContext), and Close waits
+	// for it. givenUp are those that failed, for Close to return.
+	closeCtx context.Context
+	givenUp  []error
+}
+
+// add makes lease the newest of its key, remembers its fence for its TTL
+// and min hold, and with the first lease starts the heartbeat, beat. It
+// returns the lease it replaces, if any, or ErrClosed once Close has begun.
+// Claims of one key take turns (Locker.turns), so the lease added last is
+// the one committed last: the row's lease, with or without a fence to say
+// so.
+func (r *registry) add(lease *Lease, beat func(ctx context.Context, done chan<- struct{})) (*Lease, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if r.leases == nil {
+		r.leases = make(map[string]*Lease)
+	}
+	prev := r.leases[lease.key]
+	r.leases[lease.key] = lease
+	r.fences.See(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
+	if r.stopBeat == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		r.stopBeat, r.beatDone = stop, make(chan struct{})
+		go beat(ctx, r.beatDone)
+	}
+	return prev, nil
+}
+
+// remove drops lease if it is still the newest of its key.
+func (r *registry) remove(lease *Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leases[lease.key] == lease {
+		delete(r.leases, lease.key)
+	}
+}
+
+// get is the newest unended lease of key, or nil.
+func (r *registry) get(key string) *Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leases[key]
+}
+
+// all lists the leases held now.
+func (r *registry) all() []*Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Lease, 0, len(r.leases))
+	for _, lease := range r.leases {
+		out = append(out, lease)
+	}
+	return out
+}
+
+// any reports whether a lease is held and Close has not begun: the
+// watchdog sleeps again only then.
+func (r *registry) any() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.leases) > 0 && !r.closed
+}
+
+// seeFence remembers that a claim of this Locker was handed fence of key,
+// for keep: a row it may have left live (registry.knownFence).
+func (r *registry) seeFence(key string, fence int64, keep time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fences.See(key, fence, time.Now(), keep)
+}
+
+// knownFence is the greatest fence of key this Locker has been handed and
+// may still have a live row under: its lease's, or one it remembers. A
+// live row of this holder with a greater fence was written by a claim of
+// this Locker whose reply it never read.
+func (r *registry) knownFence(key string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	known := r.fences.Greatest(key, time.Now())
+	if lease := r.leases[key]; lease != nil {
+		known = max(known, lease.fence)
+	}
+	return known
+}
+
+// isClosed reports whether Close has begun.
+func (r *registry) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// first reports whether this is the first time it is asked for k, and
+// remembers that it was.
+func (r *registry) first(k string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.warned[k] {
+		return false
+	}
+	if r.warned == nil {
+		r.warned = map[string]bool{}
+	}
+	r.warned[k] = true
+	return true
+}
+
+// addElector adds e, an Elector of key, unless Close has begun or another
+// open Elector has that key.
+func (r *registry) addElector(e *Elector, key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	for other := range r.electors {
+		if other.key == key && !other.isClosed() {
+			// Both would claim with one holder: a waiting claim never takes
+			// over its own Locker's lease, so the second would only wait.
+			return errors.New("this Locker has an open Elector for that key already")
+		}
+	}
+	if r.electors == nil {
+		r.electors = make(map[*Elector]struct{})
+	}
+	r.electors[e] = struct{}{}
+	return nil
+}
+
+// dropElector forgets e.
+func (r *registry) dropElector(e *Elector) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.electors, e)
+}
+
+// close marks the registry closed, with Close's context, and hands over
+// its Electors; first is false when an earlier Close did it.
+func (r *registry) close(ctx context.Context) (electors map[*Elector]struct{}, first bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, false
+	}
+	r.closed, r.closeCtx = true, ctx
+	electors, r.electors = r.electors, nil
+	return electors, true
+}
+
+// stopHeartbeat stops the heartbeat and returns what is closed once its
+// goroutine has returned (nil if it never started). Called once closed, it
+// is final: no heartbeat starts after it.
+func (r *registry) stopHeartbeat() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopBeat == nil {
+		return nil
+	}
+	r.stopBeat()
+	return r.beatDone
+}
+
+// closeContext is Close's context once Close has begun, else nil.
+func (r *registry) closeContext() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closeCtx
+}
+
+// giveUp records err, for Close to return.
+func (r *registry) giveUp(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.givenUp = append(r.givenUp, err)
+}
+
+// givenUpErrs are the errors giveUp recorded.
+func (r *registry) givenUpErrs() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.givenUp...)
+}

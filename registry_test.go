@@ -1,0 +1,139 @@
+package pglease
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRegistry checks what a Locker holds, with no database: the newest
+// lease of each key, the fences it remembers, the heartbeat the first lease
+// starts, and Close's one step after which nothing joins.
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	lease := func(key string, fence int64) *Lease {
+		return &Lease{key: key, fence: fence, terms: terms{ttl: time.Minute}}
+	}
+	beats := func(n *int, mu *sync.Mutex) func(ctx context.Context, done chan<- struct{}) {
+		return func(ctx context.Context, done chan<- struct{}) {
+			mu.Lock()
+			*n++
+			mu.Unlock()
+			<-ctx.Done()
+			close(done)
+		}
+	}
+
+	t.Run("NewestLeasePerKey", func(t *testing.T) {
+		t.Parallel()
+		var r registry
+		var n int
+		var mu sync.Mutex
+		a1, a2, b := lease("a", 1), lease("a", 2), lease("b", 3)
+		prev, err := r.add(a1, beats(&n, &mu))
+		require.NoError(t, err)
+		assert.Nil(t, prev)
+		prev, err = r.add(a2, beats(&n, &mu))
+		require.NoError(t, err)
+		assert.Same(t, a1, prev, "the lease replaced")
+		_, err = r.add(b, beats(&n, &mu))
+		require.NoError(t, err)
+		assert.Same(t, a2, r.get("a"))
+		assert.ElementsMatch(t, []*Lease{a2, b}, r.all())
+
+		r.remove(a1) // no longer the newest: nothing changes
+		assert.Same(t, a2, r.get("a"))
+		r.remove(a2)
+		assert.Nil(t, r.get("a"))
+		assert.True(t, r.any())
+		r.remove(b)
+		assert.False(t, r.any(), "no lease held")
+
+		assert.Empty(t, r.all())
+		done := r.stopHeartbeat()
+		require.NotNil(t, done, "the first lease started the heartbeat")
+		<-done
+		mu.Lock()
+		assert.Equal(t, 1, n, "one heartbeat for every lease")
+		mu.Unlock()
+	})
+
+	t.Run("KnownFenceOutlivesTheLease", func(t *testing.T) {
+		t.Parallel()
+		var r registry
+		var n int
+		var mu sync.Mutex
+		l5 := lease("k", 5)
+		_, err := r.add(l5, beats(&n, &mu))
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), r.knownFence("k"))
+		r.seeFence("k", 3, time.Minute) // an older fence lowers nothing
+		assert.Equal(t, int64(5), r.knownFence("k"))
+		r.remove(l5)
+		assert.Equal(t, int64(5), r.knownFence("k"), "remembered for its TTL after the lease ended")
+		r.seeFence("k", 9, time.Minute) // a claim whose reply was not read
+		assert.Equal(t, int64(9), r.knownFence("k"))
+		r.seeFence("gone", 4, 0)
+		assert.Zero(t, r.knownFence("gone"), "a fence whose keep has passed is forgotten")
+		assert.Zero(t, r.knownFence("never"))
+		<-r.stopHeartbeat()
+	})
+
+	t.Run("NothingJoinsAfterClose", func(t *testing.T) {
+		t.Parallel()
+		var r registry
+		var n int
+		var mu sync.Mutex
+		kept := lease("kept", 1)
+		_, err := r.add(kept, beats(&n, &mu))
+		require.NoError(t, err)
+		e := &Elector{key: "leader"}
+		require.NoError(t, r.addElector(e, "leader"))
+		require.ErrorContains(t, r.addElector(&Elector{key: "leader"}, "leader"), "open Elector for that key")
+		require.NoError(t, r.addElector(&Elector{key: "other"}, "other"))
+
+		ctx := context.Background()
+		electors, first := r.close(ctx)
+		require.True(t, first)
+		assert.Len(t, electors, 2, "Close takes every Elector")
+		assert.Contains(t, electors, e)
+		_, again := r.close(ctx)
+		assert.False(t, again, "a second Close is not the first")
+		assert.True(t, r.isClosed())
+		assert.Equal(t, ctx, r.closeContext())
+		assert.False(t, r.any(), "the watchdog stops once Close has begun")
+
+		_, err = r.add(lease("late", 2), beats(&n, &mu))
+		require.ErrorIs(t, err, ErrClosed)
+		assert.Nil(t, r.get("late"))
+		require.ErrorIs(t, r.addElector(&Elector{key: "late"}, "late"), ErrClosed)
+
+		assert.Equal(t, []*Lease{kept}, r.all())
+		<-r.stopHeartbeat()
+		assert.Nil(t, (&registry{}).stopHeartbeat(), "no heartbeat to stop before the first lease")
+	})
+
+	t.Run("FirstTimeOnly", func(t *testing.T) {
+		t.Parallel()
+		var r registry
+		assert.True(t, r.first("unnamed\x00job"))
+		assert.False(t, r.first("unnamed\x00job"))
+		assert.True(t, r.first("unnamed\x00other"))
+	})
+
+	t.Run("GivenUpForClose", func(t *testing.T) {
+		t.Parallel()
+		var r registry
+		assert.Empty(t, r.givenUpErrs())
+		r.giveUp(ErrLost)
+		errs := r.givenUpErrs()
+		require.Len(t, errs, 1)
+		require.ErrorIs(t, errs[0], ErrLost)
+		errs[0] = nil // a copy: the registry's stays
+		require.ErrorIs(t, r.givenUpErrs()[0], ErrLost)
+	})
+}
