@@ -18,29 +18,18 @@ func TestRegistry(t *testing.T) {
 	lease := func(key string, fence int64) *Lease {
 		return &Lease{key: key, fence: fence, terms: terms{ttl: time.Minute}}
 	}
-	beats := func(n *int, mu *sync.Mutex) func(ctx context.Context, done chan<- struct{}) {
-		return func(ctx context.Context, done chan<- struct{}) {
-			mu.Lock()
-			*n++
-			mu.Unlock()
-			<-ctx.Done()
-			close(done)
-		}
-	}
-
 	t.Run("NewestLeasePerKey", func(t *testing.T) {
 		t.Parallel()
 		var r registry
-		var n int
-		var mu sync.Mutex
+		var hb heartbeats
 		a1, a2, b := lease("a", 1), lease("a", 2), lease("b", 3)
-		prev, err := r.add(a1, beats(&n, &mu))
+		prev, err := r.add(a1, hb.beat)
 		require.NoError(t, err)
 		assert.Nil(t, prev)
-		prev, err = r.add(a2, beats(&n, &mu))
+		prev, err = r.add(a2, hb.beat)
 		require.NoError(t, err)
 		assert.Same(t, a1, prev, "the lease replaced")
-		_, err = r.add(b, beats(&n, &mu))
+		_, err = r.add(b, hb.beat)
 		require.NoError(t, err)
 		assert.Same(t, a2, r.get("a"))
 		assert.ElementsMatch(t, []*Lease{a2, b}, r.all())
@@ -57,18 +46,15 @@ func TestRegistry(t *testing.T) {
 		done := r.stopHeartbeat()
 		require.NotNil(t, done, "the first lease started the heartbeat")
 		<-done
-		mu.Lock()
-		assert.Equal(t, 1, n, "one heartbeat for every lease")
-		mu.Unlock()
+		assert.Equal(t, 1, hb.started(), "one heartbeat for every lease")
 	})
 
 	t.Run("KnownFenceOutlivesTheLease", func(t *testing.T) {
 		t.Parallel()
 		var r registry
-		var n int
-		var mu sync.Mutex
+		var hb heartbeats
 		l5 := lease("k", 5)
-		_, err := r.add(l5, beats(&n, &mu))
+		_, err := r.add(l5, hb.beat)
 		require.NoError(t, err)
 		assert.Equal(t, int64(5), r.knownFence("k"))
 		r.seeFence("k", 3, time.Minute) // an older fence lowers nothing
@@ -86,10 +72,9 @@ func TestRegistry(t *testing.T) {
 	t.Run("NothingJoinsAfterClose", func(t *testing.T) {
 		t.Parallel()
 		var r registry
-		var n int
-		var mu sync.Mutex
+		var hb heartbeats
 		kept := lease("kept", 1)
-		_, err := r.add(kept, beats(&n, &mu))
+		_, err := r.add(kept, hb.beat)
 		require.NoError(t, err)
 		e := &Elector{key: "leader"}
 		require.NoError(t, r.addElector(e, "leader"))
@@ -107,7 +92,7 @@ func TestRegistry(t *testing.T) {
 		assert.Equal(t, ctx, r.closeContext())
 		assert.False(t, r.any(), "the watchdog stops once Close has begun")
 
-		_, err = r.add(lease("late", 2), beats(&n, &mu))
+		_, err = r.add(lease("late", 2), hb.beat)
 		require.ErrorIs(t, err, ErrClosed)
 		assert.Nil(t, r.get("late"))
 		require.ErrorIs(t, r.addElector(&Elector{key: "late"}, "late"), ErrClosed)
@@ -136,4 +121,25 @@ func TestRegistry(t *testing.T) {
 		errs[0] = nil // a copy: the registry's stays
 		require.ErrorIs(t, r.givenUpErrs()[0], ErrLost)
 	})
+}
+
+// heartbeats counts the heartbeats a registry starts; each runs until
+// stopped.
+type heartbeats struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (h *heartbeats) beat(ctx context.Context, done chan<- struct{}) {
+	h.mu.Lock()
+	h.n++
+	h.mu.Unlock()
+	<-ctx.Done()
+	close(done)
+}
+
+func (h *heartbeats) started() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
 }
