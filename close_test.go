@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,39 +152,55 @@ func TestClose(t *testing.T) {
 	// Guarantee: Close holds nothing and has nothing in flight when it returns,
 	// also when an Unlock began just before it: Close leaves that lease's
 	// release to the Unlock, and must wait for it, or the caller who closes its
-	// pool once Close returned leaves the row live for a whole TTL.
-	t.Run("WaitsForAnUnlockInFlight", func(t *testing.T) {
-		t.Parallel()
-		ctx := pgtest.Ctx(t)
-		apool := pgtest.Pool(t, nil)
-		pool := pgtest.Pool(t, nil)
-		table := pgtest.Table(t, pool)
-		faulty := pgtest.NewFaultyDB(apool)
-		a := pgtest.Locker(t, faulty, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(3*time.Second))
-		lease, err := a.Claim(ctx, "job")
-		require.NoError(t, err)
+	// pool once Close returned leaves the row live for a whole TTL. So also
+	// when the key has a second release besides (the lease that superseded
+	// the one unlocking, released by Close or unlocked too): Close waits for
+	// each release, not one per key.
+	for _, second := range []string{"None", "ByClose", "ByUnlock"} {
+		t.Run("WaitsForAnUnlockInFlight/SecondRelease="+second, func(t *testing.T) {
+			t.Parallel()
+			ctx := pgtest.Ctx(t)
+			held := &releaseHold{entered: make(chan struct{}), open: make(chan struct{})}
+			apool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = held })
+			pool := pgtest.Pool(t, nil)
+			table := pgtest.Table(t, pool)
+			a := pgtest.Locker(t, apool, table, "a", pglease.WithTTL(30*time.Second), pglease.WithTimeout(3*time.Second))
+			lease, err := a.Claim(ctx, "job")
+			require.NoError(t, err)
+			var newer *pglease.Lease
+			if second != "None" {
+				newer, err = a.Claim(ctx, "job") // re-entrant: lease is superseded
+				require.NoError(t, err)
+				require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+			}
 
-		release := faulty.Hold("release")
-		unlocked := make(chan error, 1)
-		go func() { unlocked <- lease.Unlock(ctx) }()
-		<-faulty.Entered
-		closed := make(chan error, 1)
-		go func() { closed <- a.Close(ctx) }()
-		select {
-		case err := <-closed:
-			row, _ := pgtest.ReadRow(t, pool, table, "job")
-			t.Logf("Close returned (%v) with the Unlock still in flight; row %+v", err, row)
-			apool.Close() // what a caller does once Close returned
-			release()
-			t.Logf("Unlock: %v", <-unlocked)
+			release := held.hold(lease.Fence())
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- lease.Unlock(ctx) }()
+			<-held.entered
+			if second == "ByUnlock" {
+				require.NoError(t, newer.Unlock(ctx))
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- a.Close(ctx) }()
+			select {
+			case err := <-closed:
+				apool.Close() // what a caller does once Close returned
+				release()
+				t.Errorf("Close returned (%v) with an Unlock still in flight, which returned %v after it", err, <-unlocked)
+			case <-time.After(time.Second):
+				release() // Close waits for the Unlock: it must then return
+				err := <-unlocked
+				if second == "None" {
+					require.NoError(t, err)
+				} else {
+					require.ErrorIs(t, err, pglease.ErrLost, "the superseded lease's Unlock")
+				}
+				require.NoError(t, <-closed)
+			}
 			requireNoLiveRowOf(t, pool, table, "a", 0, "job")
-		case <-time.After(time.Second):
-			release() // Close waits for the Unlock: it must then return
-			require.NoError(t, <-unlocked)
-			require.NoError(t, <-closed)
-			requireNoLiveRowOf(t, pool, table, "a", 0, "job")
-		}
-	})
+		})
+	}
 
 	// Guarantee: Close ends a waiting claim whose statement is in flight, waits
 	// for it, and leaves no live row of it.
@@ -636,3 +654,50 @@ func TestClose(t *testing.T) {
 		require.False(t, row.Live, "Close returned and left a live row nobody holds: %+v", row)
 	})
 }
+
+// releaseHold is a pgx tracer that holds the release statement of one
+// fence before it is sent, until released: a slow link under that one
+// release, the others going through.
+type releaseHold struct {
+	fence   atomic.Int64 // 0: none held
+	entered chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+// hold makes the next release of fence wait; release lets it go.
+func (h *releaseHold) hold(fence int64) (release func()) {
+	h.fence.Store(fence)
+	var once sync.Once
+	return func() { once.Do(func() { close(h.open) }) }
+}
+
+func (h *releaseHold) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	fence := h.fence.Load()
+	if fence == 0 || pgtest.StatementKind(data.SQL) != "release" {
+		return ctx
+	}
+	for _, arg := range data.Args { // one lease's fence, or a burst's
+		switch a := arg.(type) {
+		case int64:
+			if a != fence {
+				continue
+			}
+		case []int64:
+			if !slices.Contains(a, fence) {
+				continue
+			}
+		default:
+			continue
+		}
+		h.once.Do(func() { close(h.entered) })
+		select {
+		case <-h.open:
+		case <-ctx.Done():
+		}
+		break
+	}
+	return ctx
+}
+
+func (h *releaseHold) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

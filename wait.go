@@ -49,8 +49,10 @@ type waiting struct {
 	mode    WaitMode
 	reason  string
 	pid     uint32 // the listening connection's backend, for tests
-	// releasing holds, per key, the release of this Locker in flight.
-	releasing map[string]releaseInFlight
+	// releasing holds each release of this Locker in flight, by lease: a
+	// key may have two (a lease a re-entrant claim superseded, and its
+	// successor), and Close waits for both.
+	releasing map[*Lease]chan struct{}
 	stop      context.CancelFunc // stops the listener; nil until started
 	done      chan struct{}      // closed when the listener returns
 }
@@ -156,8 +158,8 @@ func (l *Locker) ownLease(key string) error {
 	}
 	l.waits.mu.Lock()
 	defer l.waits.mu.Unlock()
-	if r, ok := l.waits.releasing[key]; ok {
-		return heldHereError{r.done}
+	if done, ok := l.waits.releaseOf(key); ok {
+		return heldHereError{done}
 	}
 	return nil
 }
@@ -376,9 +378,9 @@ func (w *waiting) releaseStarted(ls *Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.releasing == nil {
-		w.releasing = make(map[string]releaseInFlight)
+		w.releasing = make(map[*Lease]chan struct{})
 	}
-	w.releasing[ls.key] = releaseInFlight{ls, make(chan struct{})}
+	w.releasing[ls] = make(chan struct{})
 }
 
 // releasesInFlight returns what ends each release on its way: Close waits
@@ -388,8 +390,8 @@ func (w *waiting) releasesInFlight() []<-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]<-chan struct{}, 0, len(w.releasing))
-	for _, r := range w.releasing {
-		out = append(out, r.done)
+	for _, done := range w.releasing {
+		out = append(out, done)
 	}
 	return out
 }
@@ -398,15 +400,21 @@ func (w *waiting) releasesInFlight() []<-chan struct{} {
 func (w *waiting) releaseFinished(ls *Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if r, ok := w.releasing[ls.key]; ok && r.ls == ls {
-		close(r.done)
-		delete(w.releasing, ls.key)
+	if done, ok := w.releasing[ls]; ok {
+		close(done)
+		delete(w.releasing, ls)
 	}
 }
 
-type releaseInFlight struct {
-	ls   *Lease
-	done chan struct{}
+// releaseOf is what ends a release of key in flight, if there is one.
+// Called with w.mu held.
+func (w *waiting) releaseOf(key string) (<-chan struct{}, bool) {
+	for ls, done := range w.releasing {
+		if ls.key == key {
+			return done, true
+		}
+	}
+	return nil, false
 }
 
 // ended is why ctx ended: ctx.Err(), and its cause if that says more (Close
