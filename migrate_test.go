@@ -581,6 +581,9 @@ func stallClaims(t *testing.T, table, holder string) (resume func()) {
 		fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF split_part(NEW.holder, '#', 1) = %s THEN
+        -- The stall is a claim's, not a row lock: a claim sent with a lock
+        -- wait (a burst's) waits it out as a claim sent without one does.
+        PERFORM set_config('lock_timeout', '0', true);
         PERFORM pg_advisory_xact_lock_shared(hashtext(TG_TABLE_NAME));
     END IF;
     RETURN NEW;
