@@ -706,28 +706,37 @@ func testLateCancelRequest(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	l := pgtest.Locker(t, conn, table, "claimer", pglease.WithTTL(30*time.Second))
 
-	// Another transaction locks the expired row, makes it held and
-	// commits (locally) at 400 ms: the claim waiting on it, given up at
-	// 150 ms, loses, writing nothing, before its cancel request lands.
+	// Another transaction locks the expired row. The claim waits on it
+	// and is given up there; once its cancel request is sent (it lands
+	// 2.5 s later), the transaction makes the row held and commits
+	// (locally): the claim loses, writing nothing, before its cancel
+	// request lands.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit = local`)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `SELECT 1 FROM `+tbl+` WHERE key = 'held' FOR UPDATE`)
 	require.NoError(t, err)
-	committed := make(chan error, 1)
-	time.AfterFunc(400*time.Millisecond, func() {
-		_, err := tx.Exec(ctx, `UPDATE `+tbl+` SET holder = 'other', expires_at = now() + interval '1 min' WHERE key = 'held'`)
-		if err == nil {
-			err = tx.Commit(ctx)
-		}
-		committed <- err
-	})
-	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-	_, err = l.Claim(cctx, "held")
+	cctx, cancel := context.WithCancel(ctx)
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(cctx, "held")
+		claimed <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, table).Scan(&waiting))
+		return waiting == 1
+	}, 10*time.Second, 10*time.Millisecond, "the claim waits on the row lock")
 	cancel()
-	require.Error(t, err)
-	require.NoError(t, <-committed)
+	require.Eventually(t, func() bool { return late.Sent() > 0 }, 10*time.Second, 5*time.Millisecond,
+		"the claim given up sends its cancel request")
+	_, err = tx.Exec(ctx, `UPDATE `+tbl+` SET holder = 'other', expires_at = now() + interval '1 min' WHERE key = 'held'`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Error(t, <-claimed)
+	require.Zero(t, late.Landed(), "the first cancel request landed before the second claim: the case is not the one described")
 
 	// A claim of a free key: its commit waits for the absent standby, and
 	// the late request would cut that wait.

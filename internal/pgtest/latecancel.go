@@ -26,6 +26,7 @@ import (
 type LateCancel struct {
 	delay      time.Duration
 	replyDelay atomic.Int64
+	sent       atomic.Int64
 	landed     atomic.Int64
 	late       sync.WaitGroup
 }
@@ -90,6 +91,10 @@ func (l *LateCancel) Dial(dial pgconn.DialFunc) pgconn.DialFunc {
 	}
 }
 
+// Sent is how many cancel requests were written by the client (held
+// back or not yet).
+func (l *LateCancel) Sent() int64 { return l.sent.Load() }
+
 // Landed is how many cancel requests were delivered.
 func (l *LateCancel) Landed() int64 { return l.landed.Load() }
 
@@ -119,6 +124,7 @@ func (c *lateCancelConn) Write(b []byte) (int, error) {
 	if len(b) != 16 || binary.BigEndian.Uint32(b[0:4]) != 16 || binary.BigEndian.Uint32(b[4:8]) != cancelRequestCode {
 		return c.Conn.Write(b)
 	}
+	c.l.sent.Add(1)
 	buf := append([]byte(nil), b...)
 	q := make(chan struct{})
 	c.mu.Lock()
