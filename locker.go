@@ -75,7 +75,7 @@ type Locker struct {
 	claims   *coalesce.Coalescer[claimCall, claimOutcome]
 	releases *coalesce.Coalescer[releasing, releaseResult]
 
-	reg     registry      // its leases, fences, Electors and heartbeat, behind one mutex (registry.go)
+	reg     registry      // its leases, releases, fences, Electors and heartbeat, behind one mutex (registry.go)
 	closing chan struct{} // closed when Close has finished
 
 	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
@@ -364,7 +364,7 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 		errs = append(errs, fmt.Errorf("pglease: close: %w (cancelled, each ends by itself within %v plus its timeout, "+
 			"or through lib/pq once the server answers or the connection fails)", err, 2*driver.AnswerGrace))
 	}
-	for _, done := range l.waits.releasesInFlight() {
+	for _, done := range l.reg.releasesInFlight() {
 		select {
 		case <-done:
 		case <-rctx.Done():

@@ -10,7 +10,8 @@ import (
 )
 
 // registry is what a Locker holds, behind one mutex: the newest unended
-// lease of each key, the greatest fence of each key its claims were handed,
+// lease of each key, the releases on their way, the greatest fence of each
+// key its claims were handed,
 // its Electors, the events it reported once, its heartbeat goroutine (which
 // the first lease starts), and whether Close has begun. Close marks it
 // closed in one step, so that no lease registers, no Elector joins and no
@@ -19,18 +20,22 @@ import (
 // Lock order, the one place it is written: registry.mu is taken last.
 // Under it, nothing is locked but an Elector's mu (addElector asks the
 // others whether they are closed); it may be taken with any other lock of
-// the Locker held (the watchdog's, the gate of a heartbeat round). A
-// Lease's mu is never held with it, either way round: a lease drops itself
-// (remove) after unlocking its own.
+// the Locker held (the watchdog's, the gate of a heartbeat round, a
+// Lease's: a release records itself under it). Never the other way round:
+// nothing under registry.mu locks a Lease.
 type registry struct {
-	mu       sync.Mutex
-	leases   map[string]*Lease     // the newest unended lease per key
-	fences   fence.Known[string]   // the fences handed out (registry.knownFence)
-	electors map[*Elector]struct{} // its Electors, until closed with their callbacks run
-	warned   map[string]bool       // events reported once per key (Locker.once), by kind and key
-	closed   bool
-	stopBeat context.CancelFunc // stops the heartbeat; nil until started
-	beatDone chan struct{}      // closed when the heartbeat goroutine returns
+	mu     sync.Mutex
+	leases map[string]*Lease // the newest unended lease per key
+	// releasing holds each release in flight, by lease: a key may have two
+	// (a lease a re-entrant claim superseded, and its successor), and
+	// Close waits for both.
+	releasing map[*Lease]chan struct{}
+	fences    fence.Known[string]   // the fences handed out (registry.knownFence)
+	electors  map[*Elector]struct{} // its Electors, until closed with their callbacks run
+	warned    map[string]bool       // events reported once per key (Locker.once), by kind and key
+	closed    bool
+	stopBeat  context.CancelFunc // stops the heartbeat; nil until started
+	beatDone  chan struct{}      // closed when the heartbeat goroutine returns
 	// closeCtx is Close's context, once Close has begun: a give-back of a
 	// claim Close ended runs within it (giveBackContext), and Close waits
 	// for it. givenUp are those that failed, for Close to return.
@@ -217,4 +222,52 @@ func (r *registry) givenUpErrs() []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]error(nil), r.givenUp...)
+}
+
+// releaseStarted records the release of ls on its way: until it has
+// finished, a claim of this Locker that waits for the key would take the
+// row over from it (same holder), and the release would report ErrLost.
+func (r *registry) releaseStarted(ls *Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.releasing == nil {
+		r.releasing = make(map[*Lease]chan struct{})
+	}
+	r.releasing[ls] = make(chan struct{})
+}
+
+// releaseFinished ends the record of ls's release, waking whoever waits
+// for it.
+func (r *registry) releaseFinished(ls *Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if done, ok := r.releasing[ls]; ok {
+		close(done)
+		delete(r.releasing, ls)
+	}
+}
+
+// releaseOf is what ends a release of key in flight, if there is one.
+func (r *registry) releaseOf(key string) (<-chan struct{}, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ls, done := range r.releasing {
+		if ls.key == key {
+			return done, true
+		}
+	}
+	return nil, false
+}
+
+// releasesInFlight returns what ends each release on its way: Close waits
+// for them, so that an Unlock that began before it cannot still be sending
+// its release (on a pool the caller may close next) when Close returns.
+func (r *registry) releasesInFlight() []<-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]<-chan struct{}, 0, len(r.releasing))
+	for _, done := range r.releasing {
+		out = append(out, done)
+	}
+	return out
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // TestRegistry checks what a Locker holds, with no database: the newest
-// lease of each key, the fences it remembers, the heartbeat the first lease
-// starts, and Close's one step after which nothing joins.
+// lease of each key, the releases on their way, the fences it remembers,
+// the heartbeat the first lease starts, and Close's one step after which
+// nothing joins.
 func TestRegistry(t *testing.T) {
 	t.Parallel()
 	lease := func(key string, fence int64) *Lease {
@@ -67,6 +68,36 @@ func TestRegistry(t *testing.T) {
 		assert.Zero(t, r.knownFence("gone"), "a fence whose keep has passed is forgotten")
 		assert.Zero(t, r.knownFence("never"))
 		<-r.stopHeartbeat()
+	})
+
+	t.Run("ReleasesInFlightByLease", func(t *testing.T) {
+		t.Parallel()
+		var r registry
+		_, ok := r.releaseOf("k")
+		assert.False(t, ok, "no release on its way")
+		superseded, successor := lease("k", 1), lease("k", 2)
+		r.releaseStarted(superseded)
+		r.releaseStarted(successor)
+		require.Len(t, r.releasesInFlight(), 2, "two releases of one key, both waited for")
+		first := r.releasesInFlight()
+		r.releaseFinished(successor)
+		done, ok := r.releaseOf("k")
+		require.True(t, ok, "the superseded lease's release is still on its way")
+		select {
+		case <-done:
+			t.Fatal("the release on its way reads as finished")
+		default:
+		}
+		require.Len(t, r.releasesInFlight(), 1)
+		r.releaseFinished(superseded)
+		<-done
+		for _, d := range first {
+			<-d // each one waited for has finished
+		}
+		_, ok = r.releaseOf("k")
+		assert.False(t, ok)
+		assert.Empty(t, r.releasesInFlight())
+		r.releaseFinished(superseded) // twice: nothing to end
 	})
 
 	t.Run("NothingJoinsAfterClose", func(t *testing.T) {

@@ -243,8 +243,8 @@ func (ls *Lease) startRelease(ended error) (r releasing, first bool) {
 	}
 	ls.released = true
 	// Recorded before anyone can see the lease released: waiting claims
-	// wait for it (wait.go), and so does Close.
-	ls.locker.waits.releaseStarted(ls)
+	// wait for it (registry.releaseOf), and so does Close.
+	ls.locker.reg.releaseStarted(ls)
 	ls.mu.Unlock()
 
 	prior := ls.lostErr()
@@ -270,7 +270,7 @@ func (l *Locker) finishRelease(ctx context.Context, r releasing, err error) erro
 	ls.mu.Lock()
 	ls.releaseErr = err
 	ls.mu.Unlock()
-	l.waits.releaseFinished(ls)
+	l.reg.releaseFinished(ls)
 	return err
 }
 

@@ -48,13 +48,9 @@ type waiting struct {
 	closed  bool
 	mode    WaitMode
 	reason  string
-	pid     uint32 // the listening connection's backend, for tests
-	// releasing holds each release of this Locker in flight, by lease: a
-	// key may have two (a lease a re-entrant claim superseded, and its
-	// successor), and Close waits for both.
-	releasing map[*Lease]chan struct{}
-	stop      context.CancelFunc // stops the listener; nil until started
-	done      chan struct{}      // closed when the listener returns
+	pid     uint32             // the listening connection's backend, for tests
+	stop    context.CancelFunc // stops the listener; nil until started
+	done    chan struct{}      // closed when the listener returns
 }
 
 // waitGroup is the waiting claims of one key in one Locker. One of them at
@@ -156,9 +152,7 @@ func (l *Locker) ownLease(key string) error {
 	if ls, ok := l.Held(key); ok {
 		return heldHereError{ls.Done()}
 	}
-	l.waits.mu.Lock()
-	defer l.waits.mu.Unlock()
-	if done, ok := l.waits.releaseOf(key); ok {
+	if done, ok := l.reg.releaseOf(key); ok {
 		return heldHereError{done}
 	}
 	return nil
@@ -370,52 +364,6 @@ func (l *Locker) remaining(ctx context.Context, key string) (string, time.Durati
 }
 
 func (w *waiting) remainingSQL() string { return w.table.Render(sqlstmt.Remaining) }
-
-// releaseStarted records a release on its way: until it has finished, a
-// waiting claim of this Locker would take the row over from it (same
-// holder), and the release would report ErrLost.
-func (w *waiting) releaseStarted(ls *Lease) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.releasing == nil {
-		w.releasing = make(map[*Lease]chan struct{})
-	}
-	w.releasing[ls] = make(chan struct{})
-}
-
-// releasesInFlight returns what ends each release on its way: Close waits
-// for them, so that an Unlock that began before it cannot still be sending
-// its release (on a pool the caller may close next) when Close returns.
-func (w *waiting) releasesInFlight() []<-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]<-chan struct{}, 0, len(w.releasing))
-	for _, done := range w.releasing {
-		out = append(out, done)
-	}
-	return out
-}
-
-// releaseFinished wakes the waiting claims that wait for ls's release.
-func (w *waiting) releaseFinished(ls *Lease) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if done, ok := w.releasing[ls]; ok {
-		close(done)
-		delete(w.releasing, ls)
-	}
-}
-
-// releaseOf is what ends a release of key in flight, if there is one.
-// Called with w.mu held.
-func (w *waiting) releaseOf(key string) (<-chan struct{}, bool) {
-	for ls, done := range w.releasing {
-		if ls.key == key {
-			return done, true
-		}
-	}
-	return nil, false
-}
 
 // ended is why ctx ended: ctx.Err(), and its cause if that says more (Close
 // ends the context of a waiting claim with ErrClosed).
