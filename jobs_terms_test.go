@@ -172,7 +172,7 @@ func TestJobTerms(t *testing.T) {
 	t.Run("SkewBeyondHalfTheMinHoldIsWarned", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		logs := &logBuffer{}
+		logs := &lockedBuffer{}
 		l := pgtest.Locker(t, pool, table, "skewed", pglease.WithHeartbeatInterval(time.Second),
 			pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 		job := mustJob(t, l, pglease.WithTTL(10*time.Second), pglease.WithMinHold(400*time.Millisecond))
@@ -186,7 +186,7 @@ func TestJobTerms(t *testing.T) {
 		require.True(t, ok)
 		t.Logf("reading %+v, beyond %v", s, s.Beyond())
 		require.Greater(t, s.Beyond(), 200*time.Millisecond, "the reading itself sees the skew")
-		assert.Equal(t, 1, logs.count(skewWarning), "skew %v beyond half the job's min hold (200ms) must warn:\n%s", s.Offset, logs.buf.String())
+		assert.Equal(t, 1, logs.count(skewWarning), "skew %v beyond half the job's min hold (200ms) must warn:\n%s", s.Offset, logs.String())
 	})
 
 	// Guarantee: claims that wait long on a row lock
@@ -195,7 +195,7 @@ func TestJobTerms(t *testing.T) {
 	t.Run("SlowClaimsDoNotWarnOfSkew", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
-		logs := &logBuffer{}
+		logs := &lockedBuffer{}
 		a := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(10*time.Second), pglease.WithMinHold(20*time.Millisecond),
 			pglease.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 		b := pgtest.Locker(t, pool, table, "b", pglease.WithTTL(time.Second))
@@ -217,6 +217,6 @@ func TestJobTerms(t *testing.T) {
 			s, _ := a.ClockSkew()
 			t.Logf("reading after a claim that waited: %+v beyond %v", s, s.Beyond())
 		}
-		assert.Zero(t, logs.count(skewWarning), logs.buf.String())
+		assert.Zero(t, logs.count(skewWarning), logs.String())
 	})
 }
