@@ -29,6 +29,23 @@ const (
 	exclusive                  // counts it held (heldHereError): an attempt of a waiting claim
 )
 
+// terms are what one lease is claimed on: how long it lives on the server
+// without a heartbeat (ttl), how long its release keeps it after the claim
+// (minHold), and how long Lock's claim and Unlock's release may take
+// (timeout). A Locker's leases have the Locker's; a JobLocker's have the
+// job's. Each lease carries its own, and every statement takes them per
+// lease, so that leases of different terms share one heartbeat round and
+// one release or claim statement.
+type terms struct {
+	ttl, minHold, timeout time.Duration
+	ticks                 *ticks // WithPeriod: a job whose claims claim ticks (ticks.go)
+}
+
+// terms are the Locker's own, from its options.
+func (l *Locker) terms() terms {
+	return terms{ttl: l.cfg.ttl, minHold: l.cfg.minHold, timeout: l.cfg.timeout}
+}
+
 // claim is Claim of a lease on the given terms, the Locker's or a job's,
 // in mode. Every claim whose statement may have reached the server leaves
 // through settle, which ends what the statement superseded.

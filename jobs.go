@@ -9,23 +9,6 @@ import (
 	"github.com/go-co-op/gocron/v2"
 )
 
-// terms are what one lease is claimed on: how long it lives on the server
-// without a heartbeat (ttl), how long its release keeps it after the claim
-// (minHold), and how long Lock's claim and Unlock's release may take
-// (timeout). A Locker's leases have the Locker's; a JobLocker's have the
-// job's. Each lease carries its own, and every statement takes them per
-// lease, so that leases of different terms share one heartbeat round and
-// one release or claim statement.
-type terms struct {
-	ttl, minHold, timeout time.Duration
-	ticks                 *ticks // WithPeriod: a job whose claims claim ticks (ticks.go)
-}
-
-// terms are the Locker's own, from its options.
-func (l *Locker) terms() terms {
-	return terms{ttl: l.cfg.ttl, minHold: l.cfg.minHold, timeout: l.cfg.timeout}
-}
-
 // shortestTTL is the shortest TTL of the Locker's leases: its own, or that
 // of any job made by Job. The watchdog checks the trust of every lease this
 // often (watchSlice).

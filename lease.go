@@ -138,6 +138,19 @@ func (ls *Lease) lostErr() error {
 	return ls.err
 }
 
+// maxTrustMargin caps the trust margin (see trustMargin).
+const maxTrustMargin = time.Second
+
+// trustMargin is how much sooner than the TTL a Locker stops trusting a
+// lease: a tenth of the TTL, at most a second. The trust deadline,
+// sent_at + TTL - margin on the local clock, then falls before the server's
+// expiry as long as, over one TTL, the local clock loses less than the
+// margin against the server's clock, less however late the timer that ends
+// the lease fires: a local clock up to 10% slow for TTLs up to 10s, 1s per
+// TTL beyond. A fast local clock only ends leases early. The package
+// docs/GUIDE.md ("How it works") says which clocks.
+func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustMargin) }
+
 // trustDeadline is the deadline of a claim or heartbeat sent at sent (a
 // time.Now() value) for a lease of ttl: sent + ttl - margin on each of the
 // Locker's clocks (internal/trust). Each lease counts its own TTL

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -295,6 +296,33 @@ func (l *Locker) warnUnnamed(key string) {
 		l.once(key, Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
 	}
 }
+
+// funcName matches what runtime.FuncForPC(...).Name() gives a function, a
+// method or a closure: an import path, a package name, and dotted
+// identifiers, with (*T) receivers, [...] type arguments, funcN closures
+// (nested ones numbered .1, .2) and the -fm suffix of a method value.
+var funcName = regexp.MustCompile(`^(?:[\w.~-]+/)*[\p{L}_][\p{L}\p{N}_]*(?:\.(?:\(\*?[\p{L}_][\p{L}\p{N}_]*(?:\[[^\]]*\])?\)|[\p{L}_][\p{L}\p{N}_]*(?:\[\.\.\.\])?|\d+))+(?:-fm)?$`)
+
+// closureOrMethod matches the parts of a function name no job name a
+// person writes has: a closure, a method value, a receiver.
+var closureOrMethod = regexp.MustCompile(`\.func\d+(?:\.|$|-)|-fm$|\(\*?[\p{L}_]`)
+
+// looksLikeFuncName reports whether key is probably gocron's default name
+// of a job: a Go function's name with its import path ("/"), of package
+// main, or of a closure or method. A dotted name such as "billing.invoice"
+// is not taken for one.
+func looksLikeFuncName(key string) bool {
+	if !funcName.MatchString(key) {
+		return false
+	}
+	return strings.Contains(key, "/") || strings.HasPrefix(key, "main.") || closureOrMethod.MatchString(key)
+}
+
+// errUnnamedJob is the Err of EventUnnamedJob: Lock's key looks like
+// gocron's default job name, the Go function's name.
+var errUnnamedJob = errors.New("pglease: the key looks like a Go function name, gocron's default name of a job given no gocron.WithName: " +
+	"it changes when the code moves or is renamed, and two versions of a service would then run the job at once; " +
+	"name the job (gocron.WithName, or Locker.Task)")
 
 // Held returns the newest lease this Locker holds for key, if it is still
 // held: not released, not lost, and within its trust deadline. A job run by

@@ -36,19 +36,6 @@ const MinRetention = time.Hour
 // MinTTL is the shortest TTL WithTTL accepts.
 const MinTTL = 10 * time.Millisecond
 
-// maxTrustMargin caps the trust margin (see trustMargin).
-const maxTrustMargin = time.Second
-
-// trustMargin is how much sooner than the TTL a Locker stops trusting a
-// lease: a tenth of the TTL, at most a second. The trust deadline,
-// sent_at + TTL - margin on the local clock, then falls before the server's
-// expiry as long as, over one TTL, the local clock loses less than the
-// margin against the server's clock, less however late the timer that ends
-// the lease fires: a local clock up to 10% slow for TTLs up to 10s, 1s per
-// TTL beyond. A fast local clock only ends leases early. The package
-// docs/GUIDE.md ("How it works") says which clocks.
-func trustMargin(ttl time.Duration) time.Duration { return min(ttl/10, maxTrustMargin) }
-
 // MaxKeyLen is the longest key, in bytes, that Claim accepts.
 const MaxKeyLen = 1024
 
