@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -27,13 +28,13 @@ type Elector struct {
 	queued  chan struct{} // closed once the first Close has queued the last callbacks
 
 	mu        sync.Mutex
-	lease     *Lease        // the current lease, or nil
-	leader    string        // the last leader seen
-	lastErr   error         // the outcome of the campaign's last failed attempt
-	begun     int           // attempts of the campaign begun
-	ended     int           // and ended
-	attempted chan struct{} // closed and replaced after each attempt
-	closed    bool
+	lease     *Lease             // the current lease, or nil
+	leader    string             // the last leader seen
+	lastErr   error              // the outcome of the campaign's last failed attempt
+	begun     int                // attempts of the campaign begun
+	ended     int                // and ended
+	attempted chan struct{}      // closed and replaced after each attempt
+	closed    atomic.Bool        // set by Close, under mu; read without it by isClosed
 	stop      context.CancelFunc // stops the campaign; nil until started
 	done      chan struct{}      // closed when the campaign returns
 	calls     []func()           // callbacks to run, in order
@@ -105,11 +106,9 @@ func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 	return e, nil
 }
 
-func (e *Elector) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
+// isClosed reports whether Close has begun; it takes no lock, so that the
+// registry may ask it under its own (registry.addElector).
+func (e *Elector) isClosed() bool { return e.closed.Load() }
 
 // Key is the leader key the Elector claims.
 func (e *Elector) Key() string { return e.key }
@@ -150,7 +149,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 func (e *Elector) next(ctx context.Context, kick bool) (*Lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return nil, ErrClosed
 	}
 	e.startLocked()
@@ -317,7 +316,7 @@ func (e *Elector) runCallbacks() {
 	defer close(e.callsDone)
 	for {
 		e.mu.Lock()
-		calls, closing := e.calls, e.closed && e.stop == nil
+		calls, closing := e.calls, e.closed.Load() && e.stop == nil
 		e.calls = nil
 		e.inCallback = len(calls) > 0
 		e.mu.Unlock()
@@ -356,8 +355,7 @@ func (e *Elector) Leader() (*Lease, bool) {
 func (e *Elector) Close(ctx context.Context) error {
 	mustContext(ctx, "Elector.Close") // before anything changes
 	e.mu.Lock()
-	first := !e.closed
-	e.closed = true
+	first := !e.closed.Swap(true)
 	stop, done := e.stop, e.done
 	fromCallback := e.inCallback
 	e.mu.Unlock()

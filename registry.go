@@ -18,11 +18,10 @@ import (
 // heartbeat starts once Close has taken what it must end.
 //
 // Lock order, the one place it is written: registry.mu is taken last.
-// Under it, nothing is locked but an Elector's mu (addElector asks the
-// others whether they are closed); it may be taken with any other lock of
-// the Locker held (the watchdog's, the gate of a heartbeat round, a
-// Lease's: a release records itself under it). Never the other way round:
-// nothing under registry.mu locks a Lease.
+// Under it nothing else is locked (an Elector's closed state is read
+// without its lock); it may be taken with any other lock of the Locker
+// held: an Elector's, the watchdog's, the gate of a heartbeat round, a
+// Lease's (a release records itself under it).
 type registry struct {
 	mu     sync.Mutex
 	leases map[string]*Lease // the newest unended lease per key

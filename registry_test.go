@@ -100,6 +100,27 @@ func TestRegistry(t *testing.T) {
 		r.releaseFinished(superseded) // twice: nothing to end
 	})
 
+	t.Run("LocksNothingUnderItsOwn", func(t *testing.T) {
+		t.Parallel()
+		// An Elector holds its mu while it reads its lease (Lease.Err), a
+		// release holds the Lease's while it records itself here: were the
+		// registry to lock an Elector under its own, the three would wait
+		// on one another.
+		var r registry
+		busy := &Elector{key: "busy"}
+		require.NoError(t, r.addElector(busy, "busy"))
+		busy.mu.Lock()
+		defer busy.mu.Unlock()
+		added := make(chan error, 1)
+		go func() { added <- r.addElector(&Elector{key: "busy"}, "busy") }()
+		select {
+		case err := <-added:
+			require.ErrorContains(t, err, "open Elector for that key")
+		case <-time.After(10 * time.Second):
+			t.Fatal("addElector waits for another Elector's lock")
+		}
+	})
+
 	t.Run("NothingJoinsAfterClose", func(t *testing.T) {
 		t.Parallel()
 		var r registry
