@@ -43,17 +43,22 @@ func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 // copies it. The fields of one source only are zero in the other's.
 type LeaseInfo struct {
 	Key          string
-	Holder       string     // RevokedHolder once revoked
-	Fence        int64      // 0 on a table without fence column
-	AcquiredAt   time.Time  // server time of the last claim; zero on a table without it
-	ExpiresAt    time.Time  // server expiry: the row's (List), or the last confirmed (Leases)
-	NeverExpires bool       // expires_at is 'infinity'
-	ServerNow    time.Time  // List: the server's clock at the read; ExpiresAt - ServerNow is the time left
-	Live         bool       // List: ExpiresAt > ServerNow; every lease of Leases is live
-	ReleasedAt   time.Time  // List: when its holder released it; zero if it did not (expired: it lapsed)
-	Tick         time.Time  // the tick of a job's schedule it was claimed for (WithPeriod, WithCron), WithoutFenceColumn read from its holder; zero if none
-	TrustUntil   time.Time  // Leases: the local time until which the Locker trusts the lease
-	State        LeaseState // Leases: how sure the Locker is of the lease
+	Holder       string    // RevokedHolder once revoked
+	Fence        int64     // 0 on a table without fence column
+	AcquiredAt   time.Time // server time of the last claim; zero on a table without it
+	ExpiresAt    time.Time // server expiry: the row's (List), or the last confirmed (Leases)
+	NeverExpires bool      // expires_at is 'infinity'
+	ServerNow    time.Time // List: the server's clock at the read; ExpiresAt - ServerNow is the time left
+	Live         bool      // List: ExpiresAt > ServerNow; every lease of Leases is live
+	ReleasedAt   time.Time // List: when its holder released it; zero if it did not (expired: it lapsed)
+	Tick         time.Time // the tick of a job's schedule it was claimed for (WithPeriod, WithCron), WithoutFenceColumn read from its holder; zero if none
+	TrustUntil   time.Time // Leases: the local time until which the Locker trusts the lease
+	// State, of Leases only, is how sure the Locker is of the lease:
+	// "confirmed" (its last claim or heartbeat extended it), "retrying"
+	// (the last heartbeat failed; it is retried) or "row_locked" (the last
+	// heartbeat found its row locked by another transaction). Each is
+	// trusted until TrustUntil; past it the lease is lost.
+	State string
 }
 
 // ExpiresIn is how long the row had to live when List read it, by the

@@ -271,3 +271,20 @@ func (noDB) Begin(context.Context) (pgx.Tx, error)                   { return ni
 type noRow struct{}
 
 func (noRow) Scan(...any) error { return errNoDB }
+
+// WaitMode is how a Locker's waiting claims wake up (waitMode); the
+// tests read it where a user watches EventWaitByNotification and
+// EventWaitByPolling.
+type WaitMode = waitMode
+
+const (
+	WaitIdle           = waitIdle
+	WaitByNotification = waitByNotification
+	WaitByPolling      = waitByPolling
+)
+
+// WaitMode is how l's waiting claims wake up now, and why when they poll.
+func (l *Locker) WaitMode() (WaitMode, string) { return l.waitMode() }
+
+// MaxKeyLen is the longest key, in bytes, that Claim accepts.
+const MaxKeyLen = maxKeyLen

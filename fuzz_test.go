@@ -25,7 +25,7 @@ import (
 //
 // Without -fuzz, go test runs the seed corpus below.
 
-var keyRejections = []string{"key is empty", "NUL byte", "not valid UTF-8", "longer than MaxKeyLen"}
+var keyRejections = []string{"key is empty", "NUL byte", "not valid UTF-8", "longer than the longest a key may be"}
 
 // FuzzClaimKey: a key is either refused with a clear error, writing
 // nothing, or it round-trips exactly: claimed, read back by key, released.

@@ -57,9 +57,9 @@ func TestInput(t *testing.T) { //nolint:tparallel // BadInputNamesWhatIsWrong ru
 			option string
 			want   string
 		}{
-			{"TTL zero", []pglease.Option{pglease.WithTTL(0)}, "WithTTL", "WithTTL(0s): TTL must be at least MinTTL (10ms)"},
+			{"TTL zero", []pglease.Option{pglease.WithTTL(0)}, "WithTTL", "WithTTL(0s): TTL must be at least 10ms"},
 			{"TTL negative", []pglease.Option{pglease.WithTTL(-time.Second)}, "WithTTL", "WithTTL(-1s)"},
-			{"TTL most negative", []pglease.Option{pglease.WithTTL(math.MinInt64)}, "WithTTL", "TTL must be at least MinTTL"},
+			{"TTL most negative", []pglease.Option{pglease.WithTTL(math.MinInt64)}, "WithTTL", "TTL must be at least 10ms"},
 			{"heartbeat half TTL", []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithHeartbeatInterval(30 * time.Second)}, "WithHeartbeatInterval", "must be less than TTL/2"},
 			{"heartbeat zero", []pglease.Option{pglease.WithHeartbeatInterval(0)}, "WithHeartbeatInterval", "WithHeartbeatInterval(0s)"},
 			{"heartbeat negative", []pglease.Option{pglease.WithHeartbeatInterval(-time.Hour)}, "WithHeartbeatInterval", "interval must be positive"},
@@ -124,8 +124,8 @@ func TestInput(t *testing.T) { //nolint:tparallel // BadInputNamesWhatIsWrong ru
 			{"empty", "", "key is empty"},
 			{"NUL byte", "job\x00name", "NUL byte"},
 			{"invalid UTF-8", "job\xc3\x28", "not valid UTF-8"},
-			{"MaxKeyLen+1 bytes", strings.Repeat("k", pglease.MaxKeyLen+1), "longer than MaxKeyLen"},
-			{"1 MB of two-byte runes", strings.Repeat("é", 1<<19), "longer than MaxKeyLen"},
+			{"MaxKeyLen+1 bytes", strings.Repeat("k", pglease.MaxKeyLen+1), "longer than the longest a key may be"},
+			{"1 MB of two-byte runes", strings.Repeat("é", 1<<19), "longer than the longest a key may be"},
 		} {
 			t.Run("key "+tc.name, func(t *testing.T) {
 				lease, err := l.Claim(ctx, tc.key)

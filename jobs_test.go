@@ -246,7 +246,7 @@ func TestJobs(t *testing.T) {
 		}{
 			{l, []pglease.Option{{}}, []string{"the zero Option"}},
 			{l, []pglease.Option{pglease.WithHolder("job")}, []string{"WithHolder does not apply to Locker.Job", "give it to NewLocker"}},
-			{l, []pglease.Option{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "MinTTL"}},
+			{l, []pglease.Option{pglease.WithTTL(time.Millisecond)}, []string{"WithTTL(1ms)", "at least 10ms"}},
 			{l, []pglease.Option{pglease.WithTimeout(0)}, []string{"WithTimeout(0s)"}},
 			{l, []pglease.Option{pglease.WithMinHold(-time.Second)}, []string{"WithMinHold(-1s)"}},
 			{l, []pglease.Option{pglease.WithTTL(400 * time.Millisecond)}, []string{"WithTTL(400ms)", "heartbeat interval (200ms)", "TTL/2"}},

@@ -424,17 +424,6 @@ func goneOnRelease(why loss) error {
 	return fmt.Errorf("%s: %w", why.why, why.sentinel)
 }
 
-// LeaseState says how sure a Locker is of a lease it holds.
-type LeaseState string
-
-// The states of a held lease. Each is trusted until its TrustUntil; past
-// it the lease is lost, whatever the state said.
-const (
-	LeaseConfirmed LeaseState = "confirmed"  // its last claim or heartbeat extended it
-	LeaseRetrying  LeaseState = "retrying"   // the last heartbeat failed; it is retried
-	LeaseRowLocked LeaseState = "row_locked" // the last heartbeat found its row locked by another transaction
-)
-
 // Leases returns a snapshot of the leases this Locker holds now (Held's
 // view), sorted by key. It sends nothing to the database.
 func (l *Locker) Leases() []LeaseInfo {
@@ -453,13 +442,13 @@ func (l *Locker) Leases() []LeaseInfo {
 			ExpiresAt:  ls.expiresAt,
 			Live:       true,
 			TrustUntil: now.Add(ls.trustUntil.Left(now)),
-			State:      LeaseConfirmed,
+			State:      "confirmed",
 		}
 		switch {
 		case retrying:
-			info.State = LeaseRetrying
+			info.State = "retrying"
 		case !ls.skippedSince.IsZero():
-			info.State = LeaseRowLocked
+			info.State = "row_locked"
 		}
 		ls.mu.Unlock()
 		if held {

@@ -828,7 +828,7 @@ func TestLeases(t *testing.T) {
 			assert.Equal(t, lease.Fence(), info.Fence)
 			assert.True(t, lease.AcquiredAt().Equal(info.AcquiredAt))
 			assert.True(t, lease.ExpiresAt().Equal(info.ExpiresAt))
-			assert.Equal(t, pglease.LeaseConfirmed, info.State)
+			assert.Equal(t, "confirmed", info.State)
 			left := time.Until(info.TrustUntil)
 			assert.Positive(t, left)
 			assert.Less(t, left, l.TTL(), "trusted for less than the TTL from now")
@@ -870,19 +870,19 @@ func TestLeases(t *testing.T) {
 		tx := pgtest.LockRows(t, pool, table, `key = 'k'`)
 		require.Eventually(t, func() bool {
 			got := l.Leases()
-			return len(got) == 1 && got[0].State == pglease.LeaseRowLocked
+			return len(got) == 1 && got[0].State == "row_locked"
 		}, 5*time.Second, 10*time.Millisecond, "a round skips the locked row")
 		require.NoError(t, tx.Rollback(ctx))
 		require.Eventually(t, func() bool {
 			got := l.Leases()
-			return len(got) == 1 && got[0].State == pglease.LeaseConfirmed
+			return len(got) == 1 && got[0].State == "confirmed"
 		}, 5*time.Second, 10*time.Millisecond, "the next round extends it again")
 
 		faulty.SetFail("heartbeat", errors.New("injected: connection reset"))
 		events.WaitFor(t, pglease.EventHeartbeatFailed, 5*time.Second)
 		got := l.Leases()
 		require.Len(t, got, 1)
-		assert.Equal(t, pglease.LeaseRetrying, got[0].State)
+		assert.Equal(t, "retrying", got[0].State)
 		faulty.SetFail("heartbeat", nil)
 	})
 }

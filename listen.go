@@ -22,24 +22,25 @@ import (
 // holder's expiry.
 func channelOf(t driver.Table) string { return sqlstmt.Channel(t.String()) }
 
-// WaitMode says how a Locker's waiting claims learn that a key was
-// released.
-type WaitMode int
+// waitMode says how a Locker's waiting claims learn that a key was
+// released; EventWaitByNotification and EventWaitByPolling report each
+// change.
+type waitMode int
 
 const (
-	// WaitIdle means no claim of the Locker has waited yet.
-	WaitIdle WaitMode = iota
-	// WaitByNotification means a connection of the Locker LISTENs for
+	// waitIdle means no claim of the Locker has waited yet.
+	waitIdle waitMode = iota
+	// waitByNotification means a connection of the Locker LISTENs for
 	// releases: waiters wake within a round trip of one.
-	WaitByNotification
-	// WaitByPolling means waiters try again about once a second, and at the
+	waitByNotification
+	// waitByPolling means waiters try again about once a second, and at the
 	// holder's expiry; WithListenDSN lets a Locker behind a pooler wait by
 	// notification instead.
-	WaitByPolling
+	waitByPolling
 )
 
 // maxPollInterval is the pause between two attempts of a waiting claim
-// that polls (WaitByPolling), once its backoff (10ms, doubling) has grown:
+// that polls (waitByPolling), once its backoff (10ms, doubling) has grown:
 // each attempt is one claim and, if the key is still held, one read of the
 // holder's expiry, so a waiting key costs at most two statements a second,
 // and a release is seen within a second or so. A waiter tries sooner only
@@ -56,19 +57,19 @@ const (
 // granularity of most schedules, at 120 at most.
 const maxPollInterval = time.Second
 
-func (m WaitMode) String() string {
+func (m waitMode) String() string {
 	switch m {
-	case WaitByNotification:
+	case waitByNotification:
 		return "notification"
-	case WaitByPolling:
+	case waitByPolling:
 		return "polling"
 	}
 	return "idle"
 }
 
-// WaitMode says how this Locker's waiting claims wake up, and why when
+// waitMode says how this Locker's waiting claims wake up, and why when
 // they poll.
-func (l *Locker) WaitMode() (WaitMode, string) {
+func (l *Locker) waitMode() (waitMode, string) {
 	w := &l.waits
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -95,20 +96,20 @@ func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 			l.waits.mu.Lock()
 			l.waits.pid = pid
 			l.waits.mu.Unlock()
-			l.setWaitMode(WaitByNotification, "")
+			l.setWaitMode(waitByNotification, "")
 		},
-		Polling: func(reason error) { l.setWaitMode(WaitByPolling, l.pollingReason(reason)) },
+		Polling: func(reason error) { l.setWaitMode(waitByPolling, l.pollingReason(reason)) },
 	}
 	ln.Run(ctx)
 }
 
 // setWaitMode records how waiters wake and reports a change; the switch
 // from notification to polling makes the waiters repoll.
-func (l *Locker) setWaitMode(m WaitMode, reason string) {
+func (l *Locker) setWaitMode(m waitMode, reason string) {
 	w := &l.waits
 	w.mu.Lock()
 	changed := w.mode != m || w.reason != reason
-	stopped := w.mode == WaitByNotification && m == WaitByPolling
+	stopped := w.mode == waitByNotification && m == waitByPolling
 	w.mode, w.reason = m, reason
 	w.mu.Unlock()
 	if stopped {
@@ -117,14 +118,14 @@ func (l *Locker) setWaitMode(m WaitMode, reason string) {
 	if !changed {
 		return
 	}
-	if m == WaitByNotification {
+	if m == waitByNotification {
 		l.cfg.emit(Event{Kind: EventWaitByNotification})
 		return
 	}
 	l.cfg.emit(Event{Kind: EventWaitByPolling, Err: fmt.Errorf("%s; waiting claims poll, each waiting key tried about once per %v: a claim and a read", reason, maxPollInterval)})
 }
 
-// pollingReason is why waiters poll, as WaitMode says it: the listener's
+// pollingReason is why waiters poll, as waitMode says it: the listener's
 // reason, and what to do about it.
 func (l *Locker) pollingReason(reason error) string {
 	if cfg := l.cfg.listen; cfg != nil {
@@ -177,16 +178,16 @@ func (l *Locker) listenSource() listen.Source {
 func (l *Locker) startListener() {
 	w := &l.waits
 	w.mu.Lock()
-	if w.closed || w.mode != WaitIdle {
+	if w.closed || w.mode != waitIdle {
 		w.mu.Unlock()
 		return
 	}
 	if l.conns.Pool() == nil && l.cfg.listen == nil {
 		w.mu.Unlock()
-		l.setWaitMode(WaitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.DB()))
+		l.setWaitMode(waitByPolling, fmt.Sprintf("the DB is a %T, not a *pgxpool.Pool: no connection of its own to LISTEN on (WithListenDSN gives it one)", l.conns.DB()))
 		return
 	}
-	w.mode, w.reason = WaitByPolling, "LISTEN not established yet"
+	w.mode, w.reason = waitByPolling, "LISTEN not established yet"
 	ctx, stop := context.WithCancel(context.Background())
 	w.stop, w.done = stop, make(chan struct{})
 	go l.listen(ctx, w.done)

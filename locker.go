@@ -348,8 +348,8 @@ func checkKey(key string) error {
 	switch {
 	case key == "":
 		return errors.New("key is empty")
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("key is %d bytes, longer than MaxKeyLen (%d)", len(key), MaxKeyLen)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("key is %d bytes, longer than the longest a key may be (%d)", len(key), maxKeyLen)
 	case strings.ContainsRune(key, 0):
 		return errors.New("key contains a NUL byte, which PostgreSQL text cannot store")
 	case !utf8.ValidString(key):

@@ -17,27 +17,21 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 )
 
-// Defaults, for users who want to refer to them.
+// Retention is how long Migrate keeps an expired row (>= MinRetention).
+const Retention = 24 * time.Hour
+
+// The defaults and bounds of a Locker's terms and keys.
 const (
-	// DefaultTTL is how long a lease lives without a heartbeat.
-	DefaultTTL = 60 * time.Second
-	// DefaultTimeout bounds one claim made by Lock and one release made by
-	// Unlock or Close.
-	DefaultTimeout = 5 * time.Second
-	// Retention is how long Migrate keeps an expired row (>= MinRetention).
-	Retention = 24 * time.Hour
+	defaultTTL     = 60 * time.Second      // how long a lease lives without a heartbeat
+	defaultTimeout = 5 * time.Second       // one claim made by Lock, one release made by Unlock or Close
+	minTTL         = 10 * time.Millisecond // the shortest TTL WithTTL accepts
+	maxKeyLen      = 1024                  // the longest key, in bytes, that Claim accepts
 )
 
 // MinRetention is the shortest purge horizon accepted: a shorter one could
 // let a stalled claim hand out a smaller fence. See docs/GUIDE.md,
 // "MinRetention".
 const MinRetention = time.Hour
-
-// MinTTL is the shortest TTL WithTTL accepts.
-const MinTTL = 10 * time.Millisecond
-
-// MaxKeyLen is the longest key, in bytes, that Claim accepts.
-const MaxKeyLen = 1024
 
 // Option configures NewLocker, Locker.Job, NewElector, Migrate, Schema or
 // NewAdmin. Each takes the options marked for it:
@@ -152,9 +146,9 @@ func WithHolder(id string) Option {
 
 // WithTTL sets how long a lease lives without a heartbeat, which is also how
 // long the other replicas wait after a holder crashes. The default is
-// DefaultTTL (60s); a job's and an Elector's is their Locker's.
+// 60s; a job's and an Elector's is their Locker's.
 func WithTTL(d time.Duration) Option {
-	return Option{"WithTTL", atLocker | atJob | atElector, leaseTerms, durationOption("WithTTL", d, MinTTL, fmt.Sprintf("TTL must be at least MinTTL (%v)", MinTTL),
+	return Option{"WithTTL", atLocker | atJob | atElector, leaseTerms, durationOption("WithTTL", d, minTTL, fmt.Sprintf("TTL must be at least %v", minTTL),
 		func(c *config) { c.ttl = d })}
 }
 
@@ -201,7 +195,7 @@ func WithRetention(d time.Duration) Option {
 
 // WithTimeout bounds each claim made by Lock and each release made by Unlock
 // or Close, whose gocron contexts have no deadline. The default is
-// DefaultTimeout (5s); a job's and an Elector's is their Locker's.
+// 5s; a job's and an Elector's is their Locker's.
 func WithTimeout(d time.Duration) Option {
 	return Option{"WithTimeout", atLocker | atJob | atElector, leaseTerms, durationOption("WithTimeout", d, time.Nanosecond, "timeout must be positive",
 		func(c *config) { c.timeout = d })}
@@ -286,10 +280,10 @@ func (c *config) apply(at entry, opts []Option) {
 // defaults is the configuration before any option.
 func defaults() config {
 	return config{
-		ttl:       DefaultTTL,
+		ttl:       defaultTTL,
 		table:     DefaultTable,
 		retention: Retention,
-		timeout:   DefaultTimeout,
+		timeout:   defaultTimeout,
 	}
 }
 

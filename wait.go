@@ -46,7 +46,7 @@ type waiting struct {
 	groups  map[string]*waitGroup // keys with a waiting claim
 	stopped chan struct{}         // closed by Close
 	closed  bool
-	mode    WaitMode
+	mode    waitMode
 	reason  string
 	pid     uint32             // the listening connection's backend, for tests
 	stop    context.CancelFunc // stops the listener; nil until started
@@ -136,7 +136,7 @@ func drain(ch <-chan struct{}) {
 func (w *waiting) byNotification() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.mode == WaitByNotification
+	return w.mode == waitByNotification
 }
 
 // heldHereError is ErrHeld by a lease of the claiming Locker itself, live or

@@ -33,7 +33,7 @@ type followerPoint struct {
 	Window     time.Duration
 	Statements int64   // every statement of the followers' pools in Window
 	PerMinute  float64 // statements per follower per minute
-	Mode       string  // the followers' WaitMode at the end of Window
+	Mode       string  // how the followers' waiting claims woke at the end of Window
 	Takeover   time.Duration
 }
 
@@ -143,7 +143,7 @@ func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.
 		return followerPoint{}, err
 	}
 	sent := cnt.n.Load() - start
-	m, _ := followers[0].locker.WaitMode()
+	m, _ := followers[0].mode.Load().(string)
 
 	released := time.Now()
 	if err := leader.Close(ctx); err != nil {
@@ -164,7 +164,7 @@ func measureFollowers(ctx context.Context, table, dsn, poolDSN string, mode pgx.
 		}
 	}
 	return followerPoint{
-		Followers: n, Window: window, Statements: sent, Mode: m.String(), Takeover: takeover,
+		Followers: n, Window: window, Statements: sent, Mode: m, Takeover: takeover,
 		PerMinute: float64(sent) / float64(n) / window.Minutes(),
 	}, nil
 }
@@ -174,16 +174,28 @@ type studyElector struct {
 	*pglease.Elector
 	locker *pglease.Locker
 	pool   *pgxpool.Pool // a follower's own pool; nil for the leader
+	mode   atomic.Value  // how its waiting claims wake: the last wait event's
 }
 
 func newStudyElector(db pglease.DB, opts []pglease.Option) (*studyElector, error) {
-	l := pglease.NewLocker(db, opts...)
-	e, err := pglease.NewElector(l, "gocron-leader")
+	s := &studyElector{}
+	s.mode.Store("idle")
+	watch := pglease.WithHook(func(ev pglease.Event) {
+		switch ev.Kind {
+		case pglease.EventWaitByNotification:
+			s.mode.Store("notification")
+		case pglease.EventWaitByPolling:
+			s.mode.Store("polling")
+		}
+	})
+	s.locker = pglease.NewLocker(db, append(opts[:len(opts):len(opts)], watch)...)
+	e, err := pglease.NewElector(s.locker, "gocron-leader")
 	if err != nil {
-		_ = l.Close(context.Background())
+		_ = s.locker.Close(context.Background())
 		return nil, err
 	}
-	return &studyElector{Elector: e, locker: l}, nil
+	s.Elector = e
+	return s, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

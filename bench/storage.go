@@ -248,7 +248,7 @@ func expireCycle(pool *pgxpool.Pool, table string) (func(context.Context, string
 // row is gone) and releases with deleteReleaseSQL.
 func deleteCycle(pool *pgxpool.Pool, table string) (func(context.Context, string) error, func()) {
 	claim, release := render(sqlstmt.Claim, table), render(deleteReleaseSQL, table)
-	ttl := pglease.DefaultTTL.Seconds()
+	ttl := (60 * time.Second).Seconds() // a Locker's default TTL
 	return func(ctx context.Context, key string) error {
 		var (
 			fence    int64
