@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
@@ -71,91 +68,21 @@ func (r LeaseInfo) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNo
 // SELECT on the table.
 func (a *Admin) List(ctx context.Context) ([]LeaseInfo, error) {
 	mustContext(ctx, "List")
-	t := a.table
-	out := []LeaseInfo{}
-	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
-		rows, err := db.Query(ctx, t.Render(sqlstmt.List))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r, _, err := scanLeaseRow(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
-	})
+	rows, err := driver.ListRows(ctx, a.db, a.table)
 	if err != nil {
-		return nil, fmt.Errorf("pglease: list %s: %w", t, err)
+		return nil, fmt.Errorf("pglease: list %s: %w", a.table, err)
+	}
+	out := make([]LeaseInfo, len(rows))
+	for i, r := range rows {
+		out[i] = infoOf(r)
 	}
 	return out, nil
 }
 
-// scanLeaseRow reads key, holder, fence, acquired_at, expires_at, the
-// server's time, released_at and tick, all but key, expires_at and the
-// server's time possibly null. It returns
-// the holder as stored too: nil when NULL, which the row reads as empty.
-func scanLeaseRow(row pgx.Row) (LeaseInfo, *string, error) {
-	var (
-		r                 LeaseInfo
-		holder            *string
-		fence             *int64
-		acquired, expires pgtype.Timestamptz
-		released, tick    pgtype.Timestamptz
-	)
-	if err := row.Scan(&r.Key, &holder, &fence, &acquired, &expires, &r.ServerNow, &released, &tick); err != nil {
-		return r, nil, err
-	}
-	if holder != nil {
-		r.Holder = *holder
-	}
-	if fence != nil {
-		r.Fence = *fence
-	}
-	r.AcquiredAt, r.ExpiresAt = serverTime(acquired), serverTime(expires)
-	r.ReleasedAt, r.Tick = serverTime(released), serverTime(tick)
-	if !tick.Valid {
-		r.Tick = tickOfHolder(r.Holder) // WithoutFenceColumn
-	}
-	r.NeverExpires = expires.InfinityModifier == pgtype.Infinity
-	r.Live = r.ExpiresAt.After(r.ServerNow)
-	return r, holder, nil
-}
-
-// tickOfHolder is the tick a holder written by the claim of a job's tick
-// WithoutFenceColumn carries after '@' (sqlstmt.UnfencedClaimTick), or
-// zero.
-func tickOfHolder(holder string) time.Time {
-	n := sqlstmt.TickSuffixLen
-	if len(holder) < n || holder[len(holder)-n] != '@' {
-		return time.Time{}
-	}
-	tick, err := time.Parse(sqlstmt.TickLayout, holder[len(holder)-n+1:])
-	if err != nil {
-		return time.Time{}
-	}
-	return tick
-}
-
-// serverTime is a timestamptz as a time: zero when NULL, and 'infinity'
-// and '-infinity', which a time.Time cannot be, as the latest and the
-// earliest instants a finite timestamptz holds, so that they still compare
-// after and before every other (the heartbeat reports a pinned row's
-// expiry as that same latest instant). Read as a time.Time, an infinite
-// value would fail the scan, and so the reading of the whole table.
-func serverTime(ts pgtype.Timestamptz) time.Time {
-	switch {
-	case !ts.Valid:
-		return time.Time{}
-	case ts.InfinityModifier == pgtype.Infinity:
-		return time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC)
-	case ts.InfinityModifier == pgtype.NegativeInfinity:
-		return time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC) // 4714 BC
-	}
-	return ts.Time
+// infoOf is a row of the table as List reads it.
+func infoOf(r driver.Row) LeaseInfo {
+	return LeaseInfo{Key: r.Key, Holder: r.HolderText(), Fence: r.Fence, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt,
+		NeverExpires: r.NeverExpires, ServerNow: r.ServerNow, Live: r.Live(), ReleasedAt: r.ReleasedAt, Tick: r.Tick}
 }
 
 // Purge deletes the rows expired longer ago than olderThan, by the server's
@@ -167,11 +94,7 @@ func (a *Admin) Purge(ctx context.Context, olderThan time.Duration) (int64, erro
 	if err := checkHorizon(olderThan); err != nil {
 		return 0, fmt.Errorf("pglease: purge %s: older than %v: %w", t, olderThan, err)
 	}
-	var n int64
-	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) (err error) {
-		n, err = purge(ctx, db, t, olderThan)
-		return err
-	})
+	n, err := driver.Purge(ctx, a.db, t, olderThan)
 	if err != nil {
 		return 0, fmt.Errorf("pglease: purge %s: %w", t, err)
 	}
@@ -202,7 +125,7 @@ type Revocation struct {
 // "Admin.Revoke".
 func (a *Admin) Revoke(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "Revoke")
-	return a.changeRow(ctx, key, rowChange{what: "revoke", sql: sqlstmt.Revoke, revoke: true})
+	return a.changeRow(ctx, "revoke", key, RevokedHolder)
 }
 
 // ForceExpire expires the live lease on key at once, so that anyone can
@@ -212,58 +135,28 @@ func (a *Admin) Revoke(ctx context.Context, key string) (Revocation, error) {
 // "Admin.ForceExpire".
 func (a *Admin) ForceExpire(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "ForceExpire")
-	return a.changeRow(ctx, key, rowChange{what: "force expire", sql: sqlstmt.ForceExpire})
+	return a.changeRow(ctx, "force expire", key, "")
 }
 
-// rowChange is Revoke or ForceExpire.
-type rowChange struct {
-	what   string // for errors
-	sql    string // sqlstmt.Revoke or sqlstmt.ForceExpire
-	revoke bool
-}
-
-// changeRow runs Revoke or ForceExpire in one transaction: it locks the
-// key's row, then changes it if it is live (and, for Revoke, not revoked
-// yet).
-func (a *Admin) changeRow(ctx context.Context, key string, c rowChange) (Revocation, error) {
-	what, t := c.what, a.table
+// changeRow runs Revoke (marker RevokedHolder) or ForceExpire (marker
+// empty) through driver.ChangeRow.
+func (a *Admin) changeRow(ctx context.Context, what, key, marker string) (Revocation, error) {
 	if err := checkKey(key); err != nil {
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
 	}
-	var rev Revocation
-	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
-		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			row, holder, err := scanLeaseRow(tx.QueryRow(ctx, t.Render(sqlstmt.LockRow), key))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("in table %s: %w", t, ErrNotFound)
-			}
-			if err != nil {
-				return err
-			}
-			rev = Revocation{Row: row, ExpiresAt: row.ExpiresAt, ServerNow: row.ServerNow}
-			if !row.Live || c.revoke && row.Holder == RevokedHolder {
-				return nil
-			}
-			args := []any{key, holder} // nil for a NULL holder, matched as NULL
-			if c.revoke {
-				args = append(args, RevokedHolder)
-			}
-			var expires pgtype.Timestamptz // Revoke keeps an infinite expiry
-			err = tx.QueryRow(ctx, t.Render(c.sql), args...).Scan(&expires, &rev.ServerNow)
-			rev.ExpiresAt = serverTime(expires)
-			if driver.Is(err, driver.StringTooLong) {
-				return fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
-					"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
-					t, RevokedHolder, len(RevokedHolder), err)
-			}
-			rev.Changed = err == nil
-			return err
-		})
-	})
-	if err = driver.Confirmed(ctx, err); err != nil { // the commit's too
+	c, err := driver.ChangeRow(ctx, a.db, a.table, key, marker)
+	switch {
+	case errors.Is(err, driver.ErrNoRow):
+		err = fmt.Errorf("in table %s: %w", a.table, ErrNotFound)
+	case driver.Is(err, driver.StringTooLong):
+		err = fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
+			"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
+			a.table, RevokedHolder, len(RevokedHolder), err)
+	}
+	if err != nil {
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
 	}
-	return rev, nil
+	return Revocation{Row: infoOf(c.Before), Changed: c.Changed, ExpiresAt: c.ExpiresAt, ServerNow: c.ServerNow}, nil
 }
 
 // Run is one run of a job with ticks (WithPeriod), as the ledger of runs
@@ -302,32 +195,16 @@ func (a *Admin) Runs(ctx context.Context, key string, since time.Duration) ([]Ru
 	if key != "" {
 		job = &key
 	}
-	out := []Run{}
-	err := driver.OnOneConnection(ctx, a.db, func(db driver.DB) error {
-		rows, err := db.Query(ctx, t.Render(sqlstmt.ListRuns), job, since.Seconds())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				r     Run
-				ended pgtype.Timestamptz
-				now   time.Time
-			)
-			if err := rows.Scan(&r.Key, &r.Tick, &r.Fence, &r.Holder, &r.StartedAt, &ended, &r.Outcome, &now); err != nil {
-				return err
-			}
-			r.EndedAt = serverTime(ended)
-			out = append(out, r)
-		}
-		return rows.Err()
-	})
+	runs, err := driver.ListRuns(ctx, a.db, t, job, since)
 	if driver.Is(err, driver.UndefinedTable) {
 		err = fmt.Errorf("%w (the ledger of runs, %s, is made by Migrate, beside the lease table; %s)", err, sqlstmt.Runs(t.Name).Sanitize(), noLedger)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pglease: runs of %s: %w", t, err)
+	}
+	out := make([]Run, len(runs))
+	for i, r := range runs {
+		out[i] = Run(r)
 	}
 	return out, nil
 }

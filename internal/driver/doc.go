@@ -4,6 +4,9 @@
 //   - protocol.go, fenced.go, unfenced.go: what a Locker sends to its lease
 //     rows (claim, burst, heartbeat, release, the read of a row's lease),
 //     over plain values, with or without the fence column;
+//   - admin.go, migrate.go: what Admin and Migrate send: the table's
+//     rows and runs read, a row revoked or expired, the schema made and
+//     the old rows purged, each on one connection;
 //   - conn.go: the connection each kind of statement (claim, heartbeat,
 //     release) runs on, from a *pgxpool.Pool, a database/sql pool, or the
 //     one connection given, and how many claims may hold at once;
