@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+
+	"github.com/pglease/pglease/internal/waiters"
 )
 
 var _ gocron.Elector = (*Elector)(nil)
@@ -155,7 +157,7 @@ func (e *Elector) next(ctx context.Context, kick bool) (*Lease, error) {
 	e.startLocked()
 	target := e.begun + 1
 	if kick {
-		signal(e.kick)
+		waiters.Signal(e.kick)
 	}
 	for {
 		switch {
@@ -307,7 +309,7 @@ func (e *Elector) queueNewLeaderLocked(holder string) {
 // queueLocked queues a callback; e.mu is held.
 func (e *Elector) queueLocked(f func()) {
 	e.calls = append(e.calls, f)
-	signal(e.callsSig)
+	waiters.Signal(e.callsSig)
 }
 
 // runCallbacks runs the queued callbacks in order, outside e.mu, until
@@ -388,7 +390,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	if stop != nil {
 		e.mu.Lock()
 		e.stop = nil // the callbacks' goroutine returns once the queue is empty
-		signal(e.callsSig)
+		waiters.Signal(e.callsSig)
 		e.mu.Unlock()
 	}
 	close(e.queued)

@@ -21,12 +21,7 @@ func ListenerPID(l *Locker) uint32 {
 
 // Waiters is the number of l's claims waiting for key.
 func Waiters(l *Locker, key string) int {
-	l.waits.mu.Lock()
-	defer l.waits.mu.Unlock()
-	if g := l.waits.groups[key]; g != nil {
-		return g.users
-	}
-	return 0
+	return l.waits.set.Waiters(key)
 }
 
 // DropReleaseNotify makes l's release statement notify nothing, as before

@@ -12,7 +12,6 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/pglease/pglease/internal/driver"
-	"github.com/pglease/pglease/internal/sqlstmt"
 	"github.com/pglease/pglease/internal/trust"
 )
 
@@ -299,12 +298,6 @@ func (ls *Lease) end(err error, report func()) bool {
 	return true
 }
 
-// lostReadTimeout bounds the read that tells a revoked lease from one a
-// later lease took: the loss is not declared before it returns, so a
-// server that has just answered the statement that found the row gone, and
-// then stalls, delays the loss by this much at most.
-const lostReadTimeout = 250 * time.Millisecond
-
 // loss is why a lease's row no longer matched it, as a read of the row
 // after the fact tells: the words of its error, and its sentinel (ErrLost,
 // or ErrRevoked, which is ErrLost too).
@@ -348,31 +341,8 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 	if err != nil {
 		return out
 	}
-	ctx, cancel := context.WithTimeout(ctx, lostReadTimeout)
-	defer cancel()
-	rows, err := db.Query(ctx, t.Render(sqlstmt.LostRows), keys)
+	found, err := driver.LostRows(ctx, db, t, keys)
 	if err != nil {
-		return out
-	}
-	defer rows.Close()
-	type row struct {
-		holder    string
-		fence     *int64
-		expiresAt time.Time
-		live      bool
-	}
-	found := make(map[string]row)
-	for rows.Next() {
-		var (
-			key string
-			r   row
-		)
-		if rows.Scan(&key, &r.holder, &r.fence, &r.expiresAt, &r.live) != nil {
-			return out
-		}
-		found[key] = r
-	}
-	if rows.Err() != nil {
 		return out
 	}
 	for ls := range out {
@@ -382,19 +352,19 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 		}
 		// Without a fence column (WithoutFenceColumn) the forged holder
 		// is the lease: any fence matches.
-		ownFence := l.cfg.noFence || r.fence == nil || *r.fence == ls.fence
+		ownFence := l.cfg.noFence || r.Fence == nil || *r.Fence == ls.fence
 		switch {
-		case r.holder == RevokedHolder && ownFence:
+		case r.Holder == RevokedHolder && ownFence:
 			out[ls] = loss{"its row's holder is the revoke marker " + RevokedHolder, ErrRevoked}
-		case r.holder != ls.holder || !ownFence:
-			later := "holder " + r.holder
-			if r.fence != nil {
-				later += fmt.Sprintf(", fence %d", *r.fence)
+		case r.Holder != ls.holder || !ownFence:
+			later := "holder " + r.Holder
+			if r.Fence != nil {
+				later += fmt.Sprintf(", fence %d", *r.Fence)
 			}
 			out[ls] = loss{"its row taken by a later lease (" + later + ")", ErrLost}
-		case r.live:
+		case r.Live:
 			// Still this lease's and live: not gone from this table.
-		case r.expiresAt.Before(ls.ExpiresAt()):
+		case r.ExpiresAt.Before(ls.ExpiresAt()):
 			out[ls] = loss{"its row expired early by an operator (Admin.ForceExpire)", ErrLost}
 		default:
 			out[ls] = loss{"its row lapsed: no heartbeat extended it in time, and no later lease has claimed it", ErrLost}

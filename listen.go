@@ -91,7 +91,7 @@ func (l *Locker) listen(ctx context.Context, done chan struct{}) {
 		Listen:  l.waits.table.Render(sqlstmt.Listen),
 		Probe:   sqlstmt.Probe,
 		Channel: channelOf(l.waits.table),
-		Notify:  l.waits.wake,
+		Notify:  l.waits.set.Wake,
 		Ready: func(pid uint32) {
 			l.waits.mu.Lock()
 			l.waits.pid = pid
@@ -113,7 +113,7 @@ func (l *Locker) setWaitMode(m waitMode, reason string) {
 	w.mode, w.reason = m, reason
 	w.mu.Unlock()
 	if stopped {
-		w.repollAll()
+		w.set.RepollAll()
 	}
 	if !changed {
 		return
@@ -198,11 +198,9 @@ func (l *Locker) startListener() {
 // listener; Close calls it first.
 func (l *Locker) stopWaiting() {
 	w := &l.waits
+	w.set.Close()
 	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.stopCh())
-	}
+	w.closed = true
 	stop, done := w.stop, w.done
 	w.mu.Unlock()
 	if stop != nil {

@@ -8,11 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/poll"
-	"github.com/pglease/pglease/internal/sqlstmt"
+	"github.com/pglease/pglease/internal/waiters"
 )
 
 const (
@@ -41,96 +39,15 @@ func newSchedule() *poll.Schedule {
 // waiting holds a Locker's waiting claims and its listener.
 type waiting struct {
 	table driver.Table // for the channel and sqlstmt.Remaining
+	set   waiters.Set  // the waiting claims, by key
 
-	mu      sync.Mutex
-	groups  map[string]*waitGroup // keys with a waiting claim
-	stopped chan struct{}         // closed by Close
-	closed  bool
-	mode    waitMode
-	reason  string
-	pid     uint32             // the listening connection's backend, for tests
-	stop    context.CancelFunc // stops the listener; nil until started
-	done    chan struct{}      // closed when the listener returns
-}
-
-// waitGroup is the waiting claims of one key in one Locker. One of them at
-// a time (the holder of turn) claims and sleeps; the others wait for the
-// turn. A release so wakes one claim statement per Locker, not one per
-// waiter, and a waiter that wins leaves the others waiting on its lease.
-type waitGroup struct {
-	turn   chan struct{} // holds a value while a waiter claims for the group
-	wake   chan struct{} // a notification since the last claim
-	repoll chan struct{} // notifications stopped since the last claim
-	users  int           // guarded by waiting.mu
-}
-
-func (w *waiting) stopCh() chan struct{} {
-	if w.stopped == nil {
-		w.stopped = make(chan struct{})
-	}
-	return w.stopped
-}
-
-// join adds a waiter of key; it returns the key's group and the channel
-// Close closes.
-func (w *waiting) join(key string) (*waitGroup, <-chan struct{}, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return nil, nil, ErrClosed
-	}
-	if w.groups == nil {
-		w.groups = make(map[string]*waitGroup)
-	}
-	g := w.groups[key]
-	if g == nil {
-		g = &waitGroup{turn: make(chan struct{}, 1), wake: make(chan struct{}, 1), repoll: make(chan struct{}, 1)}
-		w.groups[key] = g
-	}
-	g.users++
-	return g, w.stopCh(), nil
-}
-
-func (w *waiting) leave(key string, g *waitGroup) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if g.users--; g.users == 0 {
-		delete(w.groups, key)
-	}
-}
-
-// wake wakes the waiters of key, if any.
-func (w *waiting) wake(key string) {
-	w.mu.Lock()
-	g := w.groups[key]
-	w.mu.Unlock()
-	if g != nil {
-		signal(g.wake)
-	}
-}
-
-// repollAll tells every waiter that notifications stopped: one asleep on
-// the notified safety net polls from then on.
-func (w *waiting) repollAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, g := range w.groups {
-		signal(g.repoll)
-	}
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-func drain(ch <-chan struct{}) {
-	select {
-	case <-ch:
-	default:
-	}
+	mu     sync.Mutex // the listener's state
+	closed bool
+	mode   waitMode
+	reason string
+	pid    uint32             // the listening connection's backend, for tests
+	stop   context.CancelFunc // stops the listener; nil until started
+	done   chan struct{}      // closed when the listener returns
 }
 
 func (w *waiting) byNotification() bool {
@@ -185,30 +102,26 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
 	}
 	defer leave()
-	g, stopped, err := l.waits.join(key)
+	g, err := l.waits.set.Join(key)
 	if err != nil {
-		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
-	}
-	defer l.waits.leave(key, g)
-	l.startListener()
-
-	select {
-	case g.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("pglease: claim wait %q: waiting behind this Locker's other waiters: %w", key, ended(ctx))
-	case <-stopped:
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)
 	}
-	defer func() { <-g.turn }()
+	defer l.waits.set.Leave(key, g)
+	l.startListener()
+
+	switch err := g.Take(ctx); {
+	case errors.Is(err, waiters.ErrClosed):
+		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)
+	case err != nil:
+		return nil, fmt.Errorf("pglease: claim wait %q: waiting behind this Locker's other waiters: %w", key, ended(ctx))
+	}
+	defer g.Give()
 
 	schedule := newSchedule()
 	reached := false // an attempt found the key held: the server answers
 	for {
-		drain(g.wake)
-		drain(g.repoll)
-		if h.kick != nil {
-			drain(h.kick)
-		}
+		g.Fresh()
+		waiters.Drain(h.kick)
 		if h.begin != nil {
 			h.begin()
 		}
@@ -240,40 +153,36 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		}
 		held := err
 
-		var (
-			own    <-chan struct{}
-			pause  time.Duration
-			here   heldHereError
-			repoll <-chan struct{} // nil unless the pause is the schedule's
-			read   time.Time       // when the pause began
-		)
+		pause := waiters.Pause{Kick: h.kick}
+		var here heldHereError
 		if errors.As(err, &here) {
-			own = here.ended // ends locally: no notification needed
-			pause = maxNotifyBackoff
+			pause.Own = here.ended // ends locally: no notification needed
+			pause.For = maxNotifyBackoff
 		} else {
 			// Jitter spreads out the waiters of several Lockers. While
 			// notifications arrive, the pause is only a safety net; while
 			// polling, it is at least maxPollInterval once grown.
-			holder, left, rerr := l.remaining(ctx, key)
+			// No waiter sleeps longer than maxNotifyBackoff anyway.
+			holder, left, rerr := driver.Remaining(ctx, l.conns.Claim(), l.waits.table, key, maxNotifyBackoff)
 			known := poll.Unknown
 			switch {
 			case rerr == nil:
 				known = poll.Live
-			case errors.Is(rerr, pgx.ErrNoRows):
+			case errors.Is(rerr, driver.ErrNoLease):
 				known = poll.Missing
 			}
-			read, repoll = time.Now(), g.repoll
-			pause = schedule.Pause(l.waits.byNotification(), known, left)
+			pause.Schedule, pause.Read = schedule, time.Now()
+			pause.For = schedule.Pause(l.waits.byNotification(), known, left)
 			if h.held != nil {
 				h.held(holder, err)
 			}
 		}
 
-		switch closed, err := sleep(ctx, pause, sleepOn{g.wake, own, h.kick, repoll, stopped}, schedule, read); {
-		case closed:
+		switch err := g.Sleep(ctx, pause); {
+		case errors.Is(err, waiters.ErrClosed):
 			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)
 		case err != nil:
-			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(held, err))
+			return nil, fmt.Errorf("pglease: claim wait %q: %w", key, errors.Join(held, ended(ctx)))
 		}
 	}
 }
@@ -301,40 +210,6 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 	}})
 }
 
-// sleepOn is what a waiting claim's pause listens to: a notification, the
-// end of its own Locker's lease, a kick and Close end it; the switch to
-// polling (nil when the pause is not the schedule's) shortens it.
-type sleepOn struct {
-	wake, own, kick, repoll, stopped <-chan struct{}
-}
-
-// sleep pauses a waiting claim for pause, begun at read, or until one of
-// on comes first; the switch to polling shortens a notified pause to the
-// polling pause the schedule gives from read. It says whether the Locker
-// was closed, or why ctx ended.
-func sleep(ctx context.Context, pause time.Duration, on sleepOn, schedule *poll.Schedule, read time.Time) (closed bool, err error) {
-	timer := time.NewTimer(pause)
-	defer timer.Stop()
-	for {
-		select {
-		case <-on.wake:
-		case <-on.own:
-		case <-on.kick:
-		case <-timer.C:
-		case <-on.repoll:
-			if p, ok := schedule.Repoll(); ok {
-				timer.Reset(time.Until(read.Add(p)))
-			}
-			continue
-		case <-ctx.Done():
-			return false, ended(ctx)
-		case <-on.stopped:
-			return true, nil
-		}
-		return false, nil
-	}
-}
-
 // attempt is one claim of a waiting claim (exclusive): on the terms t,
 // within their timeout, or on the Locker's within ctx alone when t is nil.
 func (l *Locker) attempt(ctx context.Context, key string, t *terms) (*Lease, error) {
@@ -345,25 +220,6 @@ func (l *Locker) attempt(ctx context.Context, key string, t *terms) (*Lease, err
 	defer cancel()
 	return l.claim(ctx, key, *t, exclusive)
 }
-
-// remaining reads the holder of key and the time its lease has left, on the
-// server's clock.
-func (l *Locker) remaining(ctx context.Context, key string) (string, time.Duration, error) {
-	var (
-		holder string
-		secs   float64
-	)
-	err := l.conns.Claim().QueryRow(ctx, l.waits.remainingSQL(), key).Scan(&holder, &secs)
-	if err != nil {
-		return "", 0, err
-	}
-	// A row pinned far away (an expiry in the year 9999, or infinity) would
-	// overflow a Duration into a negative pause: no waiter sleeps longer
-	// than maxNotifyBackoff anyway.
-	return holder, time.Duration(min(secs, maxNotifyBackoff.Seconds()) * float64(time.Second)), nil
-}
-
-func (w *waiting) remainingSQL() string { return w.table.Render(sqlstmt.Remaining) }
 
 // ended is why ctx ended: ctx.Err(), and its cause if that says more (Close
 // ends the context of a waiting claim with ErrClosed).
