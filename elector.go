@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/pglease/pglease/internal/serial"
 	"github.com/pglease/pglease/internal/waiters"
 )
 
@@ -39,13 +40,7 @@ type Elector struct {
 	closed    atomic.Bool        // set by Close, under mu; read without it by isClosed
 	stop      context.CancelFunc // stops the campaign; nil until started
 	done      chan struct{}      // closed when the campaign returns
-	calls     []func()           // callbacks to run, in order
-	callsSig  chan struct{}      // a callback was queued
-	callsDone chan struct{}      // closed when the callback goroutine returns
-	// inCallback is set by the callbacks' goroutine while a callback runs.
-	// A Close that begins meanwhile may be that callback's own call, and
-	// must then not wait for the goroutine running it.
-	inCallback bool
+	calls     serial.Queue       // the callbacks, in order, taken under mu
 }
 
 // LeaderCallbacks are called as an Elector's leadership changes. Each may be
@@ -100,7 +95,6 @@ func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 		closing:   make(chan struct{}),
 		queued:    make(chan struct{}),
 		attempted: make(chan struct{}),
-		callsSig:  make(chan struct{}, 1),
 	}
 	if err := l.reg.addElector(e, key); err != nil {
 		return nil, fmt.Errorf("pglease: new elector %q: %w", key, err)
@@ -196,9 +190,9 @@ func (e *Elector) startLocked() {
 		return
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	e.stop, e.done, e.callsDone = stop, make(chan struct{}), make(chan struct{})
+	e.stop, e.done = stop, make(chan struct{})
 	go e.campaign(ctx)
-	go e.runCallbacks()
+	e.calls.Start()
 }
 
 // campaign waits for the leader key and claims it, then watches the lease
@@ -274,7 +268,7 @@ func (e *Elector) elected(lease *Lease) {
 		e.queueNewLeaderLocked(lease.Holder())
 	}
 	if f := e.cb.OnStartedLeading; f != nil {
-		e.queueLocked(func() { f(lease) })
+		e.calls.Push(func() { f(lease) })
 	}
 	e.mu.Unlock()
 	if newLeader {
@@ -291,7 +285,7 @@ func (e *Elector) stopped(lease *Lease) {
 	}
 	e.lease = nil
 	if f := e.cb.OnStoppedLeading; f != nil {
-		e.queueLocked(func() { f(lease) })
+		e.calls.Push(func() { f(lease) })
 	}
 	e.mu.Unlock()
 	e.locker.cfg.emit(Event{Kind: EventStoppedLeading, Key: e.key, Holder: lease.Holder(), Fence: lease.Fence(), Err: lease.Err()})
@@ -302,40 +296,7 @@ func (e *Elector) stopped(lease *Lease) {
 // does not wait for the callbacks (see Close).
 func (e *Elector) queueNewLeaderLocked(holder string) {
 	if f := e.cb.OnNewLeader; f != nil {
-		e.queueLocked(func() { f(holder) })
-	}
-}
-
-// queueLocked queues a callback; e.mu is held.
-func (e *Elector) queueLocked(f func()) {
-	e.calls = append(e.calls, f)
-	waiters.Signal(e.callsSig)
-}
-
-// runCallbacks runs the queued callbacks in order, outside e.mu, until
-// Close has queued the last ones and they have run.
-func (e *Elector) runCallbacks() {
-	defer close(e.callsDone)
-	for {
-		e.mu.Lock()
-		calls, closing := e.calls, e.closed.Load() && e.stop == nil
-		e.calls = nil
-		e.inCallback = len(calls) > 0
-		e.mu.Unlock()
-		for _, f := range calls {
-			f()
-		}
-		e.mu.Lock()
-		e.inCallback = false
-		more := len(e.calls) > 0
-		e.mu.Unlock()
-		switch {
-		case more: // queued while these ran
-		case closing:
-			return // Close had queued the last ones before they were taken
-		default:
-			<-e.callsSig
-		}
+		e.calls.Push(func() { f(holder) })
 	}
 }
 
@@ -359,7 +320,7 @@ func (e *Elector) Close(ctx context.Context) error {
 	e.mu.Lock()
 	first := !e.closed.Swap(true)
 	stop, done := e.stop, e.done
-	fromCallback := e.inCallback
+	fromCallback := e.calls.Running() // then a callback's own call, perhaps
 	e.mu.Unlock()
 	if !first {
 		select {
@@ -387,12 +348,7 @@ func (e *Elector) Close(ctx context.Context) error {
 		cancel()
 		e.stopped(lease)
 	}
-	if stop != nil {
-		e.mu.Lock()
-		e.stop = nil // the callbacks' goroutine returns once the queue is empty
-		waiters.Signal(e.callsSig)
-		e.mu.Unlock()
-	}
+	e.calls.Close() // the last callbacks are queued
 	close(e.queued)
 	e.waitCallbacks(fromCallback)
 	e.locker.dropElector(e, fromCallback)
@@ -404,13 +360,9 @@ func (e *Elector) Close(ctx context.Context) error {
 // (fromCallback): it may run on that very goroutine, which then goes on
 // once the callback returns.
 func (e *Elector) waitCallbacks(fromCallback bool) {
-	e.mu.Lock()
-	callsDone := e.callsDone
-	e.mu.Unlock()
-	if callsDone == nil || fromCallback {
-		return // the campaign never started: no callback ever ran
+	if !fromCallback {
+		e.calls.Wait()
 	}
-	<-callsDone
 }
 
 // resigned is what Close returns for the Locker's Close error err.

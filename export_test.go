@@ -185,11 +185,7 @@ func SetCoalescing(l *Locker, on bool) {
 // InCallback reports whether one of e's callbacks is running: a Close made
 // meanwhile does not wait for the callbacks still due (it may be that
 // callback's own call).
-func InCallback(e *Elector) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.inCallback
-}
+func InCallback(e *Elector) bool { return e.calls.Running() }
 
 // StoredHolder makes a Locker store holder as it is, without a suffix of
 // its own: as the previous version stored WithHolder(holder) (the

@@ -1,0 +1,147 @@
+package serial_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pglease/pglease/internal/serial"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// within fails t unless done is closed within a bound no correct run
+// comes near.
+func within(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
+}
+
+func TestQueue(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RunsInOrderOneAtATime", func(t *testing.T) {
+		t.Parallel()
+		var (
+			q       serial.Queue
+			mu      sync.Mutex
+			got     []int
+			inside  atomic.Int32
+			overlap atomic.Bool
+		)
+		q.Start()
+		for i := range 100 {
+			q.Push(func() {
+				if inside.Add(1) > 1 {
+					overlap.Store(true)
+				}
+				mu.Lock()
+				got = append(got, i)
+				mu.Unlock()
+				inside.Add(-1)
+			})
+		}
+		q.Close()
+		q.Wait()
+		require.False(t, overlap.Load(), "two callbacks ran at once")
+		require.Len(t, got, 100, "every callback queued before Close ran")
+		for i, v := range got {
+			require.Equal(t, i, v, "callbacks ran out of order")
+		}
+	})
+
+	t.Run("PushUnderALockTheCallbackTakes", func(t *testing.T) {
+		t.Parallel()
+		var (
+			q  serial.Queue
+			mu sync.Mutex
+		)
+		q.Start()
+		ran := make(chan struct{})
+		mu.Lock()
+		q.Push(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			close(ran)
+		})
+		mu.Unlock()
+		within(t, ran, "the callback never ran")
+		q.Close()
+		q.Wait()
+	})
+
+	t.Run("QueuedBeforeStartRunOnceStarted", func(t *testing.T) {
+		t.Parallel()
+		var q serial.Queue
+		ran := make(chan struct{})
+		q.Push(func() { close(ran) })
+		q.Start()
+		q.Start() // once
+		within(t, ran, "the callback queued before Start never ran")
+		q.Close()
+		q.Wait()
+	})
+
+	t.Run("RunningWhileACallbackRuns", func(t *testing.T) {
+		t.Parallel()
+		var q serial.Queue
+		q.Start()
+		require.False(t, q.Running())
+		entered, release := make(chan struct{}), make(chan struct{})
+		q.Push(func() { close(entered); <-release })
+		within(t, entered, "the callback never ran")
+		require.True(t, q.Running(), "a callback runs")
+		close(release)
+		q.Close()
+		q.Wait()
+		require.False(t, q.Running())
+	})
+
+	t.Run("CloseFromACallbackDoesNotWaitForItself", func(t *testing.T) {
+		t.Parallel()
+		var q serial.Queue
+		q.Start()
+		closed := make(chan struct{})
+		q.Push(func() {
+			running := q.Running()
+			q.Close()
+			if !running {
+				q.Wait() // would wait for itself
+			}
+			close(closed)
+		})
+		within(t, closed, "Close from a callback did not return")
+		q.Wait()
+	})
+
+	t.Run("WaitWithoutStartReturns", func(t *testing.T) {
+		t.Parallel()
+		var q serial.Queue
+		q.Push(func() {})
+		q.Close()
+		q.Wait()
+	})
+
+	t.Run("ClosedWhileACallbackRunsStillRunsWhatWasQueued", func(t *testing.T) {
+		t.Parallel()
+		var q serial.Queue
+		q.Start()
+		entered, release := make(chan struct{}), make(chan struct{})
+		var after atomic.Bool
+		q.Push(func() { close(entered); <-release })
+		within(t, entered, "the first callback never ran")
+		q.Push(func() { after.Store(true) })
+		q.Close()
+		close(release)
+		q.Wait()
+		require.True(t, after.Load(), "a callback queued before Close did not run")
+	})
+}
