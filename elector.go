@@ -328,8 +328,7 @@ func (e *Elector) Close(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("pglease: Elector.Close: waiting for the first Close: %w", ctx.Err())
 		}
-		e.waitCallbacks(fromCallback)
-		e.locker.dropElector(e, fromCallback)
+		e.finish(fromCallback)
 		return nil
 	}
 	close(e.closing)
@@ -350,18 +349,19 @@ func (e *Elector) Close(ctx context.Context) error {
 	}
 	e.calls.Close() // the last callbacks are queued
 	close(e.queued)
-	e.waitCallbacks(fromCallback)
-	e.locker.dropElector(e, fromCallback)
+	e.finish(fromCallback)
 	return err
 }
 
-// waitCallbacks waits until the callbacks' goroutine has run every callback
-// queued and returned, unless Close began while a callback ran
-// (fromCallback): it may run on that very goroutine, which then goes on
-// once the callback returns.
-func (e *Elector) waitCallbacks(fromCallback bool) {
+// finish waits until the callbacks' goroutine has run every callback
+// queued and returned, and has the Locker forget e; unless Close began
+// while a callback ran (fromCallback): it may run on that very goroutine,
+// which goes on once the callback returns, and the Locker's Close then
+// waits for the callbacks still due, as a later Elector.Close would.
+func (e *Elector) finish(fromCallback bool) {
 	if !fromCallback {
 		e.calls.Wait()
+		e.locker.reg.dropElector(e)
 	}
 }
 

@@ -140,15 +140,11 @@ func (c *config) emit(e Event) {
 // slog.Duration would be a count of nanoseconds under a JSON handler
 // ("took":1234567), which a reader of the log must divide in their head.
 func durationAttr(key string, d time.Duration) slog.Attr {
-	return slog.String(key, readableDuration(d))
-}
-
-func readableDuration(d time.Duration) string {
 	switch {
 	case d >= time.Second || d <= -time.Second:
-		return d.Round(time.Millisecond).String()
+		d = d.Round(time.Millisecond)
 	case d >= time.Microsecond || d <= -time.Microsecond:
-		return d.Round(time.Microsecond).String()
+		d = d.Round(time.Microsecond)
 	}
-	return d.String()
+	return slog.String(key, d.String())
 }

@@ -39,22 +39,12 @@ const (
 	waitByPolling
 )
 
-// maxPollInterval is the pause between two attempts of a waiting claim
-// that polls (waitByPolling), once its backoff (10ms, doubling) has grown:
-// each attempt is one claim and, if the key is still held, one read of the
-// holder's expiry, so a waiting key costs at most two statements a second,
-// and a release is seen within a second or so. A waiter tries sooner only
-// at the holder's expiry on the server's clock, which no release
-// announces, and only until such an attempt finds the lease extended (its
-// holder's heartbeat beat it): a short lease kept alive costs no more than
-// a long one, and its lapse, once its holder dies, is seen within about
-// maxPollInterval of its expiry. A pause is lengthened by up to a quarter
-// to spread out waiters.
-//
-// Polling at most every 250ms would make each follower of an Elector
-// behind PgBouncer send about 600 statements a minute while it waits
-// (docs/BENCHMARKS.md); a second keeps a handover within the one-second
-// granularity of most schedules, at 120 at most.
+// maxPollInterval is the longest pause between two attempts of a waiting
+// claim that polls (internal/poll says when it pauses less): a waiting key
+// costs at most two statements a second, a claim and a read. At most 250ms
+// would make each follower of an Elector behind PgBouncer send about 600
+// statements a minute (docs/BENCHMARKS.md); a second keeps a handover
+// within the one-second granularity of most schedules, at 120.
 const maxPollInterval = time.Second
 
 func (m waitMode) String() string {

@@ -367,15 +367,6 @@ func shorten(key string) string {
 	return key[:max] + "..."
 }
 
-// dropElector forgets e, closed, unless its callbacks may still be due
-// (its Close ran while a callback did): the Locker's Close then waits for
-// them, as a later Elector.Close would.
-func (l *Locker) dropElector(e *Elector, callbacksDue bool) {
-	if !callbacksDue {
-		l.reg.dropElector(e)
-	}
-}
-
 // Close closes the Locker's Electors, stops the heartbeat, releases every
 // lease still held in one statement (their Err then wraps ErrClosed), even
 // if ctx is cancelled, ends claims in flight with ErrClosed, and waits for
