@@ -292,8 +292,6 @@ func (e *Elector) stopped(lease *Lease) {
 }
 
 // queueNewLeaderLocked queues OnNewLeader(holder), if set; e.mu is held.
-// Only callbacks that are set are queued: a Close made while one runs
-// does not wait for the callbacks (see Close).
 func (e *Elector) queueNewLeaderLocked(holder string) {
 	if f := e.cb.OnNewLeader; f != nil {
 		e.calls.Push(func() { f(holder) })
@@ -320,8 +318,8 @@ func (e *Elector) Close(ctx context.Context) error {
 	e.mu.Lock()
 	first := !e.closed.Swap(true)
 	stop, done := e.stop, e.done
-	fromCallback := e.calls.Running() // then a callback's own call, perhaps
 	e.mu.Unlock()
+	fromCallback := e.calls.Calling()
 	if !first {
 		select {
 		case <-e.queued:
@@ -354,8 +352,8 @@ func (e *Elector) Close(ctx context.Context) error {
 }
 
 // finish waits until the callbacks' goroutine has run every callback
-// queued and returned, and has the Locker forget e; unless Close began
-// while a callback ran (fromCallback): it may run on that very goroutine,
+// queued and returned, and has the Locker forget e; unless Close was
+// called from a callback (fromCallback): it runs on that very goroutine,
 // which goes on once the callback returns, and the Locker's Close then
 // waits for the callbacks still due, as a later Elector.Close would.
 func (e *Elector) finish(fromCallback bool) {

@@ -402,18 +402,12 @@ func TestElector(t *testing.T) {
 		require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
 		log2.waitFor(t, "leader e1", 5*time.Second)
 
-		// A Close made while a callback runs does not wait for the ones
-		// still due (it may be that callback's own call): each Close here
-		// waits until its Elector's callbacks have returned.
-		idle := func(e *pglease.Elector) {
-			require.Eventually(t, func() bool { return !pglease.InCallback(e) }, 5*time.Second, time.Millisecond)
-		}
-		idle(e1)
+		// Close returns once the callbacks it queued have run, even if one
+		// was running when it began.
 		require.NoError(t, e1.Close(ctx))
 		l2, err := e2.Campaign(ctx)
 		require.NoError(t, err)
 		log2.waitFor(t, fmt.Sprintf("started %d leads=true", l2.Fence()), 5*time.Second)
-		idle(e2)
 		require.NoError(t, e2.Close(ctx))
 		require.NoError(t, e1.Close(ctx), "idempotent")
 
@@ -531,14 +525,12 @@ func TestElector(t *testing.T) {
 		require.ErrorIs(t, idle.IsLeader(ctx), pglease.ErrClosed)
 	})
 
-	// The callbacks still due run before Close returns, unless that Close
-	// began while a callback ran (it may be that callback's own call, and
-	// cannot wait for the goroutine running it). Two goroutines close the
-	// same Elector: the first returns only once OnStoppedLeading, which it
-	// queued, has run; the second, made while OnStoppedLeading runs,
-	// returns without waiting for it; and the Locker's Close, after both,
-	// finds every callback run.
-	t.Run("CloseWaitsForTheCallbacksUnlessOneRuns", func(t *testing.T) {
+	// The callbacks still due run before Close returns, even when one runs
+	// as Close begins: only a Close called from a callback itself returns
+	// before them. Two goroutines close the same Elector while
+	// OnStoppedLeading, which the first queued, runs: neither returns
+	// before it has.
+	t.Run("CloseWaitsForTheRunningCallback", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		l := pgtest.Locker(t, pool, table, "leader")
@@ -554,13 +546,8 @@ func TestElector(t *testing.T) {
 				},
 			}))
 		require.NoError(t, err)
-		t.Cleanup(func() {
-			select {
-			case <-unblock:
-			default:
-				close(unblock)
-			}
-		})
+		var once sync.Once
+		t.Cleanup(func() { once.Do(func() { close(unblock) }) })
 		_, err = e.Campaign(ctx)
 		require.NoError(t, err)
 
@@ -571,24 +558,62 @@ func TestElector(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("OnStoppedLeading did not start within 10s of Close")
 		}
-
 		second := make(chan error, 1)
 		go func() { second <- e.Close(context.Background()) }()
 		select {
-		case err := <-second:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("a Close made while a callback runs waits for it: from that callback it would never return")
-		}
-		select {
 		case err := <-first:
 			t.Fatalf("the first Close returned (%v) while OnStoppedLeading, which it queued, was still running", err)
+		case err := <-second:
+			t.Fatalf("a second Close returned (%v) while OnStoppedLeading was still running", err)
 		case <-time.After(200 * time.Millisecond):
 		}
-		close(unblock)
+		once.Do(func() { close(unblock) })
 		require.NoError(t, <-first)
+		require.NoError(t, <-second)
 		require.True(t, stoppedDone.Load())
 		require.NoError(t, l.Close(ctx))
+	})
+
+	// The Locker's Close, made while a callback of its Elector runs,
+	// returns once that callback and the ones Close queued have run: when
+	// it returns nil, nothing of the Locker runs (goleak, in TestMain).
+	t.Run("LockerCloseWaitsForTheRunningCallback", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "leader")
+		started, unblock := make(chan struct{}), make(chan struct{})
+		var startedDone, stoppedRan atomic.Bool
+		e, err := pglease.NewElector(l, pglease.DefaultLeaderKey,
+			pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+				OnStartedLeading: func(*pglease.Lease) {
+					close(started)
+					<-unblock
+					startedDone.Store(true)
+				},
+				OnStoppedLeading: func(*pglease.Lease) { stoppedRan.Store(true) },
+			}))
+		require.NoError(t, err)
+		var once sync.Once
+		t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+		_, err = e.Campaign(ctx)
+		require.NoError(t, err)
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnStartedLeading did not start within 10s of the election")
+		}
+
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close(context.Background()) }()
+		select {
+		case err := <-closed:
+			t.Fatalf("Locker.Close returned (%v) while OnStartedLeading was still running", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		once.Do(func() { close(unblock) })
+		require.NoError(t, <-closed)
+		require.True(t, startedDone.Load(), "OnStartedLeading had returned")
+		require.True(t, stoppedRan.Load(), "OnStoppedLeading, which Close queued, had run")
 	})
 
 	// The Elector's leadership lease is one of its Locker's leases: one

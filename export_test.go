@@ -182,11 +182,6 @@ func SetCoalescing(l *Locker, on bool) {
 	l.claims, l.releases = nil, nil
 }
 
-// InCallback reports whether one of e's callbacks is running: a Close made
-// meanwhile does not wait for the callbacks still due (it may be that
-// callback's own call).
-func InCallback(e *Elector) bool { return e.calls.Running() }
-
 // StoredHolder makes a Locker store holder as it is, without a suffix of
 // its own: as the previous version stored WithHolder(holder) (the
 // statements are the same in both versions, only the holder they carry

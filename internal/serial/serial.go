@@ -8,21 +8,27 @@
 //     lock that a callback takes).
 //   - After Close, the callbacks queued before it still run, and then the
 //     goroutine returns; Wait waits for that.
-//   - Running says whether a callback runs now: a Close called from a
-//     callback must not Wait for the goroutine that runs it.
+//   - Calling says whether its caller is one of the queue's callbacks: a
+//     Close called from a callback must not Wait for the goroutine that
+//     runs it, and a Close called from anywhere else must.
 package serial
 
-import "sync"
+import (
+	"bytes"
+	"runtime"
+	"strconv"
+	"sync"
+)
 
 // Queue is a queue of callbacks. Its zero value is ready; Start starts
 // its goroutine.
 type Queue struct {
-	mu      sync.Mutex
-	calls   []func()
-	sig     chan struct{} // a callback was queued, or Close
-	done    chan struct{} // closed when the goroutine returns; nil until Start
-	running bool          // a callback runs now
-	closed  bool
+	mu     sync.Mutex
+	calls  []func()
+	sig    chan struct{} // a callback was queued, or Close
+	done   chan struct{} // closed when the goroutine returns; nil until Start
+	g      uint64        // the goroutine's id, once it runs
+	closed bool
 }
 
 func (q *Queue) signal() {
@@ -66,11 +72,13 @@ func (q *Queue) Close() {
 	q.signal()
 }
 
-// Running reports whether a callback runs now.
-func (q *Queue) Running() bool {
+// Calling reports whether its caller runs on q's goroutine: whether it is
+// one of q's callbacks, or called from one.
+func (q *Queue) Calling() bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.running
+	g := q.g
+	q.mu.Unlock()
+	return g != 0 && g == goroutineID()
 }
 
 // Wait waits until the goroutine has returned; at once if it never
@@ -86,17 +94,18 @@ func (q *Queue) Wait() {
 
 func (q *Queue) run(done chan struct{}, sig <-chan struct{}) {
 	defer close(done)
+	q.mu.Lock()
+	q.g = goroutineID()
+	q.mu.Unlock()
 	for {
 		q.mu.Lock()
 		calls, closed := q.calls, q.closed
 		q.calls = nil
-		q.running = len(calls) > 0
 		q.mu.Unlock()
 		for _, f := range calls {
 			f()
 		}
 		q.mu.Lock()
-		q.running = false
 		more := len(q.calls) > 0
 		q.mu.Unlock()
 		switch {
@@ -107,4 +116,21 @@ func (q *Queue) run(done chan struct{}, sig <-chan struct{}) {
 			<-sig
 		}
 	}
+}
+
+// goroutineID is the id of the calling goroutine, read from the first line
+// of its stack trace ("goroutine 42 [running]:"). Go gives a goroutine no
+// other identity; only Calling asks, once per Close.
+func goroutineID() uint64 {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	line = bytes.TrimPrefix(line, []byte("goroutine "))
+	if i := bytes.IndexByte(line, ' '); i > 0 {
+		line = line[:i]
+	}
+	id, err := strconv.ParseUint(string(line), 10, 64)
+	if err != nil {
+		panic("serial: cannot read the goroutine's id from its stack trace: " + err.Error())
+	}
+	return id
 }

@@ -90,19 +90,28 @@ func TestQueue(t *testing.T) {
 		q.Wait()
 	})
 
-	t.Run("RunningWhileACallbackRuns", func(t *testing.T) {
+	t.Run("CallingOnlyOnItsGoroutine", func(t *testing.T) {
 		t.Parallel()
-		var q serial.Queue
+		var q, other serial.Queue
+		require.False(t, q.Calling(), "before Start")
 		q.Start()
-		require.False(t, q.Running())
+		other.Start()
 		entered, release := make(chan struct{}), make(chan struct{})
-		q.Push(func() { close(entered); <-release })
+		var inside, fromOther atomic.Bool
+		q.Push(func() { inside.Store(q.Calling()); close(entered); <-release })
 		within(t, entered, "the callback never ran")
-		require.True(t, q.Running(), "a callback runs")
+		require.True(t, inside.Load(), "a callback of q")
+		require.False(t, q.Calling(), "another goroutine, while a callback of q runs")
+		asked := make(chan struct{})
+		other.Push(func() { fromOther.Store(q.Calling()); close(asked) })
+		within(t, asked, "the other queue's callback never ran")
+		require.False(t, fromOther.Load(), "a callback of another queue, while one of q runs")
 		close(release)
 		q.Close()
+		other.Close()
 		q.Wait()
-		require.False(t, q.Running())
+		other.Wait()
+		require.False(t, q.Calling(), "after the goroutine returned")
 	})
 
 	t.Run("CloseFromACallbackDoesNotWaitForItself", func(t *testing.T) {
@@ -111,9 +120,8 @@ func TestQueue(t *testing.T) {
 		q.Start()
 		closed := make(chan struct{})
 		q.Push(func() {
-			running := q.Running()
 			q.Close()
-			if !running {
+			if !q.Calling() {
 				q.Wait() // would wait for itself
 			}
 			close(closed)
