@@ -95,6 +95,29 @@ func recordingElector(t *testing.T, db pglease.DB, table, holder string, log *ca
 	return e
 }
 
+// began fails t unless the callback that closes ch starts within 10s.
+func began(t *testing.T, ch <-chan struct{}, callback string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not start within 10s", callback)
+	}
+}
+
+// notReturned fails t if the call that sends on ch returns within 200ms:
+// it must wait for a callback that has not returned. (On a loaded machine
+// a wrong early return may come later than that and go unseen; a right
+// wait never fails here.)
+func notReturned(t *testing.T, ch <-chan error, call string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned (%v)", call, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
 // TestElector: one leader at a time, handed over at Close and after a
 // crash; callbacks in order; an Elector made from a Locker shares its
 // heartbeat and ends with it.
@@ -553,20 +576,11 @@ func TestElector(t *testing.T) {
 
 		first := make(chan error, 1)
 		go func() { first <- e.Close(context.Background()) }()
-		select {
-		case <-stoppedStarted:
-		case <-time.After(10 * time.Second):
-			t.Fatal("OnStoppedLeading did not start within 10s of Close")
-		}
+		began(t, stoppedStarted, "OnStoppedLeading, queued by Close")
 		second := make(chan error, 1)
 		go func() { second <- e.Close(context.Background()) }()
-		select {
-		case err := <-first:
-			t.Fatalf("the first Close returned (%v) while OnStoppedLeading, which it queued, was still running", err)
-		case err := <-second:
-			t.Fatalf("a second Close returned (%v) while OnStoppedLeading was still running", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		notReturned(t, first, "the first Close, while OnStoppedLeading, which it queued, still runs")
+		notReturned(t, second, "a second Close, while OnStoppedLeading still runs")
 		once.Do(func() { close(unblock) })
 		require.NoError(t, <-first)
 		require.NoError(t, <-second)
@@ -597,19 +611,11 @@ func TestElector(t *testing.T) {
 		t.Cleanup(func() { once.Do(func() { close(unblock) }) })
 		_, err = e.Campaign(ctx)
 		require.NoError(t, err)
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("OnStartedLeading did not start within 10s of the election")
-		}
+		began(t, started, "OnStartedLeading")
 
 		closed := make(chan error, 1)
 		go func() { closed <- l.Close(context.Background()) }()
-		select {
-		case err := <-closed:
-			t.Fatalf("Locker.Close returned (%v) while OnStartedLeading was still running", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		notReturned(t, closed, "Locker.Close, while OnStartedLeading still runs")
 		once.Do(func() { close(unblock) })
 		require.NoError(t, <-closed)
 		require.True(t, startedDone.Load(), "OnStartedLeading had returned")
