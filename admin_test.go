@@ -95,7 +95,7 @@ func TestAdmin(t *testing.T) {
 		assert.Equal(t, a.Holder(), b.Holder)
 		assert.Equal(t, lease.Fence(), b.Fence)
 		assert.True(t, lease.AcquiredAt().Equal(b.AcquiredAt))
-		assert.InDelta(t, a.TTL().Seconds(), b.ExpiresIn().Seconds(), 5)
+		assert.InDelta(t, (10 * time.Second).Seconds(), b.ExpiresIn().Seconds(), 5, "a TTL (10s)")
 
 		purged, err := adm.Purge(ctx, time.Hour)
 		require.NoError(t, err)

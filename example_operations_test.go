@@ -134,7 +134,7 @@ func ExampleOptionError() {
 		panic(err)
 	}
 	defer locker.Close(ctx)
-	fmt.Println("heartbeat every", heartbeat/2, "for a TTL of", locker.TTL())
+	fmt.Println("heartbeat every", heartbeat/2, "for a TTL of", ttl)
 	// Output:
 	// WithHeartbeatInterval refused: pglease: WithHeartbeatInterval(5s): must be less than TTL/2 (TTL is 10s)
 	// heartbeat every 2.5s for a TTL of 10s

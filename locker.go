@@ -183,9 +183,6 @@ func isNil(db DB) bool {
 // WithHolder value, '#' and a random suffix that no other Locker has.
 func (l *Locker) Holder() string { return l.cfg.holder }
 
-// TTL is the lease duration this Locker claims and extends.
-func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
-
 // Skew is a reading of this replica's wall clock against the database's,
 // from the server time that claims and heartbeats return. See docs/GUIDE.md,
 // "Skew".

@@ -36,7 +36,8 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndState(t *testing.T) {
 	ctx := pgtest.Ctx(t)
 	pool := pgtest.Pool(t, nil)
 	table := migrated(t)
-	l := pgtest.Locker(t, pool, table, "replica-a")
+	const ttl = time.Minute
+	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithTTL(ttl))
 	b, err := l.Claim(ctx, "b-job")
 	require.NoError(t, err)
 	a, err := l.Claim(ctx, "a-job")
@@ -80,7 +81,7 @@ func TestStatusListsEveryKeySortedWithHolderFenceAndState(t *testing.T) {
 	assert.Equal(t, l.Holder(), rows[0].Holder)
 	assert.True(t, rows[0].Live)
 	require.NotNil(t, rows[0].ExpiresInSeconds)
-	assert.InDelta(t, l.TTL().Seconds(), *rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
+	assert.InDelta(t, ttl.Seconds(), *rows[0].ExpiresInSeconds, 10, "a fresh lease expires in about a TTL")
 	assert.Equal(t, a.AcquiredAt().UnixMicro(), rows[0].AcquiredAt.UnixMicro())
 	assert.Equal(t, "b-job", rows[1].Key)
 	assert.Equal(t, "c-job", rows[2].Key)
@@ -436,7 +437,8 @@ func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 	table := pgtest.TableName()
 	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, holder text NOT NULL, expires_at timestamptz NOT NULL)`, table))
 	require.NoError(t, err)
-	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithTTL(2*time.Second))
+	const ttl = 2 * time.Second
+	l := pgtest.Locker(t, pool, table, "replica-a", pglease.WithoutFenceColumn(), pglease.WithTTL(ttl))
 	lease, err := l.Claim(ctx, "job")
 	require.NoError(t, err)
 
@@ -457,7 +459,7 @@ func TestStatusAndReleaseWorkOnATableWithoutFenceColumn(t *testing.T) {
 	assert.Contains(t, out, lease.Holder())
 	select {
 	case <-lease.Done():
-	case <-time.After(l.TTL()):
+	case <-time.After(ttl):
 		t.Fatal("the holder did not find its lease lost")
 	}
 	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
