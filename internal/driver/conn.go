@@ -196,6 +196,12 @@ func NewConns(db DB, keep bool) *Conns {
 	if c.src != nil {
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
 		c.claims = claimBound{size: func() int { _, _, size := c.src.stat(); return size }, freed: make(chan struct{})}
+		if p, ok := db.(Pooler); ok {
+			// A pgxpool's size is set when it is made, and each Stat
+			// allocates: read it once, not at every claim.
+			size := int(p.Stat().MaxConns())
+			c.claims.size = func() int { return size }
+		}
 		if s, ok := db.(*SQLDB); ok {
 			c.claims.cancelOnce = s.cancelsOnce()
 		}

@@ -24,11 +24,14 @@ const (
 // retry, or one raised before a connection was had (NotSentError), never
 // left the client. Any other may come after the server committed.
 func OutcomeOf(err error) Outcome {
-	var pgErr *pgconn.PgError
+	if err == nil {
+		return Done // before the targets of As, which escape, are allocated
+	}
 	var ns notSentError
-	switch {
-	case err == nil, errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr):
+	if _, ok := serverError(err); ok || errors.Is(err, pgx.ErrNoRows) {
 		return Done
+	}
+	switch {
 	case errors.As(err, &ns), pgconn.SafeToRetry(err):
 		return NotSent
 	}

@@ -347,11 +347,14 @@ type sqlState interface {
 // (driver.ErrBadConn) leaves the statement's outcome unknown, and an ended
 // transaction is pgx.ErrTxClosed.
 func sqlError(err error) error {
-	var pgErr *pgconn.PgError
+	if err == nil {
+		return nil // before the targets of As, which escape, are allocated
+	}
 	var st sqlState
-	switch {
-	case err == nil, errors.As(err, &pgErr):
+	if _, ok := serverError(err); ok {
 		return err
+	}
+	switch {
 	case errors.As(err, &st):
 		return &translatedError{pg: pgErrorOf(st), err: err}
 	case errors.Is(err, sqldriver.ErrBadConn):

@@ -27,11 +27,22 @@ const (
 // Code is the SQLSTATE of the server's error in err's chain, or "" when
 // err holds none.
 func Code(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgErr, ok := serverError(err); ok {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// serverError is the server's error in err's chain, if it holds one. Every
+// statement's success asks (a nil err): it returns at once, before the
+// target of errors.As, which escapes, is allocated.
+func serverError(err error) (*pgconn.PgError, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var pgErr *pgconn.PgError
+	ok := errors.As(err, &pgErr)
+	return pgErr, ok
 }
 
 // Is reports whether err holds a server error of SQLSTATE code.
@@ -70,8 +81,8 @@ func RowError(ctx context.Context, err error) bool {
 // (26000) on another, and an unnamed one bound on another connection is a
 // protocol violation (08P01).
 func PreparedStatementMismatch(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	pgErr, ok := serverError(err)
+	if !ok {
 		return false
 	}
 	switch pgErr.Code {
@@ -89,8 +100,10 @@ func PreparedStatementMismatch(err error) bool {
 // cannot_connect_now), or a new connection that could not be opened
 // (pgconn.ConnectError).
 func ServerRestarting(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if err == nil {
+		return false
+	}
+	if pgErr, ok := serverError(err); ok {
 		return strings.HasPrefix(pgErr.Code, operatorInterventionRestarts)
 	}
 	var connect *pgconn.ConnectError

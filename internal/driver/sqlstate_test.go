@@ -58,3 +58,19 @@ func TestSQLState(t *testing.T) {
 		t.Errorf("Code: got %q and %q", Code(nil), Code(server(UndefinedTable, "")))
 	}
 }
+
+// Every statement's success is classified: a nil error costs no
+// allocation (errors.As's target, which escapes, is made only for an
+// error).
+func TestSQLStateOfSuccessAllocatesNothing(t *testing.T) {
+	n := testing.AllocsPerRun(100, func() {
+		_ = Code(nil)
+		_ = PreparedStatementMismatch(nil)
+		_ = ServerRestarting(nil)
+		_ = OutcomeOf(nil)
+		_ = sqlError(nil)
+	})
+	if n != 0 {
+		t.Errorf("classifying a nil error allocates %v times", n)
+	}
+}
