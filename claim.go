@@ -53,13 +53,13 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
-	ctx, leave, err := l.inFlight.Enter(ctx, key)
+	ctx, call, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("pglease: claim %q: %w", key, err)
 		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
 		return nil, err
 	}
-	defer leave()
+	defer call.Leave()
 	if t.ticks != nil {
 		mode = exclusive // a run that outlasts its period keeps its lease
 	}

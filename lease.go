@@ -326,10 +326,15 @@ var lossUnknown = loss{"its row taken by a later lease or lapsed", ErrLost}
 // It sends nothing when no lease is gone; a lease whose row the read did
 // not tell reads as lossUnknown, which it still is.
 func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func(*Lease) bool) map[*Lease]loss {
-	var keys []string
-	out := make(map[*Lease]loss)
+	var (
+		keys []string
+		out  map[*Lease]loss // nil, a map to read only, when no lease is gone
+	)
 	for _, ls := range leases {
 		if gone(ls) {
+			if out == nil {
+				out = make(map[*Lease]loss)
+			}
 			keys = append(keys, ls.key)
 			out[ls] = lossUnknown
 		}

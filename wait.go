@@ -97,11 +97,11 @@ type waitHooks struct {
 }
 
 func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
-	ctx, leave, err := l.inFlight.Enter(ctx, key)
+	ctx, call, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
 	}
-	defer leave()
+	defer call.Leave()
 	g, err := l.waits.set.Join(key)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, ErrClosed)

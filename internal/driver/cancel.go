@@ -50,15 +50,21 @@ const (
 // statement, and cut the wait of its commit for a synchronous standby,
 // which then reports success.
 type Answering struct {
-	caller   context.Context
-	pg       *pgconn.PgConn
-	discard  bool
-	closing  *Closings
-	ctx      context.Context // the statement's
-	cancel   context.CancelFunc
-	stop     func() bool
+	caller  context.Context
+	pg      *pgconn.PgConn
+	discard bool
+	closing *Closings
+	// ctx is the statement's: the caller's values, never ended, so that
+	// pgx watches nothing. When the server does not answer within
+	// AnswerGrace, requestCancel sets the connection's deadline instead,
+	// as pgx's own handler of an ended context does, and pgx closes it.
+	ctx  context.Context
+	stop func() bool
+	// mu guards the two channels, made only once a cancel request is due,
+	// by the first of requestCancel and End to need them.
+	mu       sync.Mutex
 	returned chan struct{} // closed once the statement has returned
-	sent     chan struct{} // closed once the cancel requests are over, if any was sent
+	sent     chan struct{} // closed once the cancel requests are over
 	gaveUp   atomic.Bool   // the server did not answer within AnswerGrace
 	// unanswered: a cancel request's connection was not closed by the
 	// server (an error, or AnswerGrace ran out): it may still land.
@@ -66,21 +72,31 @@ type Answering struct {
 	once       sync.Once
 }
 
+// noStop is the stop of a statement with no cancel request to send.
+func noStop() bool { return true }
+
 // Answer is how a statement that caller may give up on is sent on pg
 // (nil: a driver that cancels itself), pg closed after a cancel if
 // discard, its clean-up added to closing: send it on a.Ctx(), and end
 // what it returned with a.Row, a.Rows or a.End.
 func Answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *Closings) *Answering {
-	a := &Answering{caller: caller, pg: pg, discard: discard, closing: closing,
-		returned: make(chan struct{}), sent: make(chan struct{})}
-	if pg == nil {
-		a.ctx, a.cancel = caller, func() {}
-		a.stop = func() bool { return true }
+	a := &Answering{caller: caller, pg: pg, discard: discard, closing: closing, ctx: caller, stop: noStop}
+	if pg == nil || caller.Done() == nil {
 		return a
 	}
-	a.ctx, a.cancel = context.WithCancel(context.WithoutCancel(caller))
+	a.ctx = context.WithoutCancel(caller)
 	a.stop = context.AfterFunc(caller, a.requestCancel)
 	return a
+}
+
+// signals are the channels between requestCancel and End.
+func (a *Answering) signals() (returned, sent chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.returned == nil {
+		a.returned, a.sent = make(chan struct{}), make(chan struct{})
+	}
+	return a.returned, a.sent
 }
 
 // requestCancel sends cancel requests until the statement returns, for at
@@ -90,7 +106,8 @@ func Answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *Cl
 // cancelResend of the statement reaching the backend, not a round trip
 // later. It returns once every request sent has been taken.
 func (a *Answering) requestCancel() {
-	defer close(a.sent)
+	returned, sent := a.signals()
+	defer close(sent)
 	var sending sync.WaitGroup
 	defer sending.Wait()
 	deadline := time.Now().Add(AnswerGrace)
@@ -108,14 +125,16 @@ func (a *Answering) requestCancel() {
 		})
 		next := time.NewTimer(min(cancelResend, max(0, time.Until(deadline))))
 		select {
-		case <-a.returned:
+		case <-returned:
 			next.Stop()
 			return
 		case <-next.C:
 		}
 		if !time.Now().Before(deadline) {
 			a.gaveUp.Store(true)
-			a.cancel() // pgx closes the connection: the outcome is unknown
+			// The statement's read fails and pgx closes the
+			// connection: the outcome is unknown.
+			_ = a.pg.Conn().SetDeadline(time.Now())
 			return
 		}
 	}
@@ -134,9 +153,15 @@ func (a *Answering) Rows(rows pgx.Rows) pgx.Rows { return answeredRows{rows, a} 
 // closed); it returns err as the caller sees it.
 func (a *Answering) End(err error) error {
 	a.once.Do(func() {
-		close(a.returned)
 		if !a.stop() { // cancel requests were sent
-			<-a.sent
+			returned, sent := a.signals()
+			close(returned)
+			<-sent
+			if a.gaveUp.Load() && !a.pg.IsClosed() {
+				// The statement returned before the deadline cut it:
+				// its connection is whole, but for the deadline.
+				_ = a.pg.Conn().SetDeadline(time.Time{})
+			}
 			if (a.discard || a.unanswered.Load()) && !a.pg.IsClosed() {
 				cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
 				_ = a.pg.Close(cctx) // the pool destroys it on release
@@ -149,7 +174,6 @@ func (a *Answering) End(err error) error {
 		if a.pg != nil && a.pg.IsClosed() {
 			a.closing.add(a.pg.CleanupDone())
 		}
-		a.cancel()
 	})
 	return a.explain(err)
 }

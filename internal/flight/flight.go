@@ -4,8 +4,8 @@
 // What Flights guarantees:
 //
 //   - Once Close has run, Enter refuses every call with Close's cause.
-//   - Close ends the context of every call in flight with its cause; a call
-//     that left before keeps its own context's cause.
+//   - Close ends, before it returns, the context of every call in flight
+//     with its cause; a call that left before keeps its own context's cause.
 //   - Wait returns nil only once Close has run and every call that entered
 //     has left; when its context ends first, it says calls are still in
 //     flight, and names them, with that context's cause.
@@ -27,48 +27,57 @@ var ErrInFlight = errors.New("claims still in flight")
 // Flights counts calls in flight. The zero value is ready to use.
 type Flights struct {
 	mu     sync.Mutex
-	n      int
-	names  map[string]int // the calls in flight by name
-	closed error          // Close's cause; nil until Close
-	stop   context.Context
-	cancel context.CancelCauseFunc
-	idle   chan struct{} // closed when n reaches 0 after Close
+	calls  map[*Call]struct{}
+	closed error         // Close's cause; nil until Close
+	idle   chan struct{} // closed when no call is in flight after Close
 }
 
-func (f *Flights) init() {
-	if f.stop == nil {
-		f.stop, f.cancel = context.WithCancelCause(context.Background())
-		f.idle = make(chan struct{})
-		f.names = make(map[string]int)
-	}
+// Call is one call in flight.
+type Call struct {
+	f      *Flights
+	name   string
+	cancel context.CancelCauseFunc
 }
 
 // Enter counts a call in flight, named name, and returns its context: ctx,
-// ended with Close's cause when Close runs. The call must run leave once
-// done.
-func (f *Flights) Enter(ctx context.Context, name string) (_ context.Context, leave func(), _ error) {
+// ended with Close's cause when Close runs. The call must Leave once done.
+func (f *Flights) Enter(ctx context.Context, name string) (context.Context, *Call, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.init()
 	if f.closed != nil {
 		return nil, nil, f.closed
 	}
-	f.n++
-	f.names[name]++
+	if f.calls == nil {
+		f.calls = make(map[*Call]struct{})
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(f.stop, func() { cancel(context.Cause(f.stop)) })
-	return cctx, func() {
-		stop()
-		cancel(context.Canceled)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.names[name]--; f.names[name] == 0 {
-			delete(f.names, name)
-		}
-		if f.n--; f.n == 0 && f.closed != nil {
-			close(f.idle)
-		}
-	}, nil
+	c := &Call{f: f, name: name, cancel: cancel}
+	f.calls[c] = struct{}{}
+	return cctx, c, nil
+}
+
+// Leave ends the call's context and stops counting it. Later calls do
+// nothing.
+func (c *Call) Leave() {
+	c.cancel(context.Canceled)
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.calls[c]; !ok {
+		return
+	}
+	delete(f.calls, c)
+	if len(f.calls) == 0 && f.closed != nil {
+		close(f.idleLocked())
+	}
+}
+
+// idleLocked is the channel closed once no call is in flight after Close.
+func (f *Flights) idleLocked() chan struct{} {
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	return f.idle
 }
 
 // Close refuses every later call with cause (not nil) and ends the
@@ -76,14 +85,15 @@ func (f *Flights) Enter(ctx context.Context, name string) (_ context.Context, le
 func (f *Flights) Close(cause error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.init()
 	if f.closed != nil {
 		return
 	}
 	f.closed = cause
-	f.cancel(cause)
-	if f.n == 0 {
-		close(f.idle)
+	for c := range f.calls {
+		c.cancel(cause) // never blocks: the context's AfterFuncs run on their own
+	}
+	if len(f.calls) == 0 {
+		close(f.idleLocked())
 	}
 }
 
@@ -91,8 +101,7 @@ func (f *Flights) Close(cause error) {
 // ends.
 func (f *Flights) Wait(ctx context.Context) error {
 	f.mu.Lock()
-	f.init()
-	idle := f.idle
+	idle := f.idleLocked()
 	f.mu.Unlock()
 	select {
 	case <-idle:
@@ -106,8 +115,12 @@ func (f *Flights) Wait(ctx context.Context) error {
 func (f *Flights) inFlight() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	counts := map[string]int{}
+	for c := range f.calls {
+		counts[c.name]++
+	}
 	var names []string
-	for name, n := range f.names {
+	for name, n := range counts {
 		q := fmt.Sprintf("%q", name)
 		if n > 1 {
 			q += fmt.Sprintf(" (%d calls)", n)

@@ -15,7 +15,7 @@ func TestFlights(t *testing.T) {
 	t.Run("CloseEndsTheCallsInFlightWithItsCauseAndRefusesNewOnes", func(t *testing.T) {
 		t.Parallel()
 		var f Flights
-		ctx, leave, err := f.Enter(context.Background(), "k")
+		ctx, call, err := f.Enter(context.Background(), "k")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestFlights(t *testing.T) {
 		if err := f.Wait(short); !errors.Is(err, ErrInFlight) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"k"`) {
 			t.Fatalf("Wait with a call in flight: %v, want ErrInFlight naming it and the context's cause", err)
 		}
-		leave()
+		call.Leave()
 		if err := f.Wait(context.Background()); err != nil {
 			t.Fatalf("Wait once it left: %v", err)
 		}
@@ -40,8 +40,8 @@ func TestFlights(t *testing.T) {
 	t.Run("WaitReturnsAtOnceWhenNothingIsInFlight", func(t *testing.T) {
 		t.Parallel()
 		var f Flights
-		_, leave, _ := f.Enter(context.Background(), "k")
-		leave()
+		_, call, _ := f.Enter(context.Background(), "k")
+		call.Leave()
 		f.Close(errClosed)
 		if err := f.Wait(context.Background()); err != nil {
 			t.Fatal(err)
@@ -50,8 +50,8 @@ func TestFlights(t *testing.T) {
 	t.Run("ACallThatLeavesBeforeCloseKeepsItsOwnCause", func(t *testing.T) {
 		t.Parallel()
 		var f Flights
-		ctx, leave, _ := f.Enter(context.Background(), "k")
-		leave()
+		ctx, call, _ := f.Enter(context.Background(), "k")
+		call.Leave()
 		f.Close(errClosed)
 		if errors.Is(context.Cause(ctx), errClosed) {
 			t.Fatal("a call that had left was ended by Close")
@@ -64,6 +64,40 @@ func TestFlights(t *testing.T) {
 		f.Close(errors.New("later"))
 		if _, _, err := f.Enter(context.Background(), "k"); !errors.Is(err, errClosed) {
 			t.Fatalf("Enter: %v, want the first Close's cause", err)
+		}
+	})
+}
+
+func TestCall(t *testing.T) {
+	t.Parallel()
+	t.Run("LeavingTwiceCountsOnce", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, a, _ := f.Enter(context.Background(), "a")
+		_, b, _ := f.Enter(context.Background(), "b")
+		a.Leave()
+		a.Leave()
+		f.Close(errClosed)
+		short, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		if err := f.Wait(short); !errors.Is(err, ErrInFlight) || !strings.Contains(err.Error(), `"b"`) || strings.Contains(err.Error(), `"a"`) {
+			t.Fatalf("Wait with b in flight: %v, want ErrInFlight naming b alone", err)
+		}
+		b.Leave()
+		if err := f.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait once both left: %v", err)
+		}
+	})
+	t.Run("ClosedBeforeItReturnsOnItsContext", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		ctx, c, _ := f.Enter(context.Background(), "k")
+		defer c.Leave()
+		f.Close(errClosed)
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatal("Close returned before the context of the call in flight ended")
 		}
 	})
 }
