@@ -195,7 +195,7 @@ func NewConns(db DB, keep bool) *Conns {
 	}
 	if c.src != nil {
 		c.reserve = keep // NewLocker refuses it for a pool of one, which would leave claims nothing
-		c.claims = claimBound{size: func() int { _, _, size := c.src.stat(); return size }, freed: make(chan struct{})}
+		c.claims = claimBound{size: func() int { _, _, size := c.src.stat(); return size }}
 		if p, ok := db.(Pooler); ok {
 			// A pgxpool's size is set when it is made, and each Stat
 			// allocates: read it once, not at every claim.
@@ -272,7 +272,7 @@ type claimBound struct {
 	mu         sync.Mutex
 	held       int
 	waiting    int           // claim statements in flight that may wait on a row lock without bound (mayWait)
-	freed      chan struct{} // closed and replaced whenever a claim gives its connection back
+	freed      chan struct{} // made by a claim that waits, closed (and forgotten) when a claim gives its connection back
 }
 
 // mayWait reports whether a claim statement may wait on a row lock for as
@@ -332,23 +332,26 @@ func (b *claimBound) limit() int {
 	return 0
 }
 
-// take waits until a claim may hold one more connection, and returns what
-// gives it back; limit is the bound it waited for, for the error.
-func (b *claimBound) take(ctx context.Context) (done func(), limit int, err error) {
+// take waits until a claim may hold one more connection, which give gives
+// back; limit is the bound it waited for, for the error.
+func (b *claimBound) take(ctx context.Context) (limit int, err error) {
 	for {
 		limit = b.limit()
 		b.mu.Lock()
 		if limit == 0 || b.held < limit {
 			b.held++
 			b.mu.Unlock()
-			return b.give, limit, nil
+			return limit, nil
+		}
+		if b.freed == nil {
+			b.freed = make(chan struct{})
 		}
 		freed := b.freed
 		b.mu.Unlock()
 		select {
 		case <-freed:
 		case <-ctx.Done():
-			return nil, limit, context.Cause(ctx)
+			return limit, context.Cause(ctx)
 		}
 	}
 }
@@ -357,8 +360,10 @@ func (b *claimBound) give() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.held--
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.freed != nil {
+		close(b.freed)
+		b.freed = nil
+	}
 }
 
 // take returns the DB one statement of kind u runs on, and what to call once
@@ -379,16 +384,16 @@ func (c *Conns) take(ctx context.Context, u use) (DB, func(), error) {
 // takeAny is take, whether or not ctx has ended.
 func (c *Conns) takeAny(ctx context.Context, u use) (DB, func(), error) {
 	if u == useClaim && c.src != nil {
-		give, limit, err := c.claims.take(ctx)
+		limit, err := c.claims.take(ctx)
 		if err != nil {
 			return nil, nil, NotSentError(fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err))
 		}
 		db, done, err := c.takeFor(ctx, u)
 		if err != nil {
-			give()
+			c.claims.give()
 			return nil, nil, err
 		}
-		return db, func() { done(); give() }, nil
+		return db, func() { done(); c.claims.give() }, nil
 	}
 	return c.takeFor(ctx, u)
 }

@@ -12,32 +12,32 @@ import (
 func TestClaimBound(t *testing.T) {
 	t.Parallel()
 	bound := func(size int) *claimBound {
-		return &claimBound{size: func() int { return size }, freed: make(chan struct{})}
+		return &claimBound{size: func() int { return size }}
 	}
 	t.Run("ClaimsHoldAllButOneConnection", func(t *testing.T) {
 		t.Parallel()
 		b := bound(3)
 		for range 2 {
-			if _, _, err := b.take(context.Background()); err != nil {
+			if _, err := b.take(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		if _, limit, err := b.take(ctx); !errors.Is(err, context.DeadlineExceeded) || limit != 2 {
+		if limit, err := b.take(ctx); !errors.Is(err, context.DeadlineExceeded) || limit != 2 {
 			t.Errorf("a third claim of a pool of 3: limit %d, err %v; want it to wait at the limit 2", limit, err)
 		}
 	})
 	t.Run("AClaimGivenBackLetsTheNextIn", func(t *testing.T) {
 		t.Parallel()
 		b := bound(2)
-		give, _, err := b.take(context.Background())
+		_, err := b.take(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		took := make(chan error, 1)
-		go func() { _, _, err := b.take(context.Background()); took <- err }()
-		give()
+		go func() { _, err := b.take(context.Background()); took <- err }()
+		b.give()
 		select {
 		case err := <-took:
 			if err != nil {
@@ -77,7 +77,7 @@ func TestClaimBound(t *testing.T) {
 			if !b.mayWait() {
 				t.Fatal("a claim of a pool without a limit may not wait")
 			}
-			if _, _, err := b.take(context.Background()); err != nil {
+			if _, err := b.take(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
