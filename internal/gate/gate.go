@@ -28,11 +28,8 @@ type Gate struct {
 	releases int           // releases in
 	round    bool          // a round in
 	waiting  int           // rounds waiting
-	changed  chan struct{} // closed and replaced whenever the above change
-	initOnce sync.Once
+	changed  chan struct{} // made by a waiter, closed (and forgotten) when the above change
 }
-
-func (g *Gate) init() { g.initOnce.Do(func() { g.changed = make(chan struct{}) }) }
 
 // EnterRound waits until a round may run alone, or until ctx ends. A nil
 // error lets the round in; the caller calls LeaveRound when it is done.
@@ -49,7 +46,6 @@ func (g *Gate) EnterRelease(ctx context.Context) error { return g.enter(ctx, fal
 func (g *Gate) LeaveRelease() { g.leave(false) }
 
 func (g *Gate) enter(ctx context.Context, round bool) error {
-	g.init()
 	g.mu.Lock()
 	if round {
 		g.waiting++
@@ -66,6 +62,9 @@ func (g *Gate) enter(ctx context.Context, round bool) error {
 			g.mu.Unlock()
 			return nil
 		}
+		if g.changed == nil {
+			g.changed = make(chan struct{})
+		}
 		wait := g.changed
 		g.mu.Unlock()
 		select {
@@ -78,7 +77,6 @@ func (g *Gate) enter(ctx context.Context, round bool) error {
 }
 
 func (g *Gate) leave(round bool) {
-	g.init()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if round {
@@ -91,6 +89,8 @@ func (g *Gate) leave(round bool) {
 
 // signal wakes every waiter; the caller holds mu.
 func (g *Gate) signal() {
-	close(g.changed)
-	g.changed = make(chan struct{})
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
 }
