@@ -23,6 +23,7 @@ type fenced struct {
 	releaseRunsSQL, releaseRunsQuietSQL     string
 	releaseOneRunSQL, releaseOneRunQuietSQL string
 	holder                                  string
+	holderArg                               any // holder, boxed once: an argument of every claim and release
 }
 
 // Fenced is the protocol of holder on the table render names (it renders
@@ -43,6 +44,7 @@ func Fenced(render func(string) string, holder string) Protocol {
 		releaseOneRunQuietSQL: render(sqlstmt.ReleaseOneRunQuiet),
 		rowSQL:                render(sqlstmt.RowLease),
 		holder:                holder,
+		holderArg:             holder,
 	}
 }
 
@@ -61,7 +63,7 @@ func (p *fenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait tim
 	}
 	r, err := retried(ctx, func() (result, error) {
 		c := Claimed{Holder: p.holder}
-		err := db.QueryRow(ctx, p.claimSQL, key, p.holder, ttl.Seconds()).Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+		err := db.QueryRow(ctx, p.claimSQL, key, p.holderArg, ttl.Seconds()).Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
 		c, ok, err := claimOutcomeOf(c, err)
 		return result{c, ok}, err
 	})
@@ -180,7 +182,7 @@ func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, 
 // row came back, and the statement's error, which may come after the row
 // (at its commit).
 func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Lease) (bool, error) {
-	args := []any{p.holder, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait}
+	args := []any{p.holderArg, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait}
 	if m.Run != "" {
 		args = append(args, m.Run)
 	}
