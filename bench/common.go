@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,15 +30,19 @@ const (
 
 // commonPoint is what one variant cost in one case of the common-path
 // study: job runs per second (the median of its slices), and per job run
-// the server's CPU, WAL flushes and transaction ids.
+// the client's CPU and allocations, the statements sent, and the server's
+// CPU, WAL flushes and transaction ids.
 type commonPoint struct {
-	Case     string
-	Variant  string
-	Workers  int
-	Runs     float64 // job runs per second, median of the slices
-	CPU      float64 // server CPU microseconds per job run; negative when unknown
-	WALSyncs float64 // per job run
-	XIDs     float64 // per job run
+	Case       string
+	Variant    string
+	Workers    int
+	Runs       float64 // job runs per second, median of the slices
+	ClientCPU  float64 // this process's CPU microseconds per job run
+	Allocs     float64 // this process's heap allocations per job run
+	Statements float64 // statements sent per job run
+	CPU        float64 // server CPU microseconds per job run; negative when unknown
+	WALSyncs   float64 // per job run
+	XIDs       float64 // per job run
 }
 
 // losingCost is what one losing claim of a statement costs the server.
@@ -83,6 +89,7 @@ func measureCase(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 	variants := []string{viaLocker, rawNow, rawF1d3080}
 	tries := map[string]attempt{}
 	pools := map[string]*pgxpool.Pool{}
+	sends := map[string]*sent{}
 	var cleanup []func()
 	defer func() {
 		for _, c := range slices.Backward(cleanup) {
@@ -94,7 +101,8 @@ func measureCase(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 		if contended {
 			table += "_contended"
 		}
-		pool, err := commonPool(ctx, dsn, int32(2*workers+2))
+		sends[v] = newSent(table)
+		pool, err := commonPool(ctx, dsn, int32(2*workers+2), sends[v])
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +121,8 @@ func measureCase(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 	type acc struct {
 		rates       []float64
 		runs        int64
-		cpu         float64
+		cpu, client float64
+		allocs      uint64
 		syncs, xids int64
 		cpuKnown    bool
 	}
@@ -129,12 +138,18 @@ func measureCase(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 			a := got[v]
 			syncs0 := settledWALSyncs(ctx, stats, pools[v])
 			cpu0, xids0 := lab.ServerCPU(postmaster), nextXID(ctx, stats)
+			client0, allocs0 := clientCost()
+			sends[v].on.Store(true)
 			start := time.Now()
 			runs, err := runSlice(ctx, tries[v], workers, slice)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s: %w", name, v, err)
 			}
 			elapsed := time.Since(start)
+			sends[v].on.Store(false)
+			client1, allocs1 := clientCost()
+			a.client += client1 - client0
+			a.allocs += allocs1 - allocs0
 			cpu1, xids1 := lab.ServerCPU(postmaster), nextXID(ctx, stats)
 			a.cpuKnown = a.cpuKnown && cpu0 >= 0 && cpu1 >= 0
 			a.cpu += cpu1 - cpu0
@@ -143,6 +158,9 @@ func measureCase(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 			a.runs += runs
 			a.rates = append(a.rates, float64(runs)/elapsed.Seconds())
 		}
+	}
+	if err := checkStatements(sends[viaLocker].texts(), sends[rawNow].texts(), workers == 1 && !contended); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var points []commonPoint
 	for _, v := range variants {
@@ -154,19 +172,34 @@ func measureCase(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 			cpu = -1
 		}
 		points = append(points, commonPoint{
-			Case: name, Variant: v, Workers: workers, Runs: a.rates[len(a.rates)/2], CPU: cpu,
-			WALSyncs: float64(a.syncs) / n, XIDs: float64(a.xids) / n,
+			Case: name, Variant: v, Workers: workers, Runs: a.rates[len(a.rates)/2],
+			ClientCPU: a.client / n * 1e6, Allocs: float64(a.allocs) / n, Statements: float64(sends[v].total()) / n,
+			CPU: cpu, WALSyncs: float64(a.syncs) / n, XIDs: float64(a.xids) / n,
 		})
 	}
 	return points, nil
 }
 
-func commonPool(ctx context.Context, dsn string, conns int32) (*pgxpool.Pool, error) {
+// clientCost is this process's CPU time so far, in seconds, and its heap
+// allocations so far.
+func clientCost() (cpu float64, allocs uint64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return cpu, m.Mallocs
+}
+
+// commonPool is a pool of conns connections whose statements tracer sees.
+func commonPool(ctx context.Context, dsn string, conns int32, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = conns
+	cfg.ConnConfig.Tracer = tracer
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
@@ -409,8 +442,8 @@ func commonMarkdown(points []commonPoint, losing []losingCost, slice time.Durati
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### The common path: each variant in turns of %v, %d turns each (runs/s: the median turn)\n\n", slice, rounds)
-	b.WriteString("| case | variant | job runs/s | vs raw | vs before | server CPU per run | WAL flushes per run | transaction ids per run |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| case | variant | job runs/s | vs raw | vs before | client CPU per run | allocations per run | statements per run | server CPU per run | WAL flushes per run | transaction ids per run |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	by := map[string]map[string]commonPoint{}
 	for _, p := range points {
 		if by[p.Case] == nil {
@@ -423,8 +456,9 @@ func commonMarkdown(points []commonPoint, losing []losingCost, slice time.Durati
 		if p.CPU >= 0 {
 			cpu = fmt.Sprintf("%.0f µs", p.CPU)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %.2f | %.2f |\n", p.Case, p.Variant, p.Runs,
-			ratio(p.Runs, by[p.Case][rawNow].Runs), ratio(p.Runs, by[p.Case][rawF1d3080].Runs), cpu, p.WALSyncs, p.XIDs)
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %.0f µs | %.0f | %.2f | %s | %.2f | %.2f |\n", p.Case, p.Variant, p.Runs,
+			ratio(p.Runs, by[p.Case][rawNow].Runs), ratio(p.Runs, by[p.Case][rawF1d3080].Runs),
+			p.ClientCPU, p.Allocs, p.Statements, cpu, p.WALSyncs, p.XIDs)
 	}
 	if len(losing) > 0 {
 		b.WriteString("\n| a losing claim (another holder's live lease) | transaction id | WAL bytes |\n|---|---|---|\n")
@@ -444,9 +478,11 @@ func ratio(x, y float64) string {
 
 // writeCommonCSV writes the common-path study's points.
 func writeCommonCSV(path string, points []commonPoint) error {
-	rows := [][]string{{"case", "variant", "workers", "runs_per_s", "server_cpu_us_per_run", "wal_syncs_per_run", "xids_per_run"}}
+	rows := [][]string{{"case", "variant", "workers", "runs_per_s", "client_cpu_us_per_run", "allocs_per_run", "statements_per_run",
+		"server_cpu_us_per_run", "wal_syncs_per_run", "xids_per_run"}}
 	for _, p := range points {
 		rows = append(rows, []string{p.Case, p.Variant, itoa(p.Workers), fmt.Sprintf("%.1f", p.Runs),
+			fmt.Sprintf("%.1f", p.ClientCPU), fmt.Sprintf("%.1f", p.Allocs), fmt.Sprintf("%.3f", p.Statements),
 			fmt.Sprintf("%.1f", p.CPU), fmt.Sprintf("%.3f", p.WALSyncs), fmt.Sprintf("%.3f", p.XIDs)})
 	}
 	return lab.WriteCSV(path, rows)

@@ -146,8 +146,8 @@ func run(ctx context.Context, s settings) error {
 		return fmt.Errorf("common-path study: %w", err)
 	}
 	for _, p := range common {
-		logf("  %-27s %-8s %8.0f runs/s, server CPU %6.0f µs/run, %5.2f WAL flushes/run, %5.2f xids/run",
-			p.Case, p.Variant, p.Runs, p.CPU, p.WALSyncs, p.XIDs)
+		logf("  %-27s %-8s %8.0f runs/s, client CPU %5.0f µs/run, %4.0f allocs/run, %4.2f statements/run, server CPU %6.0f µs/run, %5.2f WAL flushes/run, %5.2f xids/run",
+			p.Case, p.Variant, p.Runs, p.ClientCPU, p.Allocs, p.Statements, p.CPU, p.WALSyncs, p.XIDs)
 	}
 	commonReport := commonMarkdown(common, losing, s.slice, s.commonRounds)
 	if err := writeCommonCSV(filepath.Join(s.out, "common.csv"), common); err != nil {
