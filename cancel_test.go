@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,6 +361,44 @@ func TestClaimCancel(t *testing.T) {
 			t.Cleanup(func() { _ = conn.Close(context.Background()) })
 			return pgtest.Locker(t, conn, table, "claimer")
 		})
+	})
+
+	// Guarantee: a Locker on one *pgx.Conn whose claim was given up and did
+	// not end within answerGrace of its cancel request, though the server
+	// answered the request (the statement's reply is held on its way back),
+	// no longer uses that connection, and its later statements say why
+	// instead of pgx's bare "conn closed".
+	t.Run("GivenConnectionCutAtTheGraceSaysWhy", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		freeRow(ctx, t, pool, table, "job")
+		p := pgtest.Proxy(t, "")
+		app := pgtest.AppName("cancelheld")
+		l := pgtest.Locker(t, cancelsAround(ctx, t, p, app), table, "claimer")
+
+		end := pgtest.LockRow(t, pool, table, "job")
+		t.Cleanup(func() { end(false) })
+		cctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		go func() {
+			lease, err := l.Claim(cctx, "job")
+			if err == nil {
+				err = fmt.Errorf("a claim given up on a locked row returned lease %d", lease.Fence())
+			}
+			res <- err
+		}()
+		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+		p.SetMode(faultproxy.Stall) // the reply to the cancelled statement is held
+		cancel()
+		err := <-res
+		require.ErrorIs(t, err, context.Canceled)
+		require.Contains(t, err.Error(), "did not end within 1s of the cancel request")
+		p.SetMode(faultproxy.Forward)
+
+		_, err = l.Claim(ctx, "next")
+		require.Error(t, err, "a claim on the connection closed after the grace")
+		require.Contains(t, err.Error(), "the connection the Locker was given is closed", "the error says why: %v", err)
+		requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
 	})
 
 	// Guarantee: no goroutine outlives Locker.Close, also after a claim
@@ -745,8 +785,32 @@ func testLateCancelRequest(t *testing.T) {
 	lease, err := l.Claim(cctx, "free")
 	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())
 	require.Nil(t, lease)
-	require.ErrorContains(t, err, "closed the connection it was given", "the error names why and what to do")
+	require.ErrorContains(t, err, "the connection the Locker was given is closed", "the error names why and what to do")
 	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
 		"the late cancel request was delivered: the case is the one described")
 	requireNoLiveRowOf(t, pool, table, "claimer", 5*time.Second, "free")
+}
+
+// cancelsAround is a *pgx.Conn of application app whose own connection goes
+// through p, while pgx's cancel requests (each on a connection of its own)
+// go to the server directly: a stalled p holds the statement's reply, and
+// the cancel requests are answered all the same.
+func cancelsAround(ctx context.Context, t *testing.T, p *faultproxy.Proxy, app string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+	require.NoError(t, err)
+	cfg.RuntimeParams["application_name"] = app
+	server := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	var dialed atomic.Bool
+	var d net.Dialer
+	cfg.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		if dialed.CompareAndSwap(false, true) {
+			return d.DialContext(ctx, network, p.Addr())
+		}
+		return d.DialContext(ctx, network, server)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
 }

@@ -166,9 +166,10 @@ func (a *Answering) End(err error) error {
 				cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
 				_ = a.pg.Close(cctx) // the pool destroys it on release
 				cancel()
-				if !a.discard {
-					a.closing.closedGiven.Store(true)
-				}
+			}
+			if !a.discard && a.pg.IsClosed() {
+				// Closed here, or by pgx as the deadline cut the statement.
+				a.closing.closedGiven.Store(true)
 			}
 		}
 		if a.pg != nil && a.pg.IsClosed() {
@@ -189,7 +190,7 @@ func (a *Answering) explain(err error) error {
 	case Is(err, QueryCanceled):
 		return fmt.Errorf("%w (the claim was cancelled on the server: %w)", cause, err)
 	case a.gaveUp.Load():
-		return fmt.Errorf("%w (the server did not answer the cancel request within %v: %w)", cause, AnswerGrace, err)
+		return fmt.Errorf("%w (the claim did not end within %v of the cancel request sent for it: %w)", cause, AnswerGrace, err)
 	}
 	return fmt.Errorf("%w: %w", cause, err)
 }
@@ -222,15 +223,16 @@ type Closings struct {
 	mu   sync.Mutex
 	done []<-chan struct{}
 	// closedGiven: the connection the Locker was given was closed after a
-	// cancel request went unanswered (answering); nothing more is sent.
+	// claim's cancel request went unanswered, or after the claim did not
+	// end within AnswerGrace of it (Answering); nothing more is sent.
 	closedGiven atomic.Bool
 }
 
 // errClosedGiven is the error of every statement of a Locker whose given
 // connection it closed (Closings.closedGiven).
-var errClosedGiven = errors.New("the Locker closed the connection it was given after a cancel request it sent for a claim went unanswered " +
-	"(one still on its way could cut a later commit's wait for a synchronous standby, which then reports success): " +
-	"give the Locker a pool, which replaces such a connection, or make a new Locker on a new connection")
+var errClosedGiven = errors.New("the connection the Locker was given is closed: a claim its caller gave up on did not end within a second " +
+	"of the cancel request sent for it, or that request went unanswered (one still on its way could cut a later commit's wait for a " +
+	"synchronous standby, which then reports success): give the Locker a pool, which replaces such a connection, or make a new Locker on a new connection")
 
 func (c *Closings) add(done <-chan struct{}) {
 	c.mu.Lock()
