@@ -96,7 +96,16 @@ func TestClaimCancel(t *testing.T) {
 
 				p := pgtest.Proxy(t, "")
 				app := pgtest.AppName("cancelearly")
-				slow := pgtest.AppPool(t, "", p, app)
+				slow := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+					cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
+					cfg.ConnConfig.RuntimeParams["application_name"] = app
+					cfg.MaxConns = 4
+					// The idle connection goes to the claim as it is: pgxpool
+					// pings one idle for over a second first, a round trip
+					// through the slowed link that outlasts the claim's
+					// deadline on a busy machine.
+					cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+				})
 				require.NoError(t, slow.Ping(ctx)) // one idle connection, nothing prepared on it
 				l := pgtest.Locker(t, slow, table, "claimer")
 				pglease.SetCoalesceAll(l, burst)
