@@ -66,50 +66,48 @@ func (l *Locker) retryAfter() time.Duration { return max(l.cfg.heartbeat/4, minR
 // locked, and reports false when the statement failed and should be
 // retried soon.
 func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*Lease, ok bool) {
-	if l.gate.EnterRound(ctx) != nil {
-		return nil, true // Close
-	}
-	defer l.gate.LeaveRound()
-
 	if only == nil {
 		only = l.reg.all()
 	}
-	now := time.Now()
-	var (
-		leases   []*Lease
-		deadline time.Time
-	)
-	for _, ls := range only {
-		ls.checkTrust(now)
-		ls.mu.Lock()
-		held, trust := ls.err == nil, now.Add(ls.trustUntil.Left(now))
-		ls.mu.Unlock()
-		if !held {
-			continue
-		}
-		leases = append(leases, ls)
-		if deadline.IsZero() || trust.Before(deadline) {
-			deadline = trust
-		}
-	}
-	if len(leases) == 0 {
+	held, until := heldOf(only, time.Now())
+	if len(held) == 0 {
 		return nil, true
 	}
-
 	// The round gives up at the earliest trust deadline, so that a reply
 	// that never comes does not hold up the retry of the other leases; the
 	// lease itself is lost at that deadline by its own timer. It runs at
 	// least until its retry would start anyway (retryAfter from its start):
 	// giving up sooner would retry no sooner, and would fail the round for
 	// every lease because one of them, locked for a while, is about to lapse.
-	sent := time.Now()
-	if floor := sent.Add(l.retryAfter()); deadline.Before(floor) {
-		deadline = floor
+	begun := time.Now()
+	if floor := begun.Add(l.retryAfter()); until.Before(floor) {
+		until = floor
 	}
-	qctx, cancel := context.WithDeadline(ctx, deadline)
+	qctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	l.round.start(sent)
-	got, err := l.extendStatement(qctx, l.conns.Heartbeat(), leases)
+	l.round.start(begun)
+	// Its connection is had before its turn at the gate, as a release's is
+	// (releaseOnce): the releases a waiting round holds up may hold every
+	// connection of the pool.
+	db, done, err := l.conns.AwaitHeartbeat(qctx)
+	leases, sent := held, time.Now()
+	var got map[*Lease]driver.Extension
+	if err == nil {
+		defer l.conns.DropIfEnded(qctx, db, done)()
+		if l.gate.EnterRound(ctx) != nil {
+			l.round.end(nil)
+			return nil, true // Close
+		}
+		defer l.gate.LeaveRound()
+		// Within the gate no release is in flight: a lease released while
+		// the round waited is no longer held, and is not extended.
+		if leases, _ = heldOf(held, time.Now()); len(leases) == 0 {
+			l.round.end(nil)
+			return nil, true
+		}
+		sent = time.Now()
+		got, err = l.extendStatement(qctx, db, leases)
+	}
 	l.round.end(err)
 	took := time.Since(sent)
 	if ctx.Err() != nil {
@@ -128,7 +126,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	// server is the server's clock as the round ran, for the clock-skew
 	// reading (the earliest reported: all are within the round trip).
 	var server time.Time
-	losses := l.lossesOf(ctx, l.conns.Heartbeat(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+	losses := l.lossesOf(ctx, db, leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
 	for _, ls := range leases {
 		switch e, found := got[ls]; {
 		case !found:
@@ -150,6 +148,25 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	}
 	l.cfg.emit(Event{Kind: EventExtended, Took: took, Leases: extended, Skew: skew})
 	return skipped, true
+}
+
+// heldOf returns the leases of only still held at now (each one's trust
+// checked first), and the earliest of their trust deadlines.
+func heldOf(only []*Lease, now time.Time) (held []*Lease, until time.Time) {
+	for _, ls := range only {
+		ls.checkTrust(now)
+		ls.mu.Lock()
+		ok, trust := ls.err == nil, now.Add(ls.trustUntil.Left(now))
+		ls.mu.Unlock()
+		if !ok {
+			continue
+		}
+		held = append(held, ls)
+		if until.IsZero() || trust.Before(until) {
+			until = trust
+		}
+	}
+	return held, until
 }
 
 // roundState is what the heartbeat round is doing, so that a lease lost at

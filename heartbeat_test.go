@@ -30,6 +30,34 @@ func TestHeartbeat(t *testing.T) {
 	// trust window does not move, and each lease is lost at the deadline
 	// its last confirmed round set.
 	t.Run("UnreplicatedRoundExtendsNothing", testHeartbeatUnreplicated)
+	// Guarantee: a held lease survives bursts of Unlocks on a pool of
+	// few connections without a kept connection. Each release takes its
+	// pool connection before its turn at the gate, where a waiting round
+	// goes first; the round takes its own before its turn too, so it never
+	// waits at the gate for a connection the releases behind it hold.
+	for _, size := range []int32{2, 3} {
+		t.Run(fmt.Sprintf("KeepsTheLeaseThroughBurstsOfUnlocks/pool=%d", size), func(t *testing.T) {
+			t.Parallel()
+			ctx, _, table := pgtest.Setup(t)
+			pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) { cfg.MaxConns = size })
+			l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Second))
+			held, err := l.Claim(ctx, "held")
+			require.NoError(t, err)
+			for burst, stop := 0, time.Now().Add(3*time.Second); time.Now().Before(stop); burst++ {
+				leases := make([]*pglease.Lease, 30)
+				for i := range leases {
+					leases[i], err = l.Claim(ctx, fmt.Sprintf("job-%d-%d", burst, i))
+					require.NoError(t, err)
+				}
+				var wg sync.WaitGroup
+				for _, lease := range leases {
+					wg.Go(func() { assert.NoError(t, lease.Unlock(ctx)) })
+				}
+				wg.Wait()
+				require.NoError(t, held.Err(), "the held lease, after burst %d of 30 Unlocks", burst)
+			}
+		})
+	}
 	t.Run("KeepsTheLeaseAcrossTTLs", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

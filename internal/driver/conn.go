@@ -558,6 +558,23 @@ func (c *Conns) AwaitRelease(ctx, back context.Context) (PoolConn, error) {
 	return conn, nil
 }
 
+// AwaitHeartbeat returns the DB a heartbeat round's statements run on, and
+// what to call once the round is done. From a pool without a reserve it
+// takes the round's connection at once, before the round waits its turn at
+// the gate, as a release takes its own (AwaitRelease): a round waiting there
+// holds up the releases behind it, which may hold every connection of the
+// pool. Otherwise each statement takes its own, as Heartbeat's do.
+func (c *Conns) AwaitHeartbeat(ctx context.Context) (DB, func(), error) {
+	if !c.ReleasesWait() {
+		return c.heartbeat, func() {}, nil
+	}
+	conn, err := c.acquire(ctx, true)
+	if err != nil {
+		return nil, nil, NotSentError(err)
+	}
+	return takenDB{conn}, conn.Release, nil
+}
+
 // freeSlot gives the slot back, and ends back for the releases waiting
 // for the reserve.
 func (c *Conns) freeSlot() {
