@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgbouncer"
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -35,6 +36,30 @@ func TestRelease(t *testing.T) {
 	t.Run("DoesNotWaitForAStandby", testReleaseUnreplicated)
 	t.Run("QuietResendThroughPgBouncer", testReleaseQuietResendThroughPgBouncer)
 	t.Run("CancelledAtItsCommit", testReleaseCancelledAtItsCommit)
+	// Guarantee: a Locker on one *pgx.Conn whose release outlasted its
+	// timeout (the link stalled, and pgx closed the connection as the
+	// context ended) sends nothing more on it, and its later statements
+	// say why instead of pgx's bare "conn closed".
+	t.Run("CutByItsTimeoutOnAGivenConnectionSaysWhy", func(t *testing.T) {
+		t.Parallel()
+		ctx, _, table := pgtest.Setup(t)
+		p := pgtest.Proxy(t, "")
+		cfg, err := pgx.ParseConfig(pgtest.Server.DSN())
+		require.NoError(t, err)
+		cfg.Host, cfg.Port = p.Host(), p.Port()
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		l := pgtest.Locker(t, conn, table, "a", pglease.WithTimeout(300*time.Millisecond))
+		lease, err := l.Claim(ctx, "k")
+		require.NoError(t, err)
+		p.SetMode(faultproxy.Stall)
+		require.Error(t, lease.Unlock(ctx), "a release whose reply never came")
+		p.SetMode(faultproxy.Forward)
+		_, err = l.Claim(ctx, "next")
+		require.Error(t, err, "a claim on the connection closed as the release's context ended")
+		require.Contains(t, err.Error(), "the connection the Locker was given is closed", "the error says why: %v", err)
+	})
 	t.Run("BurstsOnABusyNotificationQueue", testReleaseBurstsOnABusyNotificationQueue)
 	t.Run("OnAHeavyNotificationQueue", testReleaseOnAHeavyNotificationQueue)
 	// Guarantee: a cancel request the driver sent for a statement whose

@@ -224,15 +224,16 @@ type Closings struct {
 	done []<-chan struct{}
 	// closedGiven: the connection the Locker was given was closed after a
 	// claim's cancel request went unanswered, or after the claim did not
-	// end within AnswerGrace of it (Answering); nothing more is sent.
+	// end within AnswerGrace of it (Answering), or after a statement's
+	// context ended in flight (Conns.DropIfEnded); nothing more is sent.
 	closedGiven atomic.Bool
 }
 
 // errClosedGiven is the error of every statement of a Locker whose given
 // connection it closed (Closings.closedGiven).
-var errClosedGiven = errors.New("the connection the Locker was given is closed: a claim its caller gave up on did not end within a second " +
-	"of the cancel request sent for it, or that request went unanswered (one still on its way could cut a later commit's wait for a " +
-	"synchronous standby, which then reports success): give the Locker a pool, which replaces such a connection, or make a new Locker on a new connection")
+var errClosedGiven = errors.New("the connection the Locker was given is closed: a statement of the Locker whose context ended, or a claim " +
+	"given up that did not end within a second of its cancel request, may have left a cancel request on its way (one that lands could cut a later " +
+	"commit's wait for a synchronous standby, which then reports success): give the Locker a pool, which replaces such a connection, or make a new Locker on a new connection")
 
 func (c *Closings) add(done <-chan struct{}) {
 	c.mu.Lock()
@@ -295,8 +296,9 @@ func (c *Conns) drop(db DB) {
 }
 
 // closeUnder closes the pgx connection under db, if pglease can reach it
-// and it is open, and returns it, and whether it is a connection given as
-// the DB (a *pgx.Conn) rather than one of a pool.
+// and it is open, and returns it (closed by pgx already, or now), and
+// whether it is a connection given as the DB (a *pgx.Conn) rather than one
+// of a pool.
 func closeUnder(db DB) (closed *pgconn.PgConn, given bool) {
 	var pg *pgconn.PgConn
 	switch x := db.(type) {
@@ -309,12 +311,14 @@ func closeUnder(db DB) (closed *pgconn.PgConn, given bool) {
 	case *pgx.Conn:
 		pg, given = x.PgConn(), true
 	}
-	if pg == nil || pg.IsClosed() {
+	if pg == nil {
 		return nil, false
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
-	_ = pg.Close(cctx) // the pool destroys it on release
-	cancel()
+	if !pg.IsClosed() { // pgx closes one whose context ended in a read
+		cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
+		_ = pg.Close(cctx) // the pool destroys it on release
+		cancel()
+	}
 	return pg, given
 }
 
