@@ -15,9 +15,6 @@ import (
 // variant sends what a Locker sends (the study fails otherwise), each
 // variant's job run costs two statements, and the client's costs are read.
 func TestCommonPathRawIsTheLockers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a PostgreSQL server")
-	}
 	ctx := context.Background()
 	db, err := lab.Start(ctx, t.TempDir())
 	if err != nil {

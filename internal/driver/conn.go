@@ -234,9 +234,6 @@ func (c *Conns) Claim() DB { return c.claim }
 // with its context.
 func (c *Conns) ClaimRead() DB { return c.claimRead }
 
-// Heartbeat is the DB a heartbeat round's statement runs on.
-func (c *Conns) Heartbeat() DB { return c.heartbeat }
-
 // Release is the DB a release's statement runs on.
 func (c *Conns) Release() DB { return c.release }
 
@@ -563,7 +560,7 @@ func (c *Conns) AwaitRelease(ctx, back context.Context) (PoolConn, error) {
 // takes the round's connection at once, before the round waits its turn at
 // the gate, as a release takes its own (AwaitRelease): a round waiting there
 // holds up the releases behind it, which may hold every connection of the
-// pool. Otherwise each statement takes its own, as Heartbeat's do.
+// pool. Otherwise each statement takes its own.
 func (c *Conns) AwaitHeartbeat(ctx context.Context) (DB, func(), error) {
 	if !c.ReleasesWait() {
 		return c.heartbeat, func() {}, nil
