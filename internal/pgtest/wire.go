@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/driver"
@@ -166,7 +167,10 @@ func (w *Wire) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 		close(a.Ran)
 		return nil, ErrWire
 	}
-	return &delayedRows{Rows: rows, ctx: ctx, a: a}, nil
+	held := readToTheEnd(rows) // the statement has run, and committed
+	close(a.Ran)
+	held.ctx, held.a = ctx, a
+	return held, nil
 }
 
 // Exec runs sql, or the mishap armed for it.
@@ -226,13 +230,34 @@ func (r delayedRow) Scan(dest ...any) error {
 	}
 }
 
-// delayedRows is delayedRow for Query.
+// delayedRows is delayedRow for Query: the statement's rows are read to
+// their end (so Ran means it has committed) and handed out, once Deliver
+// is called, from memory.
 type delayedRows struct {
-	pgx.Rows
-	ctx     context.Context
-	a       *Armed
-	waited  bool
-	lateErr error
+	ctx    context.Context
+	a      *Armed
+	fields []pgconn.FieldDescription
+	raw    [][][]byte
+	tag    pgconn.CommandTag
+	err    error // the statement's, or ctx's when it ended first
+	types  *pgtype.Map
+	at     int // the row Scan reads, 1-based
+	waited bool
+}
+
+func readToTheEnd(rows pgx.Rows) *delayedRows {
+	r := &delayedRows{types: pgtype.NewMap()}
+	for rows.Next() {
+		row := make([][]byte, 0, len(rows.RawValues()))
+		for _, v := range rows.RawValues() {
+			row = append(row, append([]byte(nil), v...))
+		}
+		r.raw = append(r.raw, row)
+	}
+	r.fields = rows.FieldDescriptions()
+	rows.Close()
+	r.tag, r.err = rows.CommandTag(), rows.Err()
+	return r
 }
 
 func (r *delayedRows) Next() bool {
@@ -241,23 +266,34 @@ func (r *delayedRows) Next() bool {
 		select {
 		case <-r.a.deliver:
 		case <-r.ctx.Done():
-			r.lateErr = r.ctx.Err()
-			rows := r.Rows
-			for rows.Next() {
-			}
-			rows.Close()
+			r.err, r.raw = r.ctx.Err(), nil
 		}
-		close(r.a.Ran)
 	}
-	if r.lateErr != nil {
+	if r.at >= len(r.raw) {
 		return false
 	}
-	return r.Rows.Next()
+	r.at++
+	return true
 }
 
-func (r *delayedRows) Err() error {
-	if r.lateErr != nil {
-		return r.lateErr
-	}
-	return r.Rows.Err()
+func (r *delayedRows) Scan(dest ...any) error {
+	return pgx.ScanRow(r.types, r.fields, r.RawValues(), dest...)
 }
+
+func (r *delayedRows) Values() ([]any, error) {
+	return nil, errors.New("pgtest wire: Values of a held reply is not supported")
+}
+
+func (r *delayedRows) RawValues() [][]byte {
+	if r.at == 0 || r.at > len(r.raw) {
+		return nil
+	}
+	return r.raw[r.at-1]
+}
+
+func (r *delayedRows) FieldDescriptions() []pgconn.FieldDescription { return r.fields }
+func (r *delayedRows) CommandTag() pgconn.CommandTag                { return r.tag }
+func (r *delayedRows) Conn() *pgx.Conn                              { return nil }
+func (r *delayedRows) Close()                                       {}
+func (r *delayedRows) Err() error                                   { return r.err }
+func (r *delayedRows) TypeMap() *pgtype.Map                         { return r.types }
