@@ -53,27 +53,23 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
 	}
-	ctx, call, err := l.inFlight.Enter(ctx, key)
+	fctx, call, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
-		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
-		return nil, err
+		return l.claimFailed(ctx, Event{Kind: EventClaimFailed, Key: key, Err: err})
 	}
+	ctx = fctx
 	defer call.Leave()
 	if t.ticks != nil {
 		mode = exclusive // a run that outlasts its period keeps its lease
 	}
 	if err := l.table.check(ctx); err != nil { // at most once per tableRecheck (table.go)
-		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
-		return nil, err
+		return l.claimFailed(ctx, Event{Kind: EventClaimFailed, Key: key, Err: err})
 	}
 
 	done, err := l.turns.Take(ctx, key)
 	if err != nil {
-		err = fmt.Errorf("pglease: claim %q: waiting for this Locker's claim of the same key in flight: %w", key, context.Cause(ctx))
-		l.cfg.emit(Event{Kind: EventClaimFailed, Key: key, Err: err, Context: ctx})
-		return nil, err
+		err = fmt.Errorf("waiting for this Locker's claim of the same key in flight: %w", context.Cause(ctx))
+		return l.claimFailed(ctx, Event{Kind: EventClaimFailed, Key: key, Err: err})
 	}
 	defer func() { done() }() // after register: the next claim of key commits after this one
 	if mode == exclusive {
@@ -89,6 +85,18 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	known, drawn := l.reg.knownFence(key), l.drawn.Load()
 	s := l.sendClaim(ctx, key, t, known, &done)
 	return l.settle(ctx, key, t, known, drawn, s)
+}
+
+// claimFailed reports e, the failure e.Err of a claim of e.Key, once its
+// error names the key (and Close, when Close ended the claim), and returns
+// that error.
+func (l *Locker) claimFailed(ctx context.Context, e Event) (*Lease, error) {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) && !errors.Is(e.Err, ErrClosed) {
+		e.Err = fmt.Errorf("%w: %w", e.Err, cause) // Close ended the claim
+	}
+	e.Err, e.Context = fmt.Errorf("pglease: claim %q: %w", e.Key, e.Err), ctx
+	l.cfg.emit(e)
+	return nil, e.Err
 }
 
 // sawDrawn records fence, drawn by a claim of this Locker.
@@ -153,17 +161,7 @@ func fateOf(err error) fate {
 func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn int64, s sent) (*Lease, error) {
 	took := time.Since(s.at)
 	fail := func(kind EventKind, fence int64, err error) (*Lease, error) {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) && !errors.Is(err, ErrClosed) {
-			err = fmt.Errorf("%w: %w", err, cause) // Close ended the claim
-		}
-		err = fmt.Errorf("pglease: claim %q: %w", key, err)
-		e := Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took, Context: ctx}
-		var th *tickHeldError
-		if errors.As(err, &th) {
-			e.Tick, e.Skipped = th.tick, th.skipped()
-		}
-		l.cfg.emit(e)
-		return nil, err
+		return l.claimFailed(ctx, Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took})
 	}
 	switch {
 	case s.err != nil && s.fate == unknown:
@@ -173,8 +171,9 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	case s.err != nil: // nothing was written, or the coalescer settles it
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
 	case !s.ok && s.tick != nil:
-		return fail(EventContended, 0, &tickHeldError{tick: s.tick.Tick, rowTick: s.tick.RowTick, holder: s.tick.Holder,
-			fence: s.tick.Fence, live: s.tick.Live, released: s.tick.Released, run: s.tick.IsRun})
+		th := &tickHeldError{tick: s.tick.Tick, rowTick: s.tick.RowTick, holder: s.tick.Holder,
+			fence: s.tick.Fence, live: s.tick.Live, released: s.tick.Released, run: s.tick.IsRun}
+		return l.claimFailed(ctx, Event{Kind: EventContended, Key: key, Err: th, Took: took, Tick: th.tick, Skipped: th.skipped()})
 	case !s.ok:
 		return fail(EventContended, 0, ErrHeld)
 	case !s.c.Live:
