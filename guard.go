@@ -58,7 +58,7 @@ func (ls *Lease) guard(ctx context.Context, tx pgx.Tx) error {
 	case err == nil:
 		return nil
 	case driver.Is(err, driver.DivisionByZero): // the guard statement matched no row
-		why := ls.locker.lossesOf(ctx, ls.locker.conns.ClaimRead(), []*Lease{ls}, func(*Lease) bool { return true })[ls]
+		why := ls.locker.lossesOf(ctx, ls.locker.conns.ClaimRead(), []*Lease{ls}, func(int) bool { return true })[0]
 		return fmt.Errorf("pglease: guard %q fence %d: the server refused it: %s: %w", ls.key, ls.fence, why.why, why.sentinel)
 	case errors.Is(err, pgx.ErrTxClosed):
 		return fmt.Errorf("pglease: guard %q fence %d: tx has already been committed or rolled back: %w", ls.key, ls.fence, err)

@@ -91,7 +91,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	// connection of the pool.
 	db, done, err := l.conns.AwaitHeartbeat(qctx)
 	leases, sent := held, time.Now()
-	var got map[*Lease]driver.Extension
+	var got map[int]driver.Extension
 	if err == nil {
 		defer l.conns.DropIfEnded(qctx, db, done)()
 		if l.gate.EnterRound(ctx) != nil {
@@ -126,11 +126,11 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 	// server is the server's clock as the round ran, for the clock-skew
 	// reading (the earliest reported: all are within the round trip).
 	var server time.Time
-	losses := l.lossesOf(ctx, db, leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
-	for _, ls := range leases {
-		switch e, found := got[ls]; {
+	losses := l.lossesOf(ctx, db, leases, func(i int) bool { _, found := got[i]; return !found })
+	for i, ls := range leases {
+		switch e, found := got[i]; {
 		case !found:
-			ls.lostInRound(losses[ls])
+			ls.lostInRound(losses[i])
 		case e.Locked:
 			ls.skipped(sent)
 			skipped = append(skipped, ls)
@@ -138,7 +138,7 @@ func (l *Locker) heartbeatRound(ctx context.Context, only []*Lease) (skipped []*
 			ls.extend(e.ExpiresAt, sent)
 			extended++
 		}
-		if e, found := got[ls]; found && (server.IsZero() || e.ServerNow.Before(server)) {
+		if e, found := got[i]; found && (server.IsZero() || e.ServerNow.Before(server)) {
 			server = e.ServerNow
 		}
 	}
@@ -214,8 +214,7 @@ func (r *roundState) failing() bool {
 }
 
 // extendStatement runs one heartbeat round of leases on db
-// (driver.Protocol.Extend) and reports by lease.
-func (l *Locker) extendStatement(ctx context.Context, db DB, leases []*Lease) (map[*Lease]driver.Extension, error) {
-	got, err := l.proto.Extend(ctx, db, rowsOf(leases))
-	return byLease(leases, got), err
+// (driver.Protocol.Extend) and reports by index in leases.
+func (l *Locker) extendStatement(ctx context.Context, db DB, leases []*Lease) (map[int]driver.Extension, error) {
+	return l.proto.Extend(ctx, db, rowsOf(leases))
 }

@@ -312,7 +312,8 @@ type loss struct {
 var lossUnknown = loss{"its row taken by a later lease or lapsed", ErrLost}
 
 // lossesOf reads why each lease among leases that a heartbeat round, a
-// release or a Guard found gone (gone) no longer matches its row:
+// release or a Guard found gone (gone, by index) no longer matches its
+// row, and reports by index:
 //
 //   - revoked: the row's holder is RevokedHolder and its fence the lease's
 //     own (any fence, on a table without one);
@@ -325,18 +326,18 @@ var lossUnknown = loss{"its row taken by a later lease or lapsed", ErrLost}
 //
 // It sends nothing when no lease is gone; a lease whose row the read did
 // not tell reads as lossUnknown, which it still is.
-func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func(*Lease) bool) map[*Lease]loss {
+func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func(int) bool) map[int]loss {
 	var (
 		keys []string
-		out  map[*Lease]loss // nil, a map to read only, when no lease is gone
+		out  map[int]loss // nil, a map to read only, when no lease is gone
 	)
-	for _, ls := range leases {
-		if gone(ls) {
+	for i, ls := range leases {
+		if gone(i) {
 			if out == nil {
-				out = make(map[*Lease]loss)
+				out = make(map[int]loss)
 			}
 			keys = append(keys, ls.key)
-			out[ls] = lossUnknown
+			out[i] = lossUnknown
 		}
 	}
 	if len(keys) == 0 {
@@ -350,7 +351,8 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 	if err != nil {
 		return out
 	}
-	for ls := range out {
+	for i := range out {
+		ls := leases[i]
 		r, ok := found[ls.key]
 		if !ok {
 			continue
@@ -360,19 +362,19 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 		ownFence := l.cfg.noFence || r.Fence == nil || *r.Fence == ls.fence
 		switch {
 		case r.Holder == RevokedHolder && ownFence:
-			out[ls] = loss{"its row's holder is the revoke marker " + RevokedHolder, ErrRevoked}
+			out[i] = loss{"its row's holder is the revoke marker " + RevokedHolder, ErrRevoked}
 		case r.Holder != ls.holder || !ownFence:
 			later := "holder " + r.Holder
 			if r.Fence != nil {
 				later += fmt.Sprintf(", fence %d", *r.Fence)
 			}
-			out[ls] = loss{"its row taken by a later lease (" + later + ")", ErrLost}
+			out[i] = loss{"its row taken by a later lease (" + later + ")", ErrLost}
 		case r.Live:
 			// Still this lease's and live: not gone from this table.
 		case r.ExpiresAt.Before(ls.ExpiresAt()):
-			out[ls] = loss{"its row expired early by an operator (Admin.ForceExpire)", ErrLost}
+			out[i] = loss{"its row expired early by an operator (Admin.ForceExpire)", ErrLost}
 		default:
-			out[ls] = loss{"its row lapsed: no heartbeat extended it in time, and no later lease has claimed it", ErrLost}
+			out[i] = loss{"its row lapsed: no heartbeat extended it in time, and no later lease has claimed it", ErrLost}
 		}
 	}
 	return out
@@ -447,15 +449,6 @@ func (ls *Lease) row() driver.Lease {
 		m.Run = driver.RunCompleted
 	}
 	return m
-}
-
-// byLease is got, a statement's report by index in leases, by lease.
-func byLease[V any](leases []*Lease, got map[int]V) map[*Lease]V {
-	out := make(map[*Lease]V, len(got))
-	for i, v := range got {
-		out[leases[i]] = v
-	}
-	return out
 }
 
 // rowsOf is each of leases as the statements match its row.

@@ -65,13 +65,13 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 			}
 			return out
 		}
-		losses := l.lossesOf(ctx, l.conns.Release(), pending, func(ls *Lease) bool { _, found := got[ls]; return !found })
+		losses := l.lossesOf(ctx, l.conns.Release(), pending, func(i int) bool { _, found := got[i]; return !found })
 		var locked []*Lease
-		for _, ls := range pending {
-			released, found := got[ls]
+		for i, ls := range pending {
+			released, found := got[i]
 			switch {
 			case !found:
-				out[ls] = goneOnRelease(losses[ls])
+				out[ls] = goneOnRelease(losses[i])
 			case released:
 				out[ls] = nil
 			default:
@@ -99,7 +99,7 @@ func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]
 // flight. While it is let in, the round waits: there it waits for nothing
 // but its statement. A connection it cannot have at once (driver.Conns.ReleaseNow)
 // it waits for outside, and then comes in again.
-func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[*Lease]bool, error) {
+func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[int]bool, error) {
 	var had driver.PoolConn // a pool connection waited for outside
 	if l.conns.ReleasesWait() {
 		var err error
@@ -178,28 +178,29 @@ func (l *Locker) releaseAlone(ctx context.Context, r releasing) error {
 // row lock, so a burst of releases cannot deadlock with a burst of claims.
 func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseResult {
 	out := make([]releaseResult, len(batch))
-	first := make(map[string]*Lease, len(batch))
-	var leases []*Lease
+	first := make(map[string]int, len(batch)) // each key's first lease, by index in leases
+	leases := make([]*Lease, 0, len(batch))
 	for _, r := range batch {
-		if first[r.ls.key] == nil {
-			first[r.ls.key] = r.ls
+		if _, ok := first[r.ls.key]; !ok {
+			first[r.ls.key] = len(leases)
 			leases = append(leases, r.ls)
 		}
 	}
 	got, err := l.releaseOnce(ctx, leases)
-	var losses map[*Lease]loss
+	var losses map[int]loss
 	if err == nil {
-		losses = l.lossesOf(ctx, l.conns.Release(), leases, func(ls *Lease) bool { _, found := got[ls]; return !found })
+		losses = l.lossesOf(ctx, l.conns.Release(), leases, func(i int) bool { _, found := got[i]; return !found })
 	}
 	for i, r := range batch {
-		released, found := got[r.ls]
+		j := first[r.ls.key]
+		released, found := got[j]
 		switch {
-		case first[r.ls.key] != r.ls, err != nil && driver.RowError(ctx, err), err == nil && found && !released:
+		case leases[j] != r.ls, err != nil && driver.RowError(ctx, err), err == nil && found && !released:
 			out[i].alone = true
 		case err != nil:
 			out[i].err = releaseOutcome(r.prior, err)
 		case !found:
-			out[i].err = releaseOutcome(r.prior, goneOnRelease(losses[r.ls]))
+			out[i].err = releaseOutcome(r.prior, goneOnRelease(losses[j]))
 		default:
 			out[i].err = releaseOutcome(r.prior, nil)
 		}
@@ -287,16 +288,12 @@ func releaseOutcome(prior, err error) error {
 
 // releaseStatement expires the rows of leases on db in one statement
 // (driver.Protocol.Release), one lease's in the statement that costs least
-// (ReleaseOne), and reports by lease.
-func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (map[*Lease]bool, error) {
-	var got map[int]bool
-	var err error
+// (ReleaseOne), and reports by index in leases.
+func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (map[int]bool, error) {
 	if len(leases) == 1 {
-		got, err = l.proto.ReleaseOne(ctx, db, leases[0].row())
-	} else {
-		got, err = l.proto.Release(ctx, db, rowsOf(leases))
+		return l.proto.ReleaseOne(ctx, db, leases[0].row())
 	}
-	return byLease(leases, got), err
+	return l.proto.Release(ctx, db, rowsOf(leases))
 }
 
 // giveBackUnknown gives back what a claim of key may have committed unseen,
