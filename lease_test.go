@@ -333,40 +333,51 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 	// A row lock of every mode, held for long by an open transaction: the
 	// Unlock releases once the transaction ends (FOR KEY SHARE does not
 	// even conflict), the heartbeat keeps its period meanwhile, the min
-	// hold is kept, and the outcome is released.
+	// hold is kept, and the outcome is released. The modes wait out their
+	// locks side by side, each with its own Locker, on a pool of its own
+	// (the other modes' transactions and waiting Unlocks take none of its
+	// connections), and its own key.
 	t.Run("RowLockModes", func(t *testing.T) {
 		const interval = 100 * time.Millisecond
 		const held = 1200 * time.Millisecond
 		const minHold = 1500 * time.Millisecond
+		var wg sync.WaitGroup
 		for _, mode := range []string{"FOR KEY SHARE", "FOR SHARE", "FOR NO KEY UPDATE", "FOR UPDATE"} {
 			rounds := &roundCounter{}
-			l := pgtest.Locker(t, pool, table, "modes-"+mode, pglease.WithTTL(3*time.Second),
+			l := pgtest.Locker(t, pgtest.Pool(t, nil), table, "modes-"+mode, pglease.WithTTL(3*time.Second),
 				pglease.WithHeartbeatInterval(interval), pglease.WithMinHold(minHold), pglease.WithHook(rounds.hook))
 			key := "mode " + mode
 			lease, err := l.Claim(ctx, key)
 			require.NoError(t, err)
 			keep, err := l.Claim(ctx, key+" kept")
 			require.NoError(t, err)
-			lockRowFor(t, pool, table, key, mode, held)
-			start := time.Now()
-			err = lease.Unlock(ctx)
-			took := time.Since(start)
-			require.NoError(t, err, "%s: the Unlock's outcome", mode)
-			row, ok := pgtest.ReadRow(t, pool, table, key)
-			require.True(t, ok)
-			assert.Equal(t, lease.Fence(), row.Fence, mode)
-			assert.WithinDuration(t, row.AcquiredAt.Add(minHold), row.ExpiresAt, 5*time.Millisecond,
-				"%s: a released row with a min hold expires at acquired_at + min hold", mode)
-			if mode == "FOR KEY SHARE" {
-				assert.Less(t, took, held/2, "FOR KEY SHARE does not conflict with the release's update, yet the Unlock waited")
-			} else {
-				assert.GreaterOrEqual(t, took, held-50*time.Millisecond, "%s: the Unlock returned before the transaction ended", mode)
-				assert.GreaterOrEqual(t, rounds.between(start, start.Add(held-interval)), 2,
-					"%s: the heartbeat stalled while an Unlock met a long row lock", mode)
-			}
-			require.NoError(t, keep.Err(), mode)
-			require.NoError(t, keep.Unlock(ctx))
+			wg.Go(func() {
+				lockRowFor(t, pool, table, key, mode, held)
+				start := time.Now()
+				err = lease.Unlock(ctx)
+				took := time.Since(start)
+				if !assert.NoError(t, err, "%s: the Unlock's outcome", mode) {
+					return
+				}
+				row, ok := pgtest.ReadRow(t, pool, table, key)
+				if !assert.True(t, ok, mode) {
+					return
+				}
+				assert.Equal(t, lease.Fence(), row.Fence, mode)
+				assert.WithinDuration(t, row.AcquiredAt.Add(minHold), row.ExpiresAt, 5*time.Millisecond,
+					"%s: a released row with a min hold expires at acquired_at + min hold", mode)
+				if mode == "FOR KEY SHARE" {
+					assert.Less(t, took, held/2, "FOR KEY SHARE does not conflict with the release's update, yet the Unlock waited")
+				} else {
+					assert.GreaterOrEqual(t, took, held-50*time.Millisecond, "%s: the Unlock returned before the transaction ended", mode)
+					assert.GreaterOrEqual(t, rounds.between(start, start.Add(held-interval)), 2,
+						"%s: the heartbeat stalled while an Unlock met a long row lock", mode)
+				}
+				assert.NoError(t, keep.Err(), mode)
+				assert.NoError(t, keep.Unlock(ctx), mode)
+			})
 		}
+		wg.Wait()
 	})
 
 	// A lock on the whole table by an operator (LOCK TABLE, in a mode that
