@@ -748,7 +748,7 @@ func testHeartbeatBehindUnlocksOnABusyNotificationQueue(t *testing.T) {
 
 	// The heartbeat's own gaps under this load (its commits wait for the
 	// WAL flush the notifiers' commit_delay slows down) are the baseline.
-	heldBackHeartbeat(ctx, t, l, rounds, keep, 2*interval, 4, "gate", true)
+	heldBackHeartbeat(ctx, t, l, rounds, keep, 2*time.Second, 2*interval, 4, "gate", true)
 }
 
 // longestGap is the longest time in [from, to] without a round.
