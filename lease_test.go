@@ -340,7 +340,9 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 	t.Run("RowLockModes", func(t *testing.T) {
 		const interval = 100 * time.Millisecond
 		const held = 1200 * time.Millisecond
-		const minHold = 1500 * time.Millisecond
+		// The min hold outlasts the claim, the lock and the Unlock's wait
+		// for it, by 1.3 s for a loaded machine's four modes at once.
+		const minHold = 2500 * time.Millisecond
 		var wg sync.WaitGroup
 		for _, mode := range []string{"FOR KEY SHARE", "FOR SHARE", "FOR NO KEY UPDATE", "FOR UPDATE"} {
 			rounds := &roundCounter{}
