@@ -481,8 +481,8 @@ func TestTicks(t *testing.T) {
 }
 
 // eachTickAtMostOnceAcrossOffsetClocks runs a job that returns at once and
-// one that takes 1.5 periods (1 s) on three replicas of table, each on its
-// own DB (db), with opts, whose gocron clocks are 0.4 of the period apart,
+// one that takes 1.5 periods (750 ms) on three replicas of table, each on
+// its own DB (db), with opts, whose gocron clocks are 0.4 of the period apart,
 // no min hold, for ticks ticks, and checks that every tick of a job ran at
 // most once, that each of the quick job ran exactly once, and that a run
 // kept its lease to its end (a tick of the long job not run is one a run
@@ -490,17 +490,20 @@ func TestTicks(t *testing.T) {
 func eachTickAtMostOnceAcrossOffsetClocks(t *testing.T, ticks int, db func() pglease.DB, table string, opts ...pglease.Option) {
 	t.Helper()
 	// A period long enough that the replica 0.4 of it behind still
-	// claims its tick when its timer fires 100 ms late on a busy
-	// machine (the nearest tick is judged on the server's clock).
-	const period = time.Second
+	// claims its tick when its claim lands 50 ms late on a busy machine
+	// (the nearest tick is judged on the server's clock); gocron's timers
+	// fire within a few ms of their instant under -race on a loaded
+	// machine.
+	const period = 500 * time.Millisecond
 	type job struct {
 		name string
 		run  time.Duration
 	}
 	jobs := []job{{"quick", 0}, {"long", 3 * period / 2}}
 	var (
-		mu   sync.Mutex
-		runs = map[string][]tickRun{}
+		mu      sync.Mutex
+		runs    = map[string][]tickRun{}
+		running = map[time.Time]int{} // runs begun, not yet ended, by tick
 	)
 	offsets := []time.Duration{-4 * period / 10, 0, 4 * period / 10}
 	for i, offset := range offsets {
@@ -513,10 +516,14 @@ func eachTickAtMostOnceAcrossOffsetClocks(t *testing.T, ticks int, db func() pgl
 			jl := mustJob(t, l, pglease.WithPeriod(period))
 			task, named := l.Task(j.name, func(_ context.Context, lease *pglease.Lease) error {
 				x := tickRun{replica: name, tick: lease.Tick(), fence: lease.Fence(), start: time.Now()}
+				mu.Lock()
+				running[x.tick]++
+				mu.Unlock()
 				time.Sleep(j.run)
 				x.end, x.lostAtEnd = time.Now(), lease.Err()
 				mu.Lock()
 				runs[j.name] = append(runs[j.name], x)
+				running[x.tick]--
 				mu.Unlock()
 				return nil
 			})
@@ -525,9 +532,22 @@ func eachTickAtMostOnceAcrossOffsetClocks(t *testing.T, ticks int, db func() pgl
 		}
 		sched.Start()
 	}
-	first := time.Now().Truncate(period).Add(2 * period) // every scheduler has started by then
+	first := time.Now().Add(time.Second).Truncate(period).Add(period) // every scheduler has started a second before
 	last := first.Add(time.Duration(ticks) * period)
+	// Past the last tick's window on every replica's clock, no claim takes
+	// it or an earlier one: every run of them has begun by then. Those
+	// still running (the long job's) end and are recorded.
 	time.Sleep(time.Until(last.Add(2 * period)))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, n := range running {
+			if n > 0 && !k.After(last) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the runs of the ticks up to %v end", last)
 
 	mu.Lock()
 	defer mu.Unlock()
