@@ -103,9 +103,9 @@ func recordingJob(r *replica, name string, log *runLog, work time.Duration) gocr
 	})
 }
 
-// runSkewedSchedulers runs three schedulers whose timers fire 0, 100 and
-// 200 ms apart, every period, until the tick after the last one counted has
-// started. It returns the number of runs of each tick.
+// runSkewedSchedulers runs three schedulers whose timers fire 0, 50 and
+// 100 ms apart, every period (500 ms), until the tick after the last one
+// counted has started. It returns the number of runs of each tick.
 func runSkewedSchedulers(t *testing.T, minHold time.Duration, ticks int) map[int]int {
 	t.Helper()
 	pool := pgtest.Pool(t, nil)
@@ -116,9 +116,9 @@ func runSkewedSchedulers(t *testing.T, minHold time.Duration, ticks int) map[int
 // with more Locker options.
 func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...pglease.Option) map[int]int {
 	t.Helper()
-	const period = time.Second
+	const period = 500 * time.Millisecond
 	log := newRunLog()
-	skews := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+	skews := []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond}
 	reps := make([]*replica, len(skews))
 	for i := range reps {
 		reps[i] = newReplicaOn(t, dsn, table, fmt.Sprintf("replica-%d", i+1), append([]pglease.Option{pglease.WithTTL(5 * time.Second)}, opts...)...)
@@ -136,10 +136,10 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 		r.sched.Start()
 		t.Cleanup(func() { _ = r.sched.Shutdown() })
 	}
-	// tick k holds the timers fired at base + k*period + skew; 100 ms of
-	// margin before the 0-200 ms skew window, 700 after it.
-	tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / period) }
-	limit := time.After(time.Duration(ticks+5) * period)
+	// tick k holds the timers fired at base + k*period + skew; 50 ms of
+	// margin before the 0-100 ms skew window, 350 after it.
+	tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-50*time.Millisecond)) / period) }
+	limit := time.After(time.Duration(ticks+1)*period + 5*time.Second)
 	for done := false; !done; {
 		select {
 		case x := <-log.started:
@@ -161,16 +161,16 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 func TestScheduler(t *testing.T) {
 	t.Parallel()
 	// Guarantee: with a min hold, every tick runs exactly once across three
-	// skewed schedulers. The min hold (600 ms) leaves 400 ms on each side:
-	// past the latest timer (200 ms), before the next tick (1 s).
+	// skewed schedulers. The min hold (300 ms) leaves 200 ms on each side:
+	// past the latest timer (100 ms), before the next tick (500 ms).
 	t.Run("EveryTickOnceAcrossSkewedSchedulers", func(t *testing.T) {
 		t.Parallel()
 		const ticks = 10
-		perTick := runSkewedSchedulers(t, 600*time.Millisecond, ticks)
+		perTick := runSkewedSchedulers(t, 300*time.Millisecond, ticks)
 		for k := 0; k < ticks; k++ {
 			assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
 		}
-		t.Logf("min hold 600ms: runs per tick %v", perTick)
+		t.Logf("min hold 300ms: runs per tick %v", perTick)
 	})
 
 	// Measured: without a min hold, skewed schedulers run the same tick more
@@ -185,7 +185,7 @@ func TestScheduler(t *testing.T) {
 			extra += perTick[k] - 1
 		}
 		// The holder releases a few ms after its timer; the replicas whose
-		// timers fire 100 and 200 ms later find the key free (gocron issue 841).
+		// timers fire 50 and 100 ms later find the key free (gocron issue 841).
 		assert.Positive(t, extra, "double runs happen without min hold")
 		t.Logf("min hold 0: %d extra runs in %d ticks: %v", extra, ticks, perTick)
 	})

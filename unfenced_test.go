@@ -220,7 +220,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 		t.Parallel()
 		table, dsn := legacyTable(t, legacyColumns)
 		const ticks = 10
-		perTick := runSkewedSchedulersOn(t, dsn, table, ticks, pglease.WithoutFenceColumn(), pglease.WithMinHold(600*time.Millisecond))
+		perTick := runSkewedSchedulersOn(t, dsn, table, ticks, pglease.WithoutFenceColumn(), pglease.WithMinHold(300*time.Millisecond))
 		for k := 0; k < ticks; k++ {
 			assert.Equal(t, 1, perTick[k], "tick %d runs exactly once", k)
 		}
