@@ -231,9 +231,11 @@ func TestWithoutFenceColumn(t *testing.T) {
 	t.Run("RollingDeployNeverRunsATickTwice", func(t *testing.T) {
 		t.Parallel()
 		table, dsn := legacyTable(t, legacyColumns)
-		const period, ticks = time.Second, 8
+		// The run outlasts the latest timer by 100 ms, and ends 350 ms
+		// before the next tick's first.
+		const period, ticks = 600 * time.Millisecond, 8
 		log := newRunLog()
-		skews := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
+		skews := []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}
 		names := make([]string, len(skews))
 		lockers := make([]gocron.Locker, len(skews))
 		ctx := pgtest.Ctx(t)
@@ -266,7 +268,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 			_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() {
 				x := run{replica: name, start: time.Now()}
 				log.started <- x
-				time.Sleep(400 * time.Millisecond) // longer than the skew: replicas contend while it runs
+				time.Sleep(250 * time.Millisecond) // longer than the skew: replicas contend while it runs
 				x.end = time.Now()
 				log.add(x)
 			}), gocron.WithName("report"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skew))))
@@ -274,7 +276,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 			s.Start()
 		}
 		tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / period) }
-		limit := time.After((ticks + 5) * period)
+		limit := time.After((ticks+1)*period + 5*time.Second)
 		for done := false; !done; {
 			select {
 			case x := <-log.started:
