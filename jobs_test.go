@@ -67,7 +67,7 @@ func TestJobs(t *testing.T) {
 	t.Parallel()
 	// Assumption: gocron calls the JobLocker given to WithDistributedJobLocker
 	// with the job's name, and replicas' timers fire within the min hold of
-	// each other (200 ms here, and 400 ms to spare for a timer late on a busy
+	// each other (100 ms here, and 200 ms to spare for a timer late on a busy
 	// machine). The Locker's own min hold is 0: exactly once comes from each
 	// job's own min hold alone.
 	t.Run("EachTickOnceOnItsOwnTerms", func(t *testing.T) {
@@ -80,8 +80,8 @@ func TestJobs(t *testing.T) {
 			opts   []pglease.Option
 		}
 		jobs := []job{
-			{"every-second", time.Second, 6, []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(600 * time.Millisecond)}},
-			{"every-two-seconds", 2 * time.Second, 3, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithMinHold(time.Second)}},
+			{"every-half-second", 500 * time.Millisecond, 6, []pglease.Option{pglease.WithTTL(time.Second), pglease.WithMinHold(300 * time.Millisecond)}},
+			{"every-second", time.Second, 3, []pglease.Option{pglease.WithTTL(time.Minute), pglease.WithMinHold(500 * time.Millisecond)}},
 		}
 		type started struct {
 			job string
@@ -93,7 +93,7 @@ func TestJobs(t *testing.T) {
 		)
 		starts := make(chan started, 1000)
 		base := time.Now().Add(500 * time.Millisecond)
-		for i, skew := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond} {
+		for i, skew := range []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond} {
 			name := fmt.Sprintf("replica-%d", i+1)
 			l := pgtest.Locker(t, pgtest.Pool(t, nil), table, name, pglease.WithTTL(5*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			sched, err := gocron.NewScheduler()
@@ -117,7 +117,7 @@ func TestJobs(t *testing.T) {
 			sched.Start()
 		}
 		// Tick k of a job holds the timers fired at base + k*period + skew.
-		tickOf := func(j job, at time.Time) int { return int(at.Sub(base.Add(-100*time.Millisecond)) / j.period) }
+		tickOf := func(j job, at time.Time) int { return int(at.Sub(base.Add(-50*time.Millisecond)) / j.period) }
 		past := map[string]bool{}
 		limit := time.After(10 * time.Second)
 		for len(past) < len(jobs) {
