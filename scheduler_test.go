@@ -133,8 +133,7 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 		_, err := r.sched.NewJob(gocron.DurationJob(period), recordingJob(r, "tick", log, 5*time.Millisecond),
 			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skews[i]))))
 		require.NoError(t, err)
-		r.sched.Start()
-		t.Cleanup(func() { _ = r.sched.Shutdown() })
+		r.sched.Start() // shut down by newReplicaOn's cleanup, once: a second Shutdown just after can wait out gocron's stop timeout (12 s)
 	}
 	// tick k holds the timers fired at base + k*period + skew; 50 ms of
 	// margin before the 0-100 ms skew window, 350 after it.

@@ -258,13 +258,16 @@ func TestWithoutFenceColumn(t *testing.T) {
 		base := time.Now().Add(500 * time.Millisecond)
 		var wg sync.WaitGroup
 		defer wg.Wait()
-		scheds := map[string]gocron.Scheduler{}
+		// Each scheduler is shut down once, its later callers waiting for
+		// that: gocron's Shutdown of a scheduler that has just stopped can
+		// wait out its stop timeout (12 s) before it sees it stopped.
+		shutdown := map[string]func() error{}
 		for i, skew := range skews {
 			name, locker := names[i], lockers[i]
 			s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 			require.NoError(t, err)
-			t.Cleanup(func() { _ = s.Shutdown() })
-			scheds[name] = s
+			shutdown[name] = sync.OnceValue(s.Shutdown)
+			t.Cleanup(func() { _ = shutdown[name]() })
 			_, err = s.NewJob(gocron.DurationJob(period), gocron.NewTask(func() {
 				x := run{replica: name, start: time.Now()}
 				log.started <- x
@@ -284,7 +287,7 @@ func TestWithoutFenceColumn(t *testing.T) {
 				if tickOf(x.start) == ticks/2 && x.replica == "old-0" {
 					// The deploy goes on: the old replica that fires first is
 					// replaced, so new ones take the ticks from now on.
-					wg.Go(func() { _ = scheds["old-0"].Shutdown() })
+					wg.Go(func() { _ = shutdown["old-0"]() })
 				}
 			case <-limit:
 				t.Fatal("the schedulers stopped ticking")
@@ -292,8 +295,8 @@ func TestWithoutFenceColumn(t *testing.T) {
 		}
 		// Shutdown returns once the runs in progress have ended: every run
 		// that started is then in the log, and no other starts.
-		for _, s := range scheds {
-			wg.Go(func() { _ = s.Shutdown() })
+		for _, stop := range shutdown {
+			wg.Go(func() { _ = stop() })
 		}
 		wg.Wait()
 		runs := log.all()
