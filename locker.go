@@ -172,11 +172,8 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 }
 
 func isNil(db DB) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	v := reflect.ValueOf(db) // the zero Value, of no kind, for a nil interface
+	return db == nil || v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Holder is the identity this Locker writes in the holder column: its
@@ -357,11 +354,10 @@ func checkKey(key string) error {
 
 // shorten keeps error messages readable when a key is huge.
 func shorten(key string) string {
-	const max = 64
-	if len(key) <= max {
+	if len(key) <= 64 {
 		return key
 	}
-	return key[:max] + "..."
+	return key[:64] + "..."
 }
 
 // Close closes the Locker's Electors, stops the heartbeat, releases every

@@ -221,6 +221,9 @@ func Pool(tb testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
 	if poolerDSN != "" {
 		return pool(tb, poolerDSN, tracer, pgx.QueryExecModeExec)
 	}
+	if Server == nil {
+		tb.Fatal("pgtest: this test needs a PostgreSQL server, and under -short none is started: run it without -short")
+	}
 	return pool(tb, Server.DSN(), tracer, 0)
 }
 
