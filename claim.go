@@ -76,10 +76,11 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 		// Asked in the key's turn, so that no claim of this Locker
 		// registers a lease of key between.
 		if err := l.ownLease(key); err != nil {
-			if t.ticks != nil {
-				return nil, fmt.Errorf("pglease: claim %q: tick skipped: the run of an earlier tick still holds the key: %w", key, err)
+			e := Event{Kind: EventContended, Key: key, Err: err}
+			if t.ticks != nil { // no tick asked of the server: Tick stays zero
+				e.Err, e.Skipped = fmt.Errorf("tick skipped: the run of an earlier tick still holds the key: %w", err), true
 			}
-			return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
+			return l.claimFailed(ctx, e)
 		}
 	}
 	known, drawn := l.reg.knownFence(key), l.drawn.Load()

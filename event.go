@@ -68,7 +68,8 @@ type Event struct {
 	Leases int           // heartbeats: the leases in the statement
 	Skew   Skew          // EventAcquired, EventExtended: the Locker's ClockSkew reading
 
-	// Tick is the tick claimed (EventAcquired) or refused (EventContended);
+	// Tick is the tick claimed (EventAcquired) or refused (EventContended;
+	// zero when this Locker's own run refused it, before any statement);
 	// CaughtUp: a rerun of a lapsed tick; Skipped: refused while an earlier
 	// tick's run held the key.
 	Tick     time.Time

@@ -184,7 +184,8 @@ func TestTicks(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
 		const period = time.Second
-		la, lb := pgtest.Locker(t, pool, table, "a"), pgtest.Locker(t, pool, table, "b")
+		evA, evB := pgtest.NewEvents(t), pgtest.NewEvents(t)
+		la, lb := pgtest.Locker(t, pool, table, "a", pglease.WithHook(evA.Hook)), pgtest.Locker(t, pool, table, "b", pglease.WithHook(evB.Hook))
 		a, b := mustJob(t, la, pglease.WithPeriod(period)), mustJob(t, lb, pglease.WithPeriod(period))
 		lock, err := a.Lock(ctx, "k")
 		require.NoError(t, err)
@@ -194,12 +195,23 @@ func TestTicks(t *testing.T) {
 		for name, j := range map[string]*pglease.JobLocker{"its own Locker": a, "another": b} {
 			_, err := j.Lock(ctx, "k")
 			require.ErrorIs(t, err, pglease.ErrHeld, name)
-			if j == b {
-				require.ErrorContains(t, err, "still holds the key", name)
-			}
+			require.ErrorContains(t, err, "still holds the key", name)
 		}
 		require.NoError(t, held.Err(), "the run kept its lease")
 		next := held.Tick().Add(period)
+		// Each refusal is reported skipped, for the metrics of skipped ticks:
+		// the other Locker's with the tick the server refused, its own
+		// Locker's (refused before any statement) with none.
+		for name, ev := range map[string]*pgtest.Events{"its own Locker": evA, "another": evB} {
+			require.Equal(t, 1, ev.Count(pglease.EventContended), name)
+			for _, e := range ev.All() {
+				if e.Kind == pglease.EventContended {
+					assert.True(t, e.Skipped, name)
+					assert.ErrorContains(t, e.Err, "still holds the key", name)
+					assert.True(t, e.Tick.Equal(next) || ev == evA && e.Tick.IsZero(), "%s: the tick refused: %v", name, e.Tick)
+				}
+			}
+		}
 		admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
 		require.NoError(t, err)
 		runs, err := admin.Runs(ctx, "k", time.Hour)
