@@ -102,11 +102,7 @@ func (l *Locker) claimFailed(ctx context.Context, e Event) (*Lease, error) {
 
 // sawDrawn records fence, drawn by a claim of this Locker.
 func (l *Locker) sawDrawn(fence int64) {
-	for {
-		was := l.drawn.Load()
-		if fence <= was || l.drawn.CompareAndSwap(was, fence) {
-			return
-		}
+	for was := l.drawn.Load(); fence > was && !l.drawn.CompareAndSwap(was, fence); was = l.drawn.Load() {
 	}
 }
 
