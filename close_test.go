@@ -61,8 +61,9 @@ func onlyCleanup(stacks string) bool {
 		if strings.TrimSpace(rec) == "" {
 			continue
 		}
-		if !strings.Contains(rec, "pgconn.(*PgConn).asyncClose") &&
-			!(strings.Contains(rec, "pgxpool.NewWithConfig") && strings.Contains(rec, "destructResourceValue")) {
+		cleanup := strings.Contains(rec, "pgconn.(*PgConn).asyncClose") ||
+			strings.Contains(rec, "pgxpool.NewWithConfig") && strings.Contains(rec, "destructResourceValue")
+		if !cleanup {
 			return false
 		}
 	}

@@ -358,7 +358,7 @@ func testUnlockAgainstLocksAndTimeouts(t *testing.T) { // timing-sensitive subte
 				start := time.Now()
 				err = lease.Unlock(ctx)
 				took := time.Since(start)
-				if !assert.NoError(t, err, "%s: the Unlock's outcome", mode) {
+				if !assert.NoError(t, err, "%s: the Unlock's outcome", mode) { //nolint:testifylint // on a goroutine of its own: require would stop it, not the test
 					return
 				}
 				row, ok := pgtest.ReadRow(t, pool, table, key)

@@ -207,7 +207,7 @@ func TestTicks(t *testing.T) {
 			for _, e := range ev.All() {
 				if e.Kind == pglease.EventContended {
 					assert.True(t, e.Skipped, name)
-					assert.ErrorContains(t, e.Err, "still holds the key", name)
+					require.ErrorContains(t, e.Err, "still holds the key", name)
 					assert.True(t, e.Tick.Equal(next) || ev == evA && e.Tick.IsZero(), "%s: the tick refused: %v", name, e.Tick)
 				}
 			}
