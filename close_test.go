@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -74,6 +75,10 @@ func onlyCleanup(stacks string) bool {
 // whatever else holds row locks, and leaves nothing in flight behind it.
 func TestClose(t *testing.T) {
 	t.Parallel()
+	// Guarantee: Close's release of many leases settles the rows it found
+	// locked in later statements, each lease by its own row's outcome
+	// (revoked, taken or released while it waited), and Close returns nil.
+	t.Run("SettlesLockedRowsByTheirOwnOutcomes", testCloseSettlesLockedRowsByTheirOwnOutcomes)
 	t.Run("ReleasesAThousandOverASlowNetwork", func(t *testing.T) {
 		t.Parallel()
 		ctx, direct, table := pgtest.Setup(t)
@@ -726,3 +731,104 @@ func (h *releaseHold) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 }
 
 func (h *releaseHold) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Close releases every lease in one statement, then the rows it found
+// locked again and again until each is settled: pending shrinks to the
+// locked each round, and each round's outcome must be read in that round's
+// leases. Rows locked by transactions that end differently (revoked and
+// committed, left as they were, force-expired and taken) settle in later
+// rounds, among rows released in the first.
+func testCloseSettlesLockedRowsByTheirOwnOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	for round := range 3 {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			ev := pgtest.NewEvents(t)
+			l := pgtest.Locker(t, pool, table, fmt.Sprintf("c%d", round), pglease.WithTTL(30*time.Second),
+				pglease.WithHeartbeatInterval(10*time.Second), pglease.WithHook(ev.Hook))
+			const n = 10
+			leases := make([]*pglease.Lease, n)
+			for i := range leases {
+				var err error
+				leases[i], err = l.Claim(ctx, fmt.Sprintf("c%d-%d", round, i))
+				require.NoError(t, err)
+			}
+			// Three locked rows, at random places, each ending another way
+			// and at another time.
+			perm := rand.Perm(n)
+			revIdx, plainIdx, takenIdx := perm[0], perm[1], perm[2]
+			lockTx := func(key string) pgx.Tx {
+				tx, err := pool.Begin(ctx)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+				_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), key)
+				require.NoError(t, err)
+				return tx
+			}
+			txRev, txPlain, txTaken := lockTx(leases[revIdx].Key()), lockTx(leases[plainIdx].Key()), lockTx(leases[takenIdx].Key())
+			delays := rand.Perm(3)
+			var wg sync.WaitGroup
+			q := pgx.Identifier{table}.Sanitize()
+			wg.Go(func() {
+				time.Sleep(time.Duration(100+150*delays[0]) * time.Millisecond)
+				_, err := txRev.Exec(context.Background(), `UPDATE `+q+` SET holder = $2 WHERE key = $1`, leases[revIdx].Key(), pglease.RevokedHolder)
+				if err == nil {
+					err = txRev.Commit(context.Background())
+				}
+				if err != nil {
+					t.Errorf("rev: %v", err)
+				}
+			})
+			wg.Go(func() {
+				time.Sleep(time.Duration(100+150*delays[1]) * time.Millisecond)
+				if err := txPlain.Commit(context.Background()); err != nil {
+					t.Errorf("plain: %v", err)
+				}
+			})
+			wg.Go(func() {
+				time.Sleep(time.Duration(100+150*delays[2]) * time.Millisecond)
+				_, err := txTaken.Exec(context.Background(), `UPDATE `+q+` SET holder = 'someone-else', fence = nextval($2) WHERE key = $1`, leases[takenIdx].Key(), table+"_fence_seq")
+				if err == nil {
+					err = txTaken.Commit(context.Background())
+				}
+				if err != nil {
+					t.Errorf("taken: %v", err)
+				}
+			})
+			closeErr := l.Close(ctx)
+			wg.Wait()
+			require.NoError(t, closeErr, "losses are no error of Close's")
+			for i, ls := range leases {
+				err := ls.Unlock(ctx) // the outcome Close's release recorded
+				switch i {
+				case revIdx:
+					require.ErrorIs(t, err, pglease.ErrRevoked, "lease %d (revoked while locked)", i)
+					require.Contains(t, err.Error(), fmt.Sprintf("unlock %q fence %d", ls.Key(), ls.Fence()))
+				case takenIdx:
+					require.ErrorIs(t, err, pglease.ErrLost, "lease %d (taken while locked)", i)
+					require.NotErrorIs(t, err, pglease.ErrRevoked, "lease %d", i)
+					require.Contains(t, err.Error(), "holder someone-else", "lease %d", i)
+				default:
+					require.NoError(t, err, "lease %d (plain %v)", i, i == plainIdx)
+					row, ok := pgtest.ReadRow(t, pool, table, ls.Key())
+					require.True(t, ok)
+					require.Equal(t, ls.Fence(), row.Fence)
+					require.False(t, row.Live, "lease %d released", i)
+				}
+			}
+			for i, ls := range leases {
+				var kinds []string
+				for _, x := range ev.All() {
+					if x.Key == ls.Key() && (x.Kind == pglease.EventReleased || x.Kind == pglease.EventReleaseFailed) {
+						kinds = append(kinds, x.Kind.String())
+					}
+				}
+				want := "released"
+				if i == revIdx || i == takenIdx {
+					want = "release_failed"
+				}
+				require.Equal(t, want, strings.Join(kinds, ","), "lease %d", i)
+			}
+		})
+	}
+}

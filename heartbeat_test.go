@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,12 @@ import (
 // lease at its trust deadline, naming why.
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
+	// Guarantee: a heartbeat round gives each lease its own row's report:
+	// leases of jobs whose TTLs are 3 s apart share the round, each keeps
+	// its own row's expiry, and revoked, force-expired, taken and locked
+	// rows among them at random places are each lost (or skipped, while
+	// locked) for their own row's state, with one EventLost each.
+	t.Run("ReportsEachLeasesOwnRow", testHeartbeatReportsEachLeasesOwnRow)
 	// Guarantee: a heartbeat round whose commit's wait for a synchronous
 	// standby was cut short (its context ended, and the driver sent a
 	// cancel request: lib/pq, or pgx configured to) extends no lease: the
@@ -903,6 +911,119 @@ func testHeartbeatUnreplicated(t *testing.T) {
 				assert.False(t, r.sent.After(vanished) && r.leases > 0,
 					"a round sent %v after the standby vanished extended %d leases", r.sent.Sub(vanished), r.leases)
 			}
+		})
+	}
+}
+
+func testHeartbeatReportsEachLeasesOwnRow(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	for round := range 2 {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			ev := pgtest.NewEvents(t)
+			l := pgtest.Locker(t, pool, table, fmt.Sprintf("h%d", round), pglease.WithTTL(12*time.Second),
+				pglease.WithHeartbeatInterval(150*time.Millisecond), pglease.WithHook(ev.Hook))
+			m := pgtest.Locker(t, pool, table, fmt.Sprintf("o%d", round))
+			ttls := []time.Duration{3 * time.Second, 6 * time.Second, 9 * time.Second, 12 * time.Second}
+			jobs := make([]*pglease.JobLocker, len(ttls))
+			for i, d := range ttls {
+				jobs[i] = mustJob(t, l, pglease.WithTTL(d))
+			}
+			const n = 16
+			type held struct {
+				ls  *pglease.Lease
+				ttl time.Duration
+			}
+			leases := make([]held, n)
+			for _, i := range rand.Perm(n) {
+				j := rand.IntN(len(jobs))
+				ls, err := jobs[j].Claim(ctx, fmt.Sprintf("h%d-%02d", round, i))
+				require.NoError(t, err)
+				leases[i] = held{ls, ttls[j]}
+			}
+			perm := rand.Perm(n)
+			revIdx, takenIdx, forcedIdx, lockedIdx, lockedRevIdx := perm[0], perm[1], perm[2], perm[3], perm[4]
+			endLock := pgtest.LockRow(t, pool, table, leases[lockedIdx].ls.Key())
+			// Another locked row, revoked by the transaction that locks it:
+			// found so by a round of the locked leases alone.
+			revTx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			endRev := pgtest.EndOnce(t, revTx)
+			_, err = revTx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), leases[lockedRevIdx].ls.Key())
+			require.NoError(t, err)
+			_, err = admin.Revoke(ctx, leases[revIdx].ls.Key())
+			require.NoError(t, err)
+			_, err = admin.ForceExpire(ctx, leases[takenIdx].ls.Key())
+			require.NoError(t, err)
+			theirs, err := m.Claim(ctx, leases[takenIdx].ls.Key())
+			require.NoError(t, err)
+			_, err = admin.ForceExpire(ctx, leases[forcedIdx].ls.Key())
+			require.NoError(t, err)
+
+			for _, i := range []int{revIdx, takenIdx, forcedIdx} {
+				pgtest.WaitDone(t, leases[i].ls, 3*time.Second)
+			}
+			time.Sleep(600 * time.Millisecond) // several rounds, the locked row skipped in each
+			require.NoError(t, leases[lockedIdx].ls.Err(), "a locked row is skipped, not lost")
+			require.NoError(t, leases[lockedRevIdx].ls.Err(), "a locked row is skipped, not lost")
+			_, err = revTx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = $2 WHERE key = $1`, pgx.Identifier{table}.Sanitize()), leases[lockedRevIdx].ls.Key(), pglease.RevokedHolder)
+			require.NoError(t, err)
+			endRev(true)
+			pgtest.WaitDone(t, leases[lockedRevIdx].ls, 3*time.Second)
+			require.NoError(t, leases[lockedIdx].ls.Err(), "the other locked row still skipped")
+			require.ErrorIs(t, leases[lockedRevIdx].ls.Err(), pglease.ErrRevoked)
+			endLock(true)
+			time.Sleep(400 * time.Millisecond)
+
+			errRev := leases[revIdx].ls.Err()
+			require.ErrorIs(t, errRev, pglease.ErrRevoked)
+			require.Contains(t, errRev.Error(), "revoke marker")
+			errTaken := leases[takenIdx].ls.Err()
+			require.ErrorIs(t, errTaken, pglease.ErrLost)
+			require.NotErrorIs(t, errTaken, pglease.ErrRevoked)
+			require.Contains(t, errTaken.Error(), "holder "+m.Holder())
+			require.Contains(t, errTaken.Error(), fmt.Sprintf("fence %d", theirs.Fence()))
+			errForced := leases[forcedIdx].ls.Err()
+			require.ErrorIs(t, errForced, pglease.ErrLost)
+			require.NotErrorIs(t, errForced, pglease.ErrRevoked)
+			require.Contains(t, errForced.Error(), "expired early by an operator")
+			for _, err := range []error{errRev, errTaken, errForced} {
+				require.Equal(t, 1, strings.Count(err.Error(), "pglease: "), "one prefix: %v", err)
+			}
+
+			for i, h := range leases {
+				if i == revIdx || i == takenIdx || i == forcedIdx || i == lockedRevIdx {
+					continue
+				}
+				require.NoError(t, h.ls.Err(), "lease %d", i)
+				// The lease's expiry is its own row's, from its own TTL: read
+				// its row, then the lease.
+				row, ok := pgtest.ReadRow(t, pool, table, h.ls.Key())
+				after := h.ls.ExpiresAt()
+				require.True(t, ok)
+				require.Equal(t, h.ls.Fence(), row.Fence)
+				require.Equal(t, l.Holder(), row.Holder)
+				require.InDelta(t, 0, after.Sub(row.ExpiresAt).Seconds(), 1.0,
+					"lease %d (TTL %v): row expires %v, lease says %v", i, h.ttl, row.ExpiresAt, after)
+				require.InDelta(t, h.ttl.Seconds(), time.Until(after).Seconds(), 1.5,
+					"lease %d: its expiry is its own TTL from now", i)
+			}
+			// One loss event per lost lease, naming its key and fence.
+			for _, i := range []int{revIdx, takenIdx, forcedIdx, lockedRevIdx} {
+				var found []pglease.Event
+				for _, x := range ev.All() {
+					if x.Kind == pglease.EventLost && x.Key == leases[i].ls.Key() {
+						found = append(found, x)
+					}
+				}
+				require.Len(t, found, 1, "lease %d", i)
+				require.Equal(t, leases[i].ls.Fence(), found[0].Fence)
+				require.Equal(t, leases[i].ls.Err().Error(), found[0].Err.Error())
+			}
+			require.Zero(t, ev.Count(pglease.EventLost)-4, "no other lease lost")
+			require.NoError(t, theirs.Unlock(ctx))
 		})
 	}
 }

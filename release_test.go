@@ -2,7 +2,9 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,15 @@ import (
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	t.Run("QuietResend", testReleaseQuietResend)
+	// Guarantee: each Unlock of a burst released in one statement returns
+	// its own lease's outcome, read by the lease's place in the statement:
+	// among free keys, two leases of one key, rows locked elsewhere (one
+	// revoked by the transaction that locks it), revoked, force-expired
+	// and taken rows, in any order; each released row expires on its own
+	// fence, a later holder's row is untouched, each lease gets one end
+	// event of the right kind. The same on a table without a fence column.
+	t.Run("EachOutcomeOfABurstIsItsOwnLeases", testReleaseOutcomesOfABurst)
+	t.Run("EachOutcomeOfABurstIsItsOwnLeasesWithoutFenceColumn", testReleaseOutcomesOfABurstWithoutFenceColumn)
 	// Guarantee: a release commits without waiting for a synchronous
 	// standby (synchronous_commit off: losing it in a failover only keeps
 	// the key until its expiry), so Unlock and Close answer during a
@@ -542,6 +553,247 @@ func testReleaseUnreplicated(t *testing.T) {
 			require.NoError(t, cctx.Err(), "a release waited for the standby")
 			require.ErrorIs(t, closed[name].Err(), pglease.ErrClosed)
 			requireNoLiveRowOf(t, pool, table, name, 0, name+"-unlocked", name+"-closed")
+		})
+	}
+}
+
+// unlockOutcome is what a lease's Unlock must return.
+type unlockOutcome struct {
+	ok       bool
+	revoked  bool
+	contains string
+}
+
+func checkUnlockOutcome(t *testing.T, name string, ls *pglease.Lease, err error, want unlockOutcome) {
+	t.Helper()
+	if want.ok {
+		require.NoError(t, err, "%s (key %s fence %d) must be released", name, ls.Key(), ls.Fence())
+		return
+	}
+	require.Error(t, err, "%s (key %s fence %d) must fail", name, ls.Key(), ls.Fence())
+	require.ErrorIs(t, err, pglease.ErrLost, name)
+	require.Equal(t, want.revoked, errors.Is(err, pglease.ErrRevoked), "%s: revoked? %v", name, err)
+	require.Contains(t, err.Error(), fmt.Sprintf("unlock %q fence %d", ls.Key(), ls.Fence()), name)
+	require.Contains(t, err.Error(), want.contains, name)
+}
+
+func testReleaseOutcomesOfABurst(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+	require.NoError(t, err)
+	for round := range 3 {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			ev := pgtest.NewEvents(t)
+			// No heartbeat in the test's time: every loss is the release's to find.
+			l := pgtest.Locker(t, pool, table, fmt.Sprintf("a%d", round), pglease.WithTTL(30*time.Second),
+				pglease.WithHeartbeatInterval(10*time.Second), pglease.WithHook(ev.Hook))
+			m := pgtest.Locker(t, pool, table, fmt.Sprintf("b%d", round), pglease.WithTTL(30*time.Second),
+				pglease.WithHeartbeatInterval(10*time.Second))
+			k := func(s string) string { return fmt.Sprintf("r%d-%s", round, s) }
+			claim := func(key string) *pglease.Lease {
+				ls, err := l.Claim(ctx, key)
+				require.NoError(t, err)
+				return ls
+			}
+			type entry struct {
+				name string
+				ls   *pglease.Lease
+				want unlockOutcome
+			}
+			var entries []entry
+			add := func(name string, ls *pglease.Lease, want unlockOutcome) {
+				entries = append(entries, entry{name, ls, want})
+			}
+			add("free0", claim(k("free0")), unlockOutcome{ok: true})
+			add("free1", claim(k("free1")), unlockOutcome{ok: true})
+			add("free2", claim(k("free2")), unlockOutcome{ok: true})
+			rev := claim(k("rev"))
+			taken := claim(k("taken"))
+			forced := claim(k("forced"))
+			dupOld := claim(k("dup"))
+			dupNew := claim(k("dup"))
+			require.Greater(t, dupNew.Fence(), dupOld.Fence())
+			dup2Old := claim(k("dup2"))
+			dup2New := claim(k("dup2"))
+			locked := claim(k("locked"))
+			lockedRev := claim(k("lockedrev"))
+
+			_, err := admin.Revoke(ctx, rev.Key())
+			require.NoError(t, err)
+			_, err = admin.ForceExpire(ctx, taken.Key())
+			require.NoError(t, err)
+			mine, err := m.Claim(ctx, taken.Key())
+			require.NoError(t, err)
+			_, err = admin.ForceExpire(ctx, forced.Key())
+			require.NoError(t, err)
+
+			add("rev", rev, unlockOutcome{revoked: true, contains: "revoke marker"})
+			add("taken", taken, unlockOutcome{contains: "taken by a later lease (holder " + m.Holder()})
+			add("forced", forced, unlockOutcome{contains: "expired early by an operator"})
+			add("dupOld", dupOld, unlockOutcome{contains: "re-claimed"})
+			add("dupNew", dupNew, unlockOutcome{ok: true})
+			add("dup2Old", dup2Old, unlockOutcome{contains: "re-claimed"})
+			add("dup2New", dup2New, unlockOutcome{ok: true})
+			add("locked", locked, unlockOutcome{ok: true})
+			add("lockedRev", lockedRev, unlockOutcome{revoked: true, contains: "revoke marker"})
+
+			// locked: held by another transaction that lets it go as it
+			// was; lockedRev: held by one that revokes it, then commits.
+			endLocked := pgtest.LockRow(t, pool, table, locked.Key())
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE key = $1 FOR UPDATE`, pgx.Identifier{table}.Sanitize()), lockedRev.Key())
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				time.Sleep(300 * time.Millisecond)
+				_, err := tx.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET holder = $2 WHERE key = $1`, pgx.Identifier{table}.Sanitize()), lockedRev.Key(), pglease.RevokedHolder)
+				if err == nil {
+					err = tx.Commit(context.Background())
+				}
+				if err != nil {
+					t.Errorf("revoking in the locking transaction: %v", err)
+				}
+			})
+			wg.Go(func() {
+				time.Sleep(200 * time.Millisecond)
+				endLocked(true)
+			})
+
+			rand.Shuffle(len(entries), func(i, j int) { entries[i], entries[j] = entries[j], entries[i] })
+			leases := make([]*pglease.Lease, len(entries))
+			for i, e := range entries {
+				leases[i] = e.ls
+			}
+			errs := pglease.UnlockBurst(ctx, l, leases)
+			wg.Wait()
+			for i, e := range entries {
+				checkUnlockOutcome(t, e.name, e.ls, errs[i], e.want)
+				// Unlock again reports the same outcome.
+				again := e.ls.Unlock(ctx)
+				require.Equal(t, errs[i] == nil, again == nil, "%s: Unlock again: %v, first %v", e.name, again, errs[i])
+			}
+			// The later holder's row and lease are untouched.
+			require.NoError(t, mine.Err())
+			row, ok := pgtest.ReadRow(t, pool, table, taken.Key())
+			require.True(t, ok)
+			require.Equal(t, mine.Holder(), row.Holder)
+			require.Equal(t, mine.Fence(), row.Fence)
+			require.True(t, row.Live, "the later holder's row stays live")
+			// Each released row expired; on its own fence.
+			for _, e := range entries {
+				if !e.want.ok {
+					continue
+				}
+				row, ok := pgtest.ReadRow(t, pool, table, e.ls.Key())
+				require.True(t, ok)
+				require.Equal(t, e.ls.Fence(), row.Fence, e.name)
+				require.False(t, row.Live, "%s: released, its row expired", e.name)
+			}
+			// Events: one end per key and fence, of the right kind.
+			for _, e := range entries {
+				var kinds []pglease.EventKind
+				for _, x := range ev.All() {
+					if x.Key == e.ls.Key() && x.Fence == e.ls.Fence() &&
+						(x.Kind == pglease.EventReleased || x.Kind == pglease.EventReleaseFailed) {
+						kinds = append(kinds, x.Kind)
+					}
+				}
+				if e.want.ok {
+					require.Equal(t, []pglease.EventKind{pglease.EventReleased}, kinds, e.name)
+				} else {
+					require.Equal(t, []pglease.EventKind{pglease.EventReleaseFailed}, kinds, e.name)
+				}
+			}
+			require.NoError(t, mine.Unlock(ctx))
+		})
+	}
+}
+
+// The same burst on a table without a fence column, where the statements
+// match each lease by its forged holder: rows revoked, force-expired and
+// taken by plain UPDATEs, a row locked elsewhere, two leases of one key.
+func testReleaseOutcomesOfABurstWithoutFenceColumn(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Ctx(t)
+	table, dsn := legacyTable(t, legacyColumns)
+	pool := pgtest.PoolAt(t, dsn, nil)
+	super := pgtest.Pool(t, nil)
+	q := pgx.Identifier{table}.Sanitize()
+	exec := func(sql string, args ...any) {
+		_, err := super.Exec(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	readRow := func(key string) (holder string, live bool) {
+		require.NoError(t, super.QueryRow(ctx, `SELECT holder, expires_at > clock_timestamp() FROM `+q+` WHERE key = $1`, key).Scan(&holder, &live))
+		return holder, live
+	}
+	for round := range 2 {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			opts := []pglease.Option{pglease.WithoutFenceColumn(), pglease.WithTTL(30 * time.Second), pglease.WithHeartbeatInterval(10 * time.Second)}
+			l := pgtest.Locker(t, pool, table, fmt.Sprintf("ua%d", round), opts...)
+			m := pgtest.Locker(t, pool, table, fmt.Sprintf("ub%d", round), opts...)
+			k := func(s string) string { return fmt.Sprintf("u%d-%s", round, s) }
+			claim := func(key string) *pglease.Lease {
+				ls, err := l.Claim(ctx, key)
+				require.NoError(t, err)
+				return ls
+			}
+			type entry struct {
+				name string
+				ls   *pglease.Lease
+				want unlockOutcome
+			}
+			var entries []entry
+			add := func(name string, ls *pglease.Lease, want unlockOutcome) {
+				entries = append(entries, entry{name, ls, want})
+			}
+			add("free0", claim(k("free0")), unlockOutcome{ok: true})
+			add("free1", claim(k("free1")), unlockOutcome{ok: true})
+			rev, taken, forced := claim(k("rev")), claim(k("taken")), claim(k("forced"))
+			dupOld := claim(k("dup"))
+			dupNew := claim(k("dup"))
+			locked := claim(k("locked"))
+			exec(`UPDATE `+q+` SET holder = $2 WHERE key = $1`, rev.Key(), pglease.RevokedHolder)
+			exec(`UPDATE `+q+` SET expires_at = clock_timestamp() WHERE key = $1`, taken.Key())
+			theirs, err := m.Claim(ctx, taken.Key())
+			require.NoError(t, err)
+			exec(`UPDATE `+q+` SET expires_at = clock_timestamp() WHERE key = $1`, forced.Key())
+			add("rev", rev, unlockOutcome{revoked: true, contains: "revoke marker"})
+			add("taken", taken, unlockOutcome{contains: "taken by a later lease (holder " + theirs.Holder()})
+			add("forced", forced, unlockOutcome{contains: "expired early by an operator"})
+			add("dupOld", dupOld, unlockOutcome{contains: "re-claimed"})
+			add("dupNew", dupNew, unlockOutcome{ok: true})
+			add("locked", locked, unlockOutcome{ok: true})
+			tx, err := super.Begin(ctx)
+			require.NoError(t, err)
+			end := pgtest.EndOnce(t, tx)
+			_, err = tx.Exec(ctx, `SELECT 1 FROM `+q+` WHERE key = $1 FOR UPDATE`, locked.Key())
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			wg.Go(func() { time.Sleep(200 * time.Millisecond); end(true) })
+			rand.Shuffle(len(entries), func(i, j int) { entries[i], entries[j] = entries[j], entries[i] })
+			leases := make([]*pglease.Lease, len(entries))
+			for i, e := range entries {
+				leases[i] = e.ls
+			}
+			errs := pglease.UnlockBurst(ctx, l, leases)
+			wg.Wait()
+			for i, e := range entries {
+				checkUnlockOutcome(t, e.name, e.ls, errs[i], e.want)
+				if e.want.ok {
+					holder, live := readRow(e.ls.Key())
+					require.Equal(t, e.ls.Holder(), holder, e.name)
+					require.False(t, live, "%s released", e.name)
+				}
+			}
+			holder, live := readRow(taken.Key())
+			require.Equal(t, theirs.Holder(), holder)
+			require.True(t, live)
+			require.NoError(t, theirs.Err())
+			require.NoError(t, theirs.Unlock(ctx))
 		})
 	}
 }
