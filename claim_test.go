@@ -229,6 +229,12 @@ func testSameHolderInTwoVersions(t *testing.T, fenced bool) {
 // times out or is abandoned in flight, nothing live that nobody holds.
 func TestClaim(t *testing.T) {
 	t.Parallel()
+	// Guarantee: every claim of a closed Locker (Claim, Lock, a job's, a
+	// job of ticks', its context live or ended) returns ErrClosed, its
+	// error naming the key and "locker closed" once, and is reported in
+	// one EventClaimFailed carrying that error and the claim's context; a
+	// nil context panics, naming it, and reports nothing.
+	t.Run("FailuresOnAClosedLockerAreReportedOnce", testClaimFailuresOnAClosedLocker)
 	t.Run("CommitSettingOfEveryForm", testClaimCommitSetting)
 	t.Run("CommitSettingUnderPresets", testClaimCommitSettingUnderPresets)
 	t.Run("LaterClaimInATransactionKeepsTheFlush", testClaimsInOneTransaction)
@@ -1182,4 +1188,72 @@ func testLosingClaimUnreplicated(t *testing.T) {
 		})
 	}
 	require.NoError(t, held.Err())
+}
+
+type claimFailedKey struct{}
+
+// claimEvents are the events of the claims of key: EventContended and
+// EventClaimFailed.
+func claimEvents(ev *pgtest.Events, key string) []pglease.Event {
+	var out []pglease.Event
+	for _, e := range ev.All() {
+		if e.Key == key && (e.Kind == pglease.EventContended || e.Kind == pglease.EventClaimFailed) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// requireOneFailure checks that err is the one failure event of key's
+// claims: its kind, the very error returned, the key named once and
+// prefixed once, and the claim's context.
+func requireOneFailure(t *testing.T, ev *pgtest.Events, key string, kind pglease.EventKind, err error) pglease.Event {
+	t.Helper()
+	require.Error(t, err)
+	es := claimEvents(ev, key)
+	require.Len(t, es, 1, "one event for the failed claim of %q: %v", key, es)
+	e := es[0]
+	require.Equal(t, kind, e.Kind, "%v", e.Err)
+	require.Equal(t, err.Error(), e.Err.Error())
+	require.Equal(t, 1, strings.Count(err.Error(), "pglease: "), "prefixed once: %v", err)
+	require.Equal(t, 1, strings.Count(err.Error(), fmt.Sprintf("claim %q", key)), "key named once: %v", err)
+	require.NotNil(t, e.Context, "the claim's context")
+	require.Equal(t, "v", e.Context.Value(claimFailedKey{}), "the caller's values readable")
+	return e
+}
+
+func testClaimFailuresOnAClosedLocker(t *testing.T) {
+	t.Parallel()
+	ctx, pool, table := pgtest.Setup(t)
+	ctx = context.WithValue(ctx, claimFailedKey{}, "v")
+	ev := pgtest.NewEvents(t)
+	l := pgtest.Locker(t, pool, table, "a", pglease.WithHook(ev.Hook))
+	j := mustJob(t, l, pglease.WithTTL(90*time.Second))
+	p := mustJob(t, l, pglease.WithPeriod(time.Second))
+	require.NoError(t, l.Close(ctx))
+	//nolint:staticcheck // a nil Context on purpose
+	require.Contains(t, panicMessage(func() { _, _ = l.Claim(nil, "closed-nil") }), "nil Context", "a nil Context on a closed Locker")
+	//nolint:staticcheck // a nil Context on purpose
+	require.Contains(t, panicMessage(func() { _, _ = p.Lock(nil, "closed-nil") }), "nil Context")
+	require.Empty(t, claimEvents(ev, "closed-nil"))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for name, claim := range map[string]func(string) error{
+		"Claim":              func(k string) error { _, err := l.Claim(ctx, k); return err },
+		"Claim (cancelled)":  func(k string) error { _, err := l.Claim(cctx, k); return err },
+		"Lock":               func(k string) error { _, err := l.Lock(ctx, k); return err },
+		"Job.Claim":          func(k string) error { _, err := j.Claim(ctx, k); return err },
+		"Job.Lock":           func(k string) error { _, err := j.Lock(ctx, k); return err },
+		"Period.Claim":       func(k string) error { _, err := p.Claim(ctx, k); return err },
+		"Period.Lock":        func(k string) error { _, err := p.Lock(ctx, k); return err },
+		"Period.Lock (canc)": func(k string) error { _, err := p.Lock(cctx, k); return err },
+	} {
+		key := "closed-" + strings.NewReplacer(" ", "", "(", "", ")", "", ".", "").Replace(name)
+		var err error
+		require.NotPanics(t, func() { err = claim(key) }, name)
+		require.ErrorIs(t, err, pglease.ErrClosed, name)
+		require.Equal(t, 1, strings.Count(err.Error(), "locker closed"), "%s: %v", name, err)
+		requireOneFailure(t, ev, key, pglease.EventClaimFailed, err)
+		t.Logf("%s: %v", name, err)
+	}
 }
