@@ -6,4 +6,6 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs at most two of the package's tests at once, whatever
+// -parallel says (pgtest.MostParallel).
+func TestMain(m *testing.M) { pgtest.Main(m, pgtest.MostParallel(2)) }

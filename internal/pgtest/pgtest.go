@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -86,6 +87,18 @@ func IgnoreGoroutines(opts ...goleak.Option) MainOption {
 // ShortRun, a package runs no test under -short.
 func ShortRun(pattern string) MainOption {
 	return func() { every.short = pattern }
+}
+
+// MostParallel caps go test's -parallel at n for the package: its tests
+// crash, fail over and starve servers, each bounding how long a key may
+// go without a lease, and more of them at once starve each other.
+func MostParallel(n int) MainOption {
+	return func() {
+		f := flag.Lookup("test.parallel")
+		if cur, err := strconv.Atoi(f.Value.String()); err == nil && cur > n {
+			_ = f.Value.Set(strconv.Itoa(n))
+		}
+	}
 }
 
 // EveryLocker has f applied to every Locker that Locker builds, and to
