@@ -564,6 +564,31 @@ type unlockOutcome struct {
 	contains string
 }
 
+// burstOfUnlocks is the leases a test unlocks in one burst, each with
+// the outcome its Unlock must return.
+type burstOfUnlocks []burstUnlock
+
+type burstUnlock struct {
+	name string
+	ls   *pglease.Lease
+	want unlockOutcome
+}
+
+func (b *burstOfUnlocks) add(name string, ls *pglease.Lease, want unlockOutcome) {
+	*b = append(*b, burstUnlock{name, ls, want})
+}
+
+// unlock shuffles b and unlocks its leases in one burst of l's: errs[i]
+// is the outcome of b[i].
+func (b burstOfUnlocks) unlock(ctx context.Context, l *pglease.Locker) []error {
+	rand.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+	leases := make([]*pglease.Lease, len(b))
+	for i, e := range b {
+		leases[i] = e.ls
+	}
+	return pglease.UnlockBurst(ctx, l, leases)
+}
+
 func checkUnlockOutcome(t *testing.T, name string, ls *pglease.Lease, err error, want unlockOutcome) {
 	t.Helper()
 	if want.ok {
@@ -596,15 +621,8 @@ func testReleaseOutcomesOfABurst(t *testing.T) {
 				require.NoError(t, err)
 				return ls
 			}
-			type entry struct {
-				name string
-				ls   *pglease.Lease
-				want unlockOutcome
-			}
-			var entries []entry
-			add := func(name string, ls *pglease.Lease, want unlockOutcome) {
-				entries = append(entries, entry{name, ls, want})
-			}
+			var entries burstOfUnlocks
+			add := entries.add
 			add("free0", claim(k("free0")), unlockOutcome{ok: true})
 			add("free1", claim(k("free1")), unlockOutcome{ok: true})
 			add("free2", claim(k("free2")), unlockOutcome{ok: true})
@@ -662,12 +680,7 @@ func testReleaseOutcomesOfABurst(t *testing.T) {
 				endLocked(true)
 			})
 
-			rand.Shuffle(len(entries), func(i, j int) { entries[i], entries[j] = entries[j], entries[i] })
-			leases := make([]*pglease.Lease, len(entries))
-			for i, e := range entries {
-				leases[i] = e.ls
-			}
-			errs := pglease.UnlockBurst(ctx, l, leases)
+			errs := entries.unlock(ctx, l)
 			wg.Wait()
 			for i, e := range entries {
 				checkUnlockOutcome(t, e.name, e.ls, errs[i], e.want)
@@ -741,15 +754,8 @@ func testReleaseOutcomesOfABurstWithoutFenceColumn(t *testing.T) {
 				require.NoError(t, err)
 				return ls
 			}
-			type entry struct {
-				name string
-				ls   *pglease.Lease
-				want unlockOutcome
-			}
-			var entries []entry
-			add := func(name string, ls *pglease.Lease, want unlockOutcome) {
-				entries = append(entries, entry{name, ls, want})
-			}
+			var entries burstOfUnlocks
+			add := entries.add
 			add("free0", claim(k("free0")), unlockOutcome{ok: true})
 			add("free1", claim(k("free1")), unlockOutcome{ok: true})
 			rev, taken, forced := claim(k("rev")), claim(k("taken")), claim(k("forced"))
@@ -774,12 +780,7 @@ func testReleaseOutcomesOfABurstWithoutFenceColumn(t *testing.T) {
 			require.NoError(t, err)
 			var wg sync.WaitGroup
 			wg.Go(func() { time.Sleep(200 * time.Millisecond); end(true) })
-			rand.Shuffle(len(entries), func(i, j int) { entries[i], entries[j] = entries[j], entries[i] })
-			leases := make([]*pglease.Lease, len(entries))
-			for i, e := range entries {
-				leases[i] = e.ls
-			}
-			errs := pglease.UnlockBurst(ctx, l, leases)
+			errs := entries.unlock(ctx, l)
 			wg.Wait()
 			for i, e := range entries {
 				checkUnlockOutcome(t, e.name, e.ls, errs[i], e.want)
