@@ -158,8 +158,12 @@ func skewedSchedulersOnce(t *testing.T, dsn, table, job string, ticks int, opts 
 			gocron.WithName(job), gocron.WithStartAt(gocron.WithStartDateTime(base.Add(skews[i]))))
 		require.NoError(t, err)
 		r.sched.Start()
-		defer r.shutdown()
 	}
+	defer func() {
+		for _, r := range reps {
+			r.shutdown()
+		}
+	}()
 	// tick k holds the timers fired at base + k*period + skew; 50 ms of
 	// margin before the 0-100 ms skew window, 350 after it.
 	tickOf := func(at time.Time) int { return int(at.Sub(base.Add(-50*time.Millisecond)) / period) }

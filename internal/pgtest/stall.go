@@ -26,6 +26,7 @@ type StallWatch struct {
 
 // WatchStalls starts a StallWatch; Stop (or tb's cleanup) ends it.
 func WatchStalls(tb testing.TB) *StallWatch {
+	tb.Helper()
 	w := &StallWatch{last: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)

@@ -13,8 +13,9 @@ func TestStallWatch(t *testing.T) {
 		t.Parallel()
 		at := time.Unix(1000, 0)
 		w := &StallWatch{last: at}
-		for _, step := range []time.Duration{10, 12, 250, 11, 40} {
-			at = at.Add(step * time.Millisecond)
+		ms := time.Millisecond
+		for _, step := range []time.Duration{10 * ms, 12 * ms, 250 * ms, 11 * ms, 40 * ms} {
+			at = at.Add(step)
 			w.note(at)
 		}
 		assert.Equal(t, 240*time.Millisecond, w.Longest(), "the wake-up 250 ms after the last, 240 past its period")
