@@ -25,12 +25,19 @@ import (
 // Turns holds the turns of keys. The zero value is ready to use.
 type Turns[K comparable] struct {
 	mu    sync.Mutex
-	turns map[K]*turn // keys with a holder or a waiter
+	turns map[K]*turn[K] // keys with a holder or a waiter
+	free  []*turn[K]     // turns of keys forgotten, to be used again
 }
 
-type turn struct {
+// maxFree bounds the turns kept for reuse: a claim of a key takes a turn
+// and gives it back, and reusing it spares a claim three allocations.
+const maxFree = 64
+
+type turn[K comparable] struct {
+	key   K             // guarded by Turns.mu
 	token chan struct{} // holds a value while a caller has the turn
 	users int           // callers holding or waiting; guarded by Turns.mu
+	done  func()        // what Take returns: made once per turn, not per call
 }
 
 // Take waits for key's turn, or for ctx to end (then it returns ctx.Err()).
@@ -38,11 +45,12 @@ type turn struct {
 func (k *Turns[K]) Take(ctx context.Context, key K) (done func(), err error) {
 	k.mu.Lock()
 	if k.turns == nil {
-		k.turns = make(map[K]*turn)
+		k.turns = make(map[K]*turn[K])
 	}
 	t := k.turns[key]
 	if t == nil {
-		t = &turn{token: make(chan struct{}, 1)}
+		t = k.newTurn()
+		t.key = key
 		k.turns[key] = t
 	}
 	t.users++
@@ -50,22 +58,39 @@ func (k *Turns[K]) Take(ctx context.Context, key K) (done func(), err error) {
 
 	select {
 	case t.token <- struct{}{}:
-		return func() {
-			<-t.token
-			k.leave(key, t)
-		}, nil
+		return t.done, nil
 	case <-ctx.Done():
-		k.leave(key, t)
+		k.leave(t)
 		return nil, ctx.Err()
 	}
 }
 
+// newTurn is a turn forgotten before, or a new one. Called with mu held.
+func (k *Turns[K]) newTurn() *turn[K] {
+	if n := len(k.free); n > 0 {
+		t := k.free[n-1]
+		k.free = k.free[:n-1]
+		return t
+	}
+	t := &turn[K]{token: make(chan struct{}, 1)}
+	t.done = func() {
+		<-t.token
+		k.leave(t)
+	}
+	return t
+}
+
 // leave forgets the key once no caller holds or waits for its turn.
-func (k *Turns[K]) leave(key K, t *turn) {
+func (k *Turns[K]) leave(t *turn[K]) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if t.users--; t.users == 0 {
-		delete(k.turns, key)
+		delete(k.turns, t.key)
+		var none K
+		t.key = none
+		if len(k.free) < maxFree {
+			k.free = append(k.free, t)
+		}
 	}
 }
 

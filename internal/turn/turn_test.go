@@ -129,4 +129,50 @@ func TestTurns(t *testing.T) {
 			})
 		}
 	})
+
+	t.Run("AReusedTurnServesItsNewKeyAlone", func(t *testing.T) {
+		t.Parallel()
+		var k Turns[string]
+		doneA, err := k.Take(context.Background(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		doneA() // a's turn is kept for reuse
+		doneB, err := k.Take(context.Background(), "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer doneB()
+		// a again: a turn of its own, free, though b holds the reused one.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		doneA2, err := k.Take(ctx, "a")
+		if err != nil {
+			t.Fatalf("a waited for b, which holds a's former turn: %v", err)
+		}
+		doneA2()
+		// b's turn still held: a second taker of b waits.
+		short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancelShort()
+		if _, err := k.Take(short, "b"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a second holder of b was let in: %v", err)
+		}
+	})
+}
+
+// TestTurnAllocations runs alone: testing.AllocsPerRun counts the whole
+// process's allocations.
+func TestTurnAllocations(t *testing.T) {
+	var k Turns[string]
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		done, err := k.Take(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per turn taken and given back, want none once a turn is kept", allocs)
+	}
 }
