@@ -108,29 +108,24 @@ func (c *Coalescer[Q, R]) Do(ctx context.Context, q Q) (r R, handedOff bool, err
 }
 
 // alone sends q in a statement of its own, in one of the Limit places in
-// flight, which it gives up after Linger (see Linger).
+// flight, which it gives up after Linger (see Linger): whichever of the
+// statement's return and the Linger timer comes first gives the place up,
+// once.
 func (c *Coalescer[Q, R]) alone(ctx context.Context, q Q) R {
-	var (
-		mu             sync.Mutex
-		returned, gave bool
-	)
-	if c.Linger > 0 {
-		t := time.AfterFunc(c.Linger, func() {
-			mu.Lock()
-			gave = !returned
-			mu.Unlock()
-			if gave {
-				c.next()
-			}
-		})
-		defer t.Stop()
+	if c.Linger <= 0 {
+		r := c.Send(ctx, []Q{q})[0]
+		c.next()
+		return r
 	}
+	var given atomic.Bool
+	t := time.AfterFunc(c.Linger, func() {
+		if given.CompareAndSwap(false, true) {
+			c.next()
+		}
+	})
 	r := c.Send(ctx, []Q{q})[0]
-	mu.Lock()
-	returned = true
-	gave2 := gave
-	mu.Unlock()
-	if !gave2 {
+	t.Stop()
+	if given.CompareAndSwap(false, true) {
 		c.next()
 	}
 	return r
