@@ -168,15 +168,24 @@ func (p *fenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, 
 			// statement_timeout of the session shorter than the wait
 			// (query_canceled while the caller still waits): not released,
 			// sent again later, as a row Release skips.
-			return map[int]bool{0: false}, nil
+			return oneSkipped, nil
 		case err != nil:
 			return nil, err
 		case released:
-			return map[int]bool{0: true}, nil
+			return oneReleased, nil
 		}
-		return map[int]bool{}, nil
+		return oneLost, nil
 	})
 }
+
+// The reports of ReleaseOne, one map each for every release of one lease,
+// which its caller only reads: a release of one lease, the common one, then
+// makes no map.
+var (
+	oneReleased = map[int]bool{0: true}
+	oneSkipped  = map[int]bool{0: false}
+	oneLost     = map[int]bool{}
+)
 
 // releaseOneWith sends sql, a release of one lease, and reports whether its
 // row came back, and the statement's error, which may come after the row

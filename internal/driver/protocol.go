@@ -58,7 +58,7 @@ type Protocol interface {
 	// sent again (false). The others were lost.
 	Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, error)
 	// ReleaseOne is Release of one lease, in the statement that costs
-	// least.
+	// least. Its report may be shared: the caller only reads it.
 	ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, error)
 	// ReadRow reads the lease key's row carries now, for a give-back; a
 	// key with no row carries none (not live). Unfenced has none to tell.
