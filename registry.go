@@ -27,7 +27,8 @@ type registry struct {
 	leases map[string]*Lease // the newest unended lease per key
 	// releasing holds each release in flight, by lease: a key may have two
 	// (a lease a re-entrant claim superseded, and its successor), and
-	// Close waits for both.
+	// Close waits for both. A release's channel is made by the first who
+	// waits for it (releaseDone): most releases nobody waits for.
 	releasing map[*Lease]chan struct{}
 	fences    fence.Known[string]   // the fences handed out (registry.knownFence)
 	electors  map[*Elector]struct{} // its Electors, until closed with their callbacks run
@@ -232,7 +233,7 @@ func (r *registry) releaseStarted(ls *Lease) {
 	if r.releasing == nil {
 		r.releasing = make(map[*Lease]chan struct{})
 	}
-	r.releasing[ls] = make(chan struct{})
+	r.releasing[ls] = nil
 }
 
 // releaseFinished ends the record of ls's release, waking whoever waits
@@ -241,7 +242,9 @@ func (r *registry) releaseFinished(ls *Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if done, ok := r.releasing[ls]; ok {
-		close(done)
+		if done != nil {
+			close(done)
+		}
 		delete(r.releasing, ls)
 	}
 }
@@ -250,12 +253,23 @@ func (r *registry) releaseFinished(ls *Lease) {
 func (r *registry) releaseOf(key string) (<-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for ls, done := range r.releasing {
+	for ls := range r.releasing {
 		if ls.key == key {
-			return done, true
+			return r.releaseDone(ls), true
 		}
 	}
 	return nil, false
+}
+
+// releaseDone is the channel closed once ls's release in flight ends,
+// made now if nobody waited for it yet. Called with mu held.
+func (r *registry) releaseDone(ls *Lease) chan struct{} {
+	done := r.releasing[ls]
+	if done == nil {
+		done = make(chan struct{})
+		r.releasing[ls] = done
+	}
+	return done
 }
 
 // releasesInFlight returns what ends each release on its way: Close waits
@@ -265,8 +279,8 @@ func (r *registry) releasesInFlight() []<-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]<-chan struct{}, 0, len(r.releasing))
-	for _, done := range r.releasing {
-		out = append(out, done)
+	for ls := range r.releasing {
+		out = append(out, r.releaseDone(ls))
 	}
 	return out
 }
