@@ -31,6 +31,7 @@ import (
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	t.Run("QuietResend", testReleaseQuietResend)
+	t.Run("SharedReportsUnderConcurrentUnlocks", testReleaseSharedReportsUnderConcurrentUnlocks)
 	// Guarantee: each Unlock of a burst released in one statement returns
 	// its own lease's outcome, read by the lease's place in the statement:
 	// among free keys, two leases of one key, rows locked elsewhere (one
@@ -795,6 +796,141 @@ func testReleaseOutcomesOfABurstWithoutFenceColumn(t *testing.T) {
 			require.True(t, live)
 			require.NoError(t, theirs.Err())
 			require.NoError(t, theirs.Unlock(ctx))
+		})
+	}
+}
+
+// testReleaseSharedReportsUnderConcurrentUnlocks attacks the reports
+// ReleaseOne shares between releases (released, skipped, lost): many
+// Unlocks at once, each alone or in a burst, of leases released, revoked,
+// taken by another holder, expired by an operator, re-claimed, and of rows
+// locked for a moment elsewhere (skipped, then released), round after
+// round (the second one by one), then Close releasing what is left, one
+// lease and then a lost one.
+// Guarantee: each Unlock returns its own lease's outcome, and Unlock again
+// the same one; a lease released leaves its row expired on its fence; the
+// later holder's rows stay live.
+func testReleaseSharedReportsUnderConcurrentUnlocks(t *testing.T) {
+	t.Parallel()
+	for _, burst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("burst=%v", burst), func(t *testing.T) {
+			t.Parallel()
+			ctx, pool, table := pgtest.Setup(t)
+			admin, err := pglease.NewAdmin(pool, pglease.WithTable(table))
+			require.NoError(t, err)
+			for round := range 3 {
+				l := pgtest.Locker(t, pool, table, fmt.Sprintf("a%d", round), pglease.WithTTL(30*time.Second),
+					pglease.WithHeartbeatInterval(10*time.Second))
+				pglease.SetCoalesceAll(l, burst)
+				m := pgtest.Locker(t, pool, table, fmt.Sprintf("b%d", round), pglease.WithTTL(30*time.Second),
+					pglease.WithHeartbeatInterval(10*time.Second))
+				type entry struct {
+					name string
+					ls   *pglease.Lease
+					want unlockOutcome
+				}
+				var (
+					entries []entry
+					theirs  []*pglease.Lease
+					locks   []func(bool)
+				)
+				claim := func(key string) *pglease.Lease {
+					ls, err := l.Claim(ctx, key)
+					require.NoError(t, err)
+					return ls
+				}
+				for i := range 6 {
+					k := func(s string) string { return fmt.Sprintf("r%d-%s%d", round, s, i) }
+					entries = append(entries, entry{"free", claim(k("free")), unlockOutcome{ok: true}})
+					rev := claim(k("rev"))
+					_, err := admin.Revoke(ctx, rev.Key())
+					require.NoError(t, err)
+					entries = append(entries, entry{"rev", rev, unlockOutcome{revoked: true, contains: "revoke marker"}})
+					taken := claim(k("taken"))
+					_, err = admin.ForceExpire(ctx, taken.Key())
+					require.NoError(t, err)
+					mine, err := m.Claim(ctx, taken.Key())
+					require.NoError(t, err)
+					theirs = append(theirs, mine)
+					entries = append(entries, entry{"taken", taken, unlockOutcome{contains: "taken by a later lease (holder " + m.Holder()}})
+					forced := claim(k("forced"))
+					_, err = admin.ForceExpire(ctx, forced.Key())
+					require.NoError(t, err)
+					entries = append(entries, entry{"forced", forced, unlockOutcome{contains: "expired early by an operator"}})
+					old := claim(k("dup"))
+					entries = append(entries, entry{"dupOld", old, unlockOutcome{contains: "re-claimed"}},
+						entry{"dupNew", claim(k("dup")), unlockOutcome{ok: true}})
+					locked := claim(k("locked"))
+					locks = append(locks, pgtest.LockRow(t, pool, table, locked.Key()))
+					entries = append(entries, entry{"locked", locked, unlockOutcome{ok: true}})
+				}
+				rand.Shuffle(len(entries), func(i, j int) { entries[i], entries[j] = entries[j], entries[i] })
+				go func() {
+					time.Sleep(100 * time.Millisecond)
+					for _, end := range locks {
+						end(false)
+					}
+				}()
+				errs := make([]error, len(entries))
+				var wg sync.WaitGroup
+				for i, e := range entries {
+					if round == 1 { // one by one: each alone, through ReleaseOne
+						errs[i] = e.ls.Unlock(ctx)
+						continue
+					}
+					wg.Go(func() { errs[i] = e.ls.Unlock(ctx) })
+				}
+				wg.Wait()
+				for i, e := range entries {
+					checkUnlockOutcome(t, e.name, e.ls, errs[i], e.want)
+					again := e.ls.Unlock(ctx)
+					require.Equal(t, errs[i] == nil, again == nil, "%s: Unlock again: %v, first %v", e.name, again, errs[i])
+					if e.want.ok {
+						row, ok := pgtest.ReadRow(t, pool, table, e.ls.Key())
+						require.True(t, ok)
+						require.Equal(t, e.ls.Fence(), row.Fence, e.name)
+						require.False(t, row.Live, "%s: released, its row expired", e.name)
+					}
+				}
+				for _, mine := range theirs {
+					require.NoError(t, mine.Err())
+					row, ok := pgtest.ReadRow(t, pool, table, mine.Key())
+					require.True(t, ok)
+					require.Equal(t, []any{mine.Holder(), mine.Fence(), true}, []any{row.Holder, row.Fence, row.Live})
+				}
+				// Close releases one lease (ReleaseOne): then a lost one.
+				last := claim(fmt.Sprintf("r%d-last", round))
+				require.NoError(t, l.Close(ctx))
+				require.ErrorIs(t, last.Err(), pglease.ErrClosed)
+				row, ok := pgtest.ReadRow(t, pool, table, last.Key())
+				require.True(t, ok)
+				require.False(t, row.Live, "released by Close")
+
+				ev := pgtest.NewEvents(t)
+				n := pgtest.Locker(t, pool, table, fmt.Sprintf("c%d", round), pglease.WithTTL(30*time.Second),
+					pglease.WithHeartbeatInterval(10*time.Second), pglease.WithHook(ev.Hook))
+				pglease.SetCoalesceAll(n, burst)
+				lost, err := n.Claim(ctx, fmt.Sprintf("r%d-lostatclose", round))
+				require.NoError(t, err)
+				_, err = admin.ForceExpire(ctx, lost.Key())
+				require.NoError(t, err)
+				require.NoError(t, n.Close(ctx), "a lease already lost is no error of Close's")
+				var failed []error
+				for _, x := range ev.All() {
+					if x.Kind == pglease.EventReleaseFailed && x.Key == lost.Key() {
+						failed = append(failed, x.Err)
+					}
+				}
+				require.Len(t, failed, 1, "Close's release of the lost lease reports its loss")
+				require.ErrorIs(t, failed[0], pglease.ErrLost)
+				require.ErrorContains(t, failed[0], "expired early by an operator")
+				// A plain release still reports released afterwards.
+				o := pgtest.Locker(t, pool, table, fmt.Sprintf("d%d", round))
+				pglease.SetCoalesceAll(o, burst)
+				x, err := o.Claim(ctx, fmt.Sprintf("r%d-after", round))
+				require.NoError(t, err)
+				require.NoError(t, x.Unlock(ctx))
+			}
 		})
 	}
 }

@@ -3,8 +3,10 @@ package coalesce
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -337,4 +339,147 @@ func TestCoalescer(t *testing.T) {
 			c.Wait()
 		}
 	})
+}
+
+// TestCoalescerPlacesUnderLinger attacks the one flag through which a
+// statement sent alone gives its place in flight up: statements that
+// return before, at about, and after their Linger, many callers at once,
+// some giving up while queued or in flight. Guarantee: the places in
+// flight never count more than Limit nor fewer than zero, and all are free
+// at the end; every call is sent at most once, a call sent has its result
+// either returned or handed to Orphan, once, and a call whose caller left
+// unsent is never sent; no call is left queued.
+func TestCoalescerPlacesUnderLinger(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{1, 3} {
+		for _, linger := range []time.Duration{0, 300 * time.Microsecond, 2 * time.Millisecond} {
+			t.Run(fmt.Sprintf("Limit=%d/Linger=%v", limit, linger), func(t *testing.T) {
+				t.Parallel()
+				const (
+					callers = 32
+					each    = 150
+				)
+				var (
+					c       *Coalescer[int, int]
+					mu      sync.Mutex
+					sends   = map[int]int{} // q: times sent
+					orphans = map[int]int{} // q: times handed to Orphan
+					bad     atomic.Value
+				)
+				flag := func(format string, args ...any) { bad.CompareAndSwap(nil, fmt.Sprintf(format, args...)) }
+				c = &Coalescer[int, int]{
+					Limit:  limit,
+					Linger: linger,
+					Send: func(ctx context.Context, qs []int) []int {
+						c.mu.Lock()
+						if c.flying < 0 || c.flying > limit {
+							flag("%d places in flight, Limit %d", c.flying, limit)
+						}
+						c.mu.Unlock()
+						mu.Lock()
+						for _, q := range qs {
+							sends[q]++
+						}
+						mu.Unlock()
+						// Around the Linger: before, at, after it.
+						switch qs[0] % 4 {
+						case 0:
+						case 1:
+							time.Sleep(linger)
+						case 2:
+							time.Sleep(linger / 2)
+						case 3:
+							time.Sleep(2*linger + 50*time.Microsecond)
+						}
+						rs := make([]int, len(qs))
+						for i, q := range qs {
+							rs[i] = q * 10
+						}
+						return rs
+					},
+					Orphan: func(q, r int) {
+						if r != q*10 {
+							flag("orphan of %d got %d", q, r)
+						}
+						mu.Lock()
+						orphans[q]++
+						mu.Unlock()
+					},
+				}
+				type gone struct {
+					q         int
+					handedOff bool
+				}
+				var (
+					wg   sync.WaitGroup
+					left = make(chan gone, callers*each)
+				)
+				for w := range callers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range each {
+							q := w*each + i
+							ctx, cancel := context.Background(), context.CancelFunc(func() {})
+							if i%5 == 0 {
+								ctx, cancel = context.WithTimeout(ctx, time.Duration(i%3)*200*time.Microsecond)
+							}
+							r, handedOff, err := c.Do(ctx, q)
+							cancel()
+							switch {
+							case err != nil:
+								left <- gone{q, handedOff}
+							case handedOff:
+								flag("call %d handed off without an error", q)
+							case r != q*10:
+								flag("call %d got %d", q, r)
+							}
+						}
+					}()
+				}
+				done := make(chan struct{})
+				go func() { wg.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(60 * time.Second):
+					c.mu.Lock()
+					t.Fatalf("callers still waiting: %d queued, %d places in flight", len(c.queue), c.flying)
+				}
+				c.Wait()
+				close(left)
+				if b := bad.Load(); b != nil {
+					t.Fatal(b)
+				}
+				c.mu.Lock()
+				flying, queued, running := c.flying, len(c.queue), c.running
+				c.mu.Unlock()
+				if flying != 0 || queued != 0 || running != 0 {
+					t.Fatalf("after every call: %d places in flight, %d queued, %d goroutines", flying, queued, running)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				var nLeft, nHanded int
+				wasLeft := map[int]bool{}
+				for g := range left {
+					nLeft++
+					wasLeft[g.q] = true
+					switch {
+					case g.handedOff && (sends[g.q] != 1 || orphans[g.q] != 1):
+						t.Errorf("call %d handed off: sent %d times, orphaned %d", g.q, sends[g.q], orphans[g.q])
+					case !g.handedOff && sends[g.q] != 0:
+						t.Errorf("call %d left unsent was sent %d times", g.q, sends[g.q])
+					}
+					if g.handedOff {
+						nHanded++
+					}
+				}
+				for q := range callers * each {
+					if !wasLeft[q] && (sends[q] != 1 || orphans[q] != 0) {
+						t.Errorf("call %d answered: sent %d times, orphaned %d", q, sends[q], orphans[q])
+					}
+				}
+				t.Logf("%d calls, %d left (%d handed off)", callers*each, nLeft, nHanded)
+			})
+		}
+	}
 }

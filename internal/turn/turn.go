@@ -41,7 +41,10 @@ type turn[K comparable] struct {
 }
 
 // Take waits for key's turn, or for ctx to end (then it returns ctx.Err()).
-// The caller calls done, once, when it is finished with the turn.
+// The caller calls done, once, when it is finished with the turn: done is
+// the turn's own, shared with its other callers and, once the key is
+// forgotten, with another key's, so a second call would end a turn not the
+// caller's.
 func (k *Turns[K]) Take(ctx context.Context, key K) (done func(), err error) {
 	k.mu.Lock()
 	if k.turns == nil {

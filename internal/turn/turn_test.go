@@ -176,3 +176,189 @@ func TestTurnAllocations(t *testing.T) {
 		t.Fatalf("%v allocations per turn taken and given back, want none once a turn is kept", allocs)
 	}
 }
+
+// TestTurnsReusedUnderChurn attacks the reuse of forgotten turns: many
+// more keys than maxFree, holders and waiters whose contexts end at random
+// (some while the turn they wait on is handed around), so that turn structs
+// go through the free list and back to other keys constantly. Each key must
+// have at most one holder at a time; a key held for long must never hold
+// up the others; nothing is remembered at the end.
+func TestTurnsReusedUnderChurn(t *testing.T) {
+	t.Parallel()
+	const (
+		keys    = 3 * maxFree
+		workers = 48
+		rounds  = 400
+	)
+	var (
+		k      Turns[int]
+		inside [keys]atomic.Int32
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+	)
+	// A slow key, held for long stretches: churn on others must not wait.
+	const slow = keys
+	doneSlow, err := k.Take(context.Background(), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				key := (w*7 + i*13) % keys
+				if i%5 == 0 {
+					key = (w + i) % 4 // a few hot keys, with waiters queued
+				}
+				var (
+					ctx    context.Context
+					cancel context.CancelFunc
+				)
+				switch i % 3 {
+				case 0:
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(i%4)*50*time.Microsecond)
+				default:
+					ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+				}
+				done, err := k.Take(ctx, key)
+				cancel()
+				if err != nil {
+					if i%3 != 0 {
+						t.Errorf("key %d: a waiter with 5s gave up: %v", key, err)
+					}
+					continue
+				}
+				if n := inside[key].Add(1); n != 1 {
+					t.Errorf("key %d: %d holders at once", key, n)
+				}
+				if i%7 == 0 {
+					time.Sleep(20 * time.Microsecond)
+				}
+				inside[key].Add(-1)
+				done()
+			}
+		}()
+	}
+	// Meanwhile, the slow key's holder is busy; a taker of a fresh key
+	// always gets in at once.
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			d, err := k.Take(ctx, keys+1+i%maxFree)
+			cancel()
+			if err != nil {
+				t.Errorf("a free key waited: %v", err)
+				return
+			}
+			d()
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-probeDone
+	// The slow key's turn is still its own: a second taker waits.
+	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelShort()
+	if _, err := k.Take(short, slow); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second holder of the slow key was let in: %v", err)
+	}
+	doneSlow()
+	if n := k.Len(); n != 0 {
+		t.Fatalf("%d keys remembered after every turn ended", n)
+	}
+	k.mu.Lock()
+	free := len(k.free)
+	for _, tr := range k.free {
+		if tr.users != 0 || len(tr.token) != 0 || tr.key != 0 {
+			t.Errorf("a free turn is in use: users %d, token %d, key %d", tr.users, len(tr.token), tr.key)
+		}
+	}
+	k.mu.Unlock()
+	if free > maxFree {
+		t.Fatalf("%d turns kept, more than %d", free, maxFree)
+	}
+	// Every key is free again.
+	for key := range keys + 1 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d, err := k.Take(ctx, key)
+		cancel()
+		if err != nil {
+			t.Fatalf("key %d not free after the churn: %v", key, err)
+		}
+		d()
+	}
+}
+
+// TestTurnsWaiterLeavesWhileTurnChangesHands: a waiter of a whose context
+// ends just as a's holder is done must leave a's turn consistent, and a's
+// turn, once forgotten and reused for b, must not let anybody of a in
+// alongside b's holder, or hold b's holder up.
+func TestTurnsWaiterLeavesWhileTurnChangesHands(t *testing.T) {
+	t.Parallel()
+	for i := range 500 {
+		var k Turns[string]
+		doneA, err := k.Take(context.Background(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan func(), 1)
+		go func() {
+			d, err := k.Take(ctx, "a")
+			if err != nil {
+				d = nil
+			}
+			got <- d
+		}()
+		if i%2 == 0 {
+			time.Sleep(time.Duration(i%5) * time.Microsecond)
+		}
+		go cancel()
+		doneA()
+		d := <-got
+		if d != nil {
+			// The waiter got a's turn: b must not share it.
+			doneB, err := k.Take(context.Background(), "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, c2 := context.WithTimeout(context.Background(), time.Millisecond)
+			if _, err := k.Take(short, "a"); err == nil {
+				t.Fatalf("round %d: two holders of a", i)
+			}
+			c2()
+			doneB()
+			d()
+		}
+		// a is forgotten: its turn goes to b, and a again gets one apart.
+		doneB, err := k.Take(context.Background(), "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx2, c3 := context.WithTimeout(context.Background(), time.Second)
+		doneA2, err := k.Take(ctx2, "a")
+		c3()
+		if err != nil {
+			t.Fatalf("round %d: a waited for b: %v", i, err)
+		}
+		short, c4 := context.WithTimeout(context.Background(), time.Millisecond)
+		if _, err := k.Take(short, "b"); err == nil {
+			t.Fatalf("round %d: two holders of b", i)
+		}
+		c4()
+		doneA2()
+		doneB()
+		if n := k.Len(); n != 0 {
+			t.Fatalf("round %d: %d keys remembered", i, n)
+		}
+		cancel()
+	}
+}
