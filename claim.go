@@ -463,11 +463,8 @@ func burstLockWait(ttl time.Duration) time.Duration {
 	return min(maxBurstLockWait, (ttl-trustMargin(ttl))/4)
 }
 
-// aloneLockWait is maxAloneLockWait, or burstLockWait(ttl) when that is
-// shorter.
-func aloneLockWait(ttl time.Duration) time.Duration {
-	return min(maxAloneLockWait, burstLockWait(ttl))
-}
+// aloneLockWait is maxAloneLockWait, or burstLockWait(ttl) if shorter.
+func aloneLockWait(ttl time.Duration) time.Duration { return min(maxAloneLockWait, burstLockWait(ttl)) }
 
 // orphanClaim settles a claim whose caller stopped waiting while its
 // statement was in flight (its Claim returned the context's error), as

@@ -395,11 +395,8 @@ func (ls *Lease) loseTo(why string, sentinel error) {
 	})
 }
 
-// goneOnRelease is the outcome of a release that found its row gone, for
-// the reason lossesOf read.
-func goneOnRelease(why loss) error {
-	return fmt.Errorf("%s: %w", why.why, why.sentinel)
-}
+// goneOnRelease is a release's outcome for a row gone, as lossesOf read.
+func goneOnRelease(why loss) error { return fmt.Errorf("%s: %w", why.why, why.sentinel) }
 
 // Leases returns a snapshot of the leases this Locker holds now (Held's
 // view), sorted by key. It sends nothing to the database.

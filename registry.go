@@ -25,10 +25,9 @@ import (
 type registry struct {
 	mu     sync.Mutex
 	leases map[string]*Lease // the newest unended lease per key
-	// releasing holds each release in flight, by lease: a key may have two
-	// (a lease a re-entrant claim superseded, and its successor), and
-	// Close waits for both. A release's channel is made by the first who
-	// waits for it (releaseDone): most releases nobody waits for.
+	// releasing holds each release in flight, by lease, its channel made
+	// by the first who waits (releaseDone): a key may have two (a lease a
+	// re-entrant claim superseded, and its successor), Close waits for both.
 	releasing map[*Lease]chan struct{}
 	fences    fence.Known[string]   // the fences handed out (registry.knownFence)
 	electors  map[*Elector]struct{} // its Electors, until closed with their callbacks run
@@ -241,12 +240,10 @@ func (r *registry) releaseStarted(ls *Lease) {
 func (r *registry) releaseFinished(ls *Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if done, ok := r.releasing[ls]; ok {
-		if done != nil {
-			close(done)
-		}
-		delete(r.releasing, ls)
+	if done := r.releasing[ls]; done != nil {
+		close(done)
 	}
+	delete(r.releasing, ls)
 }
 
 // releaseOf is what ends a release of key in flight, if there is one.
@@ -261,15 +258,12 @@ func (r *registry) releaseOf(key string) (<-chan struct{}, bool) {
 	return nil, false
 }
 
-// releaseDone is the channel closed once ls's release in flight ends,
-// made now if nobody waited for it yet. Called with mu held.
+// releaseDone is what ends ls's release in flight, made at need; mu held.
 func (r *registry) releaseDone(ls *Lease) chan struct{} {
-	done := r.releasing[ls]
-	if done == nil {
-		done = make(chan struct{})
-		r.releasing[ls] = done
+	if r.releasing[ls] == nil {
+		r.releasing[ls] = make(chan struct{})
 	}
-	return done
+	return r.releasing[ls]
 }
 
 // releasesInFlight returns what ends each release on its way: Close waits
