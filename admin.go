@@ -20,7 +20,7 @@ type Admin struct {
 }
 
 // NewAdmin returns an Admin of the table its options name (WithTable) on db,
-// or an error: a nil db, or an *OptionError. It sends nothing to the
+// or an error: a nil db, or an invalid option (wrapping ErrInvalidOption). It sends nothing to the
 // database.
 func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 	if isNil(db) {

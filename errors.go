@@ -17,23 +17,19 @@ var (
 	// ErrClosed: Claim or Lock after Close; Lease.Err of a lease Close
 	// released.
 	ErrClosed = errors.New("locker closed")
-	// ErrInvalidOption is wrapped by every *OptionError.
+	// ErrInvalidOption: an option is wrong or given where it does not
+	// apply. The error's text names the option, why, and the fix.
 	ErrInvalidOption = errors.New("pglease: invalid option")
 	// ErrNotFound: Admin.Revoke or ForceExpire found no row for the key.
 	ErrNotFound = errors.New("pglease: key not found")
 )
 
-// OptionError names the option that is wrong, says why, and how to fix it
-// where that is not plain from why.
-type OptionError struct {
-	Option string // the option's function name, e.g. "WithTTL"
-	msg    string
-}
+// optionError is ErrInvalidOption with its text: the option and its entry
+// point, why, and the fix.
+type optionError struct{ option, msg string }
 
-func (e *OptionError) Error() string { return "pglease: " + e.msg }
-
-// Unwrap makes errors.Is(err, ErrInvalidOption) true.
-func (e *OptionError) Unwrap() error { return ErrInvalidOption }
+func (e *optionError) Error() string        { return "pglease: " + e.msg }
+func (e *optionError) Is(target error) bool { return target == ErrInvalidOption }
 
 // ErrRevoked is wrapped by a lease's Err, and by its EventLost or
 // EventReleaseFailed, when an operator revoked it (Admin.Revoke). It is a

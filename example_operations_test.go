@@ -104,9 +104,10 @@ func ExampleNewLocker_transactionPooler() {
 	// Output: fenced: true
 }
 
-// Options read from configuration: NewLocker panics with an *OptionError
-// naming the option that is wrong, which a service may recover to report.
-func ExampleOptionError() {
+// Options read from configuration: NewLocker panics with an error wrapping
+// ErrInvalidOption that names the option, which a service may recover to
+// report.
+func ExampleNewLocker_optionsFromConfiguration() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
@@ -125,9 +126,8 @@ func ExampleOptionError() {
 	}
 
 	_, err = newLocker(pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat))
-	var oe *pglease.OptionError
-	if errors.As(err, &oe) {
-		fmt.Println(oe.Option, "refused:", err)
+	if errors.Is(err, pglease.ErrInvalidOption) {
+		fmt.Println("refused:", err)
 	}
 	locker, err := newLocker(pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(heartbeat/2))
 	if err != nil {
@@ -136,6 +136,6 @@ func ExampleOptionError() {
 	defer locker.Close(ctx)
 	fmt.Println("heartbeat every", heartbeat/2, "for a TTL of", ttl)
 	// Output:
-	// WithHeartbeatInterval refused: pglease: WithHeartbeatInterval(5s): must be less than TTL/2 (TTL is 10s)
+	// refused: pglease: WithHeartbeatInterval(5s): must be less than TTL/2 (TTL is 10s)
 	// heartbeat every 2.5s for a TTL of 10s
 }

@@ -279,3 +279,13 @@ func (l *Locker) WaitMode() (WaitMode, string) { return l.waitMode() }
 
 // MaxKeyLen is the longest key, in bytes, that Claim accepts.
 const MaxKeyLen = maxKeyLen
+
+// OptionNamed is the option an error of an invalid option names, or "" when
+// err is none.
+func OptionNamed(err error) string {
+	var oe *optionError
+	if errors.As(err, &oe) {
+		return oe.option
+	}
+	return ""
+}

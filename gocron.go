@@ -11,10 +11,10 @@ import (
 // multiples of period since the Unix epoch, the same instants on every
 // replica; give it the job's period. The first run is the first multiple at
 // or after the job is scheduled. It sets gocron.WithStartAt, and panics with
-// an *OptionError if period <= 0. See docs/GUIDE.md, "StartOnGrid".
+// an error wrapping ErrInvalidOption if period <= 0. See docs/GUIDE.md, "StartOnGrid".
 func StartOnGrid(period time.Duration) gocron.JobOption {
 	if period <= 0 {
-		panic(&OptionError{Option: "StartOnGrid", msg: fmt.Sprintf("StartOnGrid(%v): the period must be positive", period)})
+		panic(&optionError{option: "StartOnGrid", msg: fmt.Sprintf("StartOnGrid(%v): the period must be positive", period)})
 	}
 	// A start on the grid in the past, not the next one: gocron moves a
 	// past start forward by whole periods to the first at or after the

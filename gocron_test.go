@@ -160,9 +160,7 @@ func TestStartOnGrid(t *testing.T) {
 					err, ok := recover().(error)
 					require.True(t, ok, "StartOnGrid(%v) panics with an error", period)
 					require.ErrorIs(t, err, pglease.ErrInvalidOption)
-					var oe *pglease.OptionError
-					require.ErrorAs(t, err, &oe)
-					assert.Equal(t, "StartOnGrid", oe.Option)
+					assert.Equal(t, "StartOnGrid", pglease.OptionNamed(err))
 					assert.Contains(t, err.Error(), "must be positive")
 				}()
 				pglease.StartOnGrid(period)

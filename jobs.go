@@ -27,7 +27,7 @@ type JobLocker struct {
 
 // Job returns a JobLocker that claims leases of l with the TTL, min hold and
 // timeout its options give (WithTTL, WithMinHold, WithTimeout); the rest is
-// l's. Terms that fail NewLocker's rules are an *OptionError. It sends
+// l's. Terms that fail NewLocker's rules wrap ErrInvalidOption. It sends
 // nothing to the database. See docs/GUIDE.md, "Locker.Job".
 func (l *Locker) Job(opts ...Option) (*JobLocker, error) {
 	t := l.terms()

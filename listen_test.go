@@ -717,9 +717,7 @@ func TestWithListenDSN(t *testing.T) {
 		for _, dsn := range []string{"", "  ", "postgres://u:secret@host:notaport/db", "host=h port=x"} {
 			_, err := pglease.New(pool, pglease.WithListenDSN(dsn))
 			require.ErrorIs(t, err, pglease.ErrInvalidOption, "%q", dsn)
-			var oe *pglease.OptionError
-			require.ErrorAs(t, err, &oe)
-			require.Equal(t, "WithListenDSN", oe.Option)
+			require.Equal(t, "WithListenDSN", pglease.OptionNamed(err))
 			require.Contains(t, err.Error(), "WithListenDSN")
 			require.NotContains(t, err.Error(), "secret", "the password is not repeated")
 		}

@@ -107,7 +107,7 @@ type Locker struct {
 }
 
 // NewLocker returns a Locker on db. It panics with an error naming what is
-// wrong: a nil db, a pgx.Tx, or an invalid option (an *OptionError). Every
+// wrong: a nil db, a pgx.Tx, or an invalid option (wrapping ErrInvalidOption). Every
 // statement of a Locker commits on its own: a *pgx.Conn must not be in a
 // transaction either. It sends nothing to the database.
 func NewLocker(db DB, opts ...Option) *Locker {
@@ -136,7 +136,7 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 	}
 	if cfg.keepConn {
 		if p, ok := db.(driver.Pooler); !ok || p.Stat().MaxConns() < 2 {
-			return nil, &OptionError{Option: "WithKeptConnection", msg: fmt.Sprintf(
+			return nil, &optionError{option: "WithKeptConnection", msg: fmt.Sprintf(
 				"WithKeptConnection does not apply to a %T: it keeps one connection of a *pgxpool.Pool of two connections or more", db)}
 		}
 	}

@@ -54,9 +54,9 @@ const MinRetention = time.Hour
 //	WithRetention                                         x
 //	WithLeaderCallbacks                         x
 //
-// Any other use, a bad value or the zero Option is an *OptionError naming
-// the option and the fix, and nothing is written: NewLocker panics with it,
-// the others return it.
+// Any other use, a bad value or the zero Option is an error wrapping
+// ErrInvalidOption that names the option and the fix, and nothing is
+// written: NewLocker panics with it, the others return it.
 type Option struct {
 	name  string // the With function, e.g. "WithTTL"
 	takes entry  // the entry points that take it
@@ -259,7 +259,7 @@ func durationOption(name string, d, least time.Duration, why string, set func(*c
 // invalid records that option was given a value it refuses; format says
 // what is wrong, starting with the option's name and value.
 func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, &OptionError{Option: option, msg: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &optionError{option: option, msg: fmt.Sprintf(format, args...)})
 }
 
 // apply applies the options opts given to the entry point at, and records

@@ -19,9 +19,9 @@ import (
 
 // TestOptions: one Option type serves every entry point; each entry point
 // takes the options the Option doc lists for it and refuses every other one
-// with an *OptionError that names the option, the entry point and where the
-// option goes instead, before it sends anything; a value an option refuses
-// is an *OptionError from every constructor.
+// with an error (ErrInvalidOption) that names the option, the entry point
+// and where the option goes instead, before it sends anything; a value an
+// option refuses is such an error from every constructor.
 func TestOptions(t *testing.T) {
 	t.Parallel()
 
@@ -87,9 +87,7 @@ func TestOptions(t *testing.T) {
 					continue
 				}
 				require.ErrorIs(t, err, pglease.ErrInvalidOption, "%s refuses %s", e.name, c.option)
-				var oe *pglease.OptionError
-				require.ErrorAs(t, err, &oe)
-				assert.Equal(t, c.option, oe.Option, "the error names the option: %v", err)
+				assert.Equal(t, c.option, pglease.OptionNamed(err), "the error names the option: %v", err)
 				// "pglease: WithMinHold does not apply to NewElector: <why, and
 				// what to use instead> (it applies to NewLocker and Locker.Job)"
 				assert.Regexp(t, `^pglease: `+c.option+` does not apply to `+regexp.QuoteMeta(e.name)+`: .{20,} \(it applies to [^)]+\)$`, err.Error())
@@ -108,20 +106,18 @@ func TestOptions(t *testing.T) {
 		assert.Nil(t, created, "Migrate created nothing while it refused an option")
 	})
 
-	// New returns the error NewLocker panics with: the same *OptionError,
+	// New returns the error NewLocker panics with: the same error,
 	// naming the option.
 	t.Run("NewReturnsTheErrorNewLockerPanicsWith", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t, nil)
 		l, err := pglease.New(pool, pglease.WithTTL(time.Second), pglease.WithMinHold(2*time.Second))
 		require.Nil(t, l)
-		var oe *pglease.OptionError
-		require.ErrorAs(t, err, &oe)
-		assert.Equal(t, "WithMinHold", oe.Option)
+		assert.Equal(t, "WithMinHold", pglease.OptionNamed(err))
 		require.ErrorIs(t, err, pglease.ErrInvalidOption)
 		panicked := panicError(func() { pglease.NewLocker(pool, pglease.WithTTL(time.Second), pglease.WithMinHold(2*time.Second)) })
 		assert.Equal(t, err.Error(), panicked.Error())
-		require.ErrorAs(t, panicked, &oe)
+		assert.Equal(t, "WithMinHold", pglease.OptionNamed(panicked))
 
 		l, err = pglease.New(pool, pglease.WithTable(pgtest.TableName()))
 		require.NoError(t, err)
@@ -136,9 +132,8 @@ func TestOptions(t *testing.T) {
 		_, err := pglease.New(pool, pglease.WithTTL(0), pglease.WithHolder(""), pglease.WithTable(""))
 		var named []string
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var oe *pglease.OptionError
-			require.ErrorAs(t, e, &oe)
-			named = append(named, oe.Option)
+			require.ErrorIs(t, e, pglease.ErrInvalidOption)
+			named = append(named, pglease.OptionNamed(e))
 		}
 		assert.Equal(t, []string{"WithTTL", "WithHolder", "WithTable"}, named)
 	})
@@ -154,9 +149,7 @@ func TestOptions(t *testing.T) {
 		l, err := pglease.New(conn, pglease.WithKeptConnection(), pglease.WithLogger(pgtest.Quiet))
 		require.Nil(t, l)
 		require.ErrorIs(t, err, pglease.ErrInvalidOption)
-		var oe *pglease.OptionError
-		require.ErrorAs(t, err, &oe)
-		assert.Equal(t, "WithKeptConnection", oe.Option)
+		assert.Equal(t, "WithKeptConnection", pglease.OptionNamed(err))
 		assert.Contains(t, err.Error(), "*pgxpool.Pool of two connections or more")
 		require.ErrorIs(t, panicError(func() { pglease.NewLocker(conn, pglease.WithKeptConnection()) }), pglease.ErrInvalidOption)
 	})
@@ -170,9 +163,7 @@ func TestOptions(t *testing.T) {
 		_, jobErr := l.Job(short)
 		_, electorErr := pglease.NewElector(l, "leader", short)
 		for _, err := range []error{jobErr, electorErr} {
-			var oe *pglease.OptionError
-			require.ErrorAs(t, err, &oe)
-			assert.Equal(t, "WithTTL", oe.Option)
+			assert.Equal(t, "WithTTL", pglease.OptionNamed(err))
 			assert.Contains(t, err.Error(), "heartbeat interval (1s)")
 		}
 		require.NoError(t, l.Close(context.Background()))
