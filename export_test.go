@@ -289,3 +289,7 @@ func OptionNamed(err error) string {
 	}
 	return ""
 }
+
+// NeverSent reports whether err, a statement's failure, says the statement
+// never left the client (it had no connection in time).
+func NeverSent(err error) bool { return driver.OutcomeOf(err) == driver.NotSent }
