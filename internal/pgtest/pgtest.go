@@ -272,10 +272,34 @@ func PoolWith(tb testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpo
 	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(tb, err)
-	tb.Cleanup(p.Close)
+	tb.Cleanup(func() { closePool(tb, p, poolCloseWait) })
 	own(tb, p)
 	return p
 }
+
+// closePool closes p, which waits for every connection acquired from it.
+// One still acquired after wait (a transaction a failed test left open)
+// fails the test, naming it, instead of hanging the test binary; the
+// channel returned is closed once p is.
+func closePool(tb testing.TB, p *pgxpool.Pool, wait time.Duration) <-chan struct{} {
+	tb.Helper()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		p.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		tb.Errorf("pgtest: the pool still has %d connections acquired %v after the test ended: a transaction or rows left open", p.Stat().AcquiredConns(), wait)
+	}
+	return closed
+}
+
+// poolCloseWait is how long closePool waits for the connections still
+// acquired: longer than pgx's own clean-up of a connection on a stalled
+// link (15 s).
+const poolCloseWait = 30 * time.Second
 
 var tableSeq atomic.Int64
 
