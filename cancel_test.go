@@ -533,14 +533,24 @@ func TestClaimCancel(t *testing.T) {
 		other := pgtest.Locker(t, pool, table, "other")
 		held, err := other.Claim(ctx, "held")
 		require.NoError(t, err)
-		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		start := time.Now()
-		_, err = l.ClaimWait(cctx, "held")
-		took := time.Since(start)
-		cancel()
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.ErrorIs(t, err, pglease.ErrHeld)
-		assert.Less(t, took, 300*time.Millisecond+answerGrace/2)
+		for attempt := 1; ; attempt++ {
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			start := time.Now()
+			_, err = l.ClaimWait(cctx, "held")
+			took := time.Since(start)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			if pglease.NeverSent(err) {
+				// Its 300 ms ran out before a new connection opened: it
+				// never asked, so it cannot know the key is held.
+				require.Less(t, attempt, 3, "three claims never reached the server within 300 ms: %v", err)
+				t.Logf("attempt %d: the claim never reached the server (%v): again", attempt, err)
+				continue
+			}
+			require.ErrorIs(t, err, pglease.ErrHeld)
+			assert.Less(t, took, 300*time.Millisecond+answerGrace/2)
+			break
+		}
 		require.NoError(t, held.Unlock(ctx))
 	})
 
