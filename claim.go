@@ -419,14 +419,13 @@ const maxStaleClaims = 3
 // statement fails on an error one row may cause (driver.RowError), each claim goes
 // again alone, so that one row fails only its own claim. Any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
-func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutcome {
-	out := make([]claimOutcome, len(calls))
+func (l *Locker) sendClaims(ctx context.Context, calls []claimCall, out []claimOutcome) {
 	sent := time.Now()
 	if len(calls) == 1 && l.conns.MayWait() {
 		c, ok, err := l.proto.Claim(ctx, l.conns.Claim(), calls[0].key, calls[0].terms.ttl, 0)
 		l.conns.Waited()
 		out[0] = claimOutcome{c: c, ok: ok, err: err, sent: sent}
-		return out
+		return
 	}
 	keys := make([]string, len(calls))
 	ttls := make([]float64, len(calls))
@@ -453,7 +452,6 @@ func (l *Locker) sendClaims(ctx context.Context, calls []claimCall) []claimOutco
 			out[i] = claimOutcome{c: c, ok: ok, sent: sent}
 		}
 	}
-	return out
 }
 
 // burstLockWait is maxBurstLockWait, or a quarter of the trust window of

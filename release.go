@@ -176,8 +176,7 @@ func (l *Locker) releaseAlone(ctx context.Context, r releasing) error {
 // (driver.RowError). A row locked elsewhere thus never holds up the others'
 // outcomes, nor a place in flight. The release statement never waits on a
 // row lock, so a burst of releases cannot deadlock with a burst of claims.
-func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseResult {
-	out := make([]releaseResult, len(batch))
+func (l *Locker) sendReleases(ctx context.Context, batch []releasing, out []releaseResult) {
 	first := make(map[string]int, len(batch)) // each key's first lease, by index in leases
 	leases := make([]*Lease, 0, len(batch))
 	for _, r := range batch {
@@ -205,7 +204,6 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing) []releaseR
 			out[i].err = releaseOutcome(r.prior, nil)
 		}
 	}
-	return out
 }
 
 // release ends the lease with ended (ErrReleased or ErrClosed), then

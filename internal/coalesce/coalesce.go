@@ -31,9 +31,11 @@ import (
 // Coalescer batches calls of Q into statements that return one R per Q.
 // Its exported fields are set before its first call and not changed after.
 type Coalescer[Q, R any] struct {
-	// Send sends one statement for qs and returns one result per q, in
-	// order. ctx ends only once every caller in qs has stopped waiting.
-	Send func(ctx context.Context, qs []Q) []R
+	// Send sends one statement for qs and writes the result of each q at
+	// its index in rs (as long as qs, of zero values). ctx ends only once
+	// every caller in qs has stopped waiting. It keeps neither slice once
+	// it returns.
+	Send func(ctx context.Context, qs []Q, rs []R)
 	// Limit is how many statements may be in flight at once.
 	Limit int
 	// Linger, if not zero, is how long a statement sent alone keeps its
@@ -52,6 +54,21 @@ type Coalescer[Q, R any] struct {
 	onQueue func()     // called with mu held whenever a call is queued
 	running int        // goroutines of run
 	idle    *sync.Cond // signalled when running drops to 0; nil until Wait
+	ones    sync.Pool  // *one[Q, R]: the buffers of calls sent alone (alone)
+}
+
+// one is what a call sent alone needs besides its statement: its q and r
+// as slices of one for Send, and the flag and timer through which it gives
+// its place in flight up after Linger. It is taken from Coalescer.ones for
+// one call at a time, so no two calls ever share it, and put back only
+// when its timer's function neither ran nor will run (Stop returned
+// true): a function of an earlier call can then never give up the place
+// of a later one. A call whose statement outlasted Linger drops it.
+type one[Q, R any] struct {
+	qs     [1]Q
+	rs     [1]R
+	given  atomic.Bool
+	linger *time.Timer // made by the first call that uses it, then Reset
 }
 
 // call is one caller waiting for the next statement.
@@ -110,25 +127,38 @@ func (c *Coalescer[Q, R]) Do(ctx context.Context, q Q) (r R, handedOff bool, err
 // alone sends q in a statement of its own, in one of the Limit places in
 // flight, which it gives up after Linger (see Linger): whichever of the
 // statement's return and the Linger timer comes first gives the place up,
-// once.
+// once. Its slices of one and its timer are reused (see one).
 func (c *Coalescer[Q, R]) alone(ctx context.Context, q Q) R {
-	if c.Linger <= 0 {
-		r := c.Send(ctx, []Q{q})[0]
-		c.next()
-		return r
+	o, _ := c.ones.Get().(*one[Q, R])
+	if o == nil {
+		o = &one[Q, R]{}
 	}
-	var given atomic.Bool
-	t := time.AfterFunc(c.Linger, func() {
-		if given.CompareAndSwap(false, true) {
-			c.next()
+	o.qs[0] = q
+	if c.Linger > 0 {
+		o.given.Store(false)
+		if o.linger == nil {
+			o.linger = time.AfterFunc(c.Linger, func() { c.giveUp(o) })
+		} else {
+			o.linger.Reset(c.Linger)
 		}
-	})
-	r := c.Send(ctx, []Q{q})[0]
-	t.Stop()
-	if given.CompareAndSwap(false, true) {
-		c.next()
+	}
+	c.Send(ctx, o.qs[:], o.rs[:])
+	r := o.rs[0]
+	reuse := c.Linger <= 0 || o.linger.Stop()
+	c.giveUp(o)
+	if reuse {
+		o.qs, o.rs = [1]Q{}, [1]R{} // nothing of this call is kept alive
+		c.ones.Put(o)
 	}
 	return r
+}
+
+// giveUp gives up the place in flight of the call sent alone with o, once
+// of its statement's return and its Linger timer, whichever comes first.
+func (c *Coalescer[Q, R]) giveUp(o *one[Q, R]) {
+	if c.Linger <= 0 || o.given.CompareAndSwap(false, true) {
+		c.next()
+	}
 }
 
 // next ends a statement: the calls queued meanwhile take its place in
@@ -189,11 +219,11 @@ func (c *Coalescer[Q, R]) take() []*call[Q, R] {
 func (c *Coalescer[Q, R]) run(batch []*call[Q, R]) {
 	for batch != nil {
 		ctx, cancel := untilAllGone(batch)
-		qs := make([]Q, len(batch))
+		qs, rs := make([]Q, len(batch)), make([]R, len(batch))
 		for i, w := range batch {
 			qs[i] = w.q
 		}
-		rs := c.Send(ctx, qs)
+		c.Send(ctx, qs, rs)
 		cancel()
 		var orphans []*call[Q, R]
 		c.mu.Lock()

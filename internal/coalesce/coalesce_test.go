@@ -25,7 +25,7 @@ func newStatements() *statements {
 	return &statements{entered: make(chan int, 100), proceed: make(chan struct{}, 100)}
 }
 
-func (s *statements) send(ctx context.Context, qs []int) []int {
+func (s *statements) send(ctx context.Context, qs, rs []int) {
 	s.mu.Lock()
 	s.sent = append(s.sent, slices.Clone(qs))
 	s.ctxs = append(s.ctxs, ctx)
@@ -33,11 +33,9 @@ func (s *statements) send(ctx context.Context, qs []int) []int {
 	s.mu.Unlock()
 	s.entered <- i
 	<-s.proceed
-	rs := make([]int, len(qs))
 	for j, q := range qs {
 		rs[j] = q * 10
 	}
-	return rs
 }
 
 func (s *statements) batches() [][]int {
@@ -370,7 +368,7 @@ func TestCoalescerPlacesUnderLinger(t *testing.T) {
 				c = &Coalescer[int, int]{
 					Limit:  limit,
 					Linger: linger,
-					Send: func(ctx context.Context, qs []int) []int {
+					Send: func(ctx context.Context, qs, rs []int) {
 						c.mu.Lock()
 						if c.flying < 0 || c.flying > limit {
 							flag("%d places in flight, Limit %d", c.flying, limit)
@@ -391,11 +389,9 @@ func TestCoalescerPlacesUnderLinger(t *testing.T) {
 						case 3:
 							time.Sleep(2*linger + 50*time.Microsecond)
 						}
-						rs := make([]int, len(qs))
 						for i, q := range qs {
 							rs[i] = q * 10
 						}
-						return rs
 					},
 					Orphan: func(q, r int) {
 						if r != q*10 {
@@ -481,5 +477,61 @@ func TestCoalescerPlacesUnderLinger(t *testing.T) {
 				t.Logf("%d calls, %d left (%d handed off)", callers*each, nLeft, nHanded)
 			})
 		}
+	}
+}
+
+// TestCoalescerAloneBuffers attacks the buffers a call sent alone reuses
+// (one): many callers at once, each statement returning before, about or
+// after its Linger (a call whose place a lingering statement gave up may
+// queue, and go in a statement of several). Guarantee: a statement finds its rs zeroed, and
+// neither its qs nor its rs changes under it while it runs (no two calls
+// share a buffer); each call gets its own result; every place in flight is
+// free at the end.
+func TestCoalescerAloneBuffers(t *testing.T) {
+	t.Parallel()
+	for _, linger := range []time.Duration{0, 200 * time.Microsecond, time.Second} {
+		t.Run(fmt.Sprintf("Linger=%v", linger), func(t *testing.T) {
+			t.Parallel()
+			const callers, each = 16, 300
+			var bad atomic.Value
+			flag := func(format string, args ...any) { bad.CompareAndSwap(nil, fmt.Sprintf(format, args...)) }
+			c := &Coalescer[int, int]{Limit: callers, Linger: linger, Send: func(_ context.Context, qs, rs []int) {
+				was := slices.Clone(qs)
+				for i, q := range qs {
+					if len(rs) != len(qs) || rs[i] != 0 {
+						flag("call %d sent with %d qs, rs %v", q, len(qs), rs)
+						return
+					}
+					rs[i] = q * 10
+				}
+				time.Sleep(time.Duration(qs[0]%4) * 100 * time.Microsecond) // before, at, after a Linger of 200µs
+				for i, q := range was {
+					if qs[i] != q || rs[i] != q*10 {
+						flag("call %d: its buffers changed under it to q %d, r %d", q, qs[i], rs[i])
+					}
+				}
+			}}
+			var wg sync.WaitGroup
+			for w := range callers {
+				wg.Go(func() {
+					for i := range each {
+						q := w*each + i + 1
+						if r, _, err := c.Do(context.Background(), q); err != nil || r != q*10 {
+							flag("call %d got %d, %v", q, r, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			c.Wait()
+			if b := bad.Load(); b != nil {
+				t.Fatal(b)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.flying != 0 || len(c.queue) != 0 {
+				t.Fatalf("after every call: %d places in flight, %d queued", c.flying, len(c.queue))
+			}
+		})
 	}
 }
