@@ -218,7 +218,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	skew := l.recordSkew(s.c.AcquiredAt, s.at, took)
 	l.cfg.emit(Event{Kind: EventAcquired, Key: key, Holder: s.c.Holder, Fence: s.c.Fence, Took: took, Skew: skew, Context: ctx,
 		Tick: tickOf(s), CaughtUp: t.ticks != nil && !t.ticks.catchUp.IsZero()})
-	prev, err := l.reg.add(lease, l.heartbeat)
+	prev, err := l.reg.add(lease, l.beat)
 	if err != nil {
 		// Close ran while the claim was in flight: give the row back (the
 		// release is reported like any other).

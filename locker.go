@@ -95,6 +95,7 @@ type Locker struct {
 	inFlight flight.Flights
 	// table is the check of the table before claims (table.go).
 	table tableCheck
+	beat  func(ctx context.Context, done chan<- struct{}) // l.heartbeat, for the first lease to start: made once
 
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 	// drawn is the greatest fence this Locker's claims have drawn: a claim
@@ -167,7 +168,7 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 	l.minHold.Store(int64(cfg.minHold))
 	l.claims, l.releases = l.newClaims(), l.newReleases()
 	l.watchdog = l.newWatchdog()
-	l.waits.table = t
+	l.waits.table, l.beat = t, l.heartbeat
 	return l, nil
 }
 
