@@ -27,46 +27,54 @@ var ErrInFlight = errors.New("claims still in flight")
 // Flights counts calls in flight. The zero value is ready to use.
 type Flights struct {
 	mu     sync.Mutex
-	calls  map[*Call]struct{}
-	closed error         // Close's cause; nil until Close
-	idle   chan struct{} // closed when no call is in flight after Close
+	calls  map[uint64]flying // by the number Enter gave each
+	last   uint64            // the number of the latest call
+	closed error             // Close's cause; nil until Close
+	idle   chan struct{}     // closed when no call is in flight after Close
 }
 
-// Call is one call in flight.
-type Call struct {
-	f      *Flights
+// flying is what Flights keeps of a call in flight.
+type flying struct {
 	name   string
 	cancel context.CancelCauseFunc
 }
 
+// Call is one call in flight: a value, so that entering allocates no
+// more than the call's context.
+type Call struct {
+	f  *Flights
+	id uint64
+}
+
 // Enter counts a call in flight, named name, and returns its context: ctx,
 // ended with Close's cause when Close runs. The call must Leave once done.
-func (f *Flights) Enter(ctx context.Context, name string) (context.Context, *Call, error) {
+func (f *Flights) Enter(ctx context.Context, name string) (context.Context, Call, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed != nil {
-		return nil, nil, f.closed
+		return nil, Call{}, f.closed
 	}
 	if f.calls == nil {
-		f.calls = make(map[*Call]struct{})
+		f.calls = make(map[uint64]flying)
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	c := &Call{f: f, name: name, cancel: cancel}
-	f.calls[c] = struct{}{}
-	return cctx, c, nil
+	f.last++
+	f.calls[f.last] = flying{name: name, cancel: cancel}
+	return cctx, Call{f: f, id: f.last}, nil
 }
 
 // Leave ends the call's context and stops counting it. Later calls do
 // nothing.
-func (c *Call) Leave() {
-	c.cancel(context.Canceled)
+func (c Call) Leave() {
 	f := c.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.calls[c]; !ok {
+	fl, ok := f.calls[c.id]
+	if !ok {
 		return
 	}
-	delete(f.calls, c)
+	fl.cancel(context.Canceled)
+	delete(f.calls, c.id)
 	if len(f.calls) == 0 && f.closed != nil {
 		close(f.idleLocked())
 	}
@@ -89,7 +97,7 @@ func (f *Flights) Close(cause error) {
 		return
 	}
 	f.closed = cause
-	for c := range f.calls {
+	for _, c := range f.calls {
 		c.cancel(cause) // never blocks: the context's AfterFuncs run on their own
 	}
 	if len(f.calls) == 0 {
@@ -116,7 +124,7 @@ func (f *Flights) inFlight() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	counts := map[string]int{}
-	for c := range f.calls {
+	for _, c := range f.calls {
 		counts[c.name]++
 	}
 	var names []string
