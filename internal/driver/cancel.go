@@ -70,6 +70,10 @@ type Answering struct {
 	// server (an error, or AnswerGrace ran out): it may still land.
 	unanswered atomic.Bool
 	once       sync.Once
+	// row is the statement's row when it has one (connDB.QueryRow): kept
+	// here, as the Answering is made for this one statement, rather than
+	// allocated apart.
+	row doneRow
 }
 
 // noStop is the stop of a statement with no cancel request to send.
@@ -78,7 +82,7 @@ func noStop() bool { return true }
 // Answer is how a statement that caller may give up on is sent on pg
 // (nil: a driver that cancels itself), pg closed after a cancel if
 // discard, its clean-up added to closing: send it on a.Ctx(), and end
-// what it returned with a.Row, a.Rows or a.End.
+// what it returned with a.Rows or a.End (a row: doneRow ends it).
 func Answer(caller context.Context, pg *pgconn.PgConn, discard bool, closing *Closings) *Answering {
 	a := &Answering{caller: caller, pg: pg, discard: discard, closing: closing, ctx: caller, stop: noStop}
 	if pg == nil || caller.Done() == nil {
@@ -143,9 +147,6 @@ func (a *Answering) requestCancel() {
 // Ctx is the context the statement is sent on.
 func (a *Answering) Ctx() context.Context { return a.ctx }
 
-// Row is the statement's row: scanning it ends the statement (End).
-func (a *Answering) Row(row pgx.Row) pgx.Row { return answeredRow{row, a} }
-
 // Rows are the statement's rows: closing them ends the statement (End).
 func (a *Answering) Rows(rows pgx.Rows) pgx.Rows { return answeredRows{rows, a} }
 
@@ -194,14 +195,6 @@ func (a *Answering) explain(err error) error {
 	}
 	return fmt.Errorf("%w: %w", cause, err)
 }
-
-// answeredRow is a claim's row, sent under Answering.
-type answeredRow struct {
-	row pgx.Row
-	a   *Answering
-}
-
-func (r answeredRow) Scan(dest ...any) error { return r.a.End(r.row.Scan(dest...)) }
 
 // answeredRows are a claim's rows, sent under Answering.
 type answeredRows struct {

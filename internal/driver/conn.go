@@ -804,7 +804,8 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return ErrRow{err}
 	}
 	if a := d.answering(ctx, db); a != nil {
-		return doneRow{row: a.Row(db.QueryRow(a.Ctx(), sql, args...)), ctx: ctx, done: done}
+		a.row = doneRow{row: db.QueryRow(a.Ctx(), sql, args...), a: a, ctx: ctx, done: done}
+		return &a.row
 	}
 	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: d.c.DropIfEnded(ctx, db, done)}
 }
@@ -869,17 +870,25 @@ func (r *doneRows) Close() {
 
 func (r *doneRows) Err() error { return Confirmed(r.ctx, explainPooler(r.Rows.Err())) }
 
-// doneRow gives the connection back once scanned. A row scanned after ctx,
-// its statement's, ended is not confirmed (Confirmed).
+// doneRow gives the connection back once scanned, and ends the statement
+// first (Answering.End) if it was sent under answering; that one is kept
+// in its Answering (Answering.row), which the statement allocated anyway.
+// A row scanned after ctx, its statement's, ended is not confirmed
+// (Confirmed).
 type doneRow struct {
 	row  pgx.Row
+	a    *Answering // nil: not sent under answering
 	ctx  context.Context
 	done func()
 }
 
 func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
-	return Confirmed(r.ctx, explainPooler(r.row.Scan(dest...)))
+	err := r.row.Scan(dest...)
+	if r.a != nil {
+		err = r.a.End(err)
+	}
+	return Confirmed(r.ctx, explainPooler(err))
 }
 
 // takenDB is a connection taken for a release (ReleaseNow), its errors
