@@ -385,12 +385,11 @@ func (c *Conns) takeAny(ctx context.Context, u use) (DB, func(), error) {
 		if err != nil {
 			return nil, nil, NotSentError(fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err))
 		}
-		db, done, err := c.takeFor(ctx, u)
+		db, done, err := c.takeFor(ctx, u) // done gives the bound back too (takeConn)
 		if err != nil {
 			c.claims.give()
-			return nil, nil, err
 		}
-		return db, func() { done(); c.claims.give() }, nil
+		return db, done, err
 	}
 	return c.takeFor(ctx, u)
 }
@@ -442,8 +441,13 @@ func (c *Conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if u == useClaim && c.reserve {
-		return conn, func() { c.keep(conn) }, nil
+	// A claim's connection from a pool is taken within the claims' bound
+	// (takeAny): its done gives that back too, in the one closure made.
+	switch {
+	case u == useClaim && c.reserve:
+		return conn, func() { c.keep(conn); c.claims.give() }, nil
+	case u == useClaim:
+		return conn, func() { conn.Release(); c.claims.give() }, nil
 	}
 	return conn, conn.Release, nil
 }
