@@ -114,10 +114,10 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[int]bool
 			}
 			return nil, fmt.Errorf("waiting for the heartbeat in flight: %w", err)
 		}
-		db, done, back := l.conns.ReleaseNow(ctx, had)
+		db, back := l.conns.ReleaseNow(ctx, had)
 		if db != nil {
 			got, err := l.releaseStatement(ctx, db, leases)
-			l.conns.DropIfEnded(ctx, db, done)()
+			l.conns.Released(ctx, db)
 			l.gate.LeaveRelease()
 			return got, err
 		}

@@ -295,7 +295,7 @@ func (c *Conns) drop(db DB) {
 func closeUnder(db DB) (closed *pgconn.PgConn, given bool) {
 	var pg *pgconn.PgConn
 	switch x := db.(type) {
-	case takenDB:
+	case *takenDB:
 		return closeUnder(x.db)
 	case pgxConn:
 		pg = x.Conn.Conn().PgConn()

@@ -432,8 +432,8 @@ func (c *Conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 			}
 			return c.takeReserve(ctx, u)
 		case useRelease:
-			if db, done, _ := c.reserveNow(ctx); db != nil {
-				return db, done, nil
+			if conn, _ := c.reserveNow(ctx); conn != nil {
+				return conn, func() { c.putBack(conn) }, nil
 			}
 		}
 	}
@@ -494,10 +494,10 @@ func (c *Conns) ReleasesWait() bool { return c.src != nil && !c.reserve }
 // reserveNow returns the reserve if it is free and there is one, without
 // waiting for anything but its check (checked). Otherwise it returns
 // nil, and back while the reserve is busy: the context that ends once it is
-// given back.
-func (c *Conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
+// given back. Whoever gets it gives it back with putBack.
+func (c *Conns) reserveNow(ctx context.Context) (PoolConn, context.Context) {
 	if !c.reserve {
-		return nil, nil, nil
+		return nil, nil
 	}
 	c.mu.Lock()
 	back := c.back // before the slot is tried: a reserve given back after the try ends it
@@ -505,14 +505,14 @@ func (c *Conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
 	select {
 	case c.slot <- struct{}{}:
 	default:
-		return nil, nil, back
+		return nil, back
 	}
 	conn := c.checked(ctx)
 	if conn == nil {
 		c.freeSlot()
-		return nil, nil, nil
+		return nil, nil
 	}
-	return conn, func() { c.putBack(conn) }, nil
+	return conn, nil
 }
 
 // ReleaseNow returns the DB a release statement runs on while no
@@ -523,19 +523,33 @@ func (c *Conns) reserveNow(ctx context.Context) (DB, func(), context.Context) {
 // held by jobs lose every lease that WithKeptConnection is there to keep.
 // On a DB that is not a pool, that DB: the heartbeat waits for its one
 // connection anyway. Otherwise ReleaseNow returns nil, and what
-// AwaitRelease waits for besides a pool connection.
-func (c *Conns) ReleaseNow(ctx context.Context, had PoolConn) (db DB, done func(), back context.Context) {
+// AwaitRelease waits for besides a pool connection. The statement done,
+// Released gives the DB back.
+func (c *Conns) ReleaseNow(ctx context.Context, had PoolConn) (db DB, back context.Context) {
 	switch {
 	case had != nil:
-		return takenDB{had}, had.Release, nil
+		return &takenDB{db: had}, nil
 	case c.src == nil:
-		return c.release, func() {}, nil
+		return c.release, nil
 	}
-	db, done, back = c.reserveNow(ctx)
-	if db == nil {
-		return nil, nil, back
+	conn, back := c.reserveNow(ctx)
+	if conn == nil {
+		return nil, back
 	}
-	return takenDB{db}, done, nil
+	return &takenDB{db: conn, c: c}, nil
+}
+
+// Released gives back db, which ReleaseNow returned for a statement sent
+// under ctx, once the statement is done, as DropIfEnded(ctx, db, done)()
+// would: one allocation for the DB, where a done of its own would be a
+// second.
+func (c *Conns) Released(ctx context.Context, db DB) {
+	if ctx.Err() != nil {
+		c.drop(db)
+	}
+	if t, ok := db.(*takenDB); ok {
+		t.back()
+	}
 }
 
 // AwaitRelease waits, outside the gate, for a pool connection for a
@@ -573,7 +587,7 @@ func (c *Conns) AwaitHeartbeat(ctx context.Context) (DB, func(), error) {
 	if err != nil {
 		return nil, nil, NotSentError(err)
 	}
-	return takenDB{conn}, conn.Release, nil
+	return &takenDB{db: conn}, conn.Release, nil
 }
 
 // freeSlot gives the slot back, and ends back for the releases waiting
@@ -895,16 +909,29 @@ func (r doneRow) Scan(dest ...any) error {
 	return Confirmed(r.ctx, explainPooler(err))
 }
 
-// takenDB is a connection taken for a release (ReleaseNow), its errors
-// explained and its successes confirmed as connDB's are.
-type takenDB struct{ db DB }
+// takenDB is a connection taken for a release (ReleaseNow) or a heartbeat
+// round (AwaitHeartbeat), its errors explained and its successes confirmed
+// as connDB's are.
+type takenDB struct {
+	db PoolConn
+	c  *Conns // the reserve's: back to its slot (putBack); nil: a pool connection, back to the pool
+}
 
-func (d takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+// back gives the connection back.
+func (d *takenDB) back() {
+	if d.c != nil {
+		d.c.putBack(d.db)
+		return
+	}
+	d.db.Release()
+}
+
+func (d *takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := d.db.Exec(ctx, sql, args...)
 	return tag, Confirmed(ctx, explainPooler(err))
 }
 
-func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (d *takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	rows, err := d.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, explainPooler(err)
@@ -912,8 +939,8 @@ func (d takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return &doneRows{Rows: rows, ctx: ctx, done: func() {}}, nil
 }
 
-func (d takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (d *takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return doneRow{row: d.db.QueryRow(ctx, sql, args...), ctx: ctx, done: func() {}}
 }
 
-func (d takenDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.db.Begin(ctx) }
+func (d *takenDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.db.Begin(ctx) }
