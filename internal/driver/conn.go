@@ -915,6 +915,12 @@ func (r doneRow) Scan(dest ...any) error {
 type takenDB struct {
 	db PoolConn
 	c  *Conns // the reserve's: back to its slot (putBack); nil: a pool connection, back to the pool
+	// rows are those of its latest Query, kept here rather than allocated
+	// apart: a connection runs one statement at a time (pgx refuses a
+	// Query while the rows of the previous one are open), and the
+	// statements of a release or a heartbeat round each close their rows
+	// before the next is sent, on the one goroutine that holds the DB.
+	rows doneRows
 }
 
 // back gives the connection back.
@@ -936,7 +942,8 @@ func (d *takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 	if err != nil {
 		return nil, explainPooler(err)
 	}
-	return &doneRows{Rows: rows, ctx: ctx, done: func() {}}, nil
+	d.rows = doneRows{Rows: rows, ctx: ctx, done: func() {}}
+	return &d.rows, nil
 }
 
 func (d *takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {

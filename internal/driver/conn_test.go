@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestClaimBound checks, with no server, how many pool connections claims
@@ -92,4 +94,56 @@ func TestClaimBound(t *testing.T) {
 			}
 		}
 	})
+}
+
+// fakeRows are rows of no row that report err, and count their Close.
+type fakeRows struct {
+	pgx.Rows
+	err    error
+	closed *int
+}
+
+func (r fakeRows) Next() bool { return false }
+func (r fakeRows) Close()     { *r.closed++ }
+func (r fakeRows) Err() error { return r.err }
+
+// fakeConn is a pool connection whose every Query returns fakeRows with
+// the error named by its SQL.
+type fakeConn struct {
+	PoolConn
+	closed, released int
+}
+
+func (c *fakeConn) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, error) {
+	return fakeRows{err: errors.New(sql), closed: &c.closed}, nil
+}
+func (c *fakeConn) Release() { c.released++ }
+
+// TestTakenDBRows checks the rows a taken connection keeps for its latest
+// Query (takenDB.rows): each statement, sent once the previous one's rows
+// are closed, reads its own rows and its own error, closing them closes
+// the driver's once, and the connection goes back to its pool once.
+func TestTakenDBRows(t *testing.T) {
+	t.Parallel()
+	conn := &fakeConn{}
+	d := &takenDB{db: conn}
+	for i, sql := range []string{"first", "second", "third"} {
+		rows, err := d.Query(context.Background(), sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		if err := rows.Err(); err == nil || err.Error() != sql {
+			t.Errorf("statement %q read the error %v", sql, err)
+		}
+		if conn.closed != i+1 {
+			t.Errorf("after statement %q, the driver's rows were closed %d times, want %d", sql, conn.closed, i+1)
+		}
+	}
+	d.back()
+	if conn.released != 1 {
+		t.Errorf("the connection was released %d times, want 1", conn.released)
+	}
 }
