@@ -95,7 +95,7 @@ func (l *Locker) claimFailed(ctx context.Context, e Event) (*Lease, error) {
 	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) && !errors.Is(e.Err, ErrClosed) {
 		e.Err = fmt.Errorf("%w: %w", e.Err, cause) // Close ended the claim
 	}
-	e.Err, e.Context = fmt.Errorf("pglease: claim %q: %w", e.Key, e.Err), ctx
+	e.Err, e.Context = &claimError{e.Key, e.Err}, ctx
 	l.cfg.emit(e)
 	return nil, e.Err
 }
@@ -411,13 +411,12 @@ func (l *Locker) claimOne(ctx context.Context, key string, t terms, lockWait tim
 const maxStaleClaims = 3
 
 // sendClaims is the coalescer's statement: the claim statement for a claim
-// alone that may wait on a row lock without bound (claimBound.mayWait),
-// the burst's (sqlstmt.ClaimAll) for a burst and for a claim alone that
-// may not. The
-// burst's waits on a row lock for burstLockWait, or for aloneLockWait when
-// it is one claim or claims may not wait without bound. When the burst's
-// statement fails on an error one row may cause (driver.RowError), each claim goes
-// again alone, so that one row fails only its own claim. Any other failure (the connection, the
+// alone that may wait on a row lock without bound (claimBound.mayWait), the
+// burst's (sqlstmt.ClaimAll) for a burst and for a claim alone that may not,
+// waiting on a row lock for burstLockWait (aloneLockWait for one claim, or
+// when claims may not wait without bound). When it fails on an error one
+// row may cause (driver.RowError), each claim goes again alone, so that one
+// row fails only its own claim; any other failure (the connection, the
 // server shutting down) fails every claim of the statement, with its cause.
 func (l *Locker) sendClaims(ctx context.Context, calls []claimCall, out []claimOutcome) {
 	sent := time.Now()

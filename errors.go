@@ -1,6 +1,9 @@
 package pglease
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
 
 // Sentinel errors. Every error pglease returns wraps one of these or the
 // driver's error with %w, so errors.Is works through the added context.
@@ -30,6 +33,18 @@ type optionError struct{ option, msg string }
 
 func (e *optionError) Error() string        { return "pglease: " + e.msg }
 func (e *optionError) Is(target error) bool { return target == ErrInvalidOption }
+
+// claimError is a claim's failure as fmt.Errorf("pglease: claim %q: %w")
+// words it, its text made only if read: a losing claim's is seldom logged.
+type claimError struct {
+	key string
+	err error
+}
+
+func (e *claimError) Error() string {
+	return "pglease: claim " + strconv.Quote(e.key) + ": " + e.err.Error()
+}
+func (e *claimError) Unwrap() error { return e.err }
 
 // ErrRevoked is wrapped by a lease's Err, and by its EventLost or
 // EventReleaseFailed, when an operator revoked it (Admin.Revoke). It is a

@@ -211,14 +211,13 @@ func (l *Locker) ClockSkew() (Skew, bool) {
 }
 
 // skewBound is the skew beyond which the Locker warns: half the shortest
-// min hold of the Locker and its jobs (Locker.Job).
-// The min hold keeps a replica whose timer fires later from running the
-// tick again only while it fires less than the min hold after the holder;
-// timers fire by each replica's wall clock, so two replicas' clocks must
-// differ by less than it. Each replica can only measure its own clock
-// against the database's, and two skews of half the min hold each, in
-// opposite directions, already add up to it: half is the most each may
-// show. Without min hold, skewWarnWithoutMinHold.
+// min hold of the Locker and its jobs (Locker.Job). The min hold keeps a
+// replica whose timer fires later from running the tick again only while
+// it fires less than the min hold after the holder; timers fire by each
+// replica's wall clock, so two replicas' clocks must differ by less than
+// it. Each replica measures only its own clock against the database's: two
+// skews of half the min hold in opposite directions already add up to it.
+// Without min hold, skewWarnWithoutMinHold.
 func (l *Locker) skewBound() time.Duration {
 	if hold := time.Duration(l.minHold.Load()); hold > 0 {
 		return hold / 2

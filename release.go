@@ -167,15 +167,13 @@ func (l *Locker) releaseAlone(ctx context.Context, r releasing) error {
 }
 
 // sendReleases is the coalescer's statement: the release statement once
-// for every release of batch (releaseOnce), one or many. The releases it
-// could not settle go again one by one, outside the coalescer, as an Unlock
-// alone always did (releaseRows): a row locked by another transaction
-// (skipped, and sent again until released), a second lease of a key already
-// in the burst (a lease lost to a re-entrant claim: the statement reports
-// by key), or a statement that failed on an error one row may cause
-// (driver.RowError). A row locked elsewhere thus never holds up the others'
-// outcomes, nor a place in flight. The release statement never waits on a
-// row lock, so a burst of releases cannot deadlock with a burst of claims.
+// for every release of batch (releaseOnce). The releases it could not
+// settle go again one by one, outside the coalescer (releaseRows): a row
+// locked elsewhere (skipped, sent again until released), a second lease of
+// a key in the burst (the statement reports by key), or a statement failed
+// on an error one row may cause (driver.RowError). A locked row never holds
+// up the others, nor a place in flight; the release statement never waits
+// on a row lock, so a burst of releases cannot deadlock with claims.
 func (l *Locker) sendReleases(ctx context.Context, batch []releasing, out []releaseResult) {
 	first := make(map[string]int, len(batch)) // each key's first lease, by index in leases
 	leases := make([]*Lease, 0, len(batch))
@@ -294,18 +292,14 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 	return l.proto.Release(ctx, db, rowsOf(leases))
 }
 
-// giveBackUnknown gives back what a claim of key may have committed unseen,
-// on exactly the lease it made: it first reads the row (harmless however
-// late it arrives), and expires it through the release statement only if
+// giveBackUnknown gives back what a claim of key may have committed unseen:
+// it reads the row (harmless however late), and expires it through the
+// release statement, on exactly that fence (a late one touches nothing), if
 // the row carries this holder, is live, and has a fence greater than any
-// this Locker knows of (known): a lease of its own that it never handed
-// out. The release matches that fence alone, so a release that arrives
-// late, after the Locker has claimed the key again, touches nothing. It is
-// sent within the claim's key turn, even if ctx has ended, within the
-// claim's timeout (givenUpGiveBack once ctx has ended); its read is not
-// sent under answering, so that it ends with its context. Without a fence
-// column each lease has a holder of its own, which the row does not tell
-// apart from a lease handed out: such a row lapses at its expiry.
+// this Locker knows of (known). It runs within the claim's key turn, even
+// once ctx has ended (within givenUpGiveBack); its read is not under
+// answering, so it ends with ctx. Without a fence column the row does not
+// tell such a lease from one handed out: it lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
 		return
