@@ -370,40 +370,18 @@ func (b *claimBound) give() {
 // hands a connection over even then) would send its cancel request at
 // once, which could reach the backend before the statement and be ignored.
 func (c *Conns) take(ctx context.Context, u use) (DB, func(), error) {
-	db, done, err := c.takeAny(ctx, u)
-	if err == nil && ctx.Err() != nil {
-		done()
-		return nil, nil, NotSentError(fmt.Errorf("its context ended while it waited for a connection: %w", context.Cause(ctx)))
-	}
-	return db, done, err
-}
-
-// takeAny is take, whether or not ctx has ended.
-func (c *Conns) takeAny(ctx context.Context, u use) (DB, func(), error) {
-	if u == useClaim && c.src != nil {
-		limit, err := c.claims.take(ctx)
-		if err != nil {
-			return nil, nil, NotSentError(fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err))
-		}
-		db, done, err := c.takeFor(ctx, u) // done gives the bound back too (takeConn)
-		if err != nil {
-			c.claims.give()
-		}
-		return db, done, err
-	}
-	return c.takeFor(ctx, u)
-}
-
-// takeFor is take without the bound on claims.
-func (c *Conns) takeFor(ctx context.Context, u use) (DB, func(), error) {
 	db, done, err := c.takeConn(ctx, u)
 	if err != nil {
 		return nil, nil, NotSentError(err)
 	}
+	if ctx.Err() != nil {
+		done()
+		return nil, nil, NotSentError(fmt.Errorf("its context ended while it waited for a connection: %w", context.Cause(ctx)))
+	}
 	return db, done, nil
 }
 
-// takeConn is takeFor, its errors unmarked.
+// takeConn is take, its errors unmarked, whether or not ctx has ended.
 func (c *Conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 	if c.src == nil {
 		// One connection (a *pgx.Conn) serves one statement at a time: the
@@ -437,19 +415,32 @@ func (c *Conns) takeConn(ctx context.Context, u use) (DB, func(), error) {
 			}
 		}
 	}
+	if u == useClaim {
+		return c.takeClaim(ctx)
+	}
 	conn, err := c.acquire(ctx, u == useHeartbeat)
 	if err != nil {
 		return nil, nil, err
 	}
-	// A claim's connection from a pool is taken within the claims' bound
-	// (takeAny): its done gives that back too, in the one closure made.
-	switch {
-	case u == useClaim && c.reserve:
-		return conn, func() { c.keep(conn); c.claims.give() }, nil
-	case u == useClaim:
-		return conn, func() { conn.Release(); c.claims.give() }, nil
-	}
 	return conn, conn.Release, nil
+}
+
+// takeClaim takes a pool connection for a claim within the claims' bound,
+// and gives back both, the bound last, in the one closure it returns.
+func (c *Conns) takeClaim(ctx context.Context) (DB, func(), error) {
+	limit, err := c.claims.take(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("waiting for one of the %d pool connections claims may hold at once (one is kept free for the heartbeat)%s: %w", limit, c.unreachableNote(), err)
+	}
+	conn, err := c.acquire(ctx, false)
+	if err != nil {
+		c.claims.give()
+		return nil, nil, err
+	}
+	if c.reserve {
+		return conn, func() { c.keep(conn); c.claims.give() }, nil
+	}
+	return conn, func() { conn.Release(); c.claims.give() }, nil
 }
 
 // takeReserve returns the reserve, taken from the pool if there is none; the
@@ -547,8 +538,12 @@ func (c *Conns) Released(ctx context.Context, db DB) {
 	if ctx.Err() != nil {
 		c.drop(db)
 	}
-	if t, ok := db.(*takenDB); ok {
+	switch t := db.(type) {
+	case *takenDB:
 		t.back()
+	case connDB: // a DB that is not a pool: each statement gave its connection back
+	default:
+		panic(fmt.Sprintf("driver: Released given a %T, which ReleaseNow never returns", db))
 	}
 }
 

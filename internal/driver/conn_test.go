@@ -147,3 +147,77 @@ func TestTakenDBRows(t *testing.T) {
 		t.Errorf("the connection was released %d times, want 1", conn.released)
 	}
 }
+
+// fakePool hands out fakeConns, or fails with err.
+type fakePool struct {
+	err   error
+	conns []*fakeConn
+}
+
+func (p *fakePool) get(context.Context) (PoolConn, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	c := &fakeConn{}
+	p.conns = append(p.conns, c)
+	return c, nil
+}
+func (p *fakePool) stat() (int, int, int) { return 0, 0, 2 }
+
+// TestTakeClaim checks, with no server, that a claim's connection is taken
+// within the claims' bound and that every way out gives the bound back
+// once: a connection the pool could not give, and a statement done.
+func TestTakeClaim(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("refused")
+	pool := &fakePool{err: refused}
+	c := &Conns{src: pool, slot: make(chan struct{}, 1), claims: claimBound{size: func() int { return 3 }}}
+	c.back, c.backCancel = context.WithCancel(context.Background())
+	// More claims than the bound of 2, each given up after a while rather
+	// than waiting forever for a bound never given back.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 5 { // each failure gave the bound back
+		if _, _, err := c.take(ctx, useClaim); !errors.Is(err, refused) {
+			t.Fatalf("a claim whose pool refused: %v", err)
+		}
+	}
+	pool.err = nil
+	for range 5 {
+		_, done, err := c.take(ctx, useClaim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+	}
+	for i, conn := range pool.conns {
+		if conn.released != 1 {
+			t.Errorf("connection %d was released %d times, want 1", i, conn.released)
+		}
+	}
+	if c.claims.held != 0 {
+		t.Errorf("the claims' bound holds %d after every claim was done, want 0", c.claims.held)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if _, _, err := c.take(ended, useClaim); !errors.Is(err, context.Canceled) {
+		t.Errorf("a claim whose context had ended: %v", err)
+	}
+	if c.claims.held != 0 {
+		t.Errorf("a claim whose context had ended kept %d of the claims' bound", c.claims.held)
+	}
+}
+
+// TestReleasedRefusesAStrangeDB checks that Released, given a DB that
+// ReleaseNow never returns, says so rather than silently keeping its
+// connection from the pool.
+func TestReleasedRefusesAStrangeDB(t *testing.T) {
+	t.Parallel()
+	c := &Conns{}
+	defer func() {
+		if recover() == nil {
+			t.Error("Released gave back a DB it does not know without a word")
+		}
+	}()
+	c.Released(context.Background(), &fakeConn{})
+}
