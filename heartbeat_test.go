@@ -19,6 +19,7 @@ import (
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // TestHeartbeat pins the heartbeat: it extends every lease in one
@@ -38,6 +39,11 @@ func TestHeartbeat(t *testing.T) {
 	// trust window does not move, and each lease is lost at the deadline
 	// its last confirmed round set.
 	t.Run("UnreplicatedRoundExtendsNothing", testHeartbeatUnreplicated)
+	// Guarantee: a round's read of why a lease was lost, given up at its
+	// own timeout while the round goes on, closes the round's connection:
+	// the cancel request pgx sent for it never reaches a later claim
+	// there (with a synchronous standby, it would cut that claim's wait).
+	t.Run("LossReadCancelRequestNeverReachesALaterClaim", testHeartbeatLossReadCancel)
 	// Guarantee: a held lease survives bursts of Unlocks on a pool of
 	// few connections without a kept connection. Each release takes its
 	// pool connection before its turn at the gate, where a waiting round
@@ -1027,4 +1033,65 @@ func testHeartbeatReportsEachLeasesOwnRow(t *testing.T) {
 			require.Zero(t, ev.Count(pglease.EventLost)-4, "no other lease lost")
 		})
 	}
+}
+
+// onStatement is a pgx tracer that calls before as each statement whose
+// text is sql starts.
+type onStatement struct {
+	sql    string
+	before func()
+}
+
+func (o onStatement) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if data.SQL == o.sql {
+		o.before()
+	}
+	return ctx
+}
+
+func (onStatement) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func testHeartbeatLossReadCancel(t *testing.T) {
+	t.Parallel()
+	ctx, direct, table := pgtest.Setup(t)
+	// Every cancel request lands 2.5 s late, and the reply to the round's
+	// loss read comes 600 ms late, past the read's own 250 ms: pgx sends a
+	// cancel request for it while the round's context is still live.
+	late := pgtest.NewLateCancel(t, 2500*time.Millisecond)
+	pool := pgtest.CancelRequestPool(t, direct.Config().ConnString(), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 3
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false } // a late request finds the next statement
+		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ConnConfig.Tracer = onStatement{sql: renderSQL(sqlstmt.LostRows, table), before: func() { late.DelayNextReply(600 * time.Millisecond) }}
+	})
+	l := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(20*time.Second), pglease.WithHeartbeatInterval(300*time.Millisecond))
+	pglease.SetCoalesceAll(l, false)
+	lease, err := l.Claim(ctx, "revoked")
+	require.NoError(t, err)
+	freeRow(ctx, t, direct, table, "locked")
+	end := pgtest.LockRow(t, direct, table, "locked")
+	defer end(false)
+	_, err = adminOf(t, direct, pglease.WithTable(table)).Revoke(ctx, "revoked")
+	require.NoError(t, err)
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked lease was not lost")
+	}
+	require.Positive(t, late.Sent(), "the loss read outlasted its timeout and pgx sent a cancel request for it: the case is the one described")
+
+	// A claim whose context never ends waits on the row lock until the
+	// late cancel request has landed, and half a second more.
+	go func() {
+		bound := time.Now().Add(10 * time.Second)
+		for late.Landed() == 0 && time.Now().Before(bound) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
+		end(false)
+	}()
+	got, err := l.Claim(context.WithoutCancel(ctx), "locked")
+	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited: the case is the one described")
+	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a heartbeat's loss read")
+	require.NoError(t, got.Unlock(ctx))
 }

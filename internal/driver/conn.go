@@ -519,7 +519,7 @@ func (c *Conns) reserveNow(ctx context.Context) (PoolConn, context.Context) {
 func (c *Conns) ReleaseNow(ctx context.Context, had PoolConn) (db DB, back context.Context) {
 	switch {
 	case had != nil:
-		return &takenDB{db: had}, nil
+		return &takenDB{db: had, c: c}, nil
 	case c.src == nil:
 		return c.release, nil
 	}
@@ -527,7 +527,7 @@ func (c *Conns) ReleaseNow(ctx context.Context, had PoolConn) (db DB, back conte
 	if conn == nil {
 		return nil, back
 	}
-	return &takenDB{db: conn, c: c}, nil
+	return &takenDB{db: conn, c: c, kept: true}, nil
 }
 
 // Released gives back db, which ReleaseNow returned for a statement sent
@@ -582,7 +582,7 @@ func (c *Conns) AwaitHeartbeat(ctx context.Context) (DB, func(), error) {
 	if err != nil {
 		return nil, nil, NotSentError(err)
 	}
-	return &takenDB{db: conn}, conn.Release, nil
+	return &takenDB{db: conn, c: c}, conn.Release, nil
 }
 
 // freeSlot gives the slot back, and ends back for the releases waiting
@@ -871,14 +871,20 @@ func (d connDB) answering(ctx context.Context, db DB) *Answering {
 // (Confirmed).
 type doneRows struct {
 	pgx.Rows
-	ctx  context.Context
-	done func()
-	once sync.Once
+	ctx   context.Context
+	done  func()
+	taken *takenDB // the rows' connection, if a takenDB: it checks ctx (takenDB.ended)
+	once  sync.Once
 }
 
 func (r *doneRows) Close() {
 	r.Rows.Close()
-	r.once.Do(r.done)
+	r.once.Do(func() {
+		if r.taken != nil {
+			r.taken.ended(r.ctx)
+		}
+		r.done()
+	})
 }
 
 func (r *doneRows) Err() error { return Confirmed(r.ctx, explainPooler(r.Rows.Err())) }
@@ -889,15 +895,19 @@ func (r *doneRows) Err() error { return Confirmed(r.ctx, explainPooler(r.Rows.Er
 // A row scanned after ctx, its statement's, ended is not confirmed
 // (Confirmed).
 type doneRow struct {
-	row  pgx.Row
-	a    *Answering // nil: not sent under answering
-	ctx  context.Context
-	done func()
+	row   pgx.Row
+	a     *Answering // nil: not sent under answering
+	ctx   context.Context
+	done  func()
+	taken *takenDB // the row's connection, if a takenDB: it checks ctx (takenDB.ended)
 }
 
 func (r doneRow) Scan(dest ...any) error {
 	defer r.done()
 	err := r.row.Scan(dest...)
+	if r.taken != nil {
+		r.taken.ended(r.ctx)
+	}
 	if r.a != nil {
 		err = r.a.End(err)
 	}
@@ -906,10 +916,16 @@ func (r doneRow) Scan(dest ...any) error {
 
 // takenDB is a connection taken for a release (ReleaseNow) or a heartbeat
 // round (AwaitHeartbeat), its errors explained and its successes confirmed
-// as connDB's are.
+// as connDB's are. Its statements may each run under a context of their
+// own (a round's loss read has its own timeout): a statement whose context
+// ended in flight closes the connection at once (Conns.drop), as connDB
+// does, since a cancel request pgx sent for it could land on whatever runs
+// there next, the next user's claim among them, whatever the context that
+// took the connection says.
 type takenDB struct {
-	db PoolConn
-	c  *Conns // the reserve's: back to its slot (putBack); nil: a pool connection, back to the pool
+	db   PoolConn
+	c    *Conns // drops the connection; nil only in tests
+	kept bool   // the reserve: back to its slot (putBack), not to the pool
 	// rows are those of its latest Query, kept here rather than allocated
 	// apart: a connection runs one statement at a time (pgx refuses a
 	// Query while the rows of the previous one are open), and the
@@ -920,29 +936,39 @@ type takenDB struct {
 
 // back gives the connection back.
 func (d *takenDB) back() {
-	if d.c != nil {
+	if d.kept {
 		d.c.putBack(d.db)
 		return
 	}
 	d.db.Release()
 }
 
+// ended closes the connection if ctx, a statement's, has ended: its cancel
+// request may still be on its way.
+func (d *takenDB) ended(ctx context.Context) {
+	if ctx.Err() != nil && d.c != nil {
+		d.c.drop(d.db)
+	}
+}
+
 func (d *takenDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := d.db.Exec(ctx, sql, args...)
+	d.ended(ctx)
 	return tag, Confirmed(ctx, explainPooler(err))
 }
 
 func (d *takenDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	rows, err := d.db.Query(ctx, sql, args...)
 	if err != nil {
+		d.ended(ctx)
 		return nil, explainPooler(err)
 	}
-	d.rows = doneRows{Rows: rows, ctx: ctx, done: func() {}}
+	d.rows = doneRows{Rows: rows, ctx: ctx, done: func() {}, taken: d}
 	return &d.rows, nil
 }
 
 func (d *takenDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return doneRow{row: d.db.QueryRow(ctx, sql, args...), ctx: ctx, done: func() {}}
+	return doneRow{row: d.db.QueryRow(ctx, sql, args...), ctx: ctx, done: func() {}, taken: d}
 }
 
 func (d *takenDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.db.Begin(ctx) }
