@@ -148,17 +148,17 @@ func WithListenDSN(dsn string) Option {
 	}}
 }
 
-// listenSource is where the listener takes its connection: the one of
-// WithListenDSN, probed through the DB the statements run on, or else one
-// of the pool's (startListener has checked that there is a pool).
+// listenSource is where the listener takes its connection (WithListenDSN's,
+// or the pool's: startListener checked), its probes sent as releases are.
 func (l *Locker) listenSource() listen.Source {
-	if cfg := l.cfg.listen; cfg != nil {
-		return listen.DialSource{Config: cfg, Send: func(ctx context.Context, sql string, args ...any) error {
-			_, err := l.conns.Release().Exec(ctx, sql, args...)
-			return err
-		}}
+	send := func(ctx context.Context, sql string, args ...any) error {
+		_, err := l.conns.Release().Exec(ctx, sql, args...)
+		return err
 	}
-	return listen.PoolSource{Pool: l.conns.Pool()}
+	if cfg := l.cfg.listen; cfg != nil {
+		return listen.DialSource{Config: cfg, Send: send}
+	}
+	return listen.PoolSource{Pool: l.conns.Pool(), Send: send}
 }
 
 // startListener starts the listener at the first waiting claim, on a pool

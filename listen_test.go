@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglease/pglease"
@@ -19,6 +20,7 @@ import (
 	"github.com/pglease/pglease/internal/pgbouncer"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // pollBound is how soon a polling waiter sees a release once its backoff
@@ -517,6 +519,12 @@ func TestListen(t *testing.T) {
 		require.Less(t, time.Since(released), 500*time.Millisecond, "woken by the notification received while probing")
 	})
 
+	// ProbeCancelRequestNeverReachesALaterClaim: a probe given up in flight
+	// (its Locker closed) on a pool whose pgx cancels by cancel request
+	// closes its connection: the late cancel request never reaches a later
+	// claim there (with a synchronous standby, it would cut its wait).
+	t.Run("ProbeCancelRequestNeverReachesALaterClaim", testListenProbeCancel)
+
 	// ResetConnectionMissesNoRelease: a listening connection reset by the
 	// network (RST) just before a release: the release is seen at once
 	// all the same, on a new connection.
@@ -784,4 +792,52 @@ func TestWithListenDSN(t *testing.T) {
 
 func errorContains(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
+}
+
+func testListenProbeCancel(t *testing.T) {
+	t.Parallel()
+	ctx, direct, table := pgtest.Setup(t)
+	late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
+	probing := make(chan struct{}, 1)
+	pool := pgtest.CancelRequestPool(t, direct.Config().ConnString(), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 3
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false } // a late request finds the next statement
+		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
+		cfg.ConnConfig.Tracer = onStatement{sql: sqlstmt.Probe, before: func() {
+			late.DelayNextReply(600 * time.Millisecond)
+			select {
+			case probing <- struct{}{}:
+			default:
+			}
+		}}
+	})
+	holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
+	waiter := pgtest.Locker(t, pool, table, "waiter")
+	_, got := holdAndWait(ctx, t, holder, waiter)
+	select {
+	case <-probing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no probe sent")
+	}
+	require.NoError(t, waiter.Close(ctx)) // the probe's context ends in flight
+	receive(t, got, 10*time.Second)
+	require.Positive(t, late.Sent(), "pgx sent a cancel request for the probe: the case is the one described")
+
+	// A claim whose context never ends waits on a row lock until the late
+	// cancel request has landed, and half a second more.
+	freeRow(ctx, t, direct, table, "locked")
+	end := pgtest.LockRow(t, direct, table, "locked")
+	defer end(false)
+	go func() {
+		bound := time.Now().Add(10 * time.Second)
+		for late.Landed() == 0 && time.Now().Before(bound) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
+		end(false)
+	}()
+	lease, err := holder.Claim(context.WithoutCancel(ctx), "locked")
+	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited: the case is the one described")
+	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a probe")
+	require.NoError(t, lease.Unlock(ctx))
 }

@@ -86,8 +86,13 @@ type Source interface {
 }
 
 // PoolSource listens on a connection hijacked from Pool, and sends probes
-// on another connection of it.
-type PoolSource struct{ Pool Pool }
+// through Send, the way releases are sent: a probe given up in flight
+// leaves its connection closed there, never back in the pool with a cancel
+// request on its way to whatever that connection runs next.
+type PoolSource struct {
+	Pool Pool
+	Send func(ctx context.Context, sql string, args ...any) error
+}
 
 // Conn takes a connection out of the pool for good.
 func (p PoolSource) Conn(ctx context.Context) (*pgx.Conn, error) {
@@ -98,15 +103,9 @@ func (p PoolSource) Conn(ctx context.Context) (*pgx.Conn, error) {
 	return pc.Hijack(), nil
 }
 
-// Exec runs sql on a connection of the pool, given back after.
+// Exec sends sql through Send.
 func (p PoolSource) Exec(ctx context.Context, sql string, args ...any) error {
-	pc, err := p.Pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("no connection to send the probe notification on: %w", err)
-	}
-	defer pc.Release()
-	_, err = pc.Exec(ctx, sql, args...)
-	return err
+	return p.Send(ctx, sql, args...)
 }
 
 // DialSource listens on a connection it dials with Config, of its own:

@@ -30,7 +30,11 @@ type run struct {
 // sends its probe on probeChannel.
 func start(t *testing.T, pool *pgxpool.Pool, table, probeChannel string, probeTimeout time.Duration) *run {
 	t.Helper()
-	return startOn(t, listen.PoolSource{Pool: pool}, table, probeChannel, probeTimeout)
+	send := func(ctx context.Context, sql string, args ...any) error {
+		_, err := pool.Exec(ctx, sql, args...)
+		return err
+	}
+	return startOn(t, listen.PoolSource{Pool: pool, Send: send}, table, probeChannel, probeTimeout)
 }
 
 // startOn is start on any source.
