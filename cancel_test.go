@@ -15,7 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -645,6 +647,112 @@ func TestClaimCancel(t *testing.T) {
 	// leaves the connection closed, and no lease is handed out after it
 	// whose commit's wait for a synchronous standby that request could cut.
 	t.Run("LateCancelRequestNeverReachesALaterClaim", testLateCancelRequest)
+
+	// Guarantee: a claim given up while its pool pings the idle connection
+	// it is about to hand over leaves no cancel request on its way to that
+	// connection's next statement (a claim among them): pgxpool gives the
+	// connection back once the ping returns, so the ping must not be
+	// cancelled at the claim's deadline (driver.NoDeadline).
+	t.Run("PoolsPingGivenUpNeverReachesALaterStatement/pgxpool", func(t *testing.T) { testPoolsPingGivenUp(t, pgxpoolPinged) })
+	t.Run("PoolsPingGivenUpNeverReachesALaterStatement/stdlib", func(t *testing.T) { testPoolsPingGivenUp(t, stdlibPinged) })
+}
+
+// pingedPool is a pool of conns connections whose statements are
+// cancelled by cancel request, dialled through late, as a Locker takes it,
+// and a way to run one statement on each of its connections at once.
+type pingedPool struct {
+	db     pglease.DB
+	onEach func(ctx context.Context, sql string, args ...any) []error
+}
+
+func pgxpoolPinged(t *testing.T, dsn string, late *pgtest.LateCancel) pingedPool {
+	t.Helper()
+	const conns = 2
+	pool := pgtest.CancelRequestPool(t, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = conns
+		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
+	})
+	return pingedPool{db: pool, onEach: func(ctx context.Context, sql string, args ...any) []error {
+		return onEachConn(conns, func() error {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Release()
+			_, err = c.Exec(context.WithoutCancel(ctx), sql, args...)
+			return err
+		})
+	}}
+}
+
+func stdlibPinged(t *testing.T, dsn string, late *pgtest.LateCancel) pingedPool {
+	t.Helper()
+	const conns = 2
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.DialFunc = late.Dial(cfg.DialFunc)
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 5 * time.Second}
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(conns)
+	t.Cleanup(func() { _ = db.Close() })
+	return pingedPool{db: pglease.SQL(db), onEach: func(ctx context.Context, sql string, args ...any) []error {
+		return onEachConn(conns, func() error {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.ExecContext(context.WithoutCancel(ctx), sql, args...)
+			return err
+		})
+	}}
+}
+
+// onEachConn runs f on n goroutines at once and returns their errors.
+func onEachConn(n int, f func() error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = f() })
+	}
+	wg.Wait()
+	return errs
+}
+
+func testPoolsPingGivenUp(t *testing.T, pinged func(*testing.T, string, *pgtest.LateCancel) pingedPool) {
+	t.Helper()
+	t.Parallel()
+	ctx, direct, table := pgtest.Setup(t)
+	late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
+	p := pinged(t, direct.Config().ConnString(), late)
+	l := pgtest.Locker(t, p.db, table, "holder", pglease.WithTTL(time.Minute))
+	pglease.SetCoalesceAll(l, false)
+	warm, err := l.Claim(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	// The pool pings a connection idle for over a second before it hands
+	// it over; its reply comes 600 ms late, past the claim's 200 ms.
+	time.Sleep(1100 * time.Millisecond)
+	late.DelayNextReply(600 * time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = l.Claim(cctx, "given-up")
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	gaveUp := time.Now()
+
+	// Once the ping returned and the pool has the connection back, a
+	// statement on each of its connections runs past the time a cancel
+	// request sent at the claim's deadline would land there.
+	time.Sleep(700 * time.Millisecond)
+	for _, err := range p.onEach(ctx, "SELECT pg_sleep($1)", time.Until(gaveUp.Add(3500*time.Millisecond)).Seconds()) {
+		require.NoError(t, err, "a statement whose context never ended was cancelled by a late cancel request of the pool's ping (%d sent)", late.Sent())
+	}
+	got, err := l.Claim(ctx, "after")
+	require.NoError(t, err)
+	require.NoError(t, got.Unlock(ctx))
 }
 
 // manyAtOnce is TestClaimCancel/ManyAtOnce, on a pool to the server or

@@ -56,12 +56,26 @@ var (
 type pgxPool struct{ p Pooler }
 
 func (p pgxPool) get(ctx context.Context) (PoolConn, error) {
-	conn, err := p.p.Acquire(ctx)
+	conn, err := p.p.Acquire(NoDeadline(ctx))
 	if err != nil {
 		return nil, err
 	}
 	return pgxConn{conn}, nil
 }
+
+// NoDeadline is ctx without its deadline: it ends when ctx does, but has
+// none to give. pgxpool pings a connection that idled under the deadline
+// of the context Acquire was given and, when that context ends first,
+// gives the connection back to the pool once the ping returns: a cancel
+// request pgx sent for the ping at that deadline (with
+// pgconn.CancelRequestContextWatcherHandler) would then be on its way to
+// the connection's next statement, a claim among them. Without a deadline,
+// that ping is never cancelled.
+func NoDeadline(ctx context.Context) context.Context { return noDeadline{ctx} }
+
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (p pgxPool) stat() (int, int, int) {
 	st := p.p.Stat()
@@ -375,6 +389,11 @@ func (c *Conns) take(ctx context.Context, u use) (DB, func(), error) {
 		return nil, nil, NotSentError(err)
 	}
 	if ctx.Err() != nil {
+		if c.src != nil {
+			// Its pool may have pinged it under ctx as it handed it over
+			// (pgx's stdlib does), and pgx sent a cancel request for that.
+			c.drop(db)
+		}
 		done()
 		return nil, nil, NotSentError(fmt.Errorf("its context ended while it waited for a connection: %w", context.Cause(ctx)))
 	}
@@ -460,13 +479,13 @@ func (c *Conns) takeReserve(ctx context.Context, u use) (DB, func(), error) {
 
 // checked returns the reserve, nil if there is none or if it was closed
 // while it idled (idle_session_timeout, a firewall, a pooler, a restart):
-// pgxpool would not have handed it out either, and it is dropped. The
-// caller holds the slot.
+// pgxpool would not have handed it out either, and it is dropped, as it is
+// when ctx ended while it was pinged. The caller holds the slot.
 func (c *Conns) checked(ctx context.Context) PoolConn {
 	c.mu.Lock()
 	conn, idle := c.held, time.Since(c.idleSince)
 	c.mu.Unlock()
-	if conn == nil || idle <= maxIdleUnchecked || conn.ping(ctx) == nil {
+	if conn == nil || idle <= maxIdleUnchecked || conn.ping(ctx) == nil && ctx.Err() == nil {
 		return conn
 	}
 	c.mu.Lock()
@@ -474,6 +493,7 @@ func (c *Conns) checked(ctx context.Context) PoolConn {
 		c.held = nil
 	}
 	c.mu.Unlock()
+	c.drop(conn)   // pinged as ctx ended: a cancel request pgx sent for the ping may be on its way
 	conn.Release() // the pool destroys a broken connection
 	return nil
 }

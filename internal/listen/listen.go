@@ -41,6 +41,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/driver"
 )
 
 const (
@@ -94,9 +96,10 @@ type PoolSource struct {
 	Send func(ctx context.Context, sql string, args ...any) error
 }
 
-// Conn takes a connection out of the pool for good.
+// Conn takes a connection out of the pool for good, waiting for it no
+// longer than ctx but without its deadline (driver.NoDeadline).
 func (p PoolSource) Conn(ctx context.Context) (*pgx.Conn, error) {
-	pc, err := p.Pool.Acquire(ctx)
+	pc, err := p.Pool.Acquire(driver.NoDeadline(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("no connection to LISTEN on: %w", err)
 	}
