@@ -1013,3 +1013,38 @@ func cancelsAround(ctx context.Context, t *testing.T, p *faultproxy.Proxy, app s
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
 }
+
+// TestClaimCancelOnAPoolConnection: a Locker given one *pgxpool.Conn (a
+// connection acquired from a pool whose pgx cancels by cancel request)
+// whose claim is given up in flight, its cancel request unanswered, closes
+// that connection as it does a *pgx.Conn: otherwise the late request lands
+// on its next claim there, whose commit's wait for a synchronous standby it
+// cuts, and that claim is reported done.
+func TestClaimCancelOnAPoolConnection(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	late := pgtest.NewLateCancel(t, 2500*time.Millisecond)
+	cpool, _ := late.Pool(t, pool.Config().ConnString(), 2)
+	pc, err := cpool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(pc.Release)
+	l := pgtest.Locker(t, pc, table, "holder", pglease.WithTTL(time.Minute))
+	warm, err := l.Claim(ctx, "warm") // the table check is done, the statement prepared
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	late.DelayNextReply(600 * time.Millisecond)
+	gctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+	_, err = l.Claim(gctx, "given-up")
+	cancel()
+	t.Logf("given-up claim: %v (closed: %v)", err, pc.Conn().IsClosed())
+	require.Positive(t, late.Sent(), "pgx sent a cancel request for the claim: the case is the one described")
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	require.Zero(t, late.Landed(), "the case: the cancel request has not landed yet")
+
+	got, err := claimUntilLanded(ctx, t, l, late, "free")
+	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
+		"the late cancel request was delivered: the case is the one described")
+	require.Error(t, err, "a lease was handed out whose commit's wait for the standby a late cancel request cut")
+	require.Nil(t, got)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
@@ -303,6 +304,12 @@ func closeUnder(db DB) (closed *pgconn.PgConn, given bool) {
 		pg = x.PgConn() // nil for lib/pq, which closes it itself after a cancel
 	case *pgx.Conn:
 		pg, given = x.PgConn(), true
+	case *pgxpool.Conn:
+		pg, given = x.Conn().PgConn(), true
+	case pgx.Tx:
+		if c := connOf(x); c != nil {
+			pg, given = c.PgConn(), true
+		}
 	}
 	if pg == nil {
 		return nil, false
@@ -316,8 +323,9 @@ func closeUnder(db DB) (closed *pgconn.PgConn, given bool) {
 }
 
 // OnOneConnection runs f on one connection of db (taken from it, when db
-// is a pool; db itself otherwise) and, when ctx ended before f returned,
-// closes that connection rather than give it back: a cancel request its
+// is a pool; db itself otherwise, a connection or a transaction on one)
+// and, when ctx ended before f returned, closes that connection rather
+// than give it back or use it again: a cancel request its
 // driver sent as ctx ended (pgx's CancelRequestContextWatcherHandler)
 // could otherwise land on its next statement, a Locker's claim among
 // them, and cut that commit's wait for a synchronous standby. Admin's and
@@ -330,7 +338,11 @@ func OnOneConnection(ctx context.Context, db DB, f func(DB) error) error {
 	case *SQLDB:
 		src = sqlPool{p}
 	default:
-		return f(db)
+		err := f(db)
+		if ctx.Err() != nil {
+			closeUnder(db)
+		}
+		return err
 	}
 	conn, err := src.get(ctx)
 	if err != nil {

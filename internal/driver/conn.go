@@ -882,6 +882,8 @@ func (d connDB) answering(ctx context.Context, db DB) *Answering {
 		return Answer(ctx, conn.PgConn(), true, &d.c.Closing)
 	case *pgx.Conn:
 		return Answer(ctx, conn.PgConn(), false, &d.c.Closing)
+	case *pgxpool.Conn:
+		return Answer(ctx, conn.Conn().PgConn(), false, &d.c.Closing)
 	}
 	return nil
 }

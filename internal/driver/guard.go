@@ -40,7 +40,27 @@ func Guard(ctx context.Context, tx pgx.Tx, t Table, m GuardLease) (err error) {
 		stmt, args = sqlstmt.UnfencedGuard, []any{m.Key, m.Holder, m.Table}
 	}
 	var one int
-	return tx.QueryRow(ctx, t.Render(stmt), args...).Scan(&one)
+	err = tx.QueryRow(ctx, t.Render(stmt), args...).Scan(&one)
+	if ctx.Err() != nil {
+		// pgx may have sent a cancel request for it, which could land on a
+		// later statement of the connection, a claim's among them: tx
+		// cannot commit, and its connection is used no more.
+		closeConnOf(tx)
+		if err == nil {
+			err = fmt.Errorf("its context ended while the guard statement ran: %w", context.Cause(ctx))
+		}
+	}
+	return err
+}
+
+// closeConnOf closes the connection under tx, when pglease can reach it
+// (a pgx transaction; not database/sql's).
+func closeConnOf(tx pgx.Tx) {
+	if conn := connOf(tx); conn != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), AnswerGrace)
+		_ = conn.Close(cctx)
+		cancel()
+	}
 }
 
 // Refuse leaves tx aborted after a Guard failed with err, and returns err:
@@ -59,6 +79,9 @@ func Refuse(ctx context.Context, tx pgx.Tx, err error, timeout time.Duration) er
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	rerr := execGuard(rctx, tx, sqlstmt.GuardRefused)
+	if rctx.Err() != nil {
+		closeConnOf(tx) // as in Guard: a cancel request may be on its way
+	}
 	if errors.As(rerr, &pgErr) || errors.Is(rerr, pgx.ErrTxClosed) {
 		return err // refused by the server, or tx had ended
 	}
