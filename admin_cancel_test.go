@@ -52,10 +52,8 @@ func claimUntilLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late
 // request on its way, a Locker's claim there, whose commit waits for a
 // synchronous standby that never answers, would be reported done.
 func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
-	t.Parallel()
 	for _, op := range []string{"Control", "Purge", "List", "Runs", "Migrate"} {
-		t.Run(op, func(t *testing.T) {
-			t.Parallel()
+		t.Run(op, func(t *testing.T) { // in turn: each starts a private server, whose start loads the machine
 			ctx, srv, pool, table := pgtest.PrivateSetup(t)
 			cfg, late := pgtest.LateCancelConfig(t, pool.Config().ConnString(), 2500*time.Millisecond)
 			cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
@@ -105,10 +103,8 @@ func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
 // claim's commit's wait for a synchronous standby, and the claim would be
 // reported done.
 func TestAdminCancelRequestOnAPoolConnection(t *testing.T) {
-	t.Parallel()
 	for _, kind := range []string{"PoolConn", "Tx"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
+		t.Run(kind, func(t *testing.T) { // in turn, as above
 			ctx, srv, pool, table := pgtest.PrivateSetup(t)
 			late := pgtest.NewLateCancel(t, 2500*time.Millisecond)
 			cpool, _ := late.Pool(t, pool.Config().ConnString(), 2)
