@@ -15,31 +15,12 @@ import (
 )
 
 // claimUntilLanded claims key with l under a context that ends 2 s after
-// late's cancel request landed (10 s at most), as testAdminCancelRequest.
+// late's cancel request landed (10 s at most).
 func claimUntilLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late *pgtest.LateCancel, key string) (*pglease.Lease, error) {
 	t.Helper()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		defer cancel()
-		bound := time.NewTimer(10 * time.Second)
-		defer bound.Stop()
-		for late.Landed() == 0 {
-			select {
-			case <-bound.C:
-				return
-			case <-cctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		select {
-		case <-time.After(2 * time.Second):
-		case <-cctx.Done():
-		}
-	}()
+	watched := late.AfterLanded(cctx, 2*time.Second, cancel)
 	got, err := l.Claim(cctx, key)
 	cancel()
 	<-watched

@@ -505,31 +505,7 @@ func testAdminCancelRequest(t *testing.T) {
 	// fails unless the late cancel request cuts that wait, which takes it
 	// milliseconds once the request landed. It is given up 2 s after the
 	// request landed (10 s at most), rather than at a fixed 6 s.
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		defer cancel()
-		bound := time.NewTimer(10 * time.Second)
-		defer bound.Stop()
-		for late.Landed() == 0 {
-			select {
-			case <-bound.C:
-				return
-			case <-cctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		select {
-		case <-time.After(2 * time.Second):
-		case <-cctx.Done():
-		}
-	}()
-	got, err := l.Claim(cctx, "free")
-	cancel()
-	<-watched
+	got, err := claimUntilLanded(ctx, t, l, late, "free")
 	require.Eventually(t, func() bool { return late.Landed() > 0 }, 10*time.Second, 50*time.Millisecond,
 		"the late cancel request was delivered: the case is the one described")
 	require.Error(t, err, "a lease was handed out whose commit's wait a late cancel request cut (%d WARNINGs)", warned.Load())

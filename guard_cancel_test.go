@@ -71,15 +71,9 @@ func TestGuardCancelRequestNeverReachesALaterClaim(t *testing.T) {
 			}
 			require.Positive(t, late.Sent(), "pgx sent a cancel request for the guard: the case is the one described")
 
-			go func() {
-				bound := time.Now().Add(10 * time.Second)
-				for late.Landed() == 0 && time.Now().Before(bound) {
-					time.Sleep(10 * time.Millisecond)
-				}
-				time.Sleep(500 * time.Millisecond)
-				end(false)
-			}()
+			landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
 			got, err := l.Claim(context.WithoutCancel(ctx), "locked")
+			<-landed
 			require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited")
 			require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a Guard")
 			require.NoError(t, got.Unlock(ctx))
@@ -126,15 +120,9 @@ func TestGuardRefusalsCancelRequestNeverReachesALaterClaim(t *testing.T) {
 	_ = tx.Rollback(context.Background())
 	require.Positive(t, late.Sent(), "pgx sent a cancel request for the refusal: the case is the one described")
 
-	go func() {
-		bound := time.Now().Add(10 * time.Second)
-		for late.Landed() == 0 && time.Now().Before(bound) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(500 * time.Millisecond)
-		end(false)
-	}()
+	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
 	got, err := l.Claim(context.WithoutCancel(ctx), "locked")
+	<-landed
 	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited")
 	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of Guard's refusal")
 	require.NoError(t, got.Unlock(ctx))

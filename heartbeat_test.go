@@ -1082,15 +1082,9 @@ func testHeartbeatLossReadCancel(t *testing.T) {
 
 	// A claim whose context never ends waits on the row lock until the
 	// late cancel request has landed, and half a second more.
-	go func() {
-		bound := time.Now().Add(10 * time.Second)
-		for late.Landed() == 0 && time.Now().Before(bound) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(500 * time.Millisecond)
-		end(false)
-	}()
+	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
 	got, err := l.Claim(context.WithoutCancel(ctx), "locked")
+	<-landed
 	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited: the case is the one described")
 	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a heartbeat's loss read")
 	require.NoError(t, got.Unlock(ctx))

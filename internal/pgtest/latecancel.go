@@ -102,6 +102,38 @@ func (l *LateCancel) Landed() int64 { return l.landed.Load() }
 // for d.
 func (l *LateCancel) DelayNextReply(d time.Duration) { l.replyDelay.Store(int64(d)) }
 
+// AfterLanded calls then once a cancel request of l has landed and wait
+// more, at once when ctx ends, or after 10 s when none landed, so that a
+// test's next step waits for the request its case is built on rather
+// than for a fixed time. The channel closes once then returned.
+func (l *LateCancel) AfterLanded(ctx context.Context, wait time.Duration, then func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer then()
+		bound := time.NewTimer(10 * time.Second)
+		defer bound.Stop()
+		poll := time.NewTicker(10 * time.Millisecond)
+		defer poll.Stop()
+		for l.Landed() == 0 {
+			select {
+			case <-bound.C:
+				return
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
+		}
+		after := time.NewTimer(wait)
+		defer after.Stop()
+		select {
+		case <-after.C:
+		case <-ctx.Done():
+		}
+	}()
+	return done
+}
+
 // lateCancelConn delays the 16-byte CancelRequest packet written on it.
 type lateCancelConn struct {
 	net.Conn
