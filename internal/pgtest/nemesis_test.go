@@ -13,7 +13,9 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, pgtest.ShortRun("^(TestStallWatch|TestLateCancelAfterLanded)$")) }
+func TestMain(m *testing.M) {
+	pgtest.Main(m, pgtest.ShortRun("^(TestStallWatch|TestLateCancelAfterLanded)$"))
+}
 
 func TestNemesisDBLosesTheReplyOfAStatementThatRan(t *testing.T) {
 	t.Parallel()
