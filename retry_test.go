@@ -96,6 +96,11 @@ func TestSerializationRetry(t *testing.T) {
 		}
 		wg.Wait()
 		claims.check(t)
+		for _, e := range events.All() {
+			if e.Err != nil && e.Kind != pglease.EventContended { // a failure the checks below count
+				t.Logf("%s %q (holder %s, took %s): %v", e.Kind, e.Key, e.Holder, e.Took, e.Err)
+			}
+		}
 		require.Zero(t, events.Count(pglease.EventLost), "leases lost")
 		require.Zero(t, events.Count(pglease.EventHeartbeatFailed), "heartbeat rounds failed")
 		require.Zero(t, events.Count(pglease.EventReleaseFailed), "releases failed")
