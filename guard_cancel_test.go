@@ -67,7 +67,7 @@ func TestGuardCancelRequestNeverReachesALaterClaim(t *testing.T) {
 			if gerr == nil {
 				_ = tx.Commit(context.Background()) // the application's own commit, on a context of its own
 			} else {
-				_ = tx.Rollback(context.Background())
+				require.Error(t, tx.Commit(context.Background()), "a Guard that failed left tx able to commit")
 			}
 			require.Positive(t, late.Sent(), "pgx sent a cancel request for the guard: the case is the one described")
 
@@ -117,7 +117,8 @@ func TestGuardRefusalsCancelRequestNeverReachesALaterClaim(t *testing.T) {
 	require.NoError(t, err)
 	gerr := lease.Guard(ctx, tx)
 	t.Logf("Guard: %v", gerr)
-	_ = tx.Rollback(context.Background())
+	require.ErrorIs(t, gerr, pglease.ErrLost)
+	require.Error(t, tx.Commit(context.Background()), "a Guard that failed left tx able to commit")
 	require.Positive(t, late.Sent(), "pgx sent a cancel request for the refusal: the case is the one described")
 
 	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })

@@ -64,7 +64,8 @@ func closeConnOf(tx pgx.Tx) {
 }
 
 // Refuse leaves tx aborted after a Guard failed with err, and returns err:
-// a failure the server raised in tx has aborted it already; any other (the
+// a failure the server raised in tx has aborted it already, and so has a
+// closed connection under tx; any other (the
 // lease had ended, the context ended before the statement went out, the
 // reply was lost, the connection is busy with a result set still open) is
 // made to abort it by sqlstmt.GuardRefused, sent even if ctx has ended,
@@ -75,6 +76,9 @@ func Refuse(ctx context.Context, tx pgx.Tx, err error, timeout time.Duration) er
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxClosed) {
 		return err
+	}
+	if conn := connOf(tx); conn != nil && conn.IsClosed() {
+		return fmt.Errorf("%w (the connection under tx is closed: tx cannot commit)", err) // as Guard leaves it when its context ended
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
