@@ -1078,6 +1078,8 @@ func testHeartbeatLossReadCancel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked lease was not lost")
 	}
+	require.ErrorIs(t, lease.Err(), pglease.ErrLost)
+	require.ErrorContains(t, lease.Err(), "reading which failed", "the loss says its read failed rather than naming one cause")
 	require.Positive(t, late.Sent(), "the loss read outlasted its timeout and pgx sent a cancel request for it: the case is the one described")
 
 	// A claim whose context never ends waits on the row lock until the

@@ -306,9 +306,9 @@ type loss struct {
 	sentinel error
 }
 
-// lossUnknown is the loss of a lease whose row could not be read, or read
-// as neither taken nor ended (a Guard whose transaction sees another
-// table by the name).
+// lossUnknown is the loss of a lease whose row was not found, or read as
+// neither taken nor ended (a Guard whose transaction sees another table
+// by the name); a read that failed says so.
 var lossUnknown = loss{"its row taken by a later lease or lapsed", ErrLost}
 
 // lossesOf reads why each lease among leases that a heartbeat round, a
@@ -348,12 +348,12 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 		return out
 	}
 	found, err := driver.LostRows(ctx, db, t, keys)
-	if err != nil {
-		return out
-	}
 	for i := range out {
 		ls := leases[i]
 		r, ok := found[ls.key]
+		if err != nil {
+			out[i] = loss{"its row taken by a later lease, revoked or lapsed (reading which failed: " + err.Error() + ")", ErrLost}
+		}
 		if !ok {
 			continue
 		}
