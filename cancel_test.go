@@ -434,57 +434,6 @@ func TestClaimCancel(t *testing.T) {
 		requireNoLiveRowOf(t, pool, table, "claimer", 0, "job")
 	})
 
-	// Guarantee: no goroutine outlives Locker.Close, also after a claim
-	// whose cancel request got no answer: the link to the server stalls
-	// while the claim waits on a row lock, its caller gives up, and the
-	// Locker is closed once Claim returned. The claim's connection, closed
-	// by pgx as answerGrace ends its statement's context, still sends a
-	// cancel request of its own (for up to 15 s) from a goroutine of its
-	// own after Close returned. Close waits for that clean-up: a Close
-	// still waiting for it closeHold after it began (past every bound of
-	// the Locker's own) sees the link heal, and the clean-up end as its
-	// cancel request is answered, rather than wait out pgx's 15 s; a Close
-	// that returned sooner is checked with the link still stalled.
-	t.Run("NothingOutlivesCloseAfterAnUnansweredCancel", func(t *testing.T) {
-		before := goleak.IgnoreCurrent()
-		ctx, pool, table := pgtest.Setup(t)
-		freeRow(ctx, t, pool, table, "job")
-		p := pgtest.Proxy(t, "")
-		app := pgtest.AppName("cancelleak")
-		l := pglease.NewLocker(pgtest.AppPool(t, "", p, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
-			pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(500*time.Millisecond))
-		end := pgtest.LockRow(t, pool, table, "job")
-		t.Cleanup(func() { end(false); p.SetMode(faultproxy.Forward) })
-
-		cctx, cancel := context.WithCancel(ctx)
-		res := make(chan error, 1)
-		go func() {
-			_, err := l.Claim(cctx, "job")
-			res <- err
-		}()
-		pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
-		p.SetMode(faultproxy.Stall)
-		cancel()
-		require.ErrorIs(t, <-res, context.Canceled)
-		const closeHold = 3 * answerGrace
-		closed := make(chan error, 1)
-		go func() { closed <- l.Close(ctx) }()
-		var closeErr error
-		select {
-		case closeErr = <-closed:
-		case <-time.After(closeHold):
-			require.Contains(t, goroutineStacks(), "asyncClose",
-				"Close still waits, the claim's connection's clean-up no longer runs: the case is not the one described")
-			p.SetMode(faultproxy.Forward)
-			closeErr = <-closed
-		}
-		require.NoError(t, closeErr)
-		err := goleak.Find(before)
-		if err != nil && strings.Contains(err.Error(), "asyncClose") {
-			t.Fatalf("a goroutine of the claim's connection outlives Close: %v", err)
-		}
-	})
-
 	// Guarantee: many claims given up at every phase at once (before a
 	// connection is had, in flight, as the reply comes back), on a Locker
 	// with a kept connection whose heartbeat extends a lease meanwhile and
@@ -1047,4 +996,59 @@ func TestClaimCancelOnAPoolConnection(t *testing.T) {
 		"the late cancel request was delivered: the case is the one described")
 	require.Error(t, err, "a lease was handed out whose commit's wait for the standby a late cancel request cut")
 	require.Nil(t, got)
+}
+
+// TestClaimCancelNothingOutlivesCloseAfterAnUnansweredCancel: no goroutine
+// outlives Locker.Close, also after a claim whose cancel request got no
+// answer: the link to the server stalls
+// while the claim waits on a row lock, its caller gives up, and the
+// Locker is closed once Claim returned. The claim's connection, closed
+// by pgx as answerGrace ends its statement's context, still sends a
+// cancel request of its own (for up to 15 s) from a goroutine of its
+// own after Close returned. Close waits for that clean-up: a Close
+// still waiting for it closeHold after it began (past every bound of
+// the Locker's own) sees the link heal, and the clean-up end as its
+// cancel request is answered, rather than wait out pgx's 15 s; a Close
+// that returned sooner is checked with the link still stalled.
+//
+// It runs alone, not in parallel: goleak sees the goroutines of every
+// test running beside it, the connections other tests close among them.
+func TestClaimCancelNothingOutlivesCloseAfterAnUnansweredCancel(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	ctx, pool, table := pgtest.Setup(t)
+	freeRow(ctx, t, pool, table, "job")
+	p := pgtest.Proxy(t, "")
+	app := pgtest.AppName("cancelleak")
+	l := pglease.NewLocker(pgtest.AppPool(t, "", p, app), pglease.WithTable(table), pglease.WithHolder("claimer"),
+		pglease.WithLogger(pgtest.Quiet), pglease.WithTimeout(500*time.Millisecond))
+	end := pgtest.LockRow(t, pool, table, "job")
+	t.Cleanup(func() { end(false); p.SetMode(faultproxy.Forward) })
+
+	cctx, cancel := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(cctx, "job")
+		res <- err
+	}()
+	pgtest.LockWaiter(t, pool, app, "pglease.synchronous_commit", 5*time.Second)
+	p.SetMode(faultproxy.Stall)
+	cancel()
+	require.ErrorIs(t, <-res, context.Canceled)
+	const closeHold = 3 * answerGrace
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	var closeErr error
+	select {
+	case closeErr = <-closed:
+	case <-time.After(closeHold):
+		require.Contains(t, goroutineStacks(), "asyncClose",
+			"Close still waits, the claim's connection's clean-up no longer runs: the case is not the one described")
+		p.SetMode(faultproxy.Forward)
+		closeErr = <-closed
+	}
+	require.NoError(t, closeErr)
+	err := goleak.Find(before)
+	if err != nil && strings.Contains(err.Error(), "asyncClose") {
+		t.Fatalf("a goroutine of the claim's connection outlives Close: %v", err)
+	}
 }
