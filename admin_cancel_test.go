@@ -32,8 +32,7 @@ func claimUntilLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late
 // context ends in flight, closes that connection: left open with the
 // request on its way, a Locker's claim there, whose commit waits for a
 // synchronous standby that never answers, would be reported done.
-func TestAdminCancelRequestOnAGivenConnection(t *testing.T) { //nolint:tparallel // its cases in turn: each starts a private server
-	t.Parallel()
+func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
 	for _, op := range []string{"Control", "Purge", "List", "Runs", "Migrate"} {
 		t.Run(op, func(t *testing.T) { // in turn: each starts a private server, whose start loads the machine
 			ctx, srv, pool, table := pgtest.PrivateSetup(t)
@@ -84,8 +83,7 @@ func TestAdminCancelRequestOnAGivenConnection(t *testing.T) { //nolint:tparallel
 // the pool the Locker claims on, the late cancel request would cut a
 // claim's commit's wait for a synchronous standby, and the claim would be
 // reported done.
-func TestAdminCancelRequestOnAPoolConnection(t *testing.T) { //nolint:tparallel // its cases in turn: each starts a private server
-	t.Parallel()
+func TestAdminCancelRequestOnAPoolConnection(t *testing.T) {
 	for _, kind := range []string{"PoolConn", "Tx"} {
 		t.Run(kind, func(t *testing.T) { // in turn, as above
 			ctx, srv, pool, table := pgtest.PrivateSetup(t)
