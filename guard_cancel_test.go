@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -33,7 +34,7 @@ func TestGuardCancelRequestNeverReachesALaterClaim(t *testing.T) {
 				cfg.MaxConns = 3
 				cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 				cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
-				cfg.ConnConfig.Tracer = onStatement{sql: renderSQL(sqlstmt.Guard, table), before: func() { late.DelayNextReply(600 * time.Millisecond) }}
+				cfg.ConnConfig.Tracer = onStatement{sql: renderSQL(sqlstmt.Guard, table), before: func(c *pgx.Conn) { late.DelayNextReplyOf(c, 600*time.Millisecond) }}
 			})
 			l := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(10*time.Second))
 			lease, err := l.Claim(ctx, "guarded")
@@ -94,7 +95,7 @@ func TestGuardRefusalsCancelRequestNeverReachesALaterClaim(t *testing.T) {
 		cfg.MaxConns = 3
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
-		cfg.ConnConfig.Tracer = onStatement{sql: sqlstmt.GuardRefused, before: func() { late.DelayNextReply(900 * time.Millisecond) }}
+		cfg.ConnConfig.Tracer = onStatement{sql: sqlstmt.GuardRefused, before: func(c *pgx.Conn) { late.DelayNextReplyOf(c, 900*time.Millisecond) }}
 	})
 	l := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second), pglease.WithHeartbeatInterval(200*time.Millisecond),
 		pglease.WithTimeout(400*time.Millisecond))

@@ -1039,12 +1039,12 @@ func testHeartbeatReportsEachLeasesOwnRow(t *testing.T) {
 // text is sql starts.
 type onStatement struct {
 	sql    string
-	before func()
+	before func(conn *pgx.Conn)
 }
 
-func (o onStatement) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+func (o onStatement) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if data.SQL == o.sql {
-		o.before()
+		o.before(conn)
 	}
 	return ctx
 }
@@ -1062,7 +1062,7 @@ func testHeartbeatLossReadCancel(t *testing.T) {
 		cfg.MaxConns = 3
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false } // a late request finds the next statement
 		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
-		cfg.ConnConfig.Tracer = onStatement{sql: renderSQL(sqlstmt.LostRows, table), before: func() { late.DelayNextReply(600 * time.Millisecond) }}
+		cfg.ConnConfig.Tracer = onStatement{sql: renderSQL(sqlstmt.LostRows, table), before: func(c *pgx.Conn) { late.DelayNextReplyOf(c, 600*time.Millisecond) }}
 	})
 	l := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(20*time.Second), pglease.WithHeartbeatInterval(300*time.Millisecond))
 	pglease.SetCoalesceAll(l, false)

@@ -802,24 +802,17 @@ func testListenProbeCancel(t *testing.T) {
 	t.Parallel()
 	ctx, direct, table := pgtest.Setup(t)
 	late := pgtest.NewLateCancel(t, 2500*time.Millisecond) // past pgx's wait for its answer
-	probing := make(chan struct{}, 1)
 	pool := pgtest.CancelRequestPool(t, direct.Config().ConnString(), func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 3
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false } // a late request finds the next statement
 		cfg.ConnConfig.DialFunc = late.Dial(cfg.ConnConfig.DialFunc)
-		cfg.ConnConfig.Tracer = onStatement{sql: sqlstmt.Probe, before: func() {
-			late.DelayNextReply(600 * time.Millisecond)
-			select {
-			case probing <- struct{}{}:
-			default:
-			}
-		}}
+		cfg.ConnConfig.Tracer = onStatement{sql: sqlstmt.Probe, before: func(c *pgx.Conn) { late.DelayNextReplyOf(c, 2*time.Second) }}
 	})
 	holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
 	waiter := pgtest.Locker(t, pool, table, "waiter")
 	_, got := holdAndWait(ctx, t, holder, waiter)
 	select {
-	case <-probing:
+	case <-late.ReplyHeld(): // the probe is in flight, its reply held back
 	case <-time.After(10 * time.Second):
 		t.Fatal("no probe sent")
 	}

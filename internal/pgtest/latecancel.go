@@ -26,6 +26,7 @@ import (
 type LateCancel struct {
 	delay      time.Duration
 	replyDelay atomic.Int64
+	held       chan struct{} // a reply DelayNextReplyOf holds back arrived
 	sent       atomic.Int64
 	landed     atomic.Int64
 	late       sync.WaitGroup
@@ -35,7 +36,7 @@ type LateCancel struct {
 // they are sent.
 func NewLateCancel(tb testing.TB, delay time.Duration) *LateCancel {
 	tb.Helper()
-	l := &LateCancel{delay: delay}
+	l := &LateCancel{delay: delay, held: make(chan struct{}, 1)}
 	tb.Cleanup(l.late.Wait)
 	return l
 }
@@ -102,6 +103,22 @@ func (l *LateCancel) Landed() int64 { return l.landed.Load() }
 // for d.
 func (l *LateCancel) DelayNextReply(d time.Duration) { l.replyDelay.Store(int64(d)) }
 
+// ReplyHeld receives once a reply that DelayNextReplyOf holds back has
+// arrived: its statement is in flight, sent and answered, until the delay
+// ends.
+func (l *LateCancel) ReplyHeld() <-chan struct{} { return l.held }
+
+// DelayNextReplyOf holds back what conn reads next for d, when l dialled
+// it (the next read of any connection of l otherwise): a statement's
+// reply, not the read of another connection that happens to come first.
+func (l *LateCancel) DelayNextReplyOf(conn *pgx.Conn, d time.Duration) {
+	if c, ok := conn.PgConn().Conn().(*lateCancelConn); ok {
+		c.replyDelay.Store(int64(d))
+		return
+	}
+	l.DelayNextReply(d)
+}
+
 // AfterLanded calls then once a cancel request of l has landed and wait
 // more, at once when ctx ends, or after 10 s when none landed, so that a
 // test's next step waits for the request its case is built on rather
@@ -137,9 +154,10 @@ func (l *LateCancel) AfterLanded(ctx context.Context, wait time.Duration, then f
 // lateCancelConn delays the 16-byte CancelRequest packet written on it.
 type lateCancelConn struct {
 	net.Conn
-	l      *LateCancel
-	mu     sync.Mutex
-	queued chan struct{} // closed once the delayed write was made
+	l          *LateCancel
+	replyDelay atomic.Int64 // DelayNextReplyOf
+	mu         sync.Mutex
+	queued     chan struct{} // closed once the delayed write was made
 }
 
 // cancelRequestCode is the protocol's code of a CancelRequest.
@@ -149,7 +167,17 @@ func (c *lateCancelConn) Read(b []byte) (int, error) {
 	if d := c.l.replyDelay.Swap(0); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	// Held back after the read, so that a read already waiting (pgx's
+	// background reader) when the delay was asked holds the reply too.
+	if d := c.replyDelay.Swap(0); d > 0 {
+		select {
+		case c.l.held <- struct{}{}:
+		default:
+		}
+		time.Sleep(time.Duration(d))
+	}
+	return n, err
 }
 
 func (c *lateCancelConn) Write(b []byte) (int, error) {
