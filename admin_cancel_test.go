@@ -27,6 +27,20 @@ func claimUntilLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late
 	return got, err
 }
 
+// claimPastLanded claims key with l under a context that never ends, its
+// row lock (end) held until late's cancel request landed and half a second
+// more, and requires that the claim got the lease: the late cancel request
+// of what (a statement given up earlier) never reached it.
+func claimPastLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late *pgtest.LateCancel, end func(bool), key, what string) {
+	t.Helper()
+	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
+	got, err := l.Claim(context.WithoutCancel(ctx), key)
+	<-landed
+	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited: the case is the one described")
+	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of %s", what)
+	require.NoError(t, got.Unlock(ctx))
+}
+
 // TestAdminCancelRequestOnAGivenConnection: an Admin (or Migrate) given a
 // single *pgx.Conn that cancels by cancel request, whose statement's
 // context ends in flight, closes that connection: left open with the

@@ -72,12 +72,7 @@ func TestGuardCancelRequestNeverReachesALaterClaim(t *testing.T) {
 			}
 			require.Positive(t, late.Sent(), "pgx sent a cancel request for the guard: the case is the one described")
 
-			landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
-			got, err := l.Claim(context.WithoutCancel(ctx), "locked")
-			<-landed
-			require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited")
-			require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a Guard")
-			require.NoError(t, got.Unlock(ctx))
+			claimPastLanded(ctx, t, l, late, end, "locked", "a Guard")
 		})
 	}
 }
@@ -122,10 +117,5 @@ func TestGuardRefusalsCancelRequestNeverReachesALaterClaim(t *testing.T) {
 	require.Error(t, tx.Commit(context.Background()), "a Guard that failed left tx able to commit")
 	require.Positive(t, late.Sent(), "pgx sent a cancel request for the refusal: the case is the one described")
 
-	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
-	got, err := l.Claim(context.WithoutCancel(ctx), "locked")
-	<-landed
-	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited")
-	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of Guard's refusal")
-	require.NoError(t, got.Unlock(ctx))
+	claimPastLanded(ctx, t, l, late, end, "locked", "Guard's refusal")
 }

@@ -1084,10 +1084,5 @@ func testHeartbeatLossReadCancel(t *testing.T) {
 
 	// A claim whose context never ends waits on the row lock until the
 	// late cancel request has landed, and half a second more.
-	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
-	got, err := l.Claim(context.WithoutCancel(ctx), "locked")
-	<-landed
-	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited: the case is the one described")
-	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a heartbeat's loss read")
-	require.NoError(t, got.Unlock(ctx))
+	claimPastLanded(ctx, t, l, late, end, "locked", "a heartbeat's loss read")
 }

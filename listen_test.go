@@ -825,10 +825,5 @@ func testListenProbeCancel(t *testing.T) {
 	freeRow(ctx, t, direct, table, "locked")
 	end := pgtest.LockRow(t, direct, table, "locked")
 	defer end(false)
-	landed := late.AfterLanded(ctx, 500*time.Millisecond, func() { end(false) })
-	lease, err := holder.Claim(context.WithoutCancel(ctx), "locked")
-	<-landed
-	require.Positive(t, late.Landed(), "the late cancel request was delivered while the claim waited: the case is the one described")
-	require.NoError(t, err, "a claim whose context never ended was cancelled by the late cancel request of a probe")
-	require.NoError(t, lease.Unlock(ctx))
+	claimPastLanded(ctx, t, holder, late, end, "locked", "a probe")
 }
