@@ -10,7 +10,9 @@
 //   - Each call gets its own result, the one Send returned at its index.
 //   - A call whose caller stops waiting before it is sent is never sent; one
 //     whose caller stops waiting after it was sent has its result handed to
-//     Orphan once the statement returns.
+//     Orphan once the statement returns, also when the result came as the
+//     caller stopped: a caller whose context has ended gets its cause. With
+//     no Orphan, a result that came is the caller's.
 //   - A statement is cancelled only once every caller in it has stopped
 //     waiting: one caller who gives up does not fail the others.
 //   - Wait returns once no goroutine of the Coalescer is left, an Orphan's
@@ -52,7 +54,7 @@ type Coalescer[Q, R any] struct {
 	held    bool // calls queue until Release
 	queue   []*call[Q, R]
 	onQueue func()     // called with mu held whenever a call is queued
-	running int        // goroutines of run
+	running int        // goroutines of run and of orphan
 	idle    *sync.Cond // signalled when running drops to 0; nil until Wait
 	ones    sync.Pool  // *one[Q, R]: the buffers of calls sent alone (alone)
 }
@@ -101,14 +103,23 @@ func (c *Coalescer[Q, R]) Do(ctx context.Context, q Q) (r R, handedOff bool, err
 
 	select {
 	case <-w.done:
-		return w.r, false, nil
+		if ctx.Err() == nil || c.Orphan == nil {
+			return w.r, false, nil
+		}
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {
 	case <-w.done:
-		return w.r, false, nil
+		if c.Orphan == nil {
+			return w.r, false, nil // nobody else would have it
+		}
+		// The result came as the caller stopped waiting: it goes to Orphan
+		// all the same, so that which of the two Do saw first decides
+		// nothing.
+		c.orphan(w)
+		return r, true, context.Cause(ctx)
 	default:
 	}
 	if !w.sent {
@@ -174,13 +185,28 @@ func (c *Coalescer[Q, R]) next() {
 	c.mu.Unlock()
 	go func() {
 		c.run(batch)
-		c.mu.Lock()
-		c.running--
-		if c.running == 0 && c.idle != nil {
-			c.idle.Broadcast()
-		}
-		c.mu.Unlock()
+		c.exit()
 	}()
+}
+
+// orphan hands the result of w, whose caller stopped waiting as it came,
+// to Orphan on a goroutine of its own, which Wait waits for. c.mu is held.
+func (c *Coalescer[Q, R]) orphan(w *call[Q, R]) {
+	c.running++
+	go func() {
+		c.Orphan(w.q, w.r)
+		c.exit()
+	}()
+}
+
+// exit ends a goroutine of the Coalescer.
+func (c *Coalescer[Q, R]) exit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running--
+	if c.running == 0 && c.idle != nil {
+		c.idle.Broadcast()
+	}
 }
 
 // Wait returns once no goroutine of the Coalescer is left: no statement,

@@ -62,6 +62,26 @@ func entry(t *testing.T, s *statements) int {
 	}
 }
 
+// lookedAtLate is a context whose first Done call says so on looking and
+// then waits for look to close: a caller that looks at its context and its
+// result only once the test has let both happen.
+type lookedAtLate struct {
+	context.Context
+	once    sync.Once
+	looking chan struct{}
+	look    chan struct{}
+}
+
+func (c *lookedAtLate) Done() <-chan struct{} {
+	first := false
+	c.once.Do(func() { first = true })
+	if first {
+		close(c.looking)
+		<-c.look
+	}
+	return c.Context.Done()
+}
+
 type result struct {
 	q, r      int
 	handedOff bool
@@ -110,6 +130,33 @@ func queuedBehindOne(t *testing.T, s *statements, c *Coalescer[int, int]) (out c
 	do(ctx3, c, 3, out)
 	waitN(t, queued, 2)
 	return out, leave2, leave3
+}
+
+// resultAsCallerLeft queues call 7 on a Coalescer with orphan, ends its
+// caller's context, sends its statement and lets it return, and only then
+// lets Do look at its context and its result; it returns what Do returned,
+// once every goroutine of the Coalescer has ended.
+func resultAsCallerLeft(t *testing.T, orphan func(q, r int)) result {
+	t.Helper()
+	s := newStatements()
+	c := &Coalescer[int, int]{Send: s.send, Limit: 1, Orphan: orphan}
+	onQueue, queued := queueOf(1)
+	c.Hold(onQueue)
+	inner, leave := context.WithCancel(context.Background())
+	ctx := &lookedAtLate{Context: inner, looking: make(chan struct{}), look: make(chan struct{})}
+	out := make(chan result, 1)
+	do(ctx, c, 7, out)
+	waitN(t, queued, 1)
+	<-ctx.looking // Do is about to wait
+	leave()
+	s.proceed <- struct{}{}
+	c.Release()
+	entry(t, s)
+	c.Wait() // the statement returned and its result was handed over
+	close(ctx.look)
+	r := <-out
+	c.Wait()
+	return r
 }
 
 func TestCoalescer(t *testing.T) {
@@ -224,6 +271,37 @@ func TestCoalescer(t *testing.T) {
 		}
 		if o := <-orphans; o != [2]int{2, 20} {
 			t.Fatalf("Orphan got %v, want [2 20]", o)
+		}
+	})
+
+	// The caller stops waiting, then its statement returns, and only then
+	// does Do look at either: both are ready at once. A random pick between
+	// the two would fail one run in two.
+	t.Run("HandsToOrphanAResultThatCameAsItsCallerLeft", func(t *testing.T) {
+		t.Parallel()
+		for range 64 {
+			orphans := make(chan [2]int, 1)
+			r := resultAsCallerLeft(t, func(q, r int) { orphans <- [2]int{q, r} })
+			if !r.handedOff || !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("the caller who left got %+v, want handed off with its cause", r)
+			}
+			select {
+			case o := <-orphans:
+				if o != [2]int{7, 70} {
+					t.Fatalf("Orphan got %v, want [7 70]", o)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the result never reached Orphan")
+			}
+		}
+	})
+
+	t.Run("WithoutOrphanGivesTheCallerAResultThatCameAsItLeft", func(t *testing.T) {
+		t.Parallel()
+		for range 64 {
+			if r := resultAsCallerLeft(t, nil); r.handedOff || r.err != nil || r.r != 70 {
+				t.Fatalf("the caller got %+v, want its result", r)
+			}
 		}
 	})
 
