@@ -60,7 +60,7 @@ func rewriteReleases(l *Locker, who string, rewrite func(string) string, gone st
 			return rewrite(t.Render(tmpl))
 		}
 		return t.Render(tmpl)
-	}, l.cfg.holder)
+	}, l.cfg.holder, l.cfg.ttl)
 }
 
 func quoteChannel(t driver.Table) string {

@@ -148,7 +148,7 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 			"a claim waiting on a row lock would leave the heartbeat none; allow two or more")
 	}
 	t, _ := driver.ParseTable(cfg.table) // checked by newConfig
-	proto, use := driver.Fenced(t.Render, cfg.holder), driver.ClaimFenced
+	proto, use := driver.Fenced(t.Render, cfg.holder, cfg.ttl), driver.ClaimFenced
 	if cfg.noFence {
 		forge := func() string { return cfg.holder + forgeSep + randomSuffix() }
 		proto = driver.Unfenced(t.Render, t.String(), t.Name.Sanitize(), cfg.holder+forgeSep, forge)

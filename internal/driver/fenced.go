@@ -24,11 +24,14 @@ type fenced struct {
 	releaseOneRunSQL, releaseOneRunQuietSQL string
 	holder                                  string
 	holderArg                               any // holder, boxed once: an argument of every claim and release
+	ttl                                     time.Duration
+	ttlArg                                  any // ttl in seconds, boxed once (ttlArgOf)
 }
 
 // Fenced is the protocol of holder on the table render names (it renders
-// each sqlstmt template for that table).
-func Fenced(render func(string) string, holder string) Protocol {
+// each sqlstmt template for that table), whose leases live ttl unless
+// their terms say otherwise.
+func Fenced(render func(string) string, holder string, ttl time.Duration) Protocol {
 	return &fenced{
 		claimSQL:              render(sqlstmt.Claim),
 		heartbeatSQL:          render(sqlstmt.Heartbeat),
@@ -45,7 +48,18 @@ func Fenced(render func(string) string, holder string) Protocol {
 		rowSQL:                render(sqlstmt.RowLease),
 		holder:                holder,
 		holderArg:             holder,
+		ttl:                   ttl,
+		ttlArg:                ttl.Seconds(),
 	}
+}
+
+// ttlArgOf is ttl in seconds, the argument of a claim: boxed once for the
+// Locker's own TTL, at each claim for a job's of its own.
+func (p *fenced) ttlArgOf(ttl time.Duration) any {
+	if ttl == p.ttl {
+		return p.ttlArg
+	}
+	return ttl.Seconds()
 }
 
 func (p *fenced) Bursts() bool { return true }
@@ -63,7 +77,7 @@ func (p *fenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait tim
 	}
 	r, err := retried(ctx, func() (result, error) {
 		c := Claimed{Holder: p.holder}
-		err := db.QueryRow(ctx, p.claimSQL, key, p.holderArg, ttl.Seconds()).Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+		err := db.QueryRow(ctx, p.claimSQL, key, p.holderArg, p.ttlArgOf(ttl)).Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
 		c, ok, err := claimOutcomeOf(c, err)
 		return result{c, ok}, err
 	})
@@ -191,7 +205,7 @@ var (
 // row came back, and the statement's error, which may come after the row
 // (at its commit).
 func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Lease) (bool, error) {
-	args := []any{p.holderArg, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait}
+	args := append(make([]any, 0, 6), p.holderArg, m.Key, m.Fence, m.MinHold.Seconds(), ReleaseLockWait) // room for a run's: one allocation
 	if m.Run != "" {
 		args = append(args, m.Run)
 	}

@@ -40,7 +40,7 @@ func (p pgTable) DB() driver.DB { return p.pool }
 
 // Protocol renders the statements for the table as a Locker does.
 func (p pgTable) Protocol(holder string) driver.Protocol {
-	return driver.Fenced(func(tmpl string) string { return sqlstmt.Render(tmpl, pgx.Identifier{p.name}) }, holder)
+	return driver.Fenced(func(tmpl string) string { return sqlstmt.Render(tmpl, pgx.Identifier{p.name}) }, holder, time.Hour)
 }
 
 // Advance waits d, and a little more: the server's clock runs on the wall

@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -23,6 +24,14 @@ var claimCases = []testCase{
 		require.True(c, ok)
 		assert.Greater(c, waited.Fence, got.Fence)
 		c.requireRow("w", "a", waited.Fence, true)
+	}},
+	{"EachClaimExpiresAfterItsOwnTTL", func(c *tc) {
+		// The protocol's own TTL and another, in turn: each claim's expiry
+		// is its own TTL after its acquisition.
+		for i, ttl := range []time.Duration{long, c.short, long, c.short} {
+			got := c.claim(c.a, fmt.Sprintf("k%d", i), ttl)
+			assert.Equal(c, ttl, got.ExpiresAt.Sub(got.AcquiredAt), "claim %d", i)
+		}
 	}},
 	{"ALiveRowOfAnotherHolderRefusesAndIsUnchanged", func(c *tc) {
 		got := c.claim(c.a, "k", long)

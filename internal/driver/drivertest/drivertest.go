@@ -34,7 +34,8 @@ type Harness struct {
 type Table interface {
 	// DB is what the Protocol's statements are sent on.
 	DB() driver.DB
-	// Protocol is the fenced protocol of holder on this table.
+	// Protocol is the fenced protocol of holder on this table, of a
+	// Locker whose own TTL is an hour: the TTL of the cases' long leases.
 	Protocol(holder string) driver.Protocol
 	// Advance lets at least d of server time pass: a fake moves its
 	// clock, a real server is waited for.
