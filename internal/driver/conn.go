@@ -70,8 +70,13 @@ func (p pgxPool) get(ctx context.Context) (PoolConn, error) {
 // request pgx sent for the ping at that deadline (with
 // pgconn.CancelRequestContextWatcherHandler) would then be on its way to
 // the connection's next statement, a claim among them. Without a deadline,
-// that ping is never cancelled.
-func NoDeadline(ctx context.Context) context.Context { return noDeadline{ctx} }
+// that ping is never cancelled. A ctx with no deadline is returned as is.
+func NoDeadline(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok {
+		return ctx
+	}
+	return noDeadline{ctx}
+}
 
 type noDeadline struct{ context.Context }
 

@@ -221,3 +221,29 @@ func TestReleasedRefusesAStrangeDB(t *testing.T) {
 	}()
 	c.Released(context.Background(), &fakeConn{})
 }
+
+// TestNoDeadline: the context pgxpool is asked for a connection under has
+// no deadline, yet ends with the caller's; one that had none is the
+// caller's own.
+func TestNoDeadline(t *testing.T) {
+	t.Parallel()
+	plain, stop := context.WithCancel(context.Background())
+	defer stop()
+	if got := NoDeadline(plain); got != plain {
+		t.Fatalf("a context with no deadline came back as %v, want itself", got)
+	}
+	timed, cancel := context.WithTimeout(context.Background(), time.Hour)
+	got := NoDeadline(timed)
+	if _, ok := got.Deadline(); ok {
+		t.Fatal("the context given for the pool's connection has a deadline")
+	}
+	cancel()
+	select {
+	case <-got.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the context without the deadline did not end with the caller's")
+	}
+	if !errors.Is(got.Err(), context.Canceled) {
+		t.Fatalf("it ended with %v, want the caller's error", got.Err())
+	}
+}
