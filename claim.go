@@ -211,7 +211,6 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		tick:       tickOf(s),
 		expiresAt:  s.c.ExpiresAt,
 		trustUntil: trustUntil,
-		done:       make(chan struct{}),
 	}
 	// Reported before the lease becomes visible to the heartbeat and Close,
 	// so that its end can never be reported before its start.

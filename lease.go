@@ -37,10 +37,11 @@ type Lease struct {
 	trustUntil   trust.Deadline // sent_at + its TTL - margin of the last claim or heartbeat
 	trustTimer   *time.Timer    // ends the lease at trustUntil, whatever else is going on
 	err          error          // nil while held
-	done         chan struct{}
-	skippedSince time.Time // when a round first found its row locked; zero once extended
-	released     bool      // a release was attempted
-	releaseErr   error     // its outcome, returned by later Unlocks
+	done         chan struct{}  // made by the first Done, if any (few leases are watched so)
+	ended        bool           // end has run to its last step: Done is closed
+	skippedSince time.Time      // when a round first found its row locked; zero once extended
+	released     bool           // a release was attempted
+	releaseErr   error          // its outcome, returned by later Unlocks
 	watchers     map[int]func(error)
 	nextWatch    int
 }
@@ -75,7 +76,17 @@ func (ls *Lease) ExpiresAt() time.Time {
 }
 
 // Done is closed once the lease ends: released, lost, or its Locker closed.
-func (ls *Lease) Done() <-chan struct{} { return ls.done }
+func (ls *Lease) Done() <-chan struct{} {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.done == nil {
+		ls.done = make(chan struct{})
+		if ls.ended {
+			close(ls.done)
+		}
+	}
+	return ls.done
+}
 
 // Err is nil while the lease is held. Once it ends, Err wraps ErrLost if it
 // was lost (taken, lapsed, or past its trust deadline); otherwise it is
@@ -294,7 +305,12 @@ func (ls *Lease) end(err error, report func()) bool {
 		report() // before Done: whoever sees Done closed finds the loss reported
 	}
 	ls.locker.reg.remove(ls)
-	close(ls.done)
+	ls.mu.Lock()
+	ls.ended = true
+	if ls.done != nil {
+		close(ls.done)
+	}
+	ls.mu.Unlock()
 	return true
 }
 

@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +125,58 @@ func TestLockerLogic(t *testing.T) {
 			t.Fatal("b's lease ended: ", taken.Err())
 		default:
 		}
+	})
+
+	// Done is made by its first call: asked before the end or after it, it
+	// is closed once the end is reported, never before.
+	t.Run("DoneClosesOnceTheEndIsReportedWhenAskedBeforeOrAfter", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Ctx(t)
+		tbl := fakedriver.NewTable()
+		var lostReported atomic.Bool
+		a, err := pglease.NewLockerOn(func(h string) driver.Protocol { return tbl.Protocol(h) }, pglease.WithHolder("a"), pglease.WithTTL(ttl), pglease.WithLogger(pgtest.Quiet),
+			pglease.WithHook(func(e pglease.Event) {
+				if e.Kind == pglease.EventLost {
+					lostReported.Store(true)
+				}
+			}))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Close(context.Background()) })
+		closed := func(done <-chan struct{}) bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		}
+
+		before, err := a.Claim(ctx, "before")
+		require.NoError(t, err)
+		done := before.Done()
+		require.False(t, closed(done), "Done of a held lease")
+		require.True(t, done == before.Done(), "every call returns the one channel")
+		require.NoError(t, before.Unlock(ctx))
+		require.True(t, closed(done), "Done asked before Unlock is closed once Unlock returned")
+
+		after, err := a.Claim(ctx, "after")
+		require.NoError(t, err)
+		require.NoError(t, after.Unlock(ctx))
+		require.True(t, closed(after.Done()), "Done asked only after Unlock is closed")
+
+		lost, err := a.Claim(ctx, "lost")
+		require.NoError(t, err)
+		done = lost.Done()
+		tbl.Advance(time.Hour)
+		b, _ := newLocker(t, tbl, "b")
+		_, err = b.Claim(ctx, "lost")
+		require.NoError(t, err)
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("a's heartbeat never noticed the row taken")
+		}
+		require.True(t, lostReported.Load(), "whoever sees Done closed finds the loss reported")
 	})
 
 	t.Run("ReleaseWaitsForTheHeartbeatInFlight", func(t *testing.T) {
