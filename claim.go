@@ -258,22 +258,18 @@ func (l *Locker) supersede(key, why string) {
 }
 
 // maxBurstLockWait is the longest a burst's claim statement waits on one row
-// lock (lock_timeout) before its claims are sent again one by one. A claim
-// in flight of another replica holds its row for one commit, a few
-// milliseconds on a durable server; only a row locked for longer (an open
-// transaction) costs the burst this wait and a second round trip. It is
-// also how long a claim sent alone keeps its place in flight while it
-// waits on a row lock (coalesce.Coalescer.Linger): after that, the claims queued
-// behind it go without it.
+// lock (lock_timeout) before its claims are sent again one by one: another
+// replica's claim holds a row for one commit, a few milliseconds; only an
+// open transaction costs this wait. It is also how long a claim sent alone
+// keeps its place in flight (coalesce.Coalescer.Linger) while it waits on
+// a row lock.
 const maxBurstLockWait = 500 * time.Millisecond
 
-// maxAloneLockWait is the longest the statement of one claim sent with a
-// lock wait (when claims may not wait on a row lock without bound,
-// claimBound.mayWait) waits on its row's lock before it gives its
-// connection back, to be sent again after a pause, as a release is
-// (firstLockedRetry doubling to maxLockedRetry): far longer than a claim of
-// another replica holds a row, one commit, and the longest a claim of a
-// free key waits for a connection behind claims of rows locked elsewhere.
+// maxAloneLockWait is the longest one claim sent with a lock wait (when
+// claims may not wait on a row lock without bound, claimBound.mayWait)
+// waits on its row's lock before it gives its connection back, to be sent
+// again after a pause as a release is: far longer than one commit, and the
+// longest a claim of a free key waits for a connection behind it.
 const maxAloneLockWait = 50 * time.Millisecond
 
 // claimOutcome is what the statement that carried one claim said of it.

@@ -72,7 +72,9 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 		return terms{}, err
 	}
 	if lower(&l.minTTL, c.ttl) {
-		l.rewatch() // the watchdog may be asleep for a longer TTL's slice
+		// A lease of the new job must not wait for a longer TTL's slice of
+		// the watchdog to be found past its trust deadline.
+		l.watchdog.Cut()
 	}
 	if c.minHold > 0 {
 		lower(&l.minHold, c.minHold)

@@ -135,7 +135,7 @@ func (ls *Lease) Context(parent context.Context) (context.Context, context.Cance
 // "Lease.Unlock".
 func (ls *Lease) Unlock(ctx context.Context) error {
 	mustContext(ctx, "Unlock")
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.terms.timeout)
+	ctx, cancel := context.WithTimeout(driver.Uncancelled(ctx), ls.terms.timeout)
 	defer cancel()
 	return ls.locker.release(ctx, ls, ErrReleased)
 }
@@ -173,14 +173,10 @@ func (l *Locker) trustDeadline(sent time.Time, ttl time.Duration) trust.Deadline
 // minWatch is the shortest slice the watchdog sleeps (see watchSlice).
 const minWatch = 10 * time.Millisecond
 
-// watchSlice is how often the watchdog checks every held lease: the trust
-// margin of the shortest TTL the Locker hands out (its own or a job's,
-// Locker.shortestTTL), at least minWatch. Go's timers run on the monotonic
-// clock, so the timer of a lease sleeps through a suspend and would fire
-// long after the wall clock had passed its deadline; the watchdog ends such a lease within
-// one slice of the resume, even while the heartbeat is stuck on a database
-// that is no longer there. One timer per Locker, not a short timer per
-// lease: a thousand leases cost one wakeup per slice, not a thousand.
+// watchSlice is how often the watchdog (trust.Watchdog: it ends a lease
+// whose timer slept through a suspend within one slice of the resume)
+// checks every held lease: the trust margin of the shortest TTL the Locker
+// hands out (Locker.shortestTTL), at least minWatch. One timer per Locker.
 func watchSlice(ttl time.Duration) time.Duration { return max(trustMargin(ttl), minWatch) }
 
 // newWatchdog is the Locker's watchdog: every slice of its shortest TTL
@@ -206,15 +202,6 @@ func (l *Locker) watch() {
 		l.watchdog.Start()
 	}
 }
-
-// rewatch cuts the watchdog's current sleep to the slice of the shortest
-// TTL, which Locker.Job has just lowered: a lease of the new job must not
-// wait for a longer TTL's slice to be found past its trust deadline.
-func (l *Locker) rewatch() { l.watchdog.Cut() }
-
-// unwatch stops the watchdog for good: Close calls it once every lease has
-// ended.
-func (l *Locker) unwatch() { l.watchdog.Stop() }
 
 // checkTrust ends the lease once its local trust deadline has passed on
 // either clock: past it, the server may already have let another holder in.

@@ -465,7 +465,7 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 // to the pool and waits, within ctx, for the connections closed after a
 // cancel request to finish closing.
 func (l *Locker) closeConnections(ctx context.Context) []error {
-	l.unwatch()
+	l.watchdog.Stop() // for good: every lease has ended
 	l.conns.Close()
 	if err := l.conns.Closing.Wait(ctx); err != nil {
 		return []error{fmt.Errorf("pglease: close: %w", err)}

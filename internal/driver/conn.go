@@ -80,6 +80,16 @@ func NoDeadline(ctx context.Context) context.Context {
 
 type noDeadline struct{ context.Context }
 
+// Uncancelled is context.WithoutCancel(ctx), or ctx itself when it has
+// neither a deadline nor an end: one allocation fewer on every Unlock
+// given such a context.
+func Uncancelled(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
 func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (p pgxPool) stat() (int, int, int) {

@@ -247,3 +247,27 @@ func TestNoDeadline(t *testing.T) {
 		t.Fatalf("it ended with %v, want the caller's error", got.Err())
 	}
 }
+
+// TestUncancelled: Unlock's statements never end with its caller's
+// context; one that can end neither is the caller's own.
+func TestUncancelled(t *testing.T) {
+	t.Parallel()
+	plain := context.WithValue(context.Background(), t, "v")
+	if got := Uncancelled(plain); got != plain {
+		t.Fatalf("a context that never ends came back as %v, want itself", got)
+	}
+	for _, parent := range []func() (context.Context, context.CancelFunc){
+		func() (context.Context, context.CancelFunc) { return context.WithCancel(plain) },
+		func() (context.Context, context.CancelFunc) { return context.WithTimeout(plain, time.Hour) },
+	} {
+		ctx, cancel := parent()
+		got := Uncancelled(ctx)
+		cancel()
+		if _, ok := got.Deadline(); ok || got.Done() != nil || got.Err() != nil {
+			t.Fatalf("Uncancelled of a context that ends: deadline, end or error (%v)", got.Err())
+		}
+		if got.Value(t) != "v" {
+			t.Fatal("Uncancelled lost the caller's values")
+		}
+	}
+}
