@@ -155,7 +155,7 @@ func TestLockerLogic(t *testing.T) {
 		require.NoError(t, err)
 		done := before.Done()
 		require.False(t, closed(done), "Done of a held lease")
-		require.True(t, done == before.Done(), "every call returns the one channel")
+		require.Equal(t, done, before.Done(), "every call returns the one channel")
 		require.NoError(t, before.Unlock(ctx))
 		require.True(t, closed(done), "Done asked before Unlock is closed once Unlock returned")
 
