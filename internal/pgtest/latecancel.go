@@ -103,9 +103,9 @@ func (l *LateCancel) Landed() int64 { return l.landed.Load() }
 // for d.
 func (l *LateCancel) DelayNextReply(d time.Duration) { l.replyDelay.Store(int64(d)) }
 
-// ReplyHeld receives once a reply that DelayNextReplyOf holds back has
-// arrived: its statement is in flight, sent and answered, until the delay
-// ends.
+// ReplyHeld receives once a read that DelayNextReply or DelayNextReplyOf
+// holds back has begun: its statement is in flight, sent (and, held by
+// DelayNextReplyOf, answered), until the delay ends.
 func (l *LateCancel) ReplyHeld() <-chan struct{} { return l.held }
 
 // DelayNextReplyOf holds back what conn reads next for d, when l dialled
@@ -165,19 +165,24 @@ const cancelRequestCode = 80877102
 
 func (c *lateCancelConn) Read(b []byte) (int, error) {
 	if d := c.l.replyDelay.Swap(0); d > 0 {
-		time.Sleep(time.Duration(d))
+		c.l.hold(time.Duration(d))
 	}
 	n, err := c.Conn.Read(b)
 	// Held back after the read, so that a read already waiting (pgx's
 	// background reader) when the delay was asked holds the reply too.
 	if d := c.replyDelay.Swap(0); d > 0 {
-		select {
-		case c.l.held <- struct{}{}:
-		default:
-		}
-		time.Sleep(time.Duration(d))
+		c.l.hold(time.Duration(d))
 	}
 	return n, err
+}
+
+// hold holds a read back for d, and says so on ReplyHeld.
+func (l *LateCancel) hold(d time.Duration) {
+	select {
+	case l.held <- struct{}{}:
+	default:
+	}
+	time.Sleep(d)
 }
 
 func (c *lateCancelConn) Write(b []byte) (int, error) {
