@@ -287,6 +287,38 @@ func TestClose(t *testing.T) {
 		requireNoLiveRowOf(t, pool, table, "a", 0, keys...)
 	})
 
+	// Guarantee: Close given a context that has already ended still expires
+	// what the claims it ended may have written: a burst's reply is held back
+	// on a pool's connection while Close ends its claims, which are handed
+	// to the coalescer, and their rows given back once it returns.
+	t.Run("GivesBackWhatClaimsItEndedWroteThoughItsContextEnded", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		late := pgtest.NewLateCancel(t, 0)
+		lpool, _ := late.Pool(t, pool.Config().ConnString(), 4)
+		l := pgtest.Locker(t, lpool, table, "a", pglease.WithTTL(time.Minute))
+		warm, err := l.Claim(ctx, "warm") // every statement prepared
+		require.NoError(t, err)
+		require.NoError(t, warm.Unlock(ctx))
+
+		keys := []string{"k1", "k2"}
+		send := pglease.PrepareClaimBurst([]context.Context{ctx, ctx}, l, keys)
+		late.DelayNextReply(300 * time.Millisecond)
+		out := make(chan []error, 1)
+		go func() {
+			_, errs := send()
+			out <- errs
+		}()
+		<-late.ReplyHeld() // the burst is in flight, its reply held back
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, l.Close(ended), "Close expired again what its claims wrote")
+		for i, err := range <-out {
+			require.ErrorIs(t, err, pglease.ErrClosed, "claim of %q", keys[i])
+		}
+		requireNoLiveRowOf(t, pool, table, "a", 0, keys...)
+	})
+
 	// Guarantee: Close returns within its timeout even when many rows are
 	// locked by another transaction, and every lease gets exactly one outcome
 	// event (EventReleased or EventReleaseFailed), also when Unlock races with

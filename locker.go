@@ -384,7 +384,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	defer cancel()
 	errs = append(errs, l.releaseHeld(rctx, held)...)
 	errs = append(errs, l.awaitInFlight(ctx, rctx)...)
-	errs = append(errs, l.closeConnections(ctx)...)
+	errs = append(errs, l.closeConnections(ctx, rctx)...)
 	close(l.closing)
 	return errors.Join(errs...)
 }
@@ -464,10 +464,14 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 // closeConnections stops the watchdog, gives the heartbeat's reserve back
 // to the pool and waits, within ctx, for the connections closed after a
 // cancel request to finish closing.
-func (l *Locker) closeConnections(ctx context.Context) []error {
+func (l *Locker) closeConnections(ctx, rctx context.Context) []error {
 	l.watchdog.Stop() // for good: every lease has ended
 	l.conns.Close()
-	if err := l.conns.Closing.Wait(ctx); err != nil {
+	err := l.conns.Closing.Wait(rctx)
+	if err != nil && ctx.Err() == nil {
+		err = l.conns.Closing.Wait(ctx)
+	}
+	if err != nil {
 		return []error{fmt.Errorf("pglease: close: %w", err)}
 	}
 	return nil

@@ -35,9 +35,8 @@ type registry struct {
 	closed    bool
 	stopBeat  context.CancelFunc // stops the heartbeat; nil until started
 	beatDone  chan struct{}      // closed when the heartbeat goroutine returns
-	// closeCtx is Close's context, once Close has begun: a give-back of a
-	// claim Close ended runs within it (giveBackContext), and Close waits
-	// for it. givenUp are those that failed, for Close to return.
+	// closeCtx is Close's context, once Close has begun: a give-back then
+	// keeps its values (giveBackContext). givenUp failed, for Close to return.
 	closeCtx context.Context
 	givenUp  []error
 }

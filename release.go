@@ -347,22 +347,19 @@ const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
 const closingGiveBack = 2 * driver.AnswerGrace
 
 // giveBackContext is the context of a give-back sent under ctx: limit
-// from now, or, once Close has begun, within Close's own context and at
-// least closingGiveBack (closing), which Close waits for: on a link slower
-// than the Locker's timeout, what a claim Close ended may have written is
-// still given back before Close returns, or Close says it was not. Only on
-// a pool: on one connection the give-back waits behind the statement Close
-// cancelled, and keeps the bound it has outside Close.
+// from now; once Close has begun (closing: Close waits for it, or says it
+// failed), within Close's context and at least closingGiveBack (a slow
+// link), or limit once that context has ended. Only on a pool: on one
+// connection it waits behind the statement Close cancelled.
 func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
 	closeCtx := l.reg.closeContext()
-	if closeCtx != nil && l.conns.IsPool() {
-		// Not limit alone: the Locker's timeout may be shorter than a
-		// round trip of a slow link, and Close waits for this anyway.
+	closing := closeCtx != nil && l.conns.IsPool()
+	if closing && closeCtx.Err() == nil {
 		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))
 		return rctx, cancel, true
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
-	return rctx, cancel, false
+	return rctx, cancel, closing
 }
 
 // giveUp records, for Close to return, that what a claim of key may have

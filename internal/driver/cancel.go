@@ -244,11 +244,11 @@ func (c *Closings) add(done <-chan struct{}) {
 	c.done = kept
 }
 
-// Wait waits for every clean-up, until ctx ends.
+// Wait waits for every clean-up, until ctx ends; a later Wait waits again
+// for those still running.
 func (c *Closings) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	done := c.done
-	c.done = nil
 	c.mu.Unlock()
 	for _, d := range done {
 		select {

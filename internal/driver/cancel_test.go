@@ -42,6 +42,28 @@ func TestClosings(t *testing.T) {
 			t.Errorf("Wait = %v, want an error wrapping %v", err, cause)
 		}
 	})
+	t.Run("WaitsAgainForWhatAnEndedWaitLeft", func(t *testing.T) {
+		t.Parallel()
+		var c Closings
+		left := make(chan struct{})
+		c.add(left)
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := c.Wait(ended); err == nil {
+			t.Fatal("Wait under an ended context returned nil with a clean-up running")
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- c.Wait(context.Background()) }()
+		select {
+		case err := <-waited:
+			t.Fatalf("the second Wait returned %v before the clean-up ended", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(left)
+		if err := <-waited; err != nil {
+			t.Errorf("Wait: %v", err)
+		}
+	})
 	t.Run("ForgetsCleanUpsThatEnded", func(t *testing.T) {
 		t.Parallel()
 		var c Closings
