@@ -3,8 +3,10 @@ package pglease_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -293,30 +295,53 @@ func TestClose(t *testing.T) {
 	// to the coalescer, and their rows given back once it returns.
 	t.Run("GivesBackWhatClaimsItEndedWroteThoughItsContextEnded", func(t *testing.T) {
 		t.Parallel()
-		ctx, pool, table := pgtest.Setup(t)
-		late := pgtest.NewLateCancel(t, 0)
-		lpool, _ := late.Pool(t, pool.Config().ConnString(), 4)
-		l := pgtest.Locker(t, lpool, table, "a", pglease.WithTTL(time.Minute))
-		warm, err := l.Claim(ctx, "warm") // every statement prepared
-		require.NoError(t, err)
-		require.NoError(t, warm.Unlock(ctx))
-
-		keys := []string{"k1", "k2"}
-		send := pglease.PrepareClaimBurst([]context.Context{ctx, ctx}, l, keys)
-		late.DelayNextReply(300 * time.Millisecond)
-		out := make(chan []error, 1)
-		go func() {
-			_, errs := send()
-			out <- errs
-		}()
-		<-late.ReplyHeld() // the burst is in flight, its reply held back
+		ctx, pool, table, l, out := burstInFlightAtClose(t)
 		ended, cancel := context.WithCancel(ctx)
 		cancel()
 		require.NoError(t, l.Close(ended), "Close expired again what its claims wrote")
-		for i, err := range <-out {
-			require.ErrorIs(t, err, pglease.ErrClosed, "claim of %q", keys[i])
-		}
-		requireNoLiveRowOf(t, pool, table, "a", 0, keys...)
+		requireEndedByClose(t, <-out)
+		requireNoLiveRowOf(t, pool, table, "a", 0, "k1", "k2")
+	})
+
+	// Guarantee: Close returns nil only when it left no row of its holder
+	// live: a row another transaction locks while Close gives it back lapses
+	// at its expiry, and Close names it.
+	t.Run("NamesARowItCouldNotGiveBack", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, l, out := burstInFlightAtClose(t)
+		require.Eventually(t, func() bool { _, ok := pgtest.ReadRow(t, pool, table, "k1"); return ok },
+			5*time.Second, time.Millisecond, "the burst's claims commit")
+		unlock := pgtest.LockRow(t, pool, table, "k1")
+		err := l.Close(ctx)
+		unlock(false)
+		require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
+		require.ErrorContains(t, err, "locked by another transaction")
+		requireEndedByClose(t, <-out)
+		requireNoLiveRowOf(t, pool, table, "a", 0, "k2")
+	})
+
+	// Guarantee: the same on a DB that is not a pool (a caller's wrapper):
+	// a give-back that fails is named by Close, which then does not return nil.
+	t.Run("NamesAGiveBackThatFailedOnAWrapper", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		faulty := pgtest.NewFaultyDB(pool)
+		wire := pgtest.NewWire(t, faulty)
+		l := pgtest.Locker(t, wire, table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
+		claim := wire.Arm(pgtest.Kind("claim"), pgtest.DelayReply)
+		claimed := make(chan error, 1)
+		go func() {
+			_, err := l.Claim(ctx, "k1")
+			claimed <- err
+		}()
+		<-claim.Hit
+		<-claim.Ran // committed, its reply held
+		reset := errors.New("connection reset by peer")
+		faulty.SetFail("release", reset)
+		faulty.SetFail("other", reset)
+		err := l.Close(ctx)
+		require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
+		require.ErrorIs(t, <-claimed, pglease.ErrClosed)
 	})
 
 	// Guarantee: Close returns within its timeout even when many rows are
@@ -862,5 +887,52 @@ func testCloseSettlesLockedRowsByTheirOwnOutcomes(t *testing.T) {
 				require.Equal(t, want, strings.Join(kinds, ","), "lease %d", i)
 			}
 		})
+	}
+}
+
+// burstInFlightAtClose sends a burst of claims of k1 and k2 on a Locker of
+// holder "a" (TTL a minute) on a pool, whose reply it holds back for 300ms,
+// and returns once the burst is in flight: out gets the claims' errors.
+func burstInFlightAtClose(t *testing.T) (context.Context, *pgxpool.Pool, string, *pglease.Locker, <-chan []error) {
+	t.Helper()
+	ctx, pool, table := pgtest.Setup(t)
+	late := pgtest.NewLateCancel(t, 0)
+	// Each statement in one round trip, and every connection dialled
+	// first: the read held back is the burst's reply (its claims
+	// committed), not a prepare's nor a connection's start.
+	dsn := pool.Config().ConnString() + " default_query_exec_mode=exec"
+	if u, err := url.Parse(pool.Config().ConnString()); err == nil && strings.HasPrefix(u.Scheme, "postgres") {
+		q := u.Query()
+		q.Set("default_query_exec_mode", "exec")
+		u.RawQuery = q.Encode()
+		dsn = u.String()
+	}
+	lpool, _ := late.Pool(t, dsn, 4)
+	var dialled []*pgxpool.Conn
+	for range 4 {
+		c, err := lpool.Acquire(ctx)
+		require.NoError(t, err)
+		dialled = append(dialled, c)
+	}
+	for _, c := range dialled {
+		c.Release()
+	}
+	l := pgtest.Locker(t, lpool, table, "a", pglease.WithTTL(time.Minute))
+	send := pglease.PrepareClaimBurst([]context.Context{ctx, ctx}, l, []string{"k1", "k2"})
+	late.DelayNextReply(300 * time.Millisecond)
+	out := make(chan []error, 1)
+	go func() {
+		_, errs := send()
+		out <- errs
+	}()
+	<-late.ReplyHeld() // the burst is in flight, its reply held back
+	return ctx, pool, table, l, out
+}
+
+// requireEndedByClose requires that each claim Close ended says so.
+func requireEndedByClose(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		require.ErrorIs(t, err, pglease.ErrClosed, "claim %d", i)
 	}
 }

@@ -1,7 +1,9 @@
 package pglease
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,12 +46,12 @@ func (l *Locker) releaseAll(ctx context.Context, leases []*Lease, ended error) [
 	return errs
 }
 
-// releaseRows sends the release statement for batch, and again for the rows it found
-// locked by another transaction, waiting a little longer each time, until
-// every row is released or lost or ctx ends. Each attempt waits for any
-// heartbeat round in flight and keeps the next one out only for its own
-// round trip: no attempt waits on a row lock. It returns the outcome of
-// each lease: nil when released.
+// releaseRows sends the release statement for batch, and again for the rows
+// it found locked by another transaction, waiting a little longer each time,
+// until every row is released or lost or ctx ends. Each attempt waits for
+// any heartbeat round in flight and keeps the next one out only for its own
+// round trip: no attempt waits on a row lock. It returns each lease's
+// outcome: nil when released.
 func (l *Locker) releaseRows(ctx context.Context, batch []releasing) map[*Lease]error {
 	out := make(map[*Lease]error, len(batch))
 	pending := make([]*Lease, len(batch))
@@ -293,13 +295,11 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 }
 
 // giveBackUnknown gives back what a claim of key may have committed unseen:
-// it reads the row (harmless however late), and expires it through the
-// release statement, on exactly that fence (a late one touches nothing), if
-// the row carries this holder, is live, and has a fence greater than any
-// this Locker knows of (known). It runs within the claim's key turn, even
-// once ctx has ended (within givenUpGiveBack); its read is not under
-// answering, so it ends with ctx. Without a fence column the row does not
-// tell such a lease from one handed out: it lapses at its expiry.
+// it reads the row and expires it on exactly that fence (giveBack) if the
+// row carries this holder, is live, and has a fence greater than any this
+// Locker knows of (known). It runs within the claim's key turn, even once
+// ctx has ended (within givenUpGiveBack). Without a fence column the row
+// does not tell such a lease from one handed out: it lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
 		return
@@ -326,20 +326,21 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 
 // giveBack expires the row of ls, a lease nobody holds, keeping its min
 // hold, in one attempt of the release statement: a row locked elsewhere
-// lapses at its expiry.
+// lapses at its expiry (and once Close has begun, Close says so).
 func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 	ls.givenBack = true // set before the Lease is seen by anyone else
 	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
-	if _, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls}); err != nil && closing {
+	report, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls})
+	if released, matched := report[0]; closing && (err != nil || matched && !released) {
+		err = cmp.Or(err, errors.New("its row locked by another transaction past the release's wait: it lapses at its expiry"))
 		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
 	}
 }
 
-// givenUpGiveBack is the longest the give-back of a claim whose caller
-// has given up may take: after driver.AnswerGrace for the answer, Claim then
-// returns within 2*driver.AnswerGrace of its context's end, with a quarter of a
-// second to spare for the rest of its return on a loaded machine.
+// givenUpGiveBack is the longest the give-back of a claim whose caller has
+// given up may take: Claim then returns within 2*driver.AnswerGrace of its
+// context's end, a quarter second to spare on a loaded machine.
 const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
 
 // closingGiveBack is the least a give-back sent once Close has begun may
@@ -353,13 +354,12 @@ const closingGiveBack = 2 * driver.AnswerGrace
 // connection it waits behind the statement Close cancelled.
 func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
 	closeCtx := l.reg.closeContext()
-	closing := closeCtx != nil && l.conns.IsPool()
-	if closing && closeCtx.Err() == nil {
+	if closeCtx != nil && closeCtx.Err() == nil && l.conns.IsPool() {
 		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))
 		return rctx, cancel, true
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
-	return rctx, cancel, closing
+	return rctx, cancel, closeCtx != nil
 }
 
 // giveUp records, for Close to return, that what a claim of key may have
