@@ -306,7 +306,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	}
 	limit := t.timeout
 	if ctx.Err() != nil {
-		limit = min(limit, givenUpGiveBack) // the caller has given up: it waits at most this long again
+		limit = givenUpGiveBack // the caller has given up: it waits this long again, whatever its timeout
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
