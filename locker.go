@@ -462,8 +462,8 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 }
 
 // closeConnections stops the watchdog, gives the heartbeat's reserve back
-// to the pool and waits, within ctx, for the connections closed after a
-// cancel request to finish closing.
+// to the pool and waits, within rctx and then as long as ctx lasts, for
+// the connections closed after a cancel request to finish closing.
 func (l *Locker) closeConnections(ctx, rctx context.Context) []error {
 	l.watchdog.Stop() // for good: every lease has ended
 	l.conns.Close()
