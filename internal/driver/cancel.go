@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,7 +249,7 @@ func (c *Closings) add(done <-chan struct{}) {
 // for those still running.
 func (c *Closings) Wait(ctx context.Context) error {
 	c.mu.Lock()
-	done := c.done
+	done := slices.Clone(c.done) // add filters the list in place
 	c.mu.Unlock()
 	for _, d := range done {
 		select {

@@ -64,6 +64,32 @@ func TestClosings(t *testing.T) {
 			t.Errorf("Wait: %v", err)
 		}
 	})
+	// Run with -race: a Wait reads the clean-ups while statements add more
+	// (an Unlock whose connection is dropped as Close waits).
+	t.Run("WaitsWhileCleanUpsAreAdded", func(t *testing.T) {
+		t.Parallel()
+		var c Closings
+		running := make(chan struct{})
+		for range 8 {
+			done := make(chan struct{})
+			close(done)
+			c.add(done)
+		}
+		c.add(running)
+		waited := make(chan error, 1)
+		go func() { waited <- c.Wait(context.Background()) }()
+		time.Sleep(20 * time.Millisecond) // Wait has read the list and waits
+		// Each add keeps the running clean-up and drops those that ended.
+		for range 64 {
+			done := make(chan struct{})
+			close(done)
+			c.add(done)
+		}
+		close(running)
+		if err := <-waited; err != nil {
+			t.Errorf("Wait: %v", err)
+		}
+	})
 	t.Run("ForgetsCleanUpsThatEnded", func(t *testing.T) {
 		t.Parallel()
 		var c Closings
