@@ -769,6 +769,11 @@ func TestClaim(t *testing.T) {
 	// Guarantee: a claim that finds the key held commits without waiting
 	// for a synchronous standby: it answers ErrHeld during a partition.
 	t.Run("LosingClaimDoesNotWaitForAStandby", testLosingClaimUnreplicated)
+	// Guarantee: a claim whose caller gave up while its commit still ran
+	// on the server (here waiting for a synchronous standby), through a
+	// DB that cannot cancel it, is given back once that commit ends: the
+	// Locker's read of the row waits for the transaction holding it.
+	t.Run("ClaimStillCommittingIsGivenBack", testClaimStillCommitting)
 }
 
 // raisedSync is the synchronous_commit a claim that takes a row must leave
@@ -1188,6 +1193,51 @@ func testLosingClaimUnreplicated(t *testing.T) {
 		})
 	}
 	require.NoError(t, held.Err())
+}
+
+func testClaimStillCommitting(t *testing.T) {
+	t.Parallel()
+	ctx, srv, pool, table := pgtest.PrivateSetup(t)
+	prior, err := pgtest.Locker(t, pool, table, "prior").Claim(ctx, "job")
+	require.NoError(t, err)
+	require.NoError(t, prior.Unlock(ctx)) // the claim below updates a row
+	pgtest.AbsentStandby(ctx, t, srv.DSN())
+	wire := pgtest.NewWire(t, pool) // a DB, not a pool: the Locker cannot cancel
+	t.Cleanup(func() { pgtest.StandbyBack(context.Background(), t, srv.DSN()) })
+	claim := wire.Arm(pgtest.Kind("claim"), pgtest.GoOn)
+	l := pgtest.Locker(t, wire, table, "holder", pglease.WithTTL(time.Minute))
+
+	returned := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := l.Claim(cctx, "job")
+		returned <- err
+	}()
+	<-claim.Hit
+	// The standby comes back once the Locker's read of the row waits on
+	// the claim's transaction, or once the claim has returned without it.
+	var claimErr error
+	waiting := false
+	for !waiting {
+		select {
+		case claimErr = <-returned:
+			waiting = true
+			returned <- claimErr
+		case <-time.After(5 * time.Millisecond):
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT holder, fence, expires_at%'`).Scan(&n))
+			waiting = n > 0
+		}
+	}
+	pgtest.StandbyBack(ctx, t, srv.DSN())
+	claimErr = <-returned
+	require.ErrorIs(t, claimErr, context.DeadlineExceeded, "the claim's commit waited for the standby past its context")
+	<-claim.Ran
+	_, held := l.Held("job")
+	assert.False(t, held)
+	requireNoLiveRowOf(t, pool, table, "holder", 5*time.Second, "job")
 }
 
 type claimFailedKey struct{}

@@ -295,11 +295,11 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 }
 
 // giveBackUnknown gives back what a claim of key may have committed unseen:
-// it reads the row and expires it on exactly that fence (giveBack) if the
-// row carries this holder, is live, and has a fence greater than any this
-// Locker knows of (known). It runs within the claim's key turn, even once
-// ctx has ended (within givenUpGiveBack). Without a fence column the row
-// does not tell such a lease from one handed out: it lapses at its expiry.
+// it reads the row once no transaction holds it (the claim's own may still
+// commit) and expires it on exactly that fence (giveBack) if the row is this
+// holder's, live, with a fence above any this Locker knows of (known). It
+// runs within the claim's key turn, even once ctx has ended (within
+// givenUpGiveBack). Without a fence column, the row lapses at its expiry.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
 		return
@@ -310,9 +310,11 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	}
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
-	m, err := l.proto.ReadRow(rctx, l.conns.ClaimRead(), key)
+	m, err := l.proto.ReadRow(rctx, l.conns.ClaimRead(), key, limit/2) // half: the release follows
 	if err != nil {
-		if closing {
+		if closing && driver.Is(err, driver.LockNotAvailable) {
+			l.giveUp(key, fmt.Errorf("its row locked by another transaction past the read's wait of %v, it lapses at its expiry: %w", limit/2, err))
+		} else if closing {
 			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
 		}
 		return
@@ -347,11 +349,9 @@ const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
 // take: two driver.AnswerGrace, as long as Close gives a cancelled claim to end.
 const closingGiveBack = 2 * driver.AnswerGrace
 
-// giveBackContext is the context of a give-back sent under ctx: limit
-// from now; once Close has begun (closing: Close waits for it, or says it
-// failed), within Close's context and at least closingGiveBack (a slow
-// link), or limit once that context has ended. Only on a pool: on one
-// connection it waits behind the statement Close cancelled.
+// giveBackContext is a give-back's context: limit from now; once Close has
+// begun (closing: Close waits for it or names it), on a pool, within Close's
+// context and at least closingGiveBack, or limit once that context ended.
 func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
 	closeCtx := l.reg.closeContext()
 	if closeCtx != nil && closeCtx.Err() == nil && l.conns.IsPool() {

@@ -221,11 +221,12 @@ func (p *fenced) releaseOneWith(ctx context.Context, db DB, sql string, m Lease)
 	return released, rows.Err()
 }
 
-// ReadRow reads the lease key's row carries; a key without a row carries
-// none (not live): the claim whose outcome was unknown wrote nothing.
-func (p *fenced) ReadRow(ctx context.Context, db DB, key string) (RowLease, error) {
+// ReadRow reads the lease key's row carries once a transaction holding it
+// has ended (waiting at most lockWait); a key without a row carries none
+// (not live): the claim whose outcome was unknown wrote nothing.
+func (p *fenced) ReadRow(ctx context.Context, db DB, key string, lockWait time.Duration) (RowLease, error) {
 	var m RowLease
-	err := db.QueryRow(ctx, p.rowSQL, key).Scan(&m.Holder, &m.Fence, &m.Live)
+	err := db.QueryRow(ctx, p.rowSQL, key, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1))).Scan(&m.Holder, &m.Fence, &m.Live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RowLease{}, nil
 	}

@@ -60,9 +60,11 @@ type Protocol interface {
 	// ReleaseOne is Release of one lease, in the statement that costs
 	// least. Its report may be shared: the caller only reads it.
 	ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool, error)
-	// ReadRow reads the lease key's row carries now, for a give-back; a
-	// key with no row carries none (not live). Unfenced has none to tell.
-	ReadRow(ctx context.Context, db DB, key string) (RowLease, error)
+	// ReadRow reads the lease key's row carries now, for a give-back, once
+	// a transaction that holds the row has ended, waiting for it at most
+	// lockWait; a key with no row carries none (not live). Unfenced has
+	// none to tell.
+	ReadRow(ctx context.Context, db DB, key string, lockWait time.Duration) (RowLease, error)
 }
 
 // Claimed is what a claim statement returned for its key.

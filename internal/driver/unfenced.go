@@ -161,7 +161,7 @@ func (p *unfenced) ReleaseOne(ctx context.Context, db DB, m Lease) (map[int]bool
 
 // ReadRow: a row's forged holder does not say whether this Locker handed
 // that lease out, so nothing is given back on it.
-func (p *unfenced) ReadRow(context.Context, DB, string) (RowLease, error) {
+func (p *unfenced) ReadRow(context.Context, DB, string, time.Duration) (RowLease, error) {
 	return RowLease{}, errors.New("pglease: a table without a fence column has no lease to read")
 }
 

@@ -51,8 +51,10 @@ func StatementKind(sql string) string {
 		return "tablecheck" // the reads of a table before a Locker's first claim of it, and in Migrate
 	case strings.HasPrefix(sql, "INSERT INTO"), strings.Contains(sql, "ON CONFLICT (key) DO UPDATE"):
 		return "claim" // alone, in a burst, or of a tick (a WITH statement)
+	case strings.HasPrefix(sql, "SELECT holder, fence, expires_at > clock_timestamp()"):
+		return "other" // the read of a row before a give-back: it commits asynchronously too
 	case strings.Contains(sql, "'synchronous_commit', 'off'"):
-		return "release" // one or many (Close): the only statements that commit asynchronously
+		return "release" // one or many (Close): with that read, the only statements that commit asynchronously
 	case strings.Contains(sql, "unnest("):
 		return "heartbeat"
 	case strings.HasPrefix(sql, "UPDATE") && strings.Contains(sql, "GREATEST("):

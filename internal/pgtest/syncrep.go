@@ -67,6 +67,20 @@ func AbsentStandby(ctx context.Context, tb testing.TB, dsn string) {
 	probe.Close()
 }
 
+// StandbyBack undoes AbsentStandby: commits on the server of dsn wait for
+// no standby once the server has reloaded its configuration, and those
+// waiting then end.
+func StandbyBack(ctx context.Context, tb testing.TB, dsn string) {
+	tb.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(tb, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, `ALTER SYSTEM RESET synchronous_standby_names`)
+	require.NoError(tb, err)
+	_, err = conn.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(tb, err)
+}
+
 // CancelRequestPool is a pool on dsn whose statements are cancelled by a
 // cancel request as their context ends (pgconn's
 // CancelRequestContextWatcherHandler) instead of by closing the

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -29,6 +30,12 @@ const (
 	// and sends it to the server only when Deliver is called: a statement
 	// held up on the way that arrives after its sender gave up.
 	DeliverLate
+	// GoOn runs the statement on a context of its own: a caller whose
+	// context ends before the statement has run to its commit gets the
+	// context's error, and the statement goes on at the server, as through
+	// a driver or a network that cannot cancel it. Ran is closed once it
+	// has run.
+	GoOn
 )
 
 // ErrWire is the error a Wire's mishaps return in place of a reply.
@@ -139,6 +146,12 @@ func (w *Wire) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	case DeliverLate:
 		w.sendLate(a, sql, args)
 		return driver.ErrRow{Err: ErrWire}
+	case GoOn:
+		rows, err := w.goOn(ctx, a, sql, args)
+		if err != nil {
+			return driver.ErrRow{Err: err}
+		}
+		return heldRow{rows}
 	case LoseReply:
 		return lostRow{row: w.DB.QueryRow(context.WithoutCancel(ctx), sql, args...), a: a}
 	}
@@ -151,9 +164,12 @@ func (w *Wire) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if a == nil {
 		return w.DB.Query(ctx, sql, args...)
 	}
-	if a.mishap == DeliverLate {
+	switch a.mishap {
+	case DeliverLate:
 		w.sendLate(a, sql, args)
 		return nil, ErrWire
+	case GoOn:
+		return w.goOn(ctx, a, sql, args)
 	}
 	rows, err := w.DB.Query(context.WithoutCancel(ctx), sql, args...)
 	if err != nil {
@@ -197,6 +213,46 @@ func (w *Wire) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 }
 
 // lostRow reads the committed reply, then loses it.
+// goOn runs sql to its end on a context of its own and hands its rows out
+// from memory, or fails with ctx's error once ctx ends first.
+func (w *Wire) goOn(ctx context.Context, a *Armed, sql string, args []any) (*delayedRows, error) {
+	done := make(chan *delayedRows, 1)
+	w.late.Add(1)
+	go func() {
+		defer w.late.Done()
+		held := &delayedRows{types: pgtype.NewMap()}
+		rows, err := w.DB.Query(context.WithoutCancel(ctx), sql, args...)
+		if err != nil {
+			held.err = err
+		} else {
+			held = readToTheEnd(rows)
+		}
+		close(a.Ran)
+		done <- held
+	}()
+	select {
+	case held := <-done:
+		if held.err != nil {
+			return nil, held.err
+		}
+		a.Deliver()
+		held.ctx, held.a = ctx, a
+		return held, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// heldRow is the first row of rows.
+type heldRow struct{ rows *delayedRows }
+
+func (r heldRow) Scan(dest ...any) error {
+	if !r.rows.Next() {
+		return cmp.Or(r.rows.Err(), pgx.ErrNoRows)
+	}
+	return r.rows.Scan(dest...)
+}
+
 type lostRow struct {
 	row pgx.Row
 	a   *Armed

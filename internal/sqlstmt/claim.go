@@ -339,7 +339,28 @@ func withAcquired(stmt string, hasAcquired bool) string {
 // give-back acts on exactly one lease, named by its fence: a read is
 // harmless however late it arrives, and a release of that fence arriving
 // after a newer claim touches nothing.
-const RowLease = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table} WHERE key = $1`
+//
+//   - FOR SHARE: a claim that reached the server before the read and has
+//     not committed yet (its commit waiting for a WAL flush or a
+//     synchronous standby, which a cancel request cannot cut short, or
+//     the row lock it waits on) holds the row; a plain read would see the
+//     row as it was, and the claim would then commit a row nobody holds,
+//     live to its expiry. The read waits for that transaction to end and
+//     reads the row as it left it. FOR KEY SHARE would not: a claim's
+//     update leaves the key as it is, and that lock lets such an update
+//     by. A heartbeat or release that meets the lock waits out the read's
+//     one statement (a release skips the row and sends it again).
+//   - lock_timeout ($2, for this transaction only, set before the row is
+//     reached) bounds that wait: a row locked longer fails the read with
+//     SQLSTATE 55P03, and the Locker says what it could not give back.
+//   - set_config('synchronous_commit', 'off', true): the lock is written to
+//     the WAL, so the read has a commit of its own; lost in a crash, it
+//     costs nothing, and it must not wait for a synchronous standby.
+const RowLease = `SELECT holder, fence, expires_at > clock_timestamp() FROM {table}
+ WHERE key = $1
+   AND set_config('lock_timeout', $2, true) IS NOT NULL
+   AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+   FOR SHARE`
 
 // lapsedCur and lapsedLease are true of a row (cur in a read, lease in
 // the conflict arm) whose run lapsed: expired without a release, and not

@@ -1,6 +1,8 @@
 package drivertest
 
 import (
+	"time"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -99,20 +101,20 @@ var releaseCases = []testCase{
 
 var readCases = []testCase{
 	{"ReadRowReportsTheLeaseARowCarries", func(c *tc) {
-		none, err := c.a.ReadRow(c.ctx, c.db, "k")
+		none, err := c.a.ReadRow(c.ctx, c.db, "k", time.Second)
 		require.NoError(c, err)
 		assert.Equal(c, driver.RowLease{}, none, "no row, no lease")
 
 		got := c.claim(c.a, "k", long)
 		for _, p := range []driver.Protocol{c.a, c.b} {
-			read, err := p.ReadRow(c.ctx, c.db, "k")
+			read, err := p.ReadRow(c.ctx, c.db, "k", time.Second)
 			require.NoError(c, err)
 			assert.Equal(c, driver.RowLease{Holder: "a", Fence: got.Fence, Live: true}, read)
 		}
 
 		_, err = c.a.ReleaseOne(c.ctx, c.db, lease("k", got, long))
 		require.NoError(c, err)
-		read, err := c.b.ReadRow(c.ctx, c.db, "k")
+		read, err := c.b.ReadRow(c.ctx, c.db, "k", time.Second)
 		require.NoError(c, err)
 		assert.Equal(c, driver.RowLease{Holder: "a", Fence: got.Fence, Live: false}, read)
 	}},

@@ -19,7 +19,7 @@ func TestClock(t *testing.T) {
 		assert.Equal(t, Start, tbl.Now(), "reading the clock does not move it")
 		tbl.Advance(time.Second)
 		assert.Equal(t, Start.Add(time.Second), tbl.Now())
-		_, err := tbl.Protocol("a").ReadRow(context.Background(), nil, "k")
+		_, err := tbl.Protocol("a").ReadRow(context.Background(), nil, "k", time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, Start.Add(time.Second+time.Microsecond), tbl.Now())
 	})

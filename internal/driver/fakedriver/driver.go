@@ -227,7 +227,7 @@ func (d *Driver) release(ctx context.Context, kind Kind, ms []driver.Lease) (map
 
 // ReadRow reads the lease key's row carries; a key without a row carries
 // none (not live).
-func (d *Driver) ReadRow(ctx context.Context, _ driver.DB, key string) (driver.RowLease, error) {
+func (d *Driver) ReadRow(ctx context.Context, _ driver.DB, key string, _ time.Duration) (driver.RowLease, error) {
 	var got driver.RowLease
 	err := d.send(ctx, ReadRow, func() error {
 		got = driver.RowLease{}

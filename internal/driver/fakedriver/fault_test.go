@@ -56,15 +56,15 @@ func TestFailNext(t *testing.T) {
 		first, second := errors.New("first"), errors.New("second")
 		a.FailNext(ReadRow, first, false)
 		a.FailNext(ReadRow, second, false)
-		_, err := b.ReadRow(ctx, nil, "k")
+		_, err := b.ReadRow(ctx, nil, "k", time.Second)
 		require.NoError(t, err, "another holder's statement")
 		_, _, err = a.Claim(ctx, nil, "k", time.Minute, 0)
 		require.NoError(t, err, "another kind")
-		_, err = a.ReadRow(ctx, nil, "k")
+		_, err = a.ReadRow(ctx, nil, "k", time.Second)
 		require.ErrorIs(t, err, first)
-		_, err = a.ReadRow(ctx, nil, "k")
+		_, err = a.ReadRow(ctx, nil, "k", time.Second)
 		require.ErrorIs(t, err, second)
-		_, err = a.ReadRow(ctx, nil, "k")
+		_, err = a.ReadRow(ctx, nil, "k", time.Second)
 		require.NoError(t, err)
 	})
 	t.Run("ASerializationFailureIsSentAgain", func(t *testing.T) {
@@ -80,7 +80,7 @@ func TestFailNext(t *testing.T) {
 		assert.Contains(t, got, 0)
 
 		a.FailNext(ReadRow, serial, false)
-		_, err = a.ReadRow(ctx, nil, "k")
+		_, err = a.ReadRow(ctx, nil, "k", time.Second)
 		assert.True(t, driver.Is(err, driver.SerializationFailure), "a read is not sent again: %v", err)
 	})
 	t.Run("AStatementWhoseContextEndedIsNotSent", func(t *testing.T) {
