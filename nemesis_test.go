@@ -157,6 +157,34 @@ type nemesisSlot struct {
 	leaders   map[int64]*nemesisLease
 	aims      map[string]bool // the aimed faults under way
 	cutOff    chan struct{}   // closed by the catch-up job's worker at its next run, for aimCutOff
+	recent    []string        // its Locker's last events, for the report of a row left behind
+}
+
+// nemesisRecent is how many of a slot's last events it keeps.
+const nemesisRecent = 64
+
+// remember keeps ev among the slot's last events.
+func (s *nemesisSlot) remember(at time.Time, ev pglease.Event) {
+	line := fmt.Sprintf("%s %s %v %s fence %d took %v: %v", at.Format("15:04:05.000"), ev.Holder, ev.Kind, ev.Key, ev.Fence, ev.Took, ev.Err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.recent) == nemesisRecent {
+		s.recent = append(s.recent[:0], s.recent[1:]...)
+	}
+	s.recent = append(s.recent, line)
+}
+
+// recentOf is the slot's last events of key by holder.
+func (s *nemesisSlot) recentOf(holder, key string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, line := range s.recent {
+		if strings.Contains(line, " "+holder+" ") && strings.Contains(line, " "+key+" fence ") {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // aim reports whether the aimed fault of kind may start on s: one at a
@@ -387,6 +415,7 @@ func (r *nemesisRun) hook(s *nemesisSlot) func(pglease.Event) {
 	client := 300 + s.index
 	return func(ev pglease.Event) {
 		now := time.Now()
+		s.remember(now, ev)
 		holder := ev.Holder // the Locker's own: every event here is of its claims
 		switch ev.Kind {
 		case pglease.EventAcquired, pglease.EventClaimFailed:
@@ -1278,8 +1307,8 @@ func (r *nemesisRun) closeRace(s *nemesisSlot, rnd *rand.Rand, again bool) {
 		)
 		require.NoError(r.t, rows.Scan(&key, &fence, &life))
 		r.mu.Lock()
-		r.leftovers = append(r.leftovers, fmt.Sprintf("%s: after %s's Close returned (%v), its row of fence %d is live for %.3fs from its claim, released by nobody",
-			key, s.holder, closeErr, fence, life))
+		r.leftovers = append(r.leftovers, fmt.Sprintf("%s: after %s's Close returned (%v), its row of fence %d is live for %.3fs from its claim, released by nobody; the Locker's last events of %s:\n\t%s",
+			key, s.holder, closeErr, fence, life, key, strings.Join(s.recentOf(s.holder, key), "\n\t")))
 		r.mu.Unlock()
 	}
 	require.NoError(r.t, rows.Err())
