@@ -718,6 +718,34 @@ func TestClaim(t *testing.T) {
 		require.Error(t, long.Err(), "the previous lease ended: its row carries another fence")
 	})
 
+	// Guarantee: a re-claim whose outcome is unknown ends the previous
+	// lease, though the statement may never have reached the server; the
+	// row then still carries the previous lease's fence, and that lease's
+	// Unlock expires it, so that another holder takes the key at once, not
+	// at the row's expiry.
+	t.Run("UnknownReentrantClaimLeavesThePreviousRowToItsUnlock", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		faulty := pgtest.NewFaultyDB(pool)
+		a := pgtest.Locker(t, faulty, table, "a", pglease.WithTTL(time.Minute))
+		b := pgtest.Locker(t, pool, table, "b")
+
+		prev, err := a.Claim(ctx, "job")
+		require.NoError(t, err)
+		faulty.SetFail("claim", errors.New("write tcp: connection reset by peer"))
+		_, err = a.Claim(ctx, "job")
+		require.ErrorContains(t, err, "connection reset by peer")
+		faulty.SetFail("claim", nil)
+		require.ErrorIs(t, prev.Err(), pglease.ErrLost, "the re-claim may have written the row")
+		_, err = b.Claim(ctx, "job")
+		require.ErrorIs(t, err, pglease.ErrHeld, "the row still carries the previous lease")
+
+		require.ErrorIs(t, prev.Unlock(ctx), pglease.ErrLost)
+		next, err := b.Claim(ctx, "job")
+		require.NoError(t, err, "the previous lease's Unlock expired its row")
+		require.Greater(t, next.Fence(), prev.Fence())
+	})
+
 	// Guarantee: a claim that finds another holder's live lease costs a read:
 	// no row lock, no transaction id, no WAL, so no flush at its commit, alone
 	// or in a burst; a winning claim writes as before.
