@@ -309,8 +309,12 @@ func TestListen(t *testing.T) {
 		ctx, pool, table := pgtest.Setup(t)
 		stmts := &pgtest.Statements{}
 		wpool := pgtest.Pool(t, stmts)
-		holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(300*time.Millisecond))
-		waiter := pgtest.Locker(t, pgtest.NewFaultyDB(wpool), table, "waiter", pglease.WithTTL(300*time.Millisecond))
+		// Expiries 2.5 times a second, more than the ceiling; the holder's
+		// heartbeat every 50 ms, so that a round held up 250 ms on a
+		// loaded machine does not end its lease (every 133 ms by default,
+		// a CI run lost it to a round in flight for 169 ms).
+		holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(400*time.Millisecond), pglease.WithHeartbeatInterval(50*time.Millisecond))
+		waiter := pgtest.Locker(t, pgtest.NewFaultyDB(wpool), table, "waiter", pglease.WithTTL(400*time.Millisecond))
 		held, got := holdAndWait(ctx, t, holder, waiter)
 		waitForMode(t, waiter, pglease.WaitByPolling)
 		time.Sleep(2 * time.Second) // backoff grown
