@@ -46,9 +46,15 @@ func claimPastLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late 
 // context ends in flight, closes that connection: left open with the
 // request on its way, a Locker's claim there, whose commit waits for a
 // synchronous standby that never answers, would be reported done.
+//
+// It and TestAdminCancelRequestOnAPoolConnection run before the package's
+// parallel tests, not beside them: each case starts a private server, and
+// beside the other tests their starts made tests bound by time fail. Their
+// cases run beside each other, as nothing else runs then.
 func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
 	for _, op := range []string{"Control", "Purge", "List", "Runs", "Migrate"} {
-		t.Run(op, func(t *testing.T) { // in turn: each starts a private server, whose start loads the machine
+		t.Run(op, func(t *testing.T) {
+			t.Parallel() // beside each other, before any other test of the package: see below
 			ctx, srv, pool, table := pgtest.PrivateSetup(t)
 			cfg, late := pgtest.LateCancelConfig(t, pool.Config().ConnString(), 2500*time.Millisecond)
 			cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
@@ -99,7 +105,8 @@ func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
 // reported done.
 func TestAdminCancelRequestOnAPoolConnection(t *testing.T) {
 	for _, kind := range []string{"PoolConn", "Tx"} {
-		t.Run(kind, func(t *testing.T) { // in turn, as above
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // as above
 			ctx, srv, pool, table := pgtest.PrivateSetup(t)
 			late := pgtest.NewLateCancel(t, 2500*time.Millisecond)
 			cpool, _ := late.Pool(t, pool.Config().ConnString(), 2)

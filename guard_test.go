@@ -232,6 +232,17 @@ func TestGuard(t *testing.T) {
 					require.NoError(t, err)
 					_, err = c.change(adminOf(t, pool, pglease.WithTable(table)), ctx, "job")
 					require.NoError(t, err)
+					// Two idle connections: the transaction takes one, and the
+					// read of the refused row's reason the other, rather than
+					// open one within the read's 250 ms on a loaded machine.
+					var warm [2]*pgxpool.Conn
+					for i := range warm {
+						warm[i], err = pool.Acquire(ctx)
+						require.NoError(t, err)
+					}
+					for _, w := range warm {
+						w.Release()
+					}
 
 					if via == "Guard" {
 						err = lease.Guard(ctx, beginTx(t, pool))
