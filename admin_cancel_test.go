@@ -51,7 +51,7 @@ func claimPastLanded(ctx context.Context, t *testing.T, l *pglease.Locker, late 
 // parallel tests, not beside them: each case starts a private server, and
 // beside the other tests their starts made tests bound by time fail. Their
 // cases run beside each other, as nothing else runs then.
-func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
+func TestAdminCancelRequestOnAGivenConnection(t *testing.T) { //nolint:tparallel // before the parallel tests, on purpose (above)
 	for _, op := range []string{"Control", "Purge", "List", "Runs", "Migrate"} {
 		t.Run(op, func(t *testing.T) {
 			t.Parallel() // beside each other, before any other test of the package: see below
@@ -103,7 +103,7 @@ func TestAdminCancelRequestOnAGivenConnection(t *testing.T) {
 // the pool the Locker claims on, the late cancel request would cut a
 // claim's commit's wait for a synchronous standby, and the claim would be
 // reported done.
-func TestAdminCancelRequestOnAPoolConnection(t *testing.T) {
+func TestAdminCancelRequestOnAPoolConnection(t *testing.T) { //nolint:tparallel // as TestAdminCancelRequestOnAGivenConnection
 	for _, kind := range []string{"PoolConn", "Tx"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel() // as above
