@@ -76,6 +76,12 @@ type Answering struct {
 	// here, as the Answering is made for this one statement, rather than
 	// allocated apart.
 	row doneRow
+	// claim is where a claim statement's row is scanned (doneRow.scanClaim),
+	// and the one destination of that Scan.
+	claim struct {
+		row  claimRow
+		dest [1]any
+	}
 }
 
 // noStop is the stop of a statement with no cancel request to send.

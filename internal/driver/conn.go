@@ -852,10 +852,21 @@ func (d connDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return ErrRow{err}
 	}
 	if a := d.answering(ctx, db); a != nil {
-		a.row = doneRow{row: db.QueryRow(a.Ctx(), sql, args...), a: a, ctx: ctx, done: done}
+		a.row = doneRow{row: db.QueryRow(a.Ctx(), sql, args...), a: a, ctx: ctx, done: done, pgxRow: pgxRowOf(db)}
 		return &a.row
 	}
-	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: d.c.DropIfEnded(ctx, db, done)}
+	return doneRow{row: db.QueryRow(ctx, sql, args...), ctx: ctx, done: d.c.DropIfEnded(ctx, db, done), pgxRow: pgxRowOf(db)}
+}
+
+// pgxRowOf reports whether db's QueryRow returns pgx's own row, which hands
+// a lone pgx.RowScanner its rows (scanClaimed), rather than a DB the
+// application wraps.
+func pgxRowOf(db DB) bool {
+	switch db.(type) {
+	case pgxConn, *pgx.Conn, *pgxpool.Conn:
+		return true
+	}
+	return false
 }
 
 // poolerHint is the fix explainPooler adds to the errors of pgx's
@@ -937,6 +948,28 @@ type doneRow struct {
 	ctx   context.Context
 	done  func()
 	taken *takenDB // the row's connection, if a takenDB: it checks ctx (takenDB.ended)
+	// pgxRow: row is pgx's own (pgxRowOf).
+	pgxRow bool
+}
+
+// scanClaim is scanClaimed's. A row sent under answering scans into its
+// Answering's claim, through its destination (Answering.claim), which the
+// statement allocated anyway; another row of pgx's own allocates its
+// claimRow; any other is scanned column by column.
+func (r doneRow) scanClaim() (Claimed, error) {
+	if r.a != nil && r.pgxRow {
+		r.a.claim.dest[0] = &r.a.claim.row
+		err := r.Scan(r.a.claim.dest[:]...)
+		return Claimed(r.a.claim.row), err
+	}
+	if r.pgxRow {
+		c := new(claimRow)
+		err := r.Scan(c)
+		return Claimed(*c), err
+	}
+	var c Claimed
+	err := r.Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+	return c, err
 }
 
 func (r doneRow) Scan(dest ...any) error {

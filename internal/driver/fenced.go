@@ -76,8 +76,8 @@ func (p *fenced) Claim(ctx context.Context, db DB, key string, ttl, lockWait tim
 		ok bool
 	}
 	r, err := retried(ctx, func() (result, error) {
-		c := Claimed{Holder: p.holder}
-		err := db.QueryRow(ctx, p.claimSQL, key, p.holderArg, p.ttlArgOf(ttl)).Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+		c, err := scanClaimed(db.QueryRow(ctx, p.claimSQL, key, p.holderArg, p.ttlArgOf(ttl)))
+		c.Holder = p.holder
 		c, ok, err := claimOutcomeOf(c, err)
 		return result{c, ok}, err
 	})

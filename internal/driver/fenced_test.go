@@ -1,10 +1,13 @@
 package driver_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/driver"
@@ -56,4 +59,53 @@ func (p pgTable) Row(key string) (drivertest.Row, bool) {
 func (p pgTable) LockRow(key string) func() {
 	end := pgtest.LockRow(p.tb, p.pool, p.name, key)
 	return func() { end(false) }
+}
+
+// TestFencedClaimRow checks that a claim sent on the Locker's connections
+// returns exactly the row's lease as pgx's own Scan reads it on the same
+// pool: decoded in place on pgx's default types, and through that Scan on
+// a pool that scans times in UTC and on one that speaks the simple
+// protocol (text), as a pooler asks.
+func TestFencedClaimRow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		configure func(*pgxpool.Config)
+	}{
+		{"pgx's default types", nil},
+		{"times scanned in UTC", func(cfg *pgxpool.Config) {
+			cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+				conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
+				return nil
+			}
+		}},
+		{"the simple protocol", func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, _, name := pgtest.Setup(t)
+			pool := pgtest.PoolWith(t, pgtest.Server.DSN(), tc.configure)
+			conns := driver.NewConns(pool, false)
+			t.Cleanup(conns.Close)
+			p := pgTable{tb: t, pool: pool, name: name}.Protocol("scanner")
+			c, ok, err := p.Claim(ctx, conns.Claim(), "k", time.Minute, 0)
+			if err != nil || !ok {
+				t.Fatalf("claim: %v, took it: %v", err, ok)
+			}
+			var want driver.Claimed
+			err = pool.QueryRow(ctx, fmt.Sprintf("SELECT holder, fence, acquired_at, expires_at, true, tableoid FROM %s WHERE key = 'k'",
+				pgx.Identifier{name}.Sanitize())).Scan(&want.Holder, &want.Fence, &want.AcquiredAt, &want.ExpiresAt, &want.Live, &want.Table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != want {
+				t.Errorf("the claim returned %+v, the row read by pgx is %+v", c, want)
+			}
+			if tc.name == "times scanned in UTC" && c.AcquiredAt.Location() != time.UTC {
+				t.Errorf("a claim on a pool that scans times in UTC returned its time in %v", c.AcquiredAt.Location())
+			}
+		})
+	}
 }

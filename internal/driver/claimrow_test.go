@@ -1,0 +1,145 @@
+package driver
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// claimFields are the columns of a claim statement's row as the extended
+// protocol describes them: each in binary, the last one skipped.
+func claimFields() []pgconn.FieldDescription {
+	fds := make([]pgconn.FieldDescription, 0, 6)
+	for _, oid := range claimRowTypes {
+		fds = append(fds, pgconn.FieldDescription{DataTypeOID: oid, Format: pgtype.BinaryFormatCode})
+	}
+	return append(fds, pgconn.FieldDescription{DataTypeOID: pgtype.TextOID, Format: pgtype.BinaryFormatCode})
+}
+
+// claimValues encodes one claim row in binary with pgx's own codecs.
+func claimValues(t *testing.T, m *pgtype.Map, fence int64, acquired, expires any, live bool, table uint32) [][]byte {
+	t.Helper()
+	vals := make([][]byte, 0, 6)
+	for i, v := range []any{fence, acquired, expires, live, table} {
+		b, err := m.Encode(claimRowTypes[i], pgtype.BinaryFormatCode, v, nil)
+		if err != nil {
+			t.Fatalf("encoding column %d (%v): %v", i, v, err)
+		}
+		vals = append(vals, b)
+	}
+	return append(vals, []byte("on"))
+}
+
+// TestClaimRow checks, with no server, that a claim row decoded in place
+// holds exactly what pgx's own Scan reads from the same bytes (the same
+// instants, in the same location), and that any row it does not decode is
+// left to that Scan, c unchanged.
+func TestClaimRow(t *testing.T) {
+	t.Parallel()
+	m := pgtype.NewMap()
+	at := func(s string) time.Time {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	for _, tc := range []struct {
+		name              string
+		fence             int64
+		acquired, expires time.Time
+		live              bool
+	}{
+		{"a lease of today", 7, at("2026-12-05T12:00:00.123456Z"), at("2026-12-05T12:00:30.123456Z"), true},
+		{"an expired one", math.MaxInt64, at("2026-12-05T12:00:00Z"), at("2026-12-05T12:00:00.000001Z"), false},
+		{"before 2000, a fraction of a second", 1, at("1999-12-31T23:59:59.999999Z"), at("1969-07-20T20:17:40.5Z"), true},
+		{"the first and last years pgx scans", 2, at("0001-01-01T00:00:00Z"), at("9999-12-31T23:59:59.999999Z"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vals := claimValues(t, m, tc.fence, tc.acquired, tc.expires, tc.live, 16384)
+			var got claimRow
+			if !got.decode(claimFields(), vals) {
+				t.Fatal("a binary claim row was not decoded")
+			}
+			var want Claimed
+			if err := pgx.ScanRow(m, claimFields(), vals, &want.Fence, &want.AcquiredAt, &want.ExpiresAt, &want.Live, &want.Table, nil); err != nil {
+				t.Fatal(err)
+			}
+			if Claimed(got) != want {
+				t.Errorf("decoded %+v, pgx scans %+v", Claimed(got), want)
+			}
+			if !got.AcquiredAt.Equal(tc.acquired) || !got.ExpiresAt.Equal(tc.expires) || got.Fence != tc.fence || got.Live != tc.live || got.Table != 16384 {
+				t.Errorf("decoded %+v from %+v", Claimed(got), tc)
+			}
+		})
+	}
+
+	now := time.Now()
+	infinite := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.Infinity}
+	for _, tc := range []struct {
+		name string
+		edit func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte)
+	}{
+		{"an infinite expiry", func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			return fds, claimValues(t, m, 1, now, infinite, true, 1)
+		}},
+		{"a year past 9999", func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			return fds, claimValues(t, m, 1, now, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), true, 1)
+		}},
+		{"a NULL fence", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			vals[0] = nil
+			return fds, vals
+		}},
+		{"text (the simple protocol)", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			fds[1].Format = pgtype.TextFormatCode
+			return fds, vals
+		}},
+		{"another type", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			fds[0].DataTypeOID = pgtype.Int4OID
+			return fds, vals
+		}},
+		{"a short value", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			vals[2] = vals[2][:7]
+			return fds, vals
+		}},
+		{"a column fewer", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			return fds[:5], vals[:5]
+		}},
+		{"no values (database/sql's rows)", func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+			return fds, nil
+		}},
+	} {
+		t.Run("left to Scan: "+tc.name, func(t *testing.T) {
+			fds, vals := tc.edit(claimFields(), claimValues(t, m, 3, now, now.Add(time.Minute), true, 2))
+			got := claimRow{Holder: "h", Fence: -1}
+			if got.decode(fds, vals) {
+				t.Fatalf("decoded %+v", Claimed(got))
+			}
+			if got != (claimRow{Holder: "h", Fence: -1}) {
+				t.Errorf("a row left to Scan changed the claim: %+v", Claimed(got))
+			}
+		})
+	}
+}
+
+// TestPlainTimes checks, with no server, that a claim row is decoded in
+// place only on a type map that scans a timestamptz as pgx does by
+// default: in the local time zone.
+func TestPlainTimes(t *testing.T) {
+	t.Parallel()
+	if !plainTimes(pgtype.NewMap()) {
+		t.Error("pgx's default type map is not taken for plain")
+	}
+	utc := pgtype.NewMap()
+	utc.RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
+	if plainTimes(utc) {
+		t.Error("a type map that scans times in UTC is taken for plain")
+	}
+	if plainTimes(nil) {
+		t.Error("no type map is taken for plain")
+	}
+}
