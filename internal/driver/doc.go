@@ -12,6 +12,7 @@
 //     one connection given, and how many claims may hold at once;
 //   - cancel.go: a claim whose caller gives up is cancelled on the server
 //     and its answer read, so that its outcome stays known;
+//   - claimrow.go: a claim's row, decoded in place from pgx's binary values;
 //   - outcome.go: what a failed statement may have written (done, not
 //     sent, unknown), and a success read after its context ended is
 //     unknown;
