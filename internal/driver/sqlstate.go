@@ -33,16 +33,36 @@ func Code(err error) string {
 	return ""
 }
 
-// serverError is the server's error in err's chain, if it holds one. Every
-// statement's success asks (a nil err): it returns at once, before the
-// target of errors.As, which escapes, is allocated.
+// serverError is the server's error in err's chain, if it holds one, as
+// errors.As finds it. It walks the chain itself: errors.As needs the
+// address of its target, which then escapes, an allocation for every
+// statement asked about, a losing claim's pgx.ErrNoRows among them.
 func serverError(err error) (*pgconn.PgError, bool) {
-	if err == nil {
-		return nil, false
+	for err != nil {
+		if pgErr, ok := err.(*pgconn.PgError); ok {
+			return pgErr, true
+		}
+		if x, ok := err.(interface{ As(any) bool }); ok {
+			var pgErr *pgconn.PgError
+			if x.As(&pgErr) {
+				return pgErr, true
+			}
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, inner := range x.Unwrap() {
+				if pgErr, ok := serverError(inner); ok {
+					return pgErr, true
+				}
+			}
+			return nil, false
+		default:
+			return nil, false
+		}
 	}
-	var pgErr *pgconn.PgError
-	ok := errors.As(err, &pgErr)
-	return pgErr, ok
+	return nil, false
 }
 
 // Is reports whether err holds a server error of SQLSTATE code.

@@ -74,3 +74,54 @@ func TestSQLStateOfSuccessAllocatesNothing(t *testing.T) {
 		t.Errorf("classifying a nil error allocates %v times", n)
 	}
 }
+
+// asServerError is a wrapper that finds a server error by its As method
+// alone.
+type asServerError struct{ pgErr *pgconn.PgError }
+
+func (e asServerError) Error() string { return "as: " + e.pgErr.Message }
+
+func (e asServerError) As(target any) bool {
+	if p, ok := target.(**pgconn.PgError); ok {
+		*p = e.pgErr
+		return true
+	}
+	return false
+}
+
+// TestServerError checks, with no server, that serverError finds what
+// errors.As finds in every shape of chain.
+func TestServerError(t *testing.T) {
+	t.Parallel()
+	first := &pgconn.PgError{Code: LockNotAvailable, Message: "first"}
+	second := &pgconn.PgError{Code: SerializationFailure, Message: "second"}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil", nil},
+		{"none", errors.New("no row")},
+		{"itself", first},
+		{"wrapped twice", fmt.Errorf("b: %w", fmt.Errorf("a: %w", first))},
+		{"joined after another error", errors.Join(errors.New("x"), fmt.Errorf("a: %w", second), first)},
+		{"two %w, the first without one", fmt.Errorf("%w and %w", errors.New("x"), second)},
+		{"by its As method", fmt.Errorf("a: %w", asServerError{first})},
+		{"joined, none", errors.Join(errors.New("x"), errors.New("y"))},
+	} {
+		var want *pgconn.PgError
+		wantOK := errors.As(tc.err, &want)
+		got, ok := serverError(tc.err)
+		if ok != wantOK || got != want {
+			t.Errorf("%s: serverError found %v, %v; errors.As finds %v, %v", tc.name, got, ok, want, wantOK)
+		}
+	}
+}
+
+// TestSQLStateOfAnErrorWithoutOneAllocatesNothing: a losing claim's error
+// (pgx.ErrNoRows) is asked about at every losing claim.
+func TestSQLStateOfAnErrorWithoutOneAllocatesNothing(t *testing.T) {
+	noRow := fmt.Errorf("claim: %w", errors.New("no rows in result set"))
+	if n := testing.AllocsPerRun(100, func() { _ = Code(noRow) }); n != 0 {
+		t.Errorf("asking about an error without a server error allocates %v times", n)
+	}
+}
