@@ -40,7 +40,6 @@ func claimValues(t *testing.T, m *pgtype.Map, fence int64, acquired, expires any
 // left to that Scan, c unchanged.
 func TestClaimRow(t *testing.T) {
 	t.Parallel()
-	m := pgtype.NewMap()
 	at := func(s string) time.Time {
 		tm, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -60,6 +59,8 @@ func TestClaimRow(t *testing.T) {
 		{"the first and last years pgx scans", 2, at("0001-01-01T00:00:00Z"), at("9999-12-31T23:59:59.999999Z"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := pgtype.NewMap() // a Map is not safe for concurrent use
 			vals := claimValues(t, m, tc.fence, tc.acquired, tc.expires, tc.live, 16384)
 			var got claimRow
 			if !got.decode(claimFields(), vals) {
@@ -79,42 +80,44 @@ func TestClaimRow(t *testing.T) {
 	}
 
 	now := time.Now()
-	infinite := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.Infinity}
+	type rows = func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte)
+	as := func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		return fds, vals
+	}
 	for _, tc := range []struct {
-		name string
-		edit func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte)
+		name    string
+		expires any // the expiry encoded
+		edit    rows
 	}{
-		{"an infinite expiry", func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
-			return fds, claimValues(t, m, 1, now, infinite, true, 1)
-		}},
-		{"a year past 9999", func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
-			return fds, claimValues(t, m, 1, now, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), true, 1)
-		}},
-		{"a NULL fence", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		{"an infinite expiry", pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.Infinity}, as},
+		{"a year past 9999", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), as},
+		{"a NULL fence", now, func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
 			vals[0] = nil
 			return fds, vals
 		}},
-		{"text (the simple protocol)", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		{"text (the simple protocol)", now, func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
 			fds[1].Format = pgtype.TextFormatCode
 			return fds, vals
 		}},
-		{"another type", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		{"another type", now, func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
 			fds[0].DataTypeOID = pgtype.Int4OID
 			return fds, vals
 		}},
-		{"a short value", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		{"a short value", now, func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
 			vals[2] = vals[2][:7]
 			return fds, vals
 		}},
-		{"a column fewer", func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		{"a column fewer", now, func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
 			return fds[:5], vals[:5]
 		}},
-		{"no values (database/sql's rows)", func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
+		{"no values (database/sql's rows)", now, func(fds []pgconn.FieldDescription, _ [][]byte) ([]pgconn.FieldDescription, [][]byte) {
 			return fds, nil
 		}},
 	} {
 		t.Run("left to Scan: "+tc.name, func(t *testing.T) {
-			fds, vals := tc.edit(claimFields(), claimValues(t, m, 3, now, now.Add(time.Minute), true, 2))
+			t.Parallel()
+			m := pgtype.NewMap() // a Map is not safe for concurrent use
+			fds, vals := tc.edit(claimFields(), claimValues(t, m, 3, now.Add(-time.Minute), tc.expires, true, 2))
 			got := claimRow{Holder: "h", Fence: -1}
 			if got.decode(fds, vals) {
 				t.Fatalf("decoded %+v", Claimed(got))

@@ -39,7 +39,7 @@ func Code(err error) string {
 // statement asked about, a losing claim's pgx.ErrNoRows among them.
 func serverError(err error) (*pgconn.PgError, bool) {
 	for err != nil {
-		if pgErr, ok := err.(*pgconn.PgError); ok {
+		if pgErr, ok := err.(*pgconn.PgError); ok { //nolint:errorlint // this loop is the walk of the chain errors.As does
 			return pgErr, true
 		}
 		if x, ok := err.(interface{ As(any) bool }); ok {
@@ -48,7 +48,7 @@ func serverError(err error) (*pgconn.PgError, bool) {
 				return pgErr, true
 			}
 		}
-		switch x := err.(type) {
+		switch x := err.(type) { //nolint:errorlint // unwrapping, one link at a time
 		case interface{ Unwrap() error }:
 			err = x.Unwrap()
 		case interface{ Unwrap() []error }:
