@@ -29,8 +29,14 @@ func scanClaimed(row pgx.Row) (Claimed, error) {
 		return r.scanClaim()
 	}
 	var c Claimed
-	err := row.Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+	err := row.Scan(claimColumns(&c)...)
 	return c, err
+}
+
+// claimColumns are the destinations in c of a claim row's columns, the
+// last one skipped.
+func claimColumns(c *Claimed) []any {
+	return []any{&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil}
 }
 
 // claimScanner is a row that scans a claim statement's row itself
@@ -44,7 +50,7 @@ func (c *claimRow) ScanRow(rows pgx.Rows) error {
 	if plainTimes(rows.TypeMap()) && c.decode(rows.FieldDescriptions(), rows.RawValues()) {
 		return nil
 	}
-	return rows.Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+	return rows.Scan(claimColumns((*Claimed)(c))...)
 }
 
 // claimRowTypes are the OIDs of a claim row's first five columns, each sent

@@ -968,7 +968,7 @@ func (r doneRow) scanClaim() (Claimed, error) {
 		return Claimed(*c), err
 	}
 	var c Claimed
-	err := r.Scan(&c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil)
+	err := r.Scan(claimColumns(&c)...)
 	return c, err
 }
 
