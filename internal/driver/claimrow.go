@@ -2,6 +2,8 @@ package driver
 
 import (
 	"encoding/binary"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,7 +18,7 @@ import (
 // protocol returns is decoded here in place instead, to the very values
 // pgx would scan. Any other form (the text of the simple protocol,
 // database/sql's values, a NULL, a time outside years 1 to 9999, a type
-// map whose timestamptz has a location of its own) goes through the row's
+// map other than pgx's defaults: see pgxDefaults) goes through the row's
 // own Scan, errors included.
 type claimRow Claimed
 
@@ -47,7 +49,7 @@ type claimScanner interface {
 
 // ScanRow is pgx.RowScanner's.
 func (c *claimRow) ScanRow(rows pgx.Rows) error {
-	if plainTimes(rows.TypeMap()) && c.decode(rows.FieldDescriptions(), rows.RawValues()) {
+	if pgxDefaults(rows.TypeMap()) && c.decode(rows.FieldDescriptions(), rows.RawValues()) {
 		return nil
 	}
 	return rows.Scan(claimColumns((*Claimed)(c))...)
@@ -81,7 +83,7 @@ func (c *claimRow) decode(fds []pgconn.FieldDescription, vals [][]byte) bool {
 	}
 	c.Fence = int64(binary.BigEndian.Uint64(vals[0]))
 	c.AcquiredAt, c.ExpiresAt = acquired, expires
-	c.Live = vals[3][0] != 0
+	c.Live = vals[3][0] == 1 // as pgx reads it
 	c.Table = binary.BigEndian.Uint32(vals[4])
 	return true
 }
@@ -90,19 +92,50 @@ func (c *claimRow) decode(fds []pgconn.FieldDescription, vals [][]byte) bool {
 // since the Unix epoch.
 const y2k = 946_684_800
 
-// plainTimes reports whether m scans a timestamptz as pgx does by default:
-// in the local time zone (no ScanLocation).
-func plainTimes(m *pgtype.Map) bool {
+// pgxDefaults reports whether m scans a claim row's columns as pgx does by
+// default: its own codecs for int8, bool and oid, a timestamptz in the
+// local time zone (no ScanLocation), and no scan wrapper of the
+// application's (TryWrapScanPlanFuncs, which may, say, scan every
+// time.Time in UTC).
+func pgxDefaults(m *pgtype.Map) bool {
 	if m == nil {
 		return false
 	}
-	t, ok := m.TypeForOID(pgtype.TimestamptzOID)
-	if !ok {
+	if t, ok := m.TypeForOID(pgtype.TimestamptzOID); !ok {
+		return false
+	} else if codec, ok := t.Codec.(*pgtype.TimestamptzCodec); !ok || codec.ScanLocation != nil {
 		return false
 	}
-	codec, ok := t.Codec.(*pgtype.TimestamptzCodec)
-	return ok && codec.ScanLocation == nil
+	if t, ok := m.TypeForOID(pgtype.Int8OID); !ok || t.Codec != (pgtype.Int8Codec{}) {
+		return false
+	}
+	if t, ok := m.TypeForOID(pgtype.BoolOID); !ok || t.Codec != (pgtype.BoolCodec{}) {
+		return false
+	}
+	if t, ok := m.TypeForOID(pgtype.OIDOID); !ok || t.Codec != (pgtype.Uint32Codec{}) {
+		return false
+	}
+	wraps, defaults := m.TryWrapScanPlanFuncs, defaultWraps()
+	if len(wraps) != len(defaults) {
+		return false
+	}
+	for i, f := range wraps {
+		if reflect.ValueOf(f).Pointer() != defaults[i] {
+			return false
+		}
+	}
+	return true
 }
+
+// defaultWraps are the code pointers of the scan wrappers of pgx's default
+// type map, in order.
+var defaultWraps = sync.OnceValue(func() []uintptr {
+	var out []uintptr
+	for _, f := range pgtype.NewMap().TryWrapScanPlanFuncs {
+		out = append(out, reflect.ValueOf(f).Pointer())
+	}
+	return out
+})
 
 // timestamptzOf is a binary timestamptz (microseconds since 2000-01-01
 // UTC) as pgx scans it into a time.Time (local), when it is of years 1 to

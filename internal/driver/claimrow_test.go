@@ -79,6 +79,19 @@ func TestClaimRow(t *testing.T) {
 		})
 	}
 
+	t.Run("a bool byte other than 0 and 1", func(t *testing.T) {
+		t.Parallel()
+		m := pgtype.NewMap()
+		vals := claimValues(t, m, 5, at("2026-12-05T12:00:00Z"), at("2026-12-05T12:01:00Z"), true, 1)
+		vals[3] = []byte{2}
+		var got claimRow
+		var want Claimed
+		err := pgx.ScanRow(m, claimFields(), vals, &want.Fence, &want.AcquiredAt, &want.ExpiresAt, &want.Live, &want.Table, nil)
+		if !got.decode(claimFields(), vals) || err != nil || Claimed(got) != want {
+			t.Errorf("decoded %+v, pgx scans %+v (%v)", Claimed(got), want, err)
+		}
+	})
+
 	now := time.Now()
 	type rows = func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte)
 	as := func(fds []pgconn.FieldDescription, vals [][]byte) ([]pgconn.FieldDescription, [][]byte) {
@@ -129,20 +142,40 @@ func TestClaimRow(t *testing.T) {
 	}
 }
 
-// TestPlainTimes checks, with no server, that a claim row is decoded in
-// place only on a type map that scans a timestamptz as pgx does by
-// default: in the local time zone.
-func TestPlainTimes(t *testing.T) {
+// TestPgxDefaults checks, with no server, that a claim row is decoded in
+// place only on a type map that scans its columns as pgx does by default.
+func TestPgxDefaults(t *testing.T) {
 	t.Parallel()
-	if !plainTimes(pgtype.NewMap()) {
-		t.Error("pgx's default type map is not taken for plain")
+	if !pgxDefaults(pgtype.NewMap()) {
+		t.Error("pgx's default type map is not taken for the default")
 	}
-	utc := pgtype.NewMap()
-	utc.RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
-	if plainTimes(utc) {
-		t.Error("a type map that scans times in UTC is taken for plain")
+	for name, change := range map[string]func(m *pgtype.Map){
+		"times scanned in UTC by the codec": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
+		},
+		"a scan wrapper of the application's first": func(m *pgtype.Map) {
+			m.TryWrapScanPlanFuncs = append([]pgtype.TryWrapScanPlanFunc{func(any) (pgtype.WrappedScanPlanNextSetter, any, bool) {
+				return nil, nil, false
+			}}, m.TryWrapScanPlanFuncs...)
+		},
+		"a scan wrapper fewer": func(m *pgtype.Map) { m.TryWrapScanPlanFuncs = m.TryWrapScanPlanFuncs[1:] },
+		"another codec for int8": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "int8", OID: pgtype.Int8OID, Codec: pgtype.NumericCodec{}})
+		},
+		"another codec for bool": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "bool", OID: pgtype.BoolOID, Codec: pgtype.TextCodec{}})
+		},
+		"another codec for oid": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "oid", OID: pgtype.OIDOID, Codec: pgtype.Int8Codec{}})
+		},
+	} {
+		m := pgtype.NewMap()
+		change(m)
+		if pgxDefaults(m) {
+			t.Errorf("a type map with %s is taken for the default", name)
+		}
 	}
-	if plainTimes(nil) {
-		t.Error("no type map is taken for plain")
+	if pgxDefaults(nil) {
+		t.Error("no type map is taken for the default")
 	}
 }

@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,13 @@ func TestFencedClaimRow(t *testing.T) {
 				return nil
 			}
 		}},
+		{"times wrapped to UTC by a scan wrapper", func(cfg *pgxpool.Config) {
+			cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+				m := conn.TypeMap()
+				m.TryWrapScanPlanFuncs = append([]pgtype.TryWrapScanPlanFunc{utcTimes}, m.TryWrapScanPlanFuncs...)
+				return nil
+			}
+		}},
 		{"the simple protocol", func(cfg *pgxpool.Config) {
 			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 		}},
@@ -103,9 +111,35 @@ func TestFencedClaimRow(t *testing.T) {
 			if c != want {
 				t.Errorf("the claim returned %+v, the row read by pgx is %+v", c, want)
 			}
-			if tc.name == "times scanned in UTC" && c.AcquiredAt.Location() != time.UTC {
+			if strings.Contains(tc.name, "UTC") && (c.AcquiredAt.Location() != time.UTC || c.ExpiresAt.Location() != time.UTC) {
 				t.Errorf("a claim on a pool that scans times in UTC returned its time in %v", c.AcquiredAt.Location())
 			}
 		})
 	}
+}
+
+// utcTimes is a scan wrapper an application may put first in its type
+// map: every *time.Time is scanned in UTC.
+func utcTimes(target any) (pgtype.WrappedScanPlanNextSetter, any, bool) {
+	t, ok := target.(*time.Time)
+	if !ok {
+		return nil, nil, false
+	}
+	return &utcPlan{}, (*utcTime)(t), true
+}
+
+type utcTime time.Time
+
+func (u *utcTime) ScanTimestamptz(v pgtype.Timestamptz) error {
+	*u = utcTime(v.Time.UTC())
+	return nil
+}
+
+// utcPlan hands the next plan the wrapped target.
+type utcPlan struct{ next pgtype.ScanPlan }
+
+func (p *utcPlan) SetNext(next pgtype.ScanPlan) { p.next = next }
+
+func (p *utcPlan) Scan(src []byte, target any) error {
+	return p.next.Scan(src, (*utcTime)(target.(*time.Time)))
 }

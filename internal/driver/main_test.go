@@ -9,5 +9,5 @@ import (
 // TestMain gives the contract test a server; under -short, only the tests
 // that need none run.
 func TestMain(m *testing.M) {
-	pgtest.Main(m, pgtest.ShortRun("^(TestClosings|TestClaimBound|TestOutcome|TestRetrySerialization|TestInlineArgs|TestSQLState|TestServerError|TestSQLStateOfAnErrorWithoutOneAllocatesNothing|TestSQLStateOfSuccessAllocatesNothing|TestNoDeadline|TestUncancelled|TestClaimRow|TestPlainTimes)$"))
+	pgtest.Main(m, pgtest.ShortRun("^(TestClosings|TestClaimBound|TestOutcome|TestRetrySerialization|TestInlineArgs|TestSQLState|TestServerError|TestSQLStateOfAnErrorWithoutOneAllocatesNothing|TestSQLStateOfSuccessAllocatesNothing|TestNoDeadline|TestUncancelled|TestClaimRow|TestPgxDefaults)$"))
 }
