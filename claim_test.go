@@ -1244,7 +1244,10 @@ func testClaimStillCommitting(t *testing.T) {
 	}()
 	<-claim.Hit
 	// The standby comes back once the Locker's read of the row waits on
-	// the claim's transaction, or once the claim has returned without it.
+	// the claim's transaction, or once the claim has returned without it:
+	// by a reload alone, the rest readied here, since the read waits on
+	// the row lock only half of the give-back's bound (375 ms).
+	standbyBack := pgtest.StandbyReady(ctx, t, srv.DSN())
 	var claimErr error
 	waiting := false
 	for !waiting {
@@ -1259,7 +1262,7 @@ func testClaimStillCommitting(t *testing.T) {
 			waiting = n > 0
 		}
 	}
-	pgtest.StandbyBack(ctx, t, srv.DSN())
+	standbyBack()
 	claimErr = <-returned
 	require.ErrorIs(t, claimErr, context.DeadlineExceeded, "the claim's commit waited for the standby past its context")
 	<-claim.Ran

@@ -72,13 +72,31 @@ func AbsentStandby(ctx context.Context, tb testing.TB, dsn string) {
 // waiting then end.
 func StandbyBack(ctx context.Context, tb testing.TB, dsn string) {
 	tb.Helper()
+	StandbyReady(ctx, tb, dsn)()
+}
+
+// StandbyReady readies StandbyBack and returns its last step, the reload
+// alone: a test that must bring the standby back within a bound of the
+// code under test (a read that waits a few hundred milliseconds on a
+// commit's row lock) opens its connection and rewrites the configuration
+// beforehand, not inside the bound, where a loaded machine may spend it.
+// The configuration is rewritten, not reloaded: until back runs, commits
+// still wait.
+func StandbyReady(ctx context.Context, tb testing.TB, dsn string) (back func()) {
+	tb.Helper()
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(tb, err)
-	defer func() { _ = conn.Close(context.Background()) }()
 	_, err = conn.Exec(ctx, `ALTER SYSTEM RESET synchronous_standby_names`)
-	require.NoError(tb, err)
-	_, err = conn.Exec(ctx, `SELECT pg_reload_conf()`)
-	require.NoError(tb, err)
+	if err != nil {
+		_ = conn.Close(context.Background())
+		require.NoError(tb, err)
+	}
+	return func() {
+		tb.Helper()
+		defer func() { _ = conn.Close(context.Background()) }()
+		_, err := conn.Exec(ctx, `SELECT pg_reload_conf()`)
+		require.NoError(tb, err)
+	}
 }
 
 // CancelRequestPool is a pool on dsn whose statements are cancelled by a
