@@ -891,8 +891,10 @@ func testCloseSettlesLockedRowsByTheirOwnOutcomes(t *testing.T) {
 }
 
 // burstInFlightAtClose sends a burst of claims of k1 and k2 on a Locker of
-// holder "a" (TTL a minute) on a pool, whose reply it holds back for 300ms,
-// and returns once the burst is in flight: out gets the claims' errors.
+// holder "a" (TTL a minute) on a pool, whose reply it holds back for a
+// second, and returns once the burst is in flight: out gets the claims'
+// errors. The second is the time a test has to call Close while the claims
+// are in flight; on a loaded machine 300 ms was not always enough.
 func burstInFlightAtClose(t *testing.T) (context.Context, *pgxpool.Pool, string, *pglease.Locker, <-chan []error) {
 	t.Helper()
 	ctx, pool, table := pgtest.Setup(t)
@@ -919,7 +921,7 @@ func burstInFlightAtClose(t *testing.T) (context.Context, *pgxpool.Pool, string,
 	}
 	l := pgtest.Locker(t, lpool, table, "a", pglease.WithTTL(time.Minute))
 	send := pglease.PrepareClaimBurst([]context.Context{ctx, ctx}, l, []string{"k1", "k2"})
-	late.DelayNextReply(300 * time.Millisecond)
+	late.DelayNextReply(time.Second)
 	out := make(chan []error, 1)
 	go func() {
 		_, errs := send()
