@@ -354,13 +354,35 @@ func SetupCounted(tb testing.TB) (context.Context, *pgxpool.Pool, string, *State
 
 // Locker returns a quiet Locker on table, closed at cleanup, with what
 // Main's options ask of every Locker (EveryLocker) applied; under -sqldb a
-// pool of the tests' is taken through database/sql (Under).
+// pool of the tests' is taken through database/sql (Under), unless opts
+// ask for what only a pool gives (WithKeptConnection): that Locker stays on
+// the pool, and the test's log says so.
 func Locker(tb testing.TB, db pglease.DB, table, holder string, opts ...pglease.Option) *pglease.Locker {
 	tb.Helper()
 	all := append([]pglease.Option{pglease.WithTable(table), pglease.WithHolder(holder), pglease.WithLogger(Quiet)}, opts...)
-	l := Each(pglease.NewLocker(Under(db), all...))
+	l, err := newLocker(Under(db), all)
+	if _, pool := db.(*pgxpool.Pool); err != nil && pool && *sqlFlag != "" && errors.Is(err, pglease.ErrInvalidOption) {
+		tb.Logf("pgtest: -sqldb=%s: this Locker stays on the pool: %v", *sqlFlag, err)
+		l, err = newLocker(db, all)
+	}
+	require.NoError(tb, err)
+	l = Each(l)
 	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
+}
+
+// newLocker is pglease.NewLocker returning the error it panics with.
+func newLocker(db pglease.DB, opts []pglease.Option) (l *pglease.Locker, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(error)
+			if !ok {
+				panic(r)
+			}
+			err = e
+		}
+	}()
+	return pglease.NewLocker(db, opts...), nil
 }
 
 // TakeOver claims key with l again and again until the server lets it, as
