@@ -119,7 +119,8 @@ func runSkewedSchedulers(t *testing.T, minHold time.Duration, ticks int) map[int
 // runSkewedSchedulersOn is runSkewedSchedulers on a given server and table,
 // with more Locker options. Its margins are 200 ms: a run during which the
 // test process stalled longer than maxStall judges nothing, and runs
-// again, on a new key and new replicas, three times at most.
+// again, on a new key and new replicas, five times at most (on a machine
+// busy with other runs, three in a row stalled).
 func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...pglease.Option) map[int]int {
 	t.Helper()
 	const maxStall = 150 * time.Millisecond
@@ -131,7 +132,7 @@ func runSkewedSchedulersOn(t *testing.T, dsn, table string, ticks int, opts ...p
 			t.Logf("longest stall %v", stall)
 			return perTick
 		}
-		require.Less(t, attempt, 3, "three runs stalled longer than %v (the last %v)", maxStall, stall)
+		require.Less(t, attempt, 5, "five runs stalled longer than %v (the last %v)", maxStall, stall)
 		t.Logf("run %d stalled %v, longer than %v: again", attempt, stall, maxStall)
 	}
 }
