@@ -952,20 +952,15 @@ type doneRow struct {
 	pgxRow bool
 }
 
-// scanClaim is scanClaimed's. A row sent under answering scans into its
-// Answering's claim, through its destination (Answering.claim), which the
-// statement allocated anyway; another row of pgx's own allocates its
-// claimRow; any other is scanned column by column.
+// scanClaim is scanClaimed's. A row of pgx's own sent under answering (a
+// claim's) scans into its Answering's claim, through its destination
+// (Answering.claim), which the statement allocated anyway; any other is
+// scanned column by column.
 func (r doneRow) scanClaim() (Claimed, error) {
 	if r.a != nil && r.pgxRow {
 		r.a.claim.dest[0] = &r.a.claim.row
 		err := r.Scan(r.a.claim.dest[:]...)
 		return Claimed(r.a.claim.row), err
-	}
-	if r.pgxRow {
-		c := new(claimRow)
-		err := r.Scan(c)
-		return Claimed(*c), err
 	}
 	var c Claimed
 	err := r.Scan(claimColumns(&c)...)
