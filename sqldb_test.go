@@ -280,7 +280,11 @@ func TestSQL(t *testing.T) {
 			sdb.SetMaxOpenConns(2)
 			keys := []string{"locked-1", "locked-2", "locked-3"}
 			lockFreeRows(ctx, t, pool, table, keys...)
-			const ttl = time.Second
+			// A heartbeat queued behind the claims would lose the lease
+			// 1.8 s in, before the check at 5 s; one round slow on a
+			// loaded machine must not (at a TTL of 1 s, a round of 400 ms
+			// and one of 280 ms in flight lost it).
+			const ttl = 2 * time.Second
 			l := pgtest.Locker(t, db, table, "a", pglease.WithTTL(ttl), pglease.WithHeartbeatInterval(200*time.Millisecond))
 			lease, err := l.Claim(ctx, "job")
 			require.NoError(t, err)
