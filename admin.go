@@ -40,7 +40,7 @@ func NewAdmin(db DB, opts ...Option) (*Admin, error) {
 // copies it. The fields of one source only are zero in the other's.
 type LeaseInfo struct {
 	Key          string
-	Holder       string    // RevokedHolder once revoked
+	Holder       string    // "pglease:revoked" once revoked (Revoked)
 	Fence        int64     // 0 on a table without fence column
 	AcquiredAt   time.Time // server time of the last claim; zero on a table without it
 	ExpiresAt    time.Time // server expiry: the row's (List), or the last confirmed (Leases)
@@ -50,6 +50,7 @@ type LeaseInfo struct {
 	ReleasedAt   time.Time // List: when its holder released it; zero if it did not (expired: it lapsed)
 	Tick         time.Time // the tick of a job's schedule it was claimed for (WithPeriod, WithCron), WithoutFenceColumn read from its holder; zero if none
 	TrustUntil   time.Time // Leases: the local time until which the Locker trusts the lease
+	Revoked      bool      // List: Admin.Revoke (or `pglease release`) revoked it; no holder has it
 	// State, of Leases only, is how sure the Locker is of the lease:
 	// "confirmed" (its last claim or heartbeat extended it), "retrying"
 	// (the last heartbeat failed; it is retried) or "row_locked" (the last
@@ -57,11 +58,6 @@ type LeaseInfo struct {
 	// trusted until TrustUntil; past it the lease is lost.
 	State string
 }
-
-// ExpiresIn is how long the row had to live when List read it, by the
-// server's clock: negative once expired, that long ago; the largest
-// Duration when it never expires.
-func (r LeaseInfo) ExpiresIn() time.Duration { return r.ExpiresAt.Sub(r.ServerNow) }
 
 // List returns every row of the lease table, live and expired, sorted by
 // key byte-wise, each with the server's time of the reading. It needs
@@ -82,12 +78,13 @@ func (a *Admin) List(ctx context.Context) ([]LeaseInfo, error) {
 // infoOf is a row of the table as List reads it.
 func infoOf(r driver.Row) LeaseInfo {
 	return LeaseInfo{Key: r.Key, Holder: r.HolderText(), Fence: r.Fence, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt,
-		NeverExpires: r.NeverExpires, ServerNow: r.ServerNow, Live: r.Live(), ReleasedAt: r.ReleasedAt, Tick: r.Tick}
+		NeverExpires: r.NeverExpires, ServerNow: r.ServerNow, Live: r.Live(), ReleasedAt: r.ReleasedAt, Tick: r.Tick,
+		Revoked: r.HolderText() == sqlstmt.RevokedHolder}
 }
 
 // Purge deletes the rows expired longer ago than olderThan, by the server's
 // clock, and returns how many; a live lease is never deleted. olderThan must
-// be at least MinRetention. It needs DELETE on the table.
+// be at least an hour. It needs DELETE on the table.
 func (a *Admin) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
 	mustContext(ctx, "Purge")
 	t := a.table
@@ -101,10 +98,11 @@ func (a *Admin) Purge(ctx context.Context, olderThan time.Duration) (int64, erro
 	return n, nil
 }
 
-// checkHorizon refuses a purge horizon below MinRetention, saying why.
+// checkHorizon refuses a purge horizon below sqlstmt.MinRetention, saying
+// why.
 func checkHorizon(d time.Duration) error {
-	if d < MinRetention {
-		return fmt.Errorf("must be at least MinRetention (%v): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", MinRetention)
+	if d < sqlstmt.MinRetention {
+		return fmt.Errorf("must be at least %v: a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", sqlstmt.MinRetention)
 	}
 	return nil
 }
@@ -119,13 +117,13 @@ type Revocation struct {
 }
 
 // Revoke takes the live lease on key from its holder without letting anyone
-// in early: the row's holder becomes RevokedHolder, its expiry and fence
+// in early: the row's holder becomes "pglease:revoked", its expiry and fence
 // stay. A key not live or revoked already is left as it is (Changed is
 // false); a missing key's error wraps ErrNotFound. See docs/GUIDE.md,
 // "Admin.Revoke".
 func (a *Admin) Revoke(ctx context.Context, key string) (Revocation, error) {
 	mustContext(ctx, "Revoke")
-	return a.changeRow(ctx, "revoke", key, RevokedHolder)
+	return a.changeRow(ctx, "revoke", key, sqlstmt.RevokedHolder)
 }
 
 // ForceExpire expires the live lease on key at once, so that anyone can
@@ -138,7 +136,7 @@ func (a *Admin) ForceExpire(ctx context.Context, key string) (Revocation, error)
 	return a.changeRow(ctx, "force expire", key, "")
 }
 
-// changeRow runs Revoke (marker RevokedHolder) or ForceExpire (marker
+// changeRow runs Revoke (marker sqlstmt.RevokedHolder) or ForceExpire (marker
 // empty) through driver.ChangeRow.
 func (a *Admin) changeRow(ctx context.Context, what, key, marker string) (Revocation, error) {
 	if err := checkKey(key); err != nil {
@@ -151,7 +149,7 @@ func (a *Admin) changeRow(ctx context.Context, what, key, marker string) (Revoca
 	case driver.Is(err, driver.StringTooLong):
 		err = fmt.Errorf("the holder column of %s is too short for the revoke marker %q (%d characters); nothing changed "+
 			"(ForceExpire expires the lease at once instead, with the risk it documents): %w",
-			a.table, RevokedHolder, len(RevokedHolder), err)
+			a.table, sqlstmt.RevokedHolder, len(sqlstmt.RevokedHolder), err)
 	}
 	if err != nil {
 		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)

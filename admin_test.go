@@ -89,13 +89,13 @@ func TestAdmin(t *testing.T) {
 			assert.Equal(t, rows[0].ServerNow, r.ServerNow, "every row judged against one server instant")
 		}
 		assert.False(t, rows[0].Live)
-		assert.InDelta(t, (-2 * time.Hour).Seconds(), rows[0].ExpiresIn().Seconds(), 10)
+		assert.InDelta(t, (-2 * time.Hour).Seconds(), rows[0].ExpiresAt.Sub(rows[0].ServerNow).Seconds(), 10)
 		b := rows[1]
 		assert.True(t, b.Live)
 		assert.Equal(t, a.Holder(), b.Holder)
 		assert.Equal(t, lease.Fence(), b.Fence)
 		assert.True(t, lease.AcquiredAt().Equal(b.AcquiredAt))
-		assert.InDelta(t, (10 * time.Second).Seconds(), b.ExpiresIn().Seconds(), 5, "a TTL (10s)")
+		assert.InDelta(t, (10 * time.Second).Seconds(), b.ExpiresAt.Sub(b.ServerNow).Seconds(), 5, "a TTL (10s)")
 
 		purged, err := adm.Purge(ctx, time.Hour)
 		require.NoError(t, err)
@@ -117,7 +117,8 @@ func TestAdmin(t *testing.T) {
 		again, err := adm.Revoke(ctx, "b-job")
 		require.NoError(t, err)
 		assert.False(t, again.Changed, "revoked already")
-		assert.Equal(t, pglease.RevokedHolder, again.Row.Holder)
+		assert.Equal(t, "pglease:revoked", again.Row.Holder, "the revoke marker")
+		assert.True(t, again.Row.Revoked, "revoked already")
 
 		forced, err := adm.ForceExpire(ctx, "b-job")
 		require.NoError(t, err)
@@ -158,7 +159,7 @@ func TestAdmin(t *testing.T) {
 		pgtest.WaitDone(t, lease, 5*time.Second)
 		require.ErrorIs(t, lease.Err(), pglease.ErrLost)
 
-		n, err := adm.Purge(ctx, pglease.MinRetention)
+		n, err := adm.Purge(ctx, time.Hour)
 		require.NoError(t, err)
 		assert.Zero(t, n, "the live revoked row stays")
 	})
@@ -208,8 +209,8 @@ func TestAdmin(t *testing.T) {
 			err  error
 			want string
 		}{
-			"purge below MinRetention": {err: func() error { _, err := adm.Purge(ctx, 59*time.Minute); return err }(),
-				want: "older than 59m0s: must be at least MinRetention (1h0m0s): a claim draws its fence before it inserts its row"},
+			"purge below an hour": {err: func() error { _, err := adm.Purge(ctx, 59*time.Minute); return err }(),
+				want: "older than 59m0s: must be at least 1h0m0s: a claim draws its fence before it inserts its row"},
 			"bad table":            {err: newAdmin(pglease.WithTable("a;b")), want: `WithTable: table name "a;b"`},
 			"empty table":          {err: newAdmin(pglease.WithTable("")), want: "WithTable: table name is empty"},
 			"nil db":               {err: func() error { _, err := pglease.NewAdmin(nil); return err }(), want: "pglease: new admin: db is nil"},
@@ -284,7 +285,7 @@ func TestAdmin(t *testing.T) {
 		assert.True(t, pinned.Live)
 		assert.True(t, pinned.NeverExpires)
 		assert.Equal(t, 294276, pinned.ExpiresAt.Year())
-		assert.Equal(t, time.Duration(math.MaxInt64), pinned.ExpiresIn(), "it never expires")
+		assert.Equal(t, time.Duration(math.MaxInt64), pinned.ExpiresAt.Sub(pinned.ServerNow), "it never expires")
 
 		rev, err := adm.Revoke(ctx, "pinned")
 		require.NoError(t, err)
@@ -348,8 +349,10 @@ func TestAdmin(t *testing.T) {
 			require.Len(t, rows, 2)
 			assert.Equal(t, "forced", rows[0].Key)
 			assert.False(t, rows[0].Live, "force expired")
+			assert.False(t, rows[0].Revoked, "force expired, not revoked")
 			assert.Equal(t, "revoked", rows[1].Key)
-			assert.Equal(t, pglease.RevokedHolder, rows[1].Holder, "revoked")
+			assert.Equal(t, "pglease:revoked", rows[1].Holder, "revoked: the revoke marker")
+			assert.True(t, rows[1].Revoked, "revoked")
 			assert.True(t, rows[1].Live, "revoking keeps the expiry")
 		}
 	})

@@ -537,7 +537,7 @@ func TestClaim(t *testing.T) {
 		_, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET acquired_at = acquired_at - interval '2 hours', expires_at = expires_at - interval '2 hours'`,
 			pgx.Identifier{table}.Sanitize()))
 		require.NoError(t, err)
-		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(time.Hour)))
 		_, ok := pgtest.ReadRow(t, pool, table, "k")
 		require.False(t, ok, "purged")
 		grows(a.Claim(ctx, "k"))

@@ -24,6 +24,7 @@ import (
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // liveRows counts the rows of table that are live now.
@@ -828,7 +829,7 @@ func testCloseSettlesLockedRowsByTheirOwnOutcomes(t *testing.T) {
 			q := pgx.Identifier{table}.Sanitize()
 			wg.Go(func() {
 				time.Sleep(time.Duration(100+150*delays[0]) * time.Millisecond)
-				_, err := txRev.Exec(context.Background(), `UPDATE `+q+` SET holder = $2 WHERE key = $1`, leases[revIdx].Key(), pglease.RevokedHolder)
+				_, err := txRev.Exec(context.Background(), `UPDATE `+q+` SET holder = $2 WHERE key = $1`, leases[revIdx].Key(), sqlstmt.RevokedHolder)
 				if err == nil {
 					err = txRev.Commit(context.Background())
 				}

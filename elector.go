@@ -12,6 +12,8 @@ import (
 
 	"github.com/pglease/pglease/internal/serial"
 	"github.com/pglease/pglease/internal/waiters"
+
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 var _ gocron.Elector = (*Elector)(nil)
@@ -231,7 +233,7 @@ func (e *Elector) begin() {
 }
 
 // failed records an attempt of the campaign that did not get the key, and
-// the leader it saw. A revoked key (RevokedHolder) has no leader: nothing is
+// the leader it saw. A revoked key (the revoke marker its holder) has no leader: nothing is
 // reported, and the next real holder, whoever it is, is reported as the new
 // leader.
 func (e *Elector) failed(holder string, err error) {
@@ -239,7 +241,7 @@ func (e *Elector) failed(holder string, err error) {
 	e.lastErr, e.ended = err, e.begun
 	close(e.attempted)
 	e.attempted = make(chan struct{})
-	if holder == RevokedHolder {
+	if holder == sqlstmt.RevokedHolder {
 		holder, e.leader = "", ""
 	}
 	changed := holder != "" && holder != e.leader

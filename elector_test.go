@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 type electedReplica struct {
@@ -323,7 +324,7 @@ func TestElector(t *testing.T) {
 	})
 
 	// A revoked leader key has no leader: its holder is the revoke marker
-	// (RevokedHolder), which no replica has. Neither the revoked leader nor
+	// ("pglease:revoked"), which no replica has. Neither the revoked leader nor
 	// a follower reports the marker as a new leader, by callback or event;
 	// the next leader they report is the replica that claims the key once
 	// the revoked lease has expired.
@@ -378,7 +379,7 @@ func TestElector(t *testing.T) {
 		assert.Equal(t, []string{"replica-a", "replica-b"}, reported["replica-b"], "the follower")
 		for _, ev := range events.All() {
 			if ev.Kind == pglease.EventNewLeader {
-				assert.NotEqual(t, pglease.RevokedHolder, ev.Holder, "event %+v", ev)
+				assert.NotEqual(t, sqlstmt.RevokedHolder, ev.Holder, "event %+v", ev)
 			}
 		}
 	})

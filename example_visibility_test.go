@@ -76,14 +76,14 @@ func ExampleAdmin() {
 	for _, r := range rows { // r.ServerNow: the server's clock at the reading
 		// r.Holder: WithHolder's value, '#', the Locker's own suffix
 		name, _, _ := strings.Cut(r.Holder, "#")
-		fmt.Println(r.Key, name, r.Fence > 0, r.Live, r.ExpiresIn().Round(time.Minute)) // ExpiresIn: ExpiresAt minus ServerNow
+		fmt.Println(r.Key, name, r.Fence > 0, r.Live, r.ExpiresAt.Sub(r.ServerNow).Round(time.Minute)) // time left
 	}
-	n, err := admin.Purge(ctx, 24*time.Hour) // at least MinRetention, else an error that says why
+	n, err := admin.Purge(ctx, 24*time.Hour) // at least an hour, else an error that says why
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("purged", n)
-	rev, err := admin.Revoke(ctx, "nightly") // as `pglease release`: holder RevokedHolder, expiry kept
+	rev, err := admin.Revoke(ctx, "nightly") // as `pglease release`: holder "pglease:revoked", expiry kept
 	if err != nil {
 		panic(err)
 	}

@@ -976,7 +976,7 @@ func testHeartbeatReportsEachLeasesOwnRow(t *testing.T) {
 			time.Sleep(600 * time.Millisecond) // several rounds, the locked row skipped in each
 			require.NoError(t, leases[lockedIdx].ls.Err(), "a locked row is skipped, not lost")
 			require.NoError(t, leases[lockedRevIdx].ls.Err(), "a locked row is skipped, not lost")
-			_, err = revTx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = $2 WHERE key = $1`, pgx.Identifier{table}.Sanitize()), leases[lockedRevIdx].ls.Key(), pglease.RevokedHolder)
+			_, err = revTx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET holder = $2 WHERE key = $1`, pgx.Identifier{table}.Sanitize()), leases[lockedRevIdx].ls.Key(), sqlstmt.RevokedHolder)
 			require.NoError(t, err)
 			endRev(true)
 			pgtest.WaitDone(t, leases[lockedRevIdx].ls, 3*time.Second)

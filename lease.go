@@ -12,6 +12,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/sqlstmt"
 	"github.com/pglease/pglease/internal/trust"
 )
 
@@ -318,7 +319,7 @@ var lossUnknown = loss{"its row taken by a later lease or lapsed", ErrLost}
 // release or a Guard found gone (gone, by index) no longer matches its
 // row, and reports by index:
 //
-//   - revoked: the row's holder is RevokedHolder and its fence the lease's
+//   - revoked: the row's holder is sqlstmt.RevokedHolder and its fence the lease's
 //     own (any fence, on a table without one);
 //   - taken: another holder or fence is in the row, a later lease;
 //   - expired early: the row is still the lease's, and expired before the
@@ -364,8 +365,8 @@ func (l *Locker) lossesOf(ctx context.Context, db DB, leases []*Lease, gone func
 		// is the lease: any fence matches.
 		ownFence := l.cfg.noFence || r.Fence == nil || *r.Fence == ls.fence
 		switch {
-		case r.Holder == RevokedHolder && ownFence:
-			out[i] = loss{"its row's holder is the revoke marker " + RevokedHolder, ErrRevoked}
+		case r.Holder == sqlstmt.RevokedHolder && ownFence:
+			out[i] = loss{"its row's holder is the revoke marker " + sqlstmt.RevokedHolder, ErrRevoked}
 		case r.Holder != ls.holder || !ownFence:
 			later := "holder " + r.Holder
 			if r.Fence != nil {

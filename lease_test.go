@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // TestUnlock pins that an Unlock waiting on a locked row costs no other
@@ -1013,7 +1014,7 @@ func TestLoss(t *testing.T) {
 		require.NoError(t, err)
 		// Another mandate (a new fence) took the row, and an operator then
 		// revoked that one: this lease was lost to the other mandate.
-		_, err = pool.Exec(ctx, `UPDATE `+table+` SET holder = $1, fence = fence + 1000 WHERE key = 'k'`, pglease.RevokedHolder)
+		_, err = pool.Exec(ctx, `UPDATE `+table+` SET holder = $1, fence = fence + 1000 WHERE key = 'k'`, sqlstmt.RevokedHolder)
 		require.NoError(t, err)
 		pgtest.WaitDone(t, lease, 5*time.Second)
 		err = lease.Err()

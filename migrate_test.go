@@ -150,8 +150,8 @@ func TestMigrate(t *testing.T) {
 
 		// The shortest purge horizon pglease accepts.
 		if err := pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(0)); err != nil {
-			require.ErrorContains(t, err, "at least MinRetention", "a horizon of 0 is refused, saying why")
-			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
+			require.ErrorContains(t, err, "at least 1h0m0s", "a horizon of 0 is refused, saying why")
+			require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(time.Hour)))
 		}
 
 		resume()
@@ -180,16 +180,16 @@ func TestMigrate(t *testing.T) {
 			_, err := pool.Exec(ctx, ins, key, ago)
 			require.NoError(t, err)
 		}
-		for _, d := range []time.Duration{0, time.Nanosecond, time.Minute, pglease.MinRetention - time.Microsecond} {
+		for _, d := range []time.Duration{0, time.Nanosecond, time.Minute, time.Hour - time.Microsecond} {
 			err := pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(d))
-			require.ErrorContains(t, err, "must be at least MinRetention (1h0m0s)", "WithRetention(%v)", d)
+			require.ErrorContains(t, err, "must be at least 1h0m0s", "WithRetention(%v)", d)
 			require.ErrorContains(t, err, "a claim draws its fence before it inserts its row", "the refusal says why")
 		}
 		for _, key := range []string{"just-expired", "expired-59m", "expired-61m"} {
 			_, ok := pgtest.ReadRow(t, pool, table, key)
 			require.True(t, ok, "%s: a refused Migrate purges nothing", key)
 		}
-		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(pglease.MinRetention)))
+		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table), pglease.WithRetention(time.Hour)))
 		for key, kept := range map[string]bool{"just-expired": true, "expired-59m": true, "expired-61m": false} {
 			_, ok := pgtest.ReadRow(t, pool, table, key)
 			require.Equal(t, kept, ok, "%s kept after a purge at MinRetention", key)

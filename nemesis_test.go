@@ -24,6 +24,7 @@ import (
 	lin "github.com/pglease/pglease/internal/history"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 var (
@@ -1398,7 +1399,7 @@ func (r *nemesisRun) check(ran time.Duration) {
 	ops := r.rec.Operations()
 	kept, pruned := lin.Prune(ops)
 	started := time.Now()
-	verdict, info := lin.Check(pglease.RevokedHolder, kept, *nemesisCheckIn)
+	verdict, info := lin.Check(sqlstmt.RevokedHolder, kept, *nemesisCheckIn)
 	took := time.Since(started)
 	var linearizability []string
 	switch verdict {
@@ -1410,14 +1411,14 @@ func (r *nemesisRun) check(ran time.Duration) {
 		}
 		sort.Strings(keys)
 		for _, key := range keys {
-			if res, _ := lin.Check(pglease.RevokedHolder, parts[key], *nemesisCheckIn); res == porcupine.Illegal {
+			if res, _ := lin.Check(sqlstmt.RevokedHolder, parts[key], *nemesisCheckIn); res == porcupine.Illegal {
 				linearizability = append(linearizability, fmt.Sprintf("the history of %s is not linearizable", key))
 			}
 		}
 		f, err := os.CreateTemp("", fmt.Sprintf("pglease-nemesis-%d-*.html", r.seed))
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
-		require.NoError(t, lin.Visualize(pglease.RevokedHolder, info, f.Name()))
+		require.NoError(t, lin.Visualize(sqlstmt.RevokedHolder, info, f.Name()))
 		linearizability = append(linearizability, fmt.Sprintf("the history is not linearizable; see %s", f.Name()))
 	case porcupine.Unknown:
 		t.Logf("porcupine did not finish within %v: no verdict on linearizability", *nemesisCheckIn)

@@ -15,9 +15,11 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// Retention is how long Migrate keeps an expired row (>= MinRetention).
+// Retention is how long Migrate keeps an expired row (WithRetention; at
+// least an hour).
 const Retention = 24 * time.Hour
 
 // The defaults and bounds of a Locker's terms and keys.
@@ -27,11 +29,6 @@ const (
 	minTTL         = 10 * time.Millisecond // the shortest TTL WithTTL accepts
 	maxKeyLen      = 1024                  // the longest key, in bytes, that Claim accepts
 )
-
-// MinRetention is the shortest purge horizon accepted: a shorter one could
-// let a stalled claim hand out a smaller fence. See docs/GUIDE.md,
-// "MinRetention".
-const MinRetention = time.Hour
 
 // Option configures NewLocker, Locker.Job, NewElector, Migrate, Schema or
 // NewAdmin. Each takes the options marked for it:
@@ -120,21 +117,16 @@ type config struct {
 	leaderCallbacks LeaderCallbacks // WithLeaderCallbacks (elector.go)
 }
 
-// RevokedHolder is the holder Admin.Revoke writes in a revoked lease's row.
-// No Locker may have it, so nothing of its former holder matches the row
-// again.
-const RevokedHolder = "pglease:revoked"
-
 // WithHolder names this replica in the holder column, for operators; the
 // Locker adds '#' and a random suffix, so replicas may share it. The default
-// is hostname-pid; '#' and RevokedHolder are refused. See docs/GUIDE.md,
+// is hostname-pid; '#' and the revoke marker "pglease:revoked" are refused. See docs/GUIDE.md,
 // "WithHolder".
 func WithHolder(id string) Option {
 	return Option{"WithHolder", atLocker, lockerWide, func(c *config) {
 		switch {
 		case id == "":
 			c.invalid("WithHolder", "WithHolder: holder is empty")
-		case id == RevokedHolder:
+		case id == sqlstmt.RevokedHolder:
 			c.invalid("WithHolder", "WithHolder(%q): this holder is reserved for the leases `pglease release` revokes", id)
 		case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
 			c.invalid("WithHolder", "WithHolder(%q): holder must be valid UTF-8 without NUL bytes", id)
@@ -171,8 +163,7 @@ func WithMinHold(d time.Duration) Option {
 }
 
 // WithTable sets the lease table, "name" or "schema.name"; the fence
-// sequence is "<name>_fence_seq" beside it. The default is DefaultTable
-// ("lease"). A bare name the statements use as an alias (h, r, server...) is
+// sequence is "<name>_fence_seq" beside it. The default is "lease". A bare name the statements use as an alias (h, r, server...) is
 // refused: give it with its schema. See docs/GUIDE.md, "WithTable".
 func WithTable(name string) Option {
 	return Option{"WithTable", atLocker | atMigrate | atSchema | atAdmin, "a job's and an Elector's leases are in their Locker's table: give it to NewLocker", func(c *config) {
@@ -185,11 +176,12 @@ func WithTable(name string) Option {
 }
 
 // WithRetention sets how long Migrate keeps expired rows before purging them.
-// It must be at least MinRetention (1h). The default is Retention (24h).
+// It must be at least an hour: a shorter purge horizon could let a stalled
+// claim hand out a smaller fence. The default is Retention (24h).
 func WithRetention(d time.Duration) Option {
-	return Option{"WithRetention", atMigrate, "it is the purge horizon of Migrate, which alone deletes rows: give it to Migrate", durationOption("WithRetention", d, MinRetention, fmt.Sprintf("retention must be at least MinRetention (%v): "+
+	return Option{"WithRetention", atMigrate, "it is the purge horizon of Migrate, which alone deletes rows: give it to Migrate", durationOption("WithRetention", d, sqlstmt.MinRetention, fmt.Sprintf("retention must be at least %v: "+
 		"a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between "+
-		"issue a fence smaller than one already handed out", MinRetention),
+		"issue a fence smaller than one already handed out", sqlstmt.MinRetention),
 		func(c *config) { c.retention = d })}
 }
 
@@ -281,7 +273,7 @@ func (c *config) apply(at entry, opts []Option) {
 func defaults() config {
 	return config{
 		ttl:       defaultTTL,
-		table:     DefaultTable,
+		table:     sqlstmt.DefaultTable,
 		retention: Retention,
 		timeout:   defaultTimeout,
 	}

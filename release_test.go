@@ -20,6 +20,7 @@ import (
 	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgbouncer"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // TestRelease pins the release statements' commit: a commit that cannot
@@ -688,7 +689,7 @@ func testReleaseOutcomesOfABurst(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				time.Sleep(300 * time.Millisecond)
-				_, err := tx.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET holder = $2 WHERE key = $1`, pgx.Identifier{table}.Sanitize()), lockedRev.Key(), pglease.RevokedHolder)
+				_, err := tx.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET holder = $2 WHERE key = $1`, pgx.Identifier{table}.Sanitize()), lockedRev.Key(), sqlstmt.RevokedHolder)
 				if err == nil {
 					err = tx.Commit(context.Background())
 				}
@@ -783,7 +784,7 @@ func testReleaseOutcomesOfABurstWithoutFenceColumn(t *testing.T) {
 			dupOld := claim(k("dup"))
 			dupNew := claim(k("dup"))
 			locked := claim(k("locked"))
-			exec(`UPDATE `+q+` SET holder = $2 WHERE key = $1`, rev.Key(), pglease.RevokedHolder)
+			exec(`UPDATE `+q+` SET holder = $2 WHERE key = $1`, rev.Key(), sqlstmt.RevokedHolder)
 			exec(`UPDATE `+q+` SET expires_at = clock_timestamp() WHERE key = $1`, taken.Key())
 			theirs, err := m.Claim(ctx, taken.Key())
 			require.NoError(t, err)

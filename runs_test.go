@@ -307,7 +307,7 @@ func testRunsPurgeKeepsTheRunHoldingTheKey(t *testing.T) {
 	_, err = pool.Exec(ctx, fmt.Sprintf("UPDATE %s SET started_at = started_at - interval '2 hours'", pgx.Identifier{table + "_run"}.Sanitize()))
 	require.NoError(t, err)
 
-	_, err = admin.Purge(ctx, pglease.MinRetention)
+	_, err = admin.Purge(ctx, time.Hour)
 	require.NoError(t, err)
 	runs, err := admin.Runs(ctx, "job", 24*time.Hour)
 	require.NoError(t, err)

@@ -9,9 +9,6 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 )
 
-// DefaultTable is the name of the lease table when WithTable is not given.
-const DefaultTable = "lease"
-
 // tableRecheck is how long a check of the table that passed stands: a
 // claim after that reads the catalogs again, so that a fence sequence set
 // back or a table made UNLOGGED while Lockers run (a restore, a migration

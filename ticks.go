@@ -10,6 +10,7 @@ import (
 
 	"github.com/pglease/pglease/internal/crontab"
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // WithPeriod makes a job's claims claim ticks: each takes the lease for the
@@ -137,7 +138,7 @@ func (e *tickHeldError) skipped() bool {
 // that was not released nor revoked: running, or lapsed already. A plain
 // claim of the key, which keeps the row's tick, is no run of it.
 func (e *tickHeldError) mayLapse() bool {
-	return e.run && !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != RevokedHolder
+	return e.run && !e.rowTick.IsZero() && e.rowTick.Equal(e.tick) && !e.released && e.holder != sqlstmt.RevokedHolder
 }
 
 // Schedule adds the job to s with j as its locker, on the schedule j was

@@ -667,7 +667,7 @@ func testTicksAtMostOnceAcrossPurges(t *testing.T) {
 		migrate []pglease.Option
 	}{
 		"WeeklyJobDefaultRetention":    {since: 25 * time.Hour, least: 7 * 24 * time.Hour},
-		"DailyJobMinRetention":         {since: 2 * time.Hour, least: 24 * time.Hour, migrate: []pglease.Option{pglease.WithRetention(pglease.MinRetention)}},
+		"DailyJobMinRetention":         {since: 2 * time.Hour, least: 24 * time.Hour, migrate: []pglease.Option{pglease.WithRetention(time.Hour)}},
 		"DailyJobAdminPurgeMinHorizon": {since: 2 * time.Hour, least: 24 * time.Hour},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -688,7 +688,7 @@ func testTicksAtMostOnceAcrossPurges(t *testing.T) {
 			if name == "DailyJobAdminPurgeMinHorizon" {
 				adm, err := pglease.NewAdmin(pool, pglease.WithTable(table))
 				require.NoError(t, err)
-				n, err := adm.Purge(ctx, pglease.MinRetention)
+				n, err := adm.Purge(ctx, time.Hour)
 				require.NoError(t, err)
 				t.Logf("Admin.Purge deleted %d rows", n)
 			} else {

@@ -549,7 +549,7 @@ func testWithoutFenceColumnThePurgeKeepsEveryRowThatCarriesATick(t *testing.T) {
 
 	admin, err := pglease.NewAdmin(owner, pglease.WithTable(table), pglease.WithoutFenceColumn())
 	require.NoError(t, err)
-	n, err := admin.Purge(ctx, pglease.MinRetention)
+	n, err := admin.Purge(ctx, time.Hour)
 	require.NoError(t, err)
 	_, kept := readLegacyRow(t, pool, table, "k")
 	assert.True(t, kept, "the purge deleted the row that carries tick %v, run %v ago (%d rows purged)", first.Tick(), back, n)

@@ -11,7 +11,7 @@
 //	tel, err := pgleaseotel.New(pgleaseotel.Opts{
 //		MeterProvider:  meterProvider,
 //		TracerProvider: tracerProvider,
-//		Table:          pglease.DefaultTable, // the table of every Locker it serves
+//		Table:          "lease", // the table of every Locker it serves (WithTable)
 //	})
 //	locker := pglease.NewLocker(pool, pglease.WithHook(tel.Hook))
 //

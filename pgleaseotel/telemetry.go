@@ -43,7 +43,7 @@ type Opts struct {
 	TracerProvider trace.TracerProvider
 	// Table is the lease table, set as db.collection.name on every span.
 	// Set it when every Locker fed by this Telemetry uses one table
-	// (pglease.DefaultTable, or the name given to pglease.WithTable); the
+	// ("lease" by default, or the name given to pglease.WithTable); the
 	// default is none, as an Event does not say its table.
 	Table string
 	// PerKey adds the pglease.key attribute (the job name) to the claim,

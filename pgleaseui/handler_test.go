@@ -200,7 +200,7 @@ func TestHandler(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
 		assert.Equal(t, "./?done=to-revoke+revoked", resp.Location, "back to the page under its prefix")
 		row, _ := pgtest.ReadRow(t, pool, table, "to-revoke")
-		assert.Equal(t, pglease.RevokedHolder, row.Holder)
+		assert.Equal(t, "pglease:revoked", row.Holder)
 
 		resp, body = post(t, srv, "/pglease/force-expire", "to-expire", nil)
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)

@@ -352,14 +352,14 @@ func TestPage(t *testing.T) {
 		require.Eventually(t, func() bool { _, ok := asked.Load(confirmRevoke); return ok }, 10*time.Second, 10*time.Millisecond, "asks before it revokes")
 		tb.until(t, "the dismissed dialog left the page", `document.querySelector('#keys tr[data-key="leader"]').className === "state-live"`)
 		row, _ := pgtest.ReadRow(t, pool, table, "leader")
-		assert.NotEqual(t, pglease.RevokedHolder, row.Holder, "dismissed: nothing done")
+		assert.NotEqual(t, "pglease:revoked", row.Holder, "dismissed: nothing done")
 
 		accept.Store(true)
 		tb.do(t, chromedp.Click(chromedp.CSS(`#keys tr[data-key="leader"] button.revoke`)))
 		tb.until(t, "the page says it revoked", `document.querySelector(".done")?.textContent === "leader revoked"`)
 		tb.until(t, "and shows it revoked", `document.querySelector('#keys tr[data-key="leader"]').className === "state-revoked"`)
 		row, _ = pgtest.ReadRow(t, pool, table, "leader")
-		assert.Equal(t, pglease.RevokedHolder, row.Holder, "accepted: revoked")
+		assert.Equal(t, "pglease:revoked", row.Holder, "accepted: revoked")
 	})
 
 	t.Run("WorksInANarrowWindow", func(t *testing.T) {

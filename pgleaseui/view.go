@@ -65,7 +65,7 @@ type entry struct {
 // crashed or lost touch with the database).
 func stateOf(l pglease.LeaseInfo) string {
 	switch {
-	case l.Holder == pglease.RevokedHolder:
+	case l.Revoked:
 		return "revoked"
 	case !l.ReleasedAt.IsZero():
 		return "released"
@@ -81,7 +81,7 @@ func timeLeft(l pglease.LeaseInfo) string {
 	if l.NeverExpires {
 		return "never expires"
 	}
-	d := l.ExpiresIn().Round(100 * time.Millisecond)
+	d := l.ExpiresAt.Sub(l.ServerNow).Round(100 * time.Millisecond)
 	if d > 0 {
 		return d.String()
 	}

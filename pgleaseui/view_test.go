@@ -22,8 +22,8 @@ func TestStateOf(t *testing.T) {
 		{"ReleasedWhileAMinHoldKeepsItLive", pglease.LeaseInfo{Holder: "a", Live: true, ReleasedAt: now}, "released"},
 		{"ReleasedAndExpired", pglease.LeaseInfo{Holder: "a", ReleasedAt: now}, "released"},
 		{"ExpiredWithoutARelease", pglease.LeaseInfo{Holder: "a"}, "lapsed"},
-		{"RevokedWhileLive", pglease.LeaseInfo{Holder: pglease.RevokedHolder, Live: true}, "revoked"},
-		{"RevokedAndExpired", pglease.LeaseInfo{Holder: pglease.RevokedHolder}, "revoked"},
+		{"RevokedWhileLive", pglease.LeaseInfo{Holder: "pglease:revoked", Revoked: true, Live: true}, "revoked"},
+		{"RevokedAndExpired", pglease.LeaseInfo{Holder: "pglease:revoked", Revoked: true}, "revoked"},
 	} {
 		t.Run(c.name, func(t *testing.T) { assert.Equal(t, c.want, stateOf(c.row)) })
 	}
@@ -107,7 +107,7 @@ func TestBuild(t *testing.T) {
 	listed := []pglease.LeaseInfo{
 		{Key: "a", Holder: "h1", Fence: 3, Live: true, ExpiresAt: now.Add(time.Second), ServerNow: now},
 		{Key: "b", Holder: "h2", Fence: 4, ExpiresAt: now.Add(-time.Second), ServerNow: now},
-		{Key: "c", Holder: pglease.RevokedHolder, Fence: 5, Live: true, ExpiresAt: now.Add(time.Second), ServerNow: now},
+		{Key: "c", Holder: "pglease:revoked", Revoked: true, Fence: 5, Live: true, ExpiresAt: now.Add(time.Second), ServerNow: now},
 	}
 	var runs []pglease.Run
 	for i := range 3 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // envDSN names the environment variable read when -dsn is not given; it
@@ -66,7 +67,7 @@ type cli struct {
 // not shown by -h, since it holds a password.
 func (c *cli) commonFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection `string` (default $"+envDSN+", else libpq's "+strings.Join(libpqEnv, ", ")+")")
-	fs.StringVar(&c.table, "table", pglease.DefaultTable, "lease table, \"name\" or \"schema.name\"")
+	fs.StringVar(&c.table, "table", sqlstmt.DefaultTable, "lease table, \"name\" or \"schema.name\"")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound of the whole command (of ui: of each reading of its page)")
 }
 

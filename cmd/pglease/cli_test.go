@@ -238,7 +238,7 @@ func TestPurgeAndMigrateRefuseAHorizonBelowMinRetentionAndSayWhy(t *testing.T) {
 	} {
 		r := runCmd(t, append(args, "-dsn", pgtest.Server.DSN())...)
 		assert.Equal(t, exitUsage, r.code, "%v: stderr: %s", args, r.stderr)
-		assert.Contains(t, r.stderr, "must be at least 1h0m0s (pglease.MinRetention)", "%v", args)
+		assert.Contains(t, r.stderr, "must be at least 1h0m0s: a claim", "%v", args)
 		assert.Contains(t, r.stderr, "a fence smaller than one already handed out", "%v: the refusal says why", args)
 		assert.Empty(t, r.stdout)
 	}
@@ -502,7 +502,7 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 	assert.Contains(t, r.stdout, "any holder may claim it from")
 	assert.Empty(t, r.stderr)
 	revoked, _ := pgtest.ReadRow(t, pool, table, "nightly")
-	assert.Equal(t, pglease.RevokedHolder, revoked.Holder)
+	assert.Equal(t, "pglease:revoked", revoked.Holder)
 	assert.Equal(t, lease.Fence(), revoked.Fence, "fence untouched")
 	assert.True(t, revoked.Live)
 
@@ -531,7 +531,7 @@ func TestRevokeLosesTheLeaseAtItsHoldersNextHeartbeatAndNobodyClaimsBeforeItsExp
 	assert.False(t, taken.AcquiredAt().Before(revoked.ExpiresAt), "not before the revoked lease's expiry")
 	assert.Greater(t, taken.Fence(), lease.Fence(), "with a greater fence")
 
-	assert.Contains(t, panicMessage(func() { pglease.NewLocker(pool, pglease.WithHolder(pglease.RevokedHolder)) }), "reserved")
+	assert.Contains(t, panicMessage(func() { pglease.NewLocker(pool, pglease.WithHolder("pglease:revoked")) }), "reserved")
 }
 
 func TestRevokeSaysWhyItCannotWhenTheHolderColumnIsTooShortAndChangesNothing(t *testing.T) {

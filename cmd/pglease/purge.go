@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 var purgeCommand = command{
@@ -43,12 +43,12 @@ var purgeCommand = command{
 	},
 }
 
-// checkHorizon refuses a purge horizon below pglease.MinRetention, saying
+// checkHorizon refuses a purge horizon below an hour (sqlstmt.MinRetention), saying
 // why, as a usage error before anything is sent (Admin.Purge and
 // pglease.Migrate refuse it too).
 func checkHorizon(flag string, d time.Duration) error {
-	if d < pglease.MinRetention {
-		return fmt.Errorf("%s %v: must be at least %v (pglease.MinRetention): a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", flag, d, pglease.MinRetention)
+	if d < sqlstmt.MinRetention {
+		return fmt.Errorf("%s %v: must be at least %v: a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between issue a fence smaller than one already handed out", flag, d, sqlstmt.MinRetention)
 	}
 	return nil
 }

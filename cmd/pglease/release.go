@@ -12,6 +12,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 var releaseCommand = command{
@@ -21,7 +22,7 @@ var releaseCommand = command{
 	summary: "Revokes the live lease on KEY, whoever holds it: its holder loses it at its next\n" +
 		"heartbeat (its job's lease context is cancelled), and no holder can claim the key\n" +
 		"before the lease would have expired, by which time the holder has stopped trusting\n" +
-		"it whatever happened to its heartbeat. The row's holder becomes " + fmt.Sprintf("%q", pglease.RevokedHolder) + ";\n" +
+		"it whatever happened to its heartbeat. The row's holder becomes " + fmt.Sprintf("%q", sqlstmt.RevokedHolder) + ";\n" +
 		"expiry and fence stay as they were, and the next claim takes a greater fence.\n" +
 		"\n" +
 		"-now expires the lease at once instead, so that any holder can claim the key\n" +
@@ -60,7 +61,7 @@ func release(ctx context.Context, c *cli, conn *pgx.Conn, key string) error {
 	case errors.As(err, &pgErr) && pgErr.Code == driver.StringTooLong:
 		return fmt.Errorf("cannot revoke key %q: the holder column of %s is too short for the revoke marker %q (%d characters); "+
 			"nothing changed. release -now expires the lease at once instead, with the risk it prints: %w",
-			key, c.table, pglease.RevokedHolder, len(pglease.RevokedHolder), pgErr)
+			key, c.table, sqlstmt.RevokedHolder, len(sqlstmt.RevokedHolder), pgErr)
 	case err != nil:
 		return err
 	}

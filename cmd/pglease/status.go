@@ -33,7 +33,7 @@ type statusRow struct {
 // its holder stopped, crashed, or lost touch with the database).
 func stateOf(l pglease.LeaseInfo) string {
 	switch {
-	case l.Holder == pglease.RevokedHolder:
+	case l.Revoked:
 		return "revoked"
 	case !l.ReleasedAt.IsZero():
 		return "released" // a min hold may keep it live a while: nobody claims it sooner
@@ -121,7 +121,7 @@ func statusRows(listed []pglease.LeaseInfo) []statusRow {
 			r.Tick = &serverTime{Time: l.Tick}
 		}
 		if !l.NeverExpires {
-			in := math.Round(l.ExpiresIn().Seconds()*1000) / 1000 // to the millisecond
+			in := math.Round(l.ExpiresAt.Sub(l.ServerNow).Seconds()*1000) / 1000 // to the millisecond
 			r.ExpiresInSeconds = &in
 		}
 		if l.Fence != 0 { // fences start at 1

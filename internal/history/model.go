@@ -164,7 +164,7 @@ func (s State) current(holder string, fence int64) bool {
 }
 
 // Model is the sequential specification of one key's mandate. revoked is
-// the holder an operator's Revoke writes (pglease.RevokedHolder).
+// the holder an operator's Revoke writes (sqlstmt.RevokedHolder, "pglease:revoked").
 func Model(revoked string) porcupine.Model {
 	nd := porcupine.NondeterministicModel{
 		Partition: byKey,

@@ -35,6 +35,12 @@ const LockRow = `SELECT key, holder, (to_jsonb(t) ->> 'fence')::bigint, (to_json
 // WithoutFenceColumn) lists too, with nulls.
 const releasedAndTick = `(to_jsonb(t) ->> 'released_at')::timestamptz, (to_jsonb(t) ->> 'tick')::timestamptz`
 
+// RevokedHolder is the holder Revoke writes in a revoked lease's row (the
+// revoke marker). No Locker may have it (WithHolder refuses it, and a
+// Locker's holder ends in '#' and a suffix), so nothing of its former
+// holder matches the row again. Admin.List reports such a row as Revoked.
+const RevokedHolder = "pglease:revoked"
+
 // Revoke takes a live lease's mandate away from its holder without
 // letting anyone else in early: it writes the revoke marker ($3,
 // RevokedHolder), a holder no Locker can have, and leaves expires_at, fence

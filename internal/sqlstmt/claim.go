@@ -370,9 +370,9 @@ const RowLease = `SELECT holder, fence, expires_at > clock_timestamp() FROM {tab
 // of the key (no tick of its own) keeps the row's tick, and its lapse is
 // not the lapse of that tick's run.
 const (
-	lapsedCur = `cur.expires_at <= clock.t AND cur.released_at IS NULL AND cur.holder <> '` + revokedHolder + `'
+	lapsedCur = `cur.expires_at <= clock.t AND cur.released_at IS NULL AND cur.holder <> '` + RevokedHolder + `'
                       AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = cur.fence AND run.tick = cur.tick)`
-	lapsedLease = `lease.expires_at <= clock_timestamp() AND lease.released_at IS NULL AND lease.holder <> '` + revokedHolder + `'
+	lapsedLease = `lease.expires_at <= clock_timestamp() AND lease.released_at IS NULL AND lease.holder <> '` + RevokedHolder + `'
             AND EXISTS (SELECT 1 FROM {runs} AS run WHERE run.fence = lease.fence AND run.tick = lease.tick)`
 )
 
@@ -491,7 +491,7 @@ RETURNING key, fence, acquired_at, expires_at, expires_at > clock_timestamp() AS
                 SELECT fence, key, tick, holder, acquired_at FROM taken WHERE live),
      closed AS (UPDATE {runs} AS run
                    SET ended_at = LEAST(coalesce(prev.released_at, prev.expires_at), instant.t),
-                       outcome  = CASE WHEN prev.holder = '` + revokedHolder + `' THEN 'revoked'
+                       outcome  = CASE WHEN prev.holder = '` + RevokedHolder + `' THEN 'revoked'
                                        WHEN prev.released_at IS NOT NULL THEN 'completed'
                                        WHEN prev.expires_at > instant.t THEN 'superseded'
                                        ELSE 'lapsed' END

@@ -60,7 +60,7 @@ SELECT r.key, r.tick, r.fence, r.holder, r.started_at,
        coalesce(r.ended_at, CASE WHEN l.fence = r.fence AND l.released_at IS NOT NULL THEN l.released_at
                                  WHEN l.fence = r.fence AND l.expires_at <= server.now THEN l.expires_at END),
        coalesce(r.outcome, CASE WHEN l.fence IS DISTINCT FROM r.fence THEN 'unknown'
-                                WHEN l.holder = '` + revokedHolder + `' THEN 'revoked'
+                                WHEN l.holder = '` + RevokedHolder + `' THEN 'revoked'
                                 WHEN l.released_at IS NOT NULL THEN 'completed'
                                 WHEN l.expires_at > server.now THEN 'running'
                                 ELSE 'lapsed' END),
@@ -84,6 +84,3 @@ const PurgeRuns = `DELETE FROM {runs} AS run WHERE started_at < clock_timestamp(
 // HasRuns reports whether the ledger ($1, its quoted name) exists: Purge
 // (pglease purge) runs on tables made before it, and WithoutFenceColumn.
 const HasRuns = `SELECT to_regclass($1) IS NOT NULL`
-
-// revokedHolder is pglease.RevokedHolder, which Admin.Revoke writes.
-const revokedHolder = "pglease:revoked"

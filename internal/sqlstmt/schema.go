@@ -1,5 +1,7 @@
 package sqlstmt
 
+import "time"
+
 // The statements of Migrate and Purge: the DDL of a lease table, the purge
 // of old rows, and the checks Migrate makes of what it finds.
 
@@ -51,6 +53,15 @@ const missingColumns = `SELECT coalesce(string_agg(c.name, ', ' ORDER BY c.name)
 // nothing; a row without a tick is a lease of no tick, one without a
 // release time a lease not released.
 const AddColumns = `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tick timestamptz, ADD COLUMN IF NOT EXISTS released_at timestamptz`
+
+// DefaultTable is the name of the lease table when WithTable is not given.
+const DefaultTable = "lease"
+
+// MinRetention is the shortest purge horizon WithRetention, Admin.Purge
+// and `pglease purge` accept: a claim draws its fence before it inserts
+// its row, and a shorter horizon would let a claim stalled in between find
+// the row purged and insert a fence smaller than one already handed out.
+const MinRetention = time.Hour
 
 // Purge deletes rows expired longer than the retention ($1, in seconds)
 // ago. It is the only DELETE pglease runs, in Migrate and Purge (and so
