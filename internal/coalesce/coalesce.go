@@ -25,6 +25,7 @@ package coalesce
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,10 +54,12 @@ type Coalescer[Q, R any] struct {
 	flying  int  // statements in flight
 	held    bool // calls queue until Release
 	queue   []*call[Q, R]
-	onQueue func()     // called with mu held whenever a call is queued
-	running int        // goroutines of run and of orphan
-	idle    *sync.Cond // signalled when running drops to 0; nil until Wait
-	ones    sync.Pool  // *one[Q, R]: the buffers of calls sent alone (alone)
+	onQueue func()         // called with mu held whenever a call is queued
+	running int            // goroutines of run and of orphan
+	idle    *sync.Cond     // signalled when running drops to 0; nil until Wait
+	ones    sync.Pool      // *one[Q, R]: the buffers of calls sent alone (alone)
+	calls   sync.Pool      // *call[Q, R]: calls no one refers to any more (see call)
+	bursts  []*burst[Q, R] // bursts no goroutine runs, to be used again
 }
 
 // one is what a call sent alone needs besides its statement: its q and r
@@ -73,14 +76,34 @@ type one[Q, R any] struct {
 	linger *time.Timer // made by the first call that uses it, then Reset
 }
 
-// call is one caller waiting for the next statement.
+// call is one caller waiting for the next statement. It is taken from
+// Coalescer.calls, and put back by its Do only once nothing else can refer
+// to it: its result received, or taken out of the queue unsent. A call
+// handed off (to Orphan, or to run as gone) is left to the collector.
 type call[Q, R any] struct {
-	ctx  context.Context
-	q    Q
-	r    R
-	sent bool // taken into a statement; guarded by Coalescer.mu
-	gone bool // its caller stopped waiting; guarded by Coalescer.mu
-	done chan struct{}
+	ctx   context.Context
+	q     Q
+	r     R
+	sent  bool          // taken into a statement; guarded by Coalescer.mu
+	gone  bool          // its caller stopped waiting; guarded by Coalescer.mu
+	burst *burst[Q, R]  // the statement it was taken into; guarded by Coalescer.mu
+	done  chan struct{} // of one: gets a value, with Coalescer.mu held, once r is set
+}
+
+// burst is one statement of queued calls, run by one goroutine at a time:
+// its slices are used again by the next statement that goroutine sends,
+// and the burst itself by the next goroutine once its own goroutine ends.
+type burst[Q, R any] struct {
+	calls []*call[Q, R]
+	qs    []Q
+	rs    []R
+	// ctx is the statement's: it ends once left, the calls whose callers
+	// still wait (guarded by Coalescer.mu), drops to 0, with the cause of
+	// the last (see Do), so that a caller who gives up does not fail the
+	// others; or once the statement has returned.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	left   int
 }
 
 // Do sends q, alone or with the calls that arrive while another statement
@@ -94,45 +117,78 @@ func (c *Coalescer[Q, R]) Do(ctx context.Context, q Q) (r R, handedOff bool, err
 		c.mu.Unlock()
 		return c.alone(ctx, q), false, nil
 	}
-	w := &call[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
+	w, _ := c.calls.Get().(*call[Q, R])
+	if w == nil {
+		w = &call[Q, R]{done: make(chan struct{}, 1)}
+	}
+	w.ctx, w.q = ctx, q
 	c.queue = append(c.queue, w)
 	if c.onQueue != nil {
 		c.onQueue()
 	}
 	c.mu.Unlock()
 
+	answered := false
 	select {
 	case <-w.done:
+		answered = true
 		if ctx.Err() == nil || c.Orphan == nil {
-			return w.r, false, nil
+			r = w.r
+			c.free(w)
+			return r, false, nil
 		}
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-w.done:
-		if c.Orphan == nil {
-			return w.r, false, nil // nobody else would have it
+	if !answered {
+		select {
+		case <-w.done:
+			answered = true
+		default:
 		}
+	}
+	switch {
+	case answered && c.Orphan == nil:
+		r = w.r // nobody else would have it
+		c.mu.Unlock()
+		c.free(w)
+		return r, false, nil
+	case answered:
 		// The result came as the caller stopped waiting: it goes to Orphan
 		// all the same, so that which of the two Do saw first decides
 		// nothing.
 		c.orphan(w)
+		c.mu.Unlock()
 		return r, true, context.Cause(ctx)
-	default:
-	}
-	if !w.sent {
-		for i, x := range c.queue {
-			if x == w {
-				c.queue = append(c.queue[:i], c.queue[i+1:]...)
-				break
-			}
-		}
+	case !w.sent:
+		// Deleted with its slot cleared: the queue's array keeps nothing
+		// of a call that is used again.
+		c.queue = slices.DeleteFunc(c.queue, func(x *call[Q, R]) bool { return x == w })
+		c.mu.Unlock()
+		c.free(w)
 		return r, false, context.Cause(ctx)
 	}
 	w.gone = true
+	// The last caller of a statement to stop waiting ends it, with its
+	// cause. cancel is the one of w's statement: the burst may carry the
+	// next once c.mu is released.
+	var cancel context.CancelCauseFunc
+	if w.burst.left--; w.burst.left == 0 {
+		cancel = w.burst.cancel
+	}
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(context.Cause(ctx))
+	}
 	return r, true, context.Cause(ctx)
+}
+
+// free puts w, which nothing refers to any more, back for another call.
+func (c *Coalescer[Q, R]) free(w *call[Q, R]) {
+	var zero call[Q, R]
+	zero.done = w.done // empty: its one value, if any, was received
+	*w = zero
+	c.calls.Put(w)
 }
 
 // alone sends q in a statement of its own, in one of the Limit places in
@@ -176,15 +232,16 @@ func (c *Coalescer[Q, R]) giveUp(o *one[Q, R]) {
 // flight, in one statement on a goroutine of its own that lasts as long as
 // calls keep arriving.
 func (c *Coalescer[Q, R]) next() {
-	batch := c.take()
-	if batch == nil {
+	c.mu.Lock()
+	b := c.take(nil)
+	if b == nil {
+		c.mu.Unlock()
 		return
 	}
-	c.mu.Lock()
 	c.running++
 	c.mu.Unlock()
 	go func() {
-		c.run(batch)
+		c.run(b)
 		c.exit()
 	}()
 }
@@ -222,43 +279,55 @@ func (c *Coalescer[Q, R]) Wait() {
 	}
 }
 
-// take marks every queued call sent and returns them to be sent in the
-// place of a statement that has returned; with none queued (or held), that
-// place is free.
-func (c *Coalescer[Q, R]) take() []*call[Q, R] {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// take, with c.mu held, marks every queued call sent and returns them in
+// a burst (b, or a spare one if b is nil) to be sent in the place of a
+// statement that has returned; with none queued (or held), that place is
+// free, and b is kept for a later statement.
+func (c *Coalescer[Q, R]) take(b *burst[Q, R]) *burst[Q, R] {
 	if c.held || len(c.queue) == 0 {
 		c.flying--
+		if b != nil {
+			c.bursts = append(c.bursts, b)
+		}
 		return nil
 	}
-	batch := c.queue
-	c.queue = nil
-	for _, w := range batch {
-		w.sent = true
+	if b == nil {
+		if n := len(c.bursts); n > 0 {
+			b = c.bursts[n-1]
+			c.bursts[n-1] = nil
+			c.bursts = c.bursts[:n-1]
+		} else {
+			b = &burst[Q, R]{}
+		}
 	}
-	return batch
+	b.calls, c.queue = c.queue, b.calls[:0]
+	b.ctx, b.cancel = context.WithCancelCause(context.Background())
+	b.left = len(b.calls)
+	for _, w := range b.calls {
+		w.sent, w.burst = true, b
+	}
+	return b
 }
 
-// run sends batch, hands each caller its result, and goes on with the calls
-// queued meanwhile.
-func (c *Coalescer[Q, R]) run(batch []*call[Q, R]) {
-	for batch != nil {
-		ctx, cancel := untilAllGone(batch)
-		qs, rs := make([]Q, len(batch)), make([]R, len(batch))
-		for i, w := range batch {
-			qs[i] = w.q
+// run sends the calls of b, hands each caller its result, and goes on with
+// the calls queued meanwhile.
+func (c *Coalescer[Q, R]) run(b *burst[Q, R]) {
+	for b != nil {
+		n := len(b.calls)
+		b.qs, b.rs = sized(b.qs, n), sized(b.rs, n)
+		for i, w := range b.calls {
+			b.qs[i] = w.q
 		}
-		c.Send(ctx, qs, rs)
-		cancel()
+		c.Send(b.ctx, b.qs, b.rs)
+		b.cancel(context.Canceled)
 		var orphans []*call[Q, R]
 		c.mu.Lock()
-		for i, w := range batch {
-			w.r = rs[i]
+		for i, w := range b.calls {
+			w.r = b.rs[i]
 			if w.gone {
 				orphans = append(orphans, w)
 			}
-			close(w.done)
+			w.done <- struct{}{} // never blocks: its only value
 		}
 		c.mu.Unlock()
 		for _, w := range orphans {
@@ -266,31 +335,25 @@ func (c *Coalescer[Q, R]) run(batch []*call[Q, R]) {
 				c.Orphan(w.q, w.r)
 			}
 		}
-		batch = c.take()
+		// Nothing of these calls is kept alive; the rs are zero values
+		// again for the next statement.
+		clear(b.calls)
+		clear(b.qs)
+		clear(b.rs)
+		b.calls, b.ctx, b.cancel = b.calls[:0], nil, nil
+		c.mu.Lock()
+		b = c.take(b)
+		c.mu.Unlock()
 	}
 }
 
-// untilAllGone is the context of a statement that carries the calls of
-// batch: it ends once every one of their contexts has ended, with the cause
-// of the last, so that a caller who gives up does not fail the others.
-func untilAllGone[Q, R any](batch []*call[Q, R]) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
-	stops := make([]func() bool, len(batch))
-	for i, w := range batch {
-		stops[i] = context.AfterFunc(w.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel(context.Cause(w.ctx))
-			}
-		})
+// sized is s with length n, its elements the zero values: s itself when
+// it has room (its elements cleared after each use), or a new one.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
 	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel(context.Canceled)
-	}
+	return s[:n]
 }
 
 // Hold makes calls queue until Release, and calls onQueue (if not nil),
