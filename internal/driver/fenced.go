@@ -116,19 +116,25 @@ func (p *fenced) ClaimTick(ctx context.Context, db DB, key string, ttl, lockWait
 
 func (p *fenced) ClaimAll(ctx context.Context, db DB, keys []string, ttls []float64, lockWait time.Duration) (map[string]Claimed, error) {
 	return retried(ctx, func() (map[string]Claimed, error) {
-		rows, err := db.Query(ctx, p.claimAllSQL, p.holder, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
+		rows, err := db.Query(ctx, p.claimAllSQL, p.holderArg, ttls, keys, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
 		if err != nil {
 			return nil, err
 		}
 		defer rows.Close()
 		got := make(map[string]Claimed, len(keys))
+		// Every row is scanned into the same destinations, made once per
+		// statement rather than once per row.
+		var row struct {
+			key string
+			c   Claimed
+		}
+		dest := []any{&row.key, &row.c.Fence, &row.c.AcquiredAt, &row.c.ExpiresAt, &row.c.Live, &row.c.Table, nil}
 		for rows.Next() {
-			var key string
-			c := Claimed{Holder: p.holder}
-			if err := rows.Scan(&key, &c.Fence, &c.AcquiredAt, &c.ExpiresAt, &c.Live, &c.Table, nil); err != nil {
+			row.key, row.c = "", Claimed{Holder: p.holder}
+			if err := rows.Scan(dest...); err != nil {
 				return nil, err
 			}
-			got[key] = c
+			got[row.key] = row.c
 		}
 		return got, rows.Err()
 	})
@@ -154,10 +160,10 @@ func (p *fenced) Release(ctx context.Context, db DB, ms []Lease) (map[int]bool, 
 				runs[i] = m.Run
 			}
 			return releaseReported(ctx, db, p.releaseRunsSQL, p.releaseRunsQuietSQL, ms, fenceOf,
-				p.holder, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait, runs)
+				p.holderArg, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait, runs)
 		}
 		return releaseReported(ctx, db, p.releaseSQL, p.releaseQuietSQL, ms, fenceOf,
-			p.holder, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait)
+			p.holderArg, seconds(ms, minHoldOf), keys, fences, ReleaseLockWait)
 	})
 }
 

@@ -194,17 +194,25 @@ func readReport[M comparable, V any](rows pgx.Rows, ms []Lease, match func(Lease
 		byKey[m.Key] = i
 	}
 	got := make(map[int]V, len(ms))
+	// Every row is scanned into the same destinations, made once per
+	// statement rather than once per row, and zeroed before each row (a
+	// pointer field is then scanned into a new value, never one that an
+	// earlier row's report holds).
+	var row struct {
+		key  string
+		m    M
+		what V
+	}
+	what := fields(&row.what)
+	dest := append(append(make([]any, 0, 2+len(what)), &row.key, &row.m), what...)
+	blank := row
 	for rows.Next() {
-		var (
-			key  string
-			m    M
-			what V
-		)
-		if err := rows.Scan(append([]any{&key, &m}, fields(&what)...)...); err != nil {
+		row = blank
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		if i, ok := byKey[key]; ok && match(ms[i]) == m {
-			got[i] = what
+		if i, ok := byKey[row.key]; ok && match(ms[i]) == row.m {
+			got[i] = row.what
 		}
 	}
 	return got, rows.Err()
