@@ -613,3 +613,118 @@ func TestCoalescerAloneBuffers(t *testing.T) {
 		})
 	}
 }
+
+// TestCoalescerBurstBuffers attacks what statements of queued calls reuse
+// (each call, its channel, a statement's slices and its context): many
+// callers on one place in flight, so that nearly every call goes in a
+// statement of several, a third of them giving up at a random moment.
+// Guarantee: a statement finds its rs zeroed, and neither its qs nor its
+// rs changes under it while it runs; its context ends only once every
+// caller in it has given up; each call is sent at most once; a caller
+// gets its own result, or its own cause; a call whose caller gave up
+// before it was sent is never sent, and one sent reaches Orphan once,
+// with its own result.
+func TestCoalescerBurstBuffers(t *testing.T) {
+	t.Parallel()
+	const callers, each = 16, 200
+	var (
+		bad     atomic.Value
+		mu      sync.Mutex
+		sent    = map[int]bool{}
+		orphans = map[int]int{}
+		gaveUp  [callers*each + 1]atomic.Bool
+	)
+	flag := func(format string, args ...any) { bad.CompareAndSwap(nil, fmt.Sprintf(format, args...)) }
+	c := &Coalescer[int, int]{Limit: 1, Send: func(ctx context.Context, qs, rs []int) {
+		was := slices.Clone(qs)
+		mu.Lock()
+		for i, q := range qs {
+			if len(rs) != len(qs) || rs[i] != 0 {
+				flag("call %d sent with %d qs, rs %v", q, len(qs), rs)
+			}
+			if sent[q] {
+				flag("call %d sent twice", q)
+			}
+			sent[q] = true
+			rs[i] = q * 10
+		}
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			for _, q := range was {
+				if !gaveUp[q].Load() {
+					flag("a statement of %v ended while the caller of %d still waited", was, q)
+				}
+			}
+		case <-time.After(time.Duration(was[0]%3) * 100 * time.Microsecond):
+		}
+		for i, q := range was {
+			if qs[i] != q || rs[i] != q*10 {
+				flag("call %d: its buffers changed under it to q %d, r %d", q, qs[i], rs[i])
+			}
+		}
+	}, Orphan: func(q, r int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, twice := orphans[q]; twice || r != q*10 {
+			flag("orphan %d got %d (twice: %v)", q, r, twice)
+		}
+		orphans[q] = r
+	}}
+	var handed, unsent sync.Map
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Go(func() {
+			for i := range each {
+				q := w*each + i + 1
+				ctx, cancel := context.WithCancelCause(context.Background())
+				cause := fmt.Errorf("call %d gave up", q)
+				if q%3 == 0 {
+					time.AfterFunc(time.Duration(q%7)*50*time.Microsecond, func() {
+						gaveUp[q].Store(true)
+						cancel(cause)
+					})
+				}
+				r, handedOff, err := c.Do(ctx, q)
+				switch {
+				case err == nil && (handedOff || r != q*10):
+					flag("call %d got %d (handed off: %v)", q, r, handedOff)
+				case err != nil && !errors.Is(err, cause):
+					flag("call %d got the cause %v, not its own", q, err)
+				case err != nil && handedOff:
+					handed.Store(q, true)
+				case err != nil:
+					unsent.Store(q, true)
+				}
+				cancel(nil)
+			}
+		})
+	}
+	wg.Wait()
+	c.Wait()
+	if b := bad.Load(); b != nil {
+		t.Fatal(b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	handed.Range(func(q, _ any) bool {
+		if _, ok := orphans[q.(int)]; !ok {
+			t.Errorf("call %d was handed off but never reached Orphan", q)
+		}
+		return true
+	})
+	unsent.Range(func(q, _ any) bool {
+		if sent[q.(int)] {
+			t.Errorf("call %d gave up unsent, yet was sent", q)
+		}
+		return true
+	})
+	if len(orphans) == 0 || len(sent) == callers*each {
+		t.Errorf("%d orphans, %d of %d calls sent: the test gave no call up at the right moments", len(orphans), len(sent), callers*each)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flying != 0 || len(c.queue) != 0 {
+		t.Fatalf("after every call: %d places in flight, %d queued", c.flying, len(c.queue))
+	}
+}
