@@ -336,16 +336,25 @@ func (c *Coalescer[Q, R]) run(b *burst[Q, R]) {
 			}
 		}
 		// Nothing of these calls is kept alive; the rs are zero values
-		// again for the next statement.
+		// again for the next statement. The slices of a statement larger
+		// than keptCalls are let go: one tick of thousands of claims
+		// would otherwise hold their room for the Coalescer's life.
 		clear(b.calls)
 		clear(b.qs)
 		clear(b.rs)
 		b.calls, b.ctx, b.cancel = b.calls[:0], nil, nil
+		if cap(b.calls) > keptCalls {
+			b.calls, b.qs, b.rs = nil, nil, nil
+		}
 		c.mu.Lock()
 		b = c.take(b)
 		c.mu.Unlock()
 	}
 }
+
+// keptCalls is the most calls a burst's slices keep room for once their
+// statement has returned (the queue's array included, as the two swap).
+const keptCalls = 256
 
 // sized is s with length n, its elements the zero values: s itself when
 // it has room (its elements cleared after each use), or a new one.

@@ -415,6 +415,47 @@ func TestCoalescer(t *testing.T) {
 			c.Wait()
 		}
 	})
+
+	// A statement's slices are used again by the next, up to keptCalls
+	// calls: the room of a larger one is let go once it returns.
+	t.Run("KeepsTheRoomOfSmallStatementsOnly", func(t *testing.T) {
+		t.Parallel()
+		for _, n := range []int{10, keptCalls + 1, 4 * keptCalls} {
+			s := newStatements()
+			c := &Coalescer[int, int]{Send: s.send, Limit: 1}
+			onQueue, queued := queueOf(n)
+			c.Hold(onQueue)
+			out := make(chan result, n)
+			for q := range n {
+				do(context.Background(), c, q, out)
+			}
+			waitN(t, queued, n)
+			c.Release()
+			entry(t, s)
+			s.proceed <- struct{}{}
+			for range n {
+				if r := <-out; r.r != r.q*10 {
+					t.Fatalf("call %d got %d", r.q, r.r)
+				}
+			}
+			c.Wait()
+			c.mu.Lock()
+			room := cap(c.queue)
+			for _, b := range c.bursts {
+				room = max(room, cap(b.calls), cap(b.qs), cap(b.rs))
+			}
+			spares := len(c.bursts)
+			c.mu.Unlock()
+			switch {
+			case spares != 1:
+				t.Fatalf("after a statement of %d: %d spare statements, want the one that ran", n, spares)
+			case n > keptCalls && room != 0:
+				t.Fatalf("after a statement of %d calls, room for %d is kept", n, room)
+			case n <= keptCalls && room < n:
+				t.Fatalf("after a statement of %d calls, room for %d is kept, want its own", n, room)
+			}
+		}
+	})
 }
 
 // TestCoalescerPlacesUnderLinger attacks the one flag through which a
@@ -616,16 +657,28 @@ func TestCoalescerAloneBuffers(t *testing.T) {
 
 // TestCoalescerBurstBuffers attacks what statements of queued calls reuse
 // (each call, its channel, a statement's slices and its context): many
-// callers on one place in flight, so that nearly every call goes in a
-// statement of several, a third of them giving up at a random moment.
-// Guarantee: a statement finds its rs zeroed, and neither its qs nor its
-// rs changes under it while it runs; its context ends only once every
-// caller in it has given up; each call is sent at most once; a caller
-// gets its own result, or its own cause; a call whose caller gave up
-// before it was sent is never sent, and one sent reaches Orphan once,
-// with its own result.
+// callers on one or two places in flight, so that nearly every call goes
+// in a statement of several, half of them giving up at a random moment;
+// with and without Orphan. Guarantee: a statement finds its rs zeroed, and
+// neither its qs nor its rs changes under it while it runs; its context
+// ends only once every caller in it has given up, and then soon; each
+// call is sent at most once; a caller gets its own result, or its own
+// cause; a call whose caller gave up before it was sent is never sent, and
+// one sent reaches Orphan once, with its own result; nothing is left in
+// flight, queued or running.
 func TestCoalescerBurstBuffers(t *testing.T) {
 	t.Parallel()
+	for _, limit := range []int{1, 2} {
+		for _, orphan := range []bool{true, false} {
+			t.Run(fmt.Sprintf("Limit=%d/Orphan=%v", limit, orphan), func(t *testing.T) {
+				t.Parallel()
+				burstBuffers(t, limit, orphan)
+			})
+		}
+	}
+}
+
+func burstBuffers(t *testing.T, limit int, withOrphan bool) {
 	const callers, each = 16, 200
 	var (
 		bad     atomic.Value
@@ -635,7 +688,15 @@ func TestCoalescerBurstBuffers(t *testing.T) {
 		gaveUp  [callers*each + 1]atomic.Bool
 	)
 	flag := func(format string, args ...any) { bad.CompareAndSwap(nil, fmt.Sprintf(format, args...)) }
-	c := &Coalescer[int, int]{Limit: 1, Send: func(ctx context.Context, qs, rs []int) {
+	allGone := func(qs []int) bool {
+		for _, q := range qs {
+			if !gaveUp[q].Load() {
+				return false
+			}
+		}
+		return true
+	}
+	c := &Coalescer[int, int]{Limit: limit, Send: func(ctx context.Context, qs, rs []int) {
 		was := slices.Clone(qs)
 		mu.Lock()
 		for i, q := range qs {
@@ -649,28 +710,39 @@ func TestCoalescerBurstBuffers(t *testing.T) {
 			rs[i] = q * 10
 		}
 		mu.Unlock()
-		select {
-		case <-ctx.Done():
+		for end := time.Now().Add(time.Duration(was[0]%5) * 100 * time.Microsecond); time.Now().Before(end) && ctx.Err() == nil; {
+			if allGone(was) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(2 * time.Second):
+					flag("every caller of %v gave up, and its context did not end in 2s", was)
+				}
+				break
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		if ctx.Err() != nil {
 			for _, q := range was {
 				if !gaveUp[q].Load() {
 					flag("a statement of %v ended while the caller of %d still waited", was, q)
 				}
 			}
-		case <-time.After(time.Duration(was[0]%3) * 100 * time.Microsecond):
 		}
 		for i, q := range was {
 			if qs[i] != q || rs[i] != q*10 {
 				flag("call %d: its buffers changed under it to q %d, r %d", q, qs[i], rs[i])
 			}
 		}
-	}, Orphan: func(q, r int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if _, twice := orphans[q]; twice || r != q*10 {
-			flag("orphan %d got %d (twice: %v)", q, r, twice)
-		}
-		orphans[q] = r
 	}}
+	if withOrphan {
+		c.Orphan = func(q, r int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if orphans[q]++; orphans[q] > 1 || r != q*10 {
+				flag("orphan %d got %d, %d times", q, r, orphans[q])
+			}
+		}
+	}
 	var handed, unsent sync.Map
 	var wg sync.WaitGroup
 	for w := range callers {
@@ -679,8 +751,8 @@ func TestCoalescerBurstBuffers(t *testing.T) {
 				q := w*each + i + 1
 				ctx, cancel := context.WithCancelCause(context.Background())
 				cause := fmt.Errorf("call %d gave up", q)
-				if q%3 == 0 {
-					time.AfterFunc(time.Duration(q%7)*50*time.Microsecond, func() {
+				if q%2 == 0 {
+					time.AfterFunc(time.Duration(q%11)*50*time.Microsecond, func() {
 						gaveUp[q].Store(true)
 						cancel(cause)
 					})
@@ -708,8 +780,8 @@ func TestCoalescerBurstBuffers(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	handed.Range(func(q, _ any) bool {
-		if _, ok := orphans[q.(int)]; !ok {
-			t.Errorf("call %d was handed off but never reached Orphan", q)
+		if withOrphan && orphans[q.(int)] != 1 {
+			t.Errorf("call %d was handed off and reached Orphan %d times", q, orphans[q.(int)])
 		}
 		return true
 	})
@@ -719,12 +791,14 @@ func TestCoalescerBurstBuffers(t *testing.T) {
 		}
 		return true
 	})
-	if len(orphans) == 0 || len(sent) == callers*each {
-		t.Errorf("%d orphans, %d of %d calls sent: the test gave no call up at the right moments", len(orphans), len(sent), callers*each)
+	n := 0
+	handed.Range(func(_, _ any) bool { n++; return true })
+	if n == 0 || len(sent) == callers*each {
+		t.Errorf("%d calls handed off, %d of %d sent: no call was given up at the right moments", n, len(sent), callers*each)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.flying != 0 || len(c.queue) != 0 {
-		t.Fatalf("after every call: %d places in flight, %d queued", c.flying, len(c.queue))
+	if c.flying != 0 || len(c.queue) != 0 || c.running != 0 {
+		t.Fatalf("after every call: %d places in flight, %d queued, %d goroutines", c.flying, len(c.queue), c.running)
 	}
 }
