@@ -394,21 +394,7 @@ func TestCoalescer(t *testing.T) {
 		for _, n := range []int{1, 3, 10} {
 			s := newStatements()
 			c := &Coalescer[int, int]{Send: s.send, Limit: 4}
-			onQueue, queued := queueOf(n)
-			c.Hold(onQueue)
-			out := make(chan result, n)
-			for q := range n {
-				do(context.Background(), c, q, out)
-			}
-			waitN(t, queued, n)
-			c.Release()
-			entry(t, s)
-			s.proceed <- struct{}{}
-			for range n {
-				if r := <-out; r.r != r.q*10 {
-					t.Fatalf("call %d got %d", r.q, r.r)
-				}
-			}
+			sendHeld(t, c, s, n)
 			if got := s.batches(); len(got) != 1 || len(got[0]) != n {
 				t.Fatalf("%d calls went in %v, want one statement", n, got)
 			}
@@ -423,21 +409,7 @@ func TestCoalescer(t *testing.T) {
 		for _, n := range []int{10, keptCalls + 1, 4 * keptCalls} {
 			s := newStatements()
 			c := &Coalescer[int, int]{Send: s.send, Limit: 1}
-			onQueue, queued := queueOf(n)
-			c.Hold(onQueue)
-			out := make(chan result, n)
-			for q := range n {
-				do(context.Background(), c, q, out)
-			}
-			waitN(t, queued, n)
-			c.Release()
-			entry(t, s)
-			s.proceed <- struct{}{}
-			for range n {
-				if r := <-out; r.r != r.q*10 {
-					t.Fatalf("call %d got %d", r.q, r.r)
-				}
-			}
+			sendHeld(t, c, s, n)
 			c.Wait()
 			c.mu.Lock()
 			room := cap(c.queue)
@@ -456,6 +428,28 @@ func TestCoalescer(t *testing.T) {
 			}
 		}
 	})
+}
+
+// sendHeld queues n calls on c, held, then releases them into one
+// statement of s, lets it return, and checks that each call got its own
+// result.
+func sendHeld(t *testing.T, c *Coalescer[int, int], s *statements, n int) {
+	t.Helper()
+	onQueue, queued := queueOf(n)
+	c.Hold(onQueue)
+	out := make(chan result, n)
+	for q := range n {
+		do(context.Background(), c, q, out)
+	}
+	waitN(t, queued, n)
+	c.Release()
+	entry(t, s)
+	s.proceed <- struct{}{}
+	for range n {
+		if r := <-out; r.r != r.q*10 {
+			t.Fatalf("call %d got %d", r.q, r.r)
+		}
+	}
 }
 
 // TestCoalescerPlacesUnderLinger attacks the one flag through which a
