@@ -673,6 +673,7 @@ func TestCoalescerBurstBuffers(t *testing.T) {
 }
 
 func burstBuffers(t *testing.T, limit int, withOrphan bool) {
+	t.Helper()
 	const callers, each = 16, 200
 	var (
 		bad     atomic.Value
