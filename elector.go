@@ -233,7 +233,7 @@ func (e *Elector) begin() {
 }
 
 // failed records an attempt of the campaign that did not get the key, and
-// the leader it saw. A revoked key (the revoke marker its holder) has no leader: nothing is
+// the leader it saw. A revoked key (its holder the revoke marker) has no leader: nothing is
 // reported, and the next real holder, whoever it is, is reported as the new
 // leader.
 func (e *Elector) failed(holder string, err error) {
