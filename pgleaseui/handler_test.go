@@ -91,7 +91,7 @@ func TestHandler(t *testing.T) {
 		require.NoError(t, err)
 
 		_, body := get(t, mounted(t, pgleaseui.Handler(admin, pgleaseui.WithClockSkew(claimed, idle))), "/pglease/?part=fleet")
-		assert.Regexp(t, `<tr data-holder="`+regexp.QuoteMeta(claimed.Holder())+`">.*<td class="skew" data-label="Clock skew">(&#43;|-)[^<]* ± [^<]*</td></tr>`, body,
+		assert.Regexp(t, `<tr data-holder="`+regexp.QuoteMeta(claimed.Holder())+`">.*<td class="skew" data-label="Clock skew">(&#43;|-)?[0-9.]+(s|ms|µs) ± [0-9.]+(s|ms|µs)</td></tr>`, body,
 			"the claimer's reading (%+v)", skew)
 		assert.Regexp(t, `<tr data-holder="`+regexp.QuoteMeta(idle.Holder())+`">.*<td class="skew" data-label="Clock skew">no reading yet</td></tr>`, body,
 			"a Locker with no reading, listed though it holds nothing")

@@ -241,6 +241,18 @@ func jobOf(runs []pglease.Run, now time.Time) jobRow {
 	return j
 }
 
+// skewText writes a reading to a tenth of a millisecond: "+" when the
+// server is ahead of the replica, "-" when behind, and no sign when the
+// offset rounds to zero.
+func skewText(s pglease.Skew) string {
+	offset := s.Offset.Round(100 * time.Microsecond)
+	sign := ""
+	if offset > 0 {
+		sign = "+"
+	}
+	return fmt.Sprintf("%s%v ± %v", sign, offset, s.Uncertainty.Round(100*time.Microsecond))
+}
+
 // addSkews writes each Locker's clock-skew reading beside its holder,
 // adding the holder when it has no lease nor run to show.
 func (v *view) addSkews(lockers []*pglease.Locker) {
@@ -248,11 +260,7 @@ func (v *view) addSkews(lockers []*pglease.Locker) {
 		v.Skews = true
 		reading := "no reading yet"
 		if s, ok := l.ClockSkew(); ok {
-			sign := "+" // the server ahead of the replica
-			if s.Offset < 0 {
-				sign = ""
-			}
-			reading = fmt.Sprintf("%s%v ± %v", sign, s.Offset.Round(100*time.Microsecond), s.Uncertainty.Round(100*time.Microsecond))
+			reading = skewText(s)
 		}
 		i := sort.Search(len(v.Holders), func(i int) bool { return v.Holders[i].Holder >= l.Holder() })
 		if i == len(v.Holders) || v.Holders[i].Holder != l.Holder() {

@@ -36,6 +36,25 @@ func TestShort(t *testing.T) {
 	}
 }
 
+// TestSkewText pins how a clock-skew reading is written: its sign is the
+// rounded offset's, so an offset under 50µs reads as zero, unsigned.
+func TestSkewText(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		offset, uncertainty time.Duration
+		want                string
+	}{
+		{1230 * time.Microsecond, 2 * ms, "+1.2ms ± 2ms"},
+		{-1230 * time.Microsecond, 2 * ms, "-1.2ms ± 2ms"},
+		{-17 * time.Microsecond, 1738 * time.Microsecond, "0s ± 1.7ms"},
+		{49 * time.Microsecond, 100 * time.Microsecond, "0s ± 100µs"},
+		{50 * time.Microsecond, 100 * time.Microsecond, "+100µs ± 100µs"},
+		{-3 * time.Second, 0, "-3s ± 0s"},
+	} {
+		assert.Equal(t, c.want, skewText(pglease.Skew{Offset: c.offset, Uncertainty: c.uncertainty}), "%v ± %v", c.offset, c.uncertainty)
+	}
+}
+
 // TestJobOf pins the timeline of one job's runs: the gaps between its
 // ticks, a tick run again after a lapse (caught up) and one run twice
 // (doubled).
