@@ -208,13 +208,24 @@ func testRunsNoRunWithoutALease(t *testing.T) {
 	first, err := a.Claim(ctx, "job")
 	require.NoError(t, err)
 	require.NoError(t, first.Unlock(ctx))
-	end := pgtest.LockRow(t, pool, table, "job") // an operator looks at the row
+	operator := pgtest.LockRows(t, pool, table, "key = $1", "job") // an operator looks at the row
 	time.Sleep(time.Until(first.Tick().Add(period + 100*time.Millisecond)))
+	type claimed struct {
+		lease *pglease.Lease
+		err   error
+	}
+	got := make(chan claimed, 1)
 	go func() {
-		time.Sleep(1500 * time.Millisecond) // past b's TTL
-		end(false)
+		lease, err := b.Claim(ctx, "job")
+		got <- claimed{lease, err}
 	}()
-	lease, err := b.Claim(ctx, "job")
+	// Counted from the claim's wait on the row, not from its call: on a
+	// loaded machine the call may take a while to send it.
+	pgtest.BlockedBy(t, pool, operator, 5*time.Second)
+	time.Sleep(1500 * time.Millisecond) // past b's TTL
+	require.NoError(t, operator.Rollback(ctx))
+	c := <-got
+	lease, err := c.lease, c.err
 	if err == nil {
 		_ = lease.Unlock(ctx)
 		t.Skip("this driver's claim did not wait on the row lock past its TTL: the case does not arise")

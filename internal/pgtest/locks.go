@@ -93,3 +93,17 @@ func LockWaiter(tb testing.TB, db pglease.DB, app, fragment string, limit time.D
 	}, limit, 5*time.Millisecond, "a statement of %q containing %q blocked on a lock", app, fragment)
 	return pid
 }
+
+// BlockedBy waits until a backend waits on a lock that tx holds, however
+// long the waiting statement's text (pg_stat_activity keeps only its
+// start); the test fails after limit.
+func BlockedBy(tb testing.TB, db pglease.DB, tx pgx.Tx, limit time.Duration) {
+	tb.Helper()
+	var blocker int32
+	require.NoError(tb, tx.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&blocker))
+	require.Eventually(tb, func() bool {
+		var blocked bool
+		err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))`, blocker).Scan(&blocked)
+		return err == nil && blocked
+	}, limit, 5*time.Millisecond, "a statement blocked by the transaction of backend %d", blocker)
+}
