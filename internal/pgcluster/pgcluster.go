@@ -48,6 +48,11 @@ import (
 const (
 	readyTimeout = 60 * time.Second // for a server to accept connections
 	stopTimeout  = 30 * time.Second // for a server to exit after a signal
+	// crashTimeout is how long Crash waits for the primary to exit after
+	// SIGQUIT before it kills the server and its children: a child can
+	// block in its last message to a client that reads nothing (a
+	// walsender to the standby behind a partition).
+	crashTimeout = 10 * time.Second
 )
 
 // Options configures a Cluster.
@@ -205,11 +210,19 @@ func (c *Cluster) StandbyDSN() string {
 
 // Crash stops the primary without a checkpoint and without waiting for
 // anything (pg_ctl's -m immediate: SIGQUIT to the postmaster) and returns
-// once its process has exited: from then on nothing commits there.
+// once its process has exited: from then on nothing commits there. A
+// server still there after crashTimeout is killed with its children, which
+// is a crash too: Crash logs it and returns nil.
 func (c *Cluster) Crash() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stop(c.nodes[c.primary], syscall.SIGQUIT)
+	n := c.nodes[c.primary]
+	err := c.stop(n, syscall.SIGQUIT, crashTimeout)
+	if errors.Is(err, pgproc.ErrKilled) {
+		c.logf("%v", err)
+		return nil
+	}
+	return err
 }
 
 // Promote promotes the standby (pg_ctl promote, waiting until it accepts
@@ -303,7 +316,7 @@ func (c *Cluster) Close() error {
 	var errs []error
 	for _, n := range c.nodes {
 		if n != nil {
-			errs = append(errs, c.stop(n, syscall.SIGINT))
+			errs = append(errs, c.stop(n, syscall.SIGINT, stopTimeout))
 		}
 	}
 	if err := os.RemoveAll(c.root); err != nil {
@@ -383,14 +396,14 @@ func (c *Cluster) launch(ctx context.Context, n *node) error {
 }
 
 // stop signals n's postmaster (SIGINT: fast, SIGQUIT: immediate) and waits
-// for it to exit, killing it after stopTimeout.
-func (c *Cluster) stop(n *node, sig syscall.Signal) error {
+// for it to exit, killing it after timeout.
+func (c *Cluster) stop(n *node, sig syscall.Signal, timeout time.Duration) error {
 	p := n.proc
 	if p == nil {
 		return nil
 	}
 	n.proc = nil
-	if err := p.Stop(sig, stopTimeout); err != nil {
+	if err := p.Stop(sig, timeout); err != nil {
 		return fmt.Errorf("pgcluster: %s: %w", n.name, err)
 	}
 	return nil

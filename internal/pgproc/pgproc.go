@@ -34,6 +34,9 @@ import (
 // ErrPortInUse marks a launch that failed because the port was taken.
 var ErrPortInUse = errors.New("port already in use")
 
+// ErrKilled marks a Stop that ran out of time and killed the process.
+var ErrKilled = errors.New("killed it")
+
 // credential returns the credentials to run server programs as: the
 // "postgres" user when running as root, and nil (the current user)
 // otherwise.
@@ -180,10 +183,60 @@ func Launch(ctx context.Context, cmd *exec.Cmd, logPath, dsn string, timeout tim
 	return nil, fmt.Errorf("%w\nlog %s:\n%s", err, logPath, Tail([]byte(log)))
 }
 
-// Kill kills the process group of p and waits for it to exit.
+// Kill kills the process group of p, and each child of p with its own
+// group (PostgreSQL's children call setsid), and waits for p to exit.
 func (p *Proc) Kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	pid := p.cmd.Process.Pid
+	for _, c := range children(pid) {
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	<-p.exited
+}
+
+// child is a process whose parent is a Proc's.
+type child struct {
+	pid   int
+	state string // as /proc/PID/stat has it: R, S, D, Z, ...
+	comm  string
+	wchan string // the kernel function it sleeps in, if any
+}
+
+func (c child) String() string {
+	return fmt.Sprintf("%d %s %s %s", c.pid, c.comm, c.state, c.wchan)
+}
+
+// children lists the processes whose parent is pid, from /proc: a
+// server's children, which a signal to its group does not reach.
+func children(pid int) []child {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []child
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		open, end := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		fields := strings.Fields(string(stat[end+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
+			continue
+		}
+		wchan, _ := os.ReadFile("/proc/" + e.Name() + "/wchan")
+		out = append(out, child{pid: n, state: fields[0], comm: string(stat[open+1 : end]), wchan: string(wchan)})
+	}
+	return out
 }
 
 // Stop sends sig to p and waits for it to exit, killing its process group
@@ -200,8 +253,10 @@ func (p *Proc) Stop(sig syscall.Signal, timeout time.Duration) error {
 	case <-p.exited:
 		return nil
 	case <-timer.C:
+		left := children(p.cmd.Process.Pid)
 		p.Kill()
-		return fmt.Errorf("did not stop within %s after %v, killed it", timeout, sig)
+		return fmt.Errorf("did not stop within %s after %v: %w (its children then, pid comm state wchan: %v)\nlog %s:\n%s",
+			timeout, sig, ErrKilled, left, p.logPath, Tail([]byte(ReadLog(p.logPath, p.logOff))))
 	}
 }
 
