@@ -22,6 +22,7 @@ import (
 const (
 	readyTimeout = 60 * time.Second // for postgres to accept connections
 	stopTimeout  = 30 * time.Second // for postgres to exit after a signal
+	crashTimeout = 10 * time.Second // for postgres to exit after SIGQUIT, before it is killed
 	portAttempts = 3                // fresh ports tried by the first start
 )
 
@@ -225,11 +226,21 @@ func (l *localServer) stop(_ context.Context, mode Mode) error {
 		return nil
 	}
 	l.proc = nil
-	sig := syscall.SIGINT
 	if mode == Immediate {
-		sig = syscall.SIGQUIT
+		// A crash: a server still there after crashTimeout (a backend
+		// blocked in its last message to a client that reads nothing) is
+		// killed with its children, which is a crash too.
+		err := p.Stop(syscall.SIGQUIT, crashTimeout)
+		if errors.Is(err, pgproc.ErrKilled) {
+			l.logf("pgserver: postgres: %v", err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pgserver: postgres: %w", err)
+		}
+		return nil
 	}
-	if err := p.Stop(sig, stopTimeout); err != nil {
+	if err := p.Stop(syscall.SIGINT, stopTimeout); err != nil {
 		return fmt.Errorf("pgserver: postgres: %w", err)
 	}
 	return nil
