@@ -108,17 +108,28 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	var a, b *pglease.Locker
 	var table string
 	var pool *pgxpool.Pool
+	// waitRefused hears of each refused attempt of the second Locker's
+	// waiting claim.
+	waitRefused := make(chan struct{}, 1)
+	hook := pglease.WithHook(func(ev pglease.Event) {
+		if ev.Kind == pglease.EventContended && ev.Key == "wait" {
+			select {
+			case waitRefused <- struct{}{}:
+			default:
+			}
+		}
+	})
 	if fenced {
 		pool = pgtest.Pool(t, nil)
 		table = pgtest.Table(t, pool)
 		a = pgtest.Locker(t, pool, table, "replica")
-		b = pgtest.Locker(t, pgtest.Pool(t, nil), table, "replica")
+		b = pgtest.Locker(t, pgtest.Pool(t, nil), table, "replica", hook)
 	} else {
 		var dsn string
 		table, dsn = legacyTable(t, legacyColumns)
 		pool = pgtest.PoolAt(t, dsn, nil)
 		a = pgtest.Locker(t, pool, table, "replica", pglease.WithoutFenceColumn())
-		b = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "replica", pglease.WithoutFenceColumn())
+		b = pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "replica", pglease.WithoutFenceColumn(), hook)
 	}
 	// The first Locker holds a key for each way of the second to claim it.
 	keys := []string{"claim", "lock", "wait", "burst-1", "burst-2"}
@@ -133,11 +144,21 @@ func testSameHolderNeverBothHold(t *testing.T, fenced bool) {
 	require.ErrorIs(t, err, pglease.ErrHeld, "Claim")
 	_, err = b.Lock(ctx, "lock")
 	require.ErrorIs(t, err, pglease.ErrHeld, "Lock")
-	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// The waiting claim is refused, then ends with its context: its
+	// error says both.
+	waitCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		select {
+		case <-waitRefused:
+		case <-waitCtx.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}()
 	_, err = b.ClaimWait(waitCtx, "wait")
 	cancel()
 	require.ErrorIs(t, err, pglease.ErrHeld, "a waiting claim waits")
-	require.ErrorIs(t, err, context.DeadlineExceeded, "a waiting claim waits")
+	require.ErrorIs(t, err, context.Canceled, "a waiting claim waits")
 	if fenced { // without a fence column, claims go one by one
 		leases, errs := pglease.ClaimBurst(ctx, b, []string{"burst-1", "burst-2", "free"})
 		require.ErrorIs(t, errs[0], pglease.ErrHeld, "a burst")
