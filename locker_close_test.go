@@ -922,7 +922,10 @@ func burstInFlightAtClose(t *testing.T) (context.Context, *pgxpool.Pool, string,
 	}
 	l := pgtest.Locker(t, lpool, table, "a", pglease.WithTTL(time.Minute))
 	send := pglease.PrepareClaimBurst([]context.Context{ctx, ctx}, l, []string{"k1", "k2"})
-	late.DelayNextReply(time.Second)
+	// Long enough for the test's steps before its Close on a loaded
+	// machine (Close waits for the reply however late it comes): with 1 s,
+	// the reply came before Close there, and the claims returned leases.
+	late.DelayNextReply(3 * time.Second)
 	out := make(chan []error, 1)
 	go func() {
 		_, errs := send()
