@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
@@ -42,16 +41,18 @@ func (term *terminal) Write(p []byte) (int, error) {
 }
 
 // runDemo runs the demo in-process and checks that it leaves no goroutine
-// behind: schedulers shut down, Lockers and pools closed.
+// behind: schedulers shut down, Lockers and pools closed. The check counts
+// only the demo's own goroutines, so that demos run in parallel.
 func runDemo(ctx context.Context, t *testing.T, args ...string) demoOutput {
 	t.Helper()
-	ignore := goleak.IgnoreCurrent()
 	var stdout, stderr bytes.Buffer
 	var term terminal
-	code := run(ctx, args, io.MultiWriter(&stdout, &term), io.MultiWriter(&stderr, &term))
+	var code int
+	pgtest.NoGoroutineLeft(ctx, t, func(ctx context.Context) {
+		code = run(ctx, args, io.MultiWriter(&stdout, &term), io.MultiWriter(&stderr, &term))
+	})
 	out := demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String(), terminal: term.b.String()}
 	t.Logf("exit %d\n%s\nstderr:\n%s", out.code, out.stdout, out.stderr)
-	goleak.VerifyNone(t, ignore)
 	return out
 }
 
@@ -121,6 +122,7 @@ func (o demoOutput) ledger(t *testing.T) []printedRun {
 // 3s put the lapse a period from the next claim either side of it, and
 // leave the catch-up's wait (TTL + period) two seconds to spare.
 func TestDemoRunsEachTickOnceAndCatchesUpTheKilledRunsTick(t *testing.T) {
+	t.Parallel()
 	const ttl, period = 3 * time.Second, 2 * time.Second
 	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_ticks",
 		"-duration", "16s", "-ttl", ttl.String(), "-period", period.String())
@@ -205,6 +207,7 @@ func TestDemoRunsEachTickOnceAndCatchesUpTheKilledRunsTick(t *testing.T) {
 // on the period's grid, with clocks up to 150ms apart (the min hold of
 // 500ms leaves a timer 350ms to be late on a busy machine).
 func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing.T) {
+	t.Parallel()
 	const ttl, period = 2 * time.Second, time.Second
 	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_min_hold", "-ticks=false",
 		"-duration", "10s", "-ttl", ttl.String(), "-period", period.String(), "-skew", "150ms")
@@ -256,6 +259,7 @@ func TestDemoWithMinHoldRunsEachTickOnceAndFailsOverWithAGreaterFence(t *testing
 // the next replica's timer fires: the double runs come every tick, not by
 // chance.
 func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
+	t.Parallel()
 	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_no_min_hold", "-ticks=false",
 		"-min-hold", "0", "-duration", "4s", "-period", "500ms", "-ttl", "1s", "-skew", "300ms")
 
@@ -269,6 +273,7 @@ func TestDemoWithoutMinHoldRunsTicksTwice(t *testing.T) {
 // period, and the min hold merges only the claims of one tick that arrive
 // within it of each other. The job runs every two thirds of a period.
 func TestDemoWithDurationJobsStartedImmediatelyRunsMoreOftenThanThePeriod(t *testing.T) {
+	t.Parallel()
 	out := runDemo(context.Background(), t, "-dsn", pgtest.Server.DSN(), "-table", "demo_immediately", "-ticks=false",
 		"-schedule", "immediately", "-kill=false", "-duration", "8s", "-period", "1s")
 
@@ -286,20 +291,21 @@ func TestDemoWithDurationJobsStartedImmediatelyRunsMoreOftenThanThePeriod(t *tes
 // table and -dsn agree on tick numbers without talking to each other, and
 // share the ticks: each tick is run by exactly one of them.
 func TestDemoReplicasInSeparateProcessesRunEachTickOnce(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
+	t.Parallel()
 	names := []string{"east", "west"}
 	outs := make([]demoOutput, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() {
-			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), []string{"-dsn", pgtest.Server.DSN(), "-table", "demo_processes",
-				"-replica", name, "-duration", "4s", "-ttl", "2s"}, &stdout, &stderr)
-			outs[i] = demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String()}
-		})
-	}
-	wg.Wait()
-	goleak.VerifyNone(t, ignore)
+	pgtest.NoGoroutineLeft(context.Background(), t, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for i, name := range names {
+			wg.Go(func() {
+				var stdout, stderr bytes.Buffer
+				code := run(ctx, []string{"-dsn", pgtest.Server.DSN(), "-table", "demo_processes",
+					"-replica", name, "-duration", "4s", "-ttl", "2s"}, &stdout, &stderr)
+				outs[i] = demoOutput{code: code, stdout: stdout.String(), stderr: stderr.String()}
+			})
+		}
+		wg.Wait()
+	})
 
 	ranges := regexp.MustCompile(`ticks (\d+)\.\.(\d+) of the hour's grid`)
 	first, last := int64(0), int64(1<<62)
@@ -355,6 +361,7 @@ func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
 // with three replicas: a schedule that is not aligned shows its extra
 // runs, not a lucky bunch that a min hold would merge.
 func TestLayoutSpreadsThePhasesOfTheReplicasClaimsOverThePeriod(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 200; seed++ {
 		cfg := config{replicas: 3, period: time.Second, skew: 300 * time.Millisecond, startSpread: 3 * time.Second, seed: seed}
 		_, lags, starts := layout(cfg)
@@ -373,6 +380,7 @@ func TestLayoutSpreadsThePhasesOfTheReplicasClaimsOverThePeriod(t *testing.T) {
 }
 
 func TestDemoRejectsBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"-skew", "1s", "-period", "1s"},
 		{"-schedule", "cron"},
