@@ -262,7 +262,16 @@ func testReleaseQuietResend(t *testing.T) {
 		spyPool := pgtest.PoolAt(t, dsn, spy)
 		a := pgtest.Locker(t, spyPool, table, "holder-a", pglease.WithTTL(30*time.Second))
 		pglease.SetCoalesceAll(a, false)
-		b := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "waiter-b", pglease.WithTTL(30*time.Second))
+		refused := make(chan string, 64) // the keys of the waiter's refused attempts
+		b := pgtest.Locker(t, pgtest.PoolAt(t, dsn, nil), table, "waiter-b", pglease.WithTTL(30*time.Second),
+			pglease.WithHook(func(ev pglease.Event) {
+				if ev.Kind == pglease.EventContended {
+					select {
+					case refused <- ev.Key:
+					default:
+					}
+				}
+			}))
 		var worst time.Duration
 		quiet := 0
 		for i := range 4 {
@@ -277,7 +286,7 @@ func testReleaseQuietResend(t *testing.T) {
 				}
 				got <- time.Now()
 			}()
-			time.Sleep(300 * time.Millisecond) // the waiter has tried once and sleeps
+			waitRefusal(t, refused, key) // the waiter has tried once and waits
 			before := spy.quiet.Load()
 			require.NoError(t, lease.Unlock(ctx))
 			done := time.Now()
@@ -293,6 +302,23 @@ func testReleaseQuietResend(t *testing.T) {
 		require.Positive(t, quiet, "the quiet path was never taken")
 		require.Less(t, worst, 5500*time.Millisecond, "a waiter woke %v after a quiet release", worst)
 	})
+}
+
+// waitRefusal waits until refused names key: a waiting claim of key was
+// refused once.
+func waitRefusal(t *testing.T, refused <-chan string, key string) {
+	t.Helper()
+	limit := time.After(10 * time.Second)
+	for {
+		select {
+		case k := <-refused:
+			if k == key {
+				return
+			}
+		case <-limit:
+			t.Fatalf("no attempt of the waiting claim of %s was refused", key)
+		}
+	}
 }
 
 // Releases behind a busy notification queue must not hold the heartbeat
