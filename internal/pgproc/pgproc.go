@@ -162,14 +162,10 @@ func Launch(ctx context.Context, cmd *exec.Cmd, logPath, dsn string, timeout tim
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	p, err := start(cmd, logPath, fi.Size())
+	if err != nil {
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, exited: make(chan struct{}), logPath: logPath, logOff: fi.Size()}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
 	err = WaitReady(ctx, dsn, p.exited, timeout)
 	if err == nil {
 		return p, nil
@@ -181,6 +177,20 @@ func Launch(ctx context.Context, cmd *exec.Cmd, logPath, dsn string, timeout tim
 		err = fmt.Errorf("%w: %w", ErrPortInUse, err)
 	}
 	return nil, fmt.Errorf("%w\nlog %s:\n%s", err, logPath, Tail([]byte(log)))
+}
+
+// start starts cmd, whose output goes to the log at logPath from logOff
+// on, and waits for its exit in the background.
+func start(cmd *exec.Cmd, logPath string, logOff int64) (*Proc, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Proc{cmd: cmd, exited: make(chan struct{}), logPath: logPath, logOff: logOff}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
 }
 
 // Kill kills the process group of p, and each child of p with its own

@@ -28,12 +28,8 @@ func TestTail(t *testing.T) {
 func TestStopKillsAfterItsTimeout(t *testing.T) {
 	cmd := exec.CommandContext(t.Context(), "sh", "-c", `trap "" QUIT; setsid sleep 300 & while :; do sleep 0.05; done`)
 	Prepare(cmd, t.TempDir(), nil)
-	require.NoError(t, cmd.Start())
-	p := &Proc{cmd: cmd, exited: make(chan struct{}), logPath: filepath.Join(t.TempDir(), "log")}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
+	p, err := start(cmd, filepath.Join(t.TempDir(), "log"), 0)
+	require.NoError(t, err)
 	var sleeper int
 	require.Eventually(t, func() bool {
 		for _, c := range children(cmd.Process.Pid) {
@@ -47,7 +43,7 @@ func TestStopKillsAfterItsTimeout(t *testing.T) {
 		return false
 	}, 5*time.Second, 10*time.Millisecond, "the child in its own session started")
 
-	err := p.Stop(syscall.SIGQUIT, 200*time.Millisecond)
+	err = p.Stop(syscall.SIGQUIT, 200*time.Millisecond)
 	require.ErrorIs(t, err, ErrKilled)
 	require.Contains(t, err.Error(), strconv.Itoa(sleeper)+" sleep", "the error names the children left")
 	require.Eventually(t, func() bool {
@@ -60,11 +56,7 @@ func TestStopKillsAfterItsTimeout(t *testing.T) {
 func TestStopWithinItsTimeout(t *testing.T) {
 	cmd := exec.CommandContext(t.Context(), "sleep", "300")
 	Prepare(cmd, t.TempDir(), nil)
-	require.NoError(t, cmd.Start())
-	p := &Proc{cmd: cmd, exited: make(chan struct{}), logPath: filepath.Join(t.TempDir(), "log")}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
+	p, err := start(cmd, filepath.Join(t.TempDir(), "log"), 0)
+	require.NoError(t, err)
 	require.NoError(t, p.Stop(syscall.SIGQUIT, 5*time.Second))
 }
