@@ -49,9 +49,9 @@ const (
 	readyTimeout = 60 * time.Second // for a server to accept connections
 	stopTimeout  = 30 * time.Second // for a server to exit after a signal
 	// crashTimeout is how long Crash waits for the primary to exit after
-	// SIGQUIT before it kills the server and its children: a child can
-	// block in its last message to a client that reads nothing (a
-	// walsender to the standby behind a partition).
+	// SIGQUIT before it kills the server and its children: a primary
+	// partitioned from its synchronous standby was once still there 30 s
+	// after SIGQUIT (which child held it, Stop's error now says).
 	crashTimeout = 10 * time.Second
 )
 

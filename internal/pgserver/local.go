@@ -227,9 +227,9 @@ func (l *localServer) stop(_ context.Context, mode Mode) error {
 	}
 	l.proc = nil
 	if mode == Immediate {
-		// A crash: a server still there after crashTimeout (a backend
-		// blocked in its last message to a client that reads nothing) is
-		// killed with its children, which is a crash too.
+		// A crash: a server still there after crashTimeout is killed
+		// with its children, which is a crash too (pgcluster's Crash
+		// does the same, after a primary that did not exit).
 		err := p.Stop(syscall.SIGQUIT, crashTimeout)
 		if errors.Is(err, pgproc.ErrKilled) {
 			l.logf("pgserver: postgres: %v", err)
