@@ -22,8 +22,8 @@ func Schema(opts ...Option) (string, error) {
 }
 
 // Migrate creates the fence sequence and the lease table if they do not
-// exist, and purges rows expired longer ago than the retention (Retention,
-// or WithRetention). It is idempotent and safe to run on many replicas at
+// exist, and purges rows expired longer ago than the retention (24h, or
+// WithRetention). It is idempotent and safe to run on many replicas at
 // once. It refuses, naming the fix, an existing table or sequence that could
 // lose rows or hand out a smaller fence. See docs/GUIDE.md, "Migrate".
 func Migrate(ctx context.Context, db DB, opts ...Option) error {

@@ -18,10 +18,6 @@ import (
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
-// Retention is how long Migrate keeps an expired row (WithRetention; at
-// least an hour).
-const Retention = 24 * time.Hour
-
 // The defaults and bounds of a Locker's terms and keys.
 const (
 	defaultTTL     = 60 * time.Second      // how long a lease lives without a heartbeat
@@ -177,7 +173,7 @@ func WithTable(name string) Option {
 
 // WithRetention sets how long Migrate keeps expired rows before purging them.
 // It must be at least an hour: a shorter purge horizon could let a stalled
-// claim hand out a smaller fence. The default is Retention (24h).
+// claim hand out a smaller fence. The default is 24h.
 func WithRetention(d time.Duration) Option {
 	return Option{"WithRetention", atMigrate, "it is the purge horizon of Migrate, which alone deletes rows: give it to Migrate", durationOption("WithRetention", d, sqlstmt.MinRetention, fmt.Sprintf("retention must be at least %v: "+
 		"a claim draws its fence before it inserts its row, and a shorter purge horizon would let a claim stalled in between "+
@@ -274,7 +270,7 @@ func defaults() config {
 	return config{
 		ttl:       defaultTTL,
 		table:     sqlstmt.DefaultTable,
-		retention: Retention,
+		retention: sqlstmt.DefaultRetention,
 		timeout:   defaultTimeout,
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 // The tests of this file step the server's clock for real: the private
@@ -271,7 +272,7 @@ CREATE TRIGGER stall BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION stall_
 
 		// The server's clock is corrected forward by almost the horizon, and a
 		// replica runs Migrate at start-up.
-		fc.step(t, pglease.Retention-time.Minute)
+		fc.step(t, sqlstmt.DefaultRetention-time.Minute)
 		require.NoError(t, pglease.Migrate(ctx, pool, pglease.WithTable(table)))
 		fc.step(t, 0)
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
 var migrateCommand = command{
@@ -17,7 +18,7 @@ var migrateCommand = command{
 		"safe to run from several places at once. Needs CREATE on the schema and DELETE\n" +
 		"on the table: run it as the table's owner.",
 	flags: func(fs *flag.FlagSet, c *cli) {
-		fs.DurationVar(&c.retention, "retention", pglease.Retention, "purge rows expired longer ago than this (at least 1h)")
+		fs.DurationVar(&c.retention, "retention", sqlstmt.DefaultRetention, "purge rows expired longer ago than this (at least 1h)")
 	},
 	check: func(c *cli) error {
 		return checkHorizon("-retention", c.retention)

@@ -63,6 +63,11 @@ const DefaultTable = "lease"
 // the row purged and insert a fence smaller than one already handed out.
 const MinRetention = time.Hour
 
+// DefaultRetention is the purge horizon of Migrate and `pglease migrate`
+// when none is given: a day of expired rows kept for Admin.List and the
+// ledger of runs, far above MinRetention.
+const DefaultRetention = 24 * time.Hour
+
 // Purge deletes rows expired longer than the retention ($1, in seconds)
 // ago. It is the only DELETE pglease runs, in Migrate and Purge (and so
 // `pglease purge`): only expired rows can match, so a live lease is never
