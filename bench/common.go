@@ -62,7 +62,7 @@ type attempt func(ctx context.Context, worker int) (won bool, err error)
 // statements before the hardening sent raw. The variants of a case take
 // turns in short slices, so that a noisy machine slows them alike. It also
 // reads what a losing claim of each statement costs.
-func studyCommon(ctx context.Context, stats *pgx.Conn, dsn string, postmaster int, workers []int, slice time.Duration, rounds int) ([]commonPoint, []losingCost, error) {
+func studyCommon(ctx context.Context, stats *pgx.Conn, dsn string, postmaster int, workers []int, contended bool, slice time.Duration, rounds int) ([]commonPoint, []losingCost, error) {
 	var out []commonPoint
 	for _, w := range workers {
 		points, err := measureCase(ctx, stats, dsn, postmaster, fmt.Sprintf("job run, W=%d", w), w, false, slice, rounds)
@@ -71,11 +71,13 @@ func studyCommon(ctx context.Context, stats *pgx.Conn, dsn string, postmaster in
 		}
 		out = append(out, points...)
 	}
-	points, err := measureCase(ctx, stats, dsn, postmaster, "contended key, 8 replicas", 8, true, slice, rounds)
-	if err != nil {
-		return nil, nil, err
+	if contended {
+		points, err := measureCase(ctx, stats, dsn, postmaster, "contended key, 8 replicas", 8, true, slice, rounds)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, points...)
 	}
-	out = append(out, points...)
 	losing, err := losingClaims(ctx, dsn)
 	if err != nil {
 		return nil, nil, err

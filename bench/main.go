@@ -6,6 +6,7 @@
 //	go run ./bench -quick -out "$(mktemp -d)"   # a short run, for CI
 //	go run ./bench -fleet      # the fleet study alone
 //	go run ./bench -common     # the common-path study alone
+//	go run ./bench -common -common-workers 4 -common-contended=false   # one of its cases
 //	go run ./bench -followers  # the followers study alone
 //
 // The storage study runs a fixed number of claim/release cycles over a few
@@ -33,6 +34,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +60,7 @@ type settings struct {
 
 	commonOnly   bool
 	workers      []int         // common-path study: workers of a job run
+	contended    bool          // common-path study: the contended key too
 	slice        time.Duration // common-path study: one turn of a variant
 	commonRounds int           // common-path study: turns of each variant
 
@@ -77,11 +81,21 @@ func main() {
 	flag.BoolVar(&s.followersOnly, "followers", false, "run the followers study alone (needs pgbouncer), and write only its results (followers.md)")
 	flag.IntVar(&s.followers, "follower-count", 5, "follower Electors per path of the followers study")
 	flag.DurationVar(&s.followerWindow, "follower-window", time.Minute, "how long the followers study counts each path's statements (10s with -quick)")
+	workers := flag.String("common-workers", "1,4,16", "common-path study: the workers W of its job-run cases, comma-separated")
+	flag.BoolVar(&s.contended, "common-contended", true, "common-path study: measure the contended key too")
 	flag.Parse()
 	if s.quick && s.followerWindow == time.Minute {
 		s.followerWindow = 10 * time.Second
 	}
-	s.workers, s.slice, s.commonRounds = []int{1, 4, 16}, 2*time.Second, 7
+	s.slice, s.commonRounds = 2*time.Second, 7
+	for _, w := range strings.Split(*workers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -common-workers %q: each must be a count of workers, 1 or more\n", *workers)
+			os.Exit(2)
+		}
+		s.workers = append(s.workers, n)
+	}
 	if s.quick {
 		s.slice, s.commonRounds = 200*time.Millisecond, 1
 	}
@@ -141,7 +155,7 @@ func run(ctx context.Context, s settings) error {
 	postmaster := lab.PostmasterPID(ctx, pool)
 
 	logf("common-path study: job runs at W = %v and a contended key, %d turns of %v per variant", s.workers, s.commonRounds, s.slice)
-	common, losing, err := studyCommon(ctx, stats, db.DSN(), postmaster, s.workers, s.slice, s.commonRounds)
+	common, losing, err := studyCommon(ctx, stats, db.DSN(), postmaster, s.workers, s.contended, s.slice, s.commonRounds)
 	if err != nil {
 		return fmt.Errorf("common-path study: %w", err)
 	}
