@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -301,8 +302,12 @@ type delayedRows struct {
 	waited bool
 }
 
+// readToTheEnd copies what it keeps of rows while they are open: once
+// Next returns false, pgxpool has given their connection back, and the
+// next statement on it writes the field descriptions over (they live in
+// the connection's buffer).
 func readToTheEnd(rows pgx.Rows) *delayedRows {
-	r := &delayedRows{types: pgtype.NewMap()}
+	r := &delayedRows{types: pgtype.NewMap(), fields: slices.Clone(rows.FieldDescriptions())}
 	for rows.Next() {
 		row := make([][]byte, 0, len(rows.RawValues()))
 		for _, v := range rows.RawValues() {
@@ -310,7 +315,6 @@ func readToTheEnd(rows pgx.Rows) *delayedRows {
 		}
 		r.raw = append(r.raw, row)
 	}
-	r.fields = rows.FieldDescriptions()
 	rows.Close()
 	r.tag, r.err = rows.CommandTag(), rows.Err()
 	return r
