@@ -154,7 +154,11 @@ func run(ctx context.Context, s settings) error {
 	defer func() { _ = stats.Close(context.Background()) }()
 	postmaster := lab.PostmasterPID(ctx, pool)
 
-	logf("common-path study: job runs at W = %v and a contended key, %d turns of %v per variant", s.workers, s.commonRounds, s.slice)
+	cases := fmt.Sprintf("job runs at W = %v", s.workers)
+	if s.contended {
+		cases += " and a contended key"
+	}
+	logf("common-path study: %s, %d turns of %v per variant", cases, s.commonRounds, s.slice)
 	common, losing, err := studyCommon(ctx, stats, db.DSN(), postmaster, s.workers, s.contended, s.slice, s.commonRounds)
 	if err != nil {
 		return fmt.Errorf("common-path study: %w", err)
