@@ -297,6 +297,10 @@ func TestClose(t *testing.T) {
 	t.Run("GivesBackWhatClaimsItEndedWroteThoughItsContextEnded", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table, l, out := burstInFlightAtClose(t)
+		for _, key := range []string{"k1", "k2"} {
+			require.Eventually(t, func() bool { _, ok := pgtest.ReadRow(t, pool, table, key); return ok },
+				5*time.Second, time.Millisecond, "the burst's claims commit")
+		}
 		ended, cancel := context.WithCancel(ctx)
 		cancel()
 		require.NoError(t, l.Close(ended), "Close expired again what its claims wrote")
@@ -343,6 +347,42 @@ func TestClose(t *testing.T) {
 		err := l.Close(ctx)
 		require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
 		require.ErrorIs(t, <-claimed, pglease.ErrClosed)
+	})
+
+	// Guarantee: Close returns nil only when it left no row of its holder
+	// live, also of a claim whose statement had not reached the server yet:
+	// on a wrapper, whose connections the Locker cannot watch, Close ends a
+	// claim whose statement is held on its way, finds nothing to expire, and
+	// names the key; the statement, delivered after Close, commits that row.
+	t.Run("NamesAClaimTheServerMayStillRun", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		hold := pgtest.NewHoldSend(t, "claim")
+		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // the statement and its run in one write
+			cfg.ConnConfig.DialFunc = hold.Dial(cfg.ConnConfig.DialFunc)
+		})
+		l := pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
+		hold.Arm()
+		claimed := pgtest.ClaimInBackground(ctx, l, "k1")
+		select {
+		case <-hold.Held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the claim's statement was never written")
+		}
+		err := l.Close(ctx)
+		require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
+		require.ErrorContains(t, err, "outcome is unknown")
+		require.ErrorIs(t, (<-claimed).Err, pglease.ErrClosed)
+		_, ok := pgtest.ReadRow(t, admin, table, "k1")
+		require.False(t, ok, "the claim's statement reached the server before it was delivered")
+
+		hold.Deliver()
+		<-hold.Done
+		var row pgtest.Row
+		require.Eventually(t, func() bool { row, ok = pgtest.ReadRow(t, admin, table, "k1"); return ok },
+			5*time.Second, 10*time.Millisecond, "the delivered claim commits")
+		require.True(t, row.Live && row.Holder == l.Holder(), "the row Close named is live, and its holder's: %+v", row)
 	})
 
 	// Guarantee: Close returns within its timeout even when many rows are

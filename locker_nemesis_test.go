@@ -1307,6 +1307,9 @@ func (r *nemesisRun) closeRace(s *nemesisSlot, rnd *rand.Rand, again bool) {
 			life  float64
 		)
 		require.NoError(r.t, rows.Scan(&key, &fence, &life))
+		if closeErr != nil && strings.Contains(closeErr.Error(), fmt.Sprintf("claim %q may have written a row", key)) {
+			continue // Close named it: it lapses at its expiry
+		}
 		r.mu.Lock()
 		r.leftovers = append(r.leftovers, fmt.Sprintf("%s: after %s's Close returned (%v), its row of fence %d is live for %.3fs from its claim, released by nobody; the Locker's last events of %s:\n\t%s",
 			key, s.holder, closeErr, fence, life, key, strings.Join(s.recentOf(s.holder, key), "\n\t")))

@@ -300,8 +300,13 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 // holder's, live, with a fence above any this Locker knows of (known). It
 // runs within the claim's key turn, even once ctx has ended (within
 // givenUpGiveBack). Without a fence column, the row lapses at its expiry.
+// Once Close has begun, a key with no row this claim wrote is named in
+// Close's error: the statement may still be on its way to the server.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
 	if l.cfg.noFence {
+		if l.reg.closeContext() != nil {
+			l.giveUp(key, errors.New("its claim's outcome is unknown, and a row without a fence cannot be given back: if written, it lapses at its expiry"))
+		}
 		return
 	}
 	limit := t.timeout
@@ -319,8 +324,18 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 		}
 		return
 	}
-	if !m.Live || m.Holder != l.cfg.holder || m.Fence <= known {
+	ran := m.Holder == l.cfg.holder && m.Fence > known // this claim's row: the key's turn is the claim's
+	if !ran {
+		if closing {
+			// Nothing to expire yet, and no way to know that nothing
+			// will be: the statement may not have reached the server.
+			l.giveUp(key, errors.New("its claim's outcome is unknown and no row of it was there to expire: "+
+				"if the statement still reaches the server, its row lapses at its expiry"))
+		}
 		return
+	}
+	if !m.Live {
+		return // given back already, or lapsed
 	}
 	l.reg.seeFence(key, m.Fence, t.ttl+t.minHold)
 	l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
