@@ -83,7 +83,11 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 			return l.claimFailed(ctx, e)
 		}
 	}
-	known, drawn := l.reg.knownFence(key), l.drawn.Load()
+	// A fence this claim draws is above both: the greatest of key this
+	// Locker knows of, and the greatest any claim of it drew before this
+	// one was sent (the registry forgets a key's fence, the sequence does not).
+	drawn := l.drawn.Load()
+	known := max(l.reg.knownFence(key), drawn)
 	s := l.sendClaim(ctx, key, t, known, &done)
 	return l.settle(ctx, key, t, known, drawn, s)
 }
@@ -290,7 +294,7 @@ type claimOutcome struct {
 type claimCall struct {
 	key   string
 	terms terms
-	known int64 // the greatest fence of key the Locker knew of as the claim began (registry.knownFence)
+	known int64 // no fence this claim draws is at or below it (claim)
 	done  func()
 }
 

@@ -358,31 +358,92 @@ func TestClose(t *testing.T) {
 		t.Parallel()
 		ctx, admin, table := pgtest.Setup(t)
 		hold := pgtest.NewHoldSend(t, "claim")
-		pool := pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // the statement and its run in one write
-			cfg.ConnConfig.DialFunc = hold.Dial(cfg.ConnConfig.DialFunc)
-		})
-		l := pgtest.Locker(t, pgtest.NewFaultyDB(pool), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
+		l := pgtest.Locker(t, pgtest.NewFaultyDB(holdPool(t, hold)), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
 		hold.Arm()
 		claimed := pgtest.ClaimInBackground(ctx, l, "k1")
-		select {
-		case <-hold.Held:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the claim's statement was never written")
-		}
+		requireHeld(t, hold)
 		err := l.Close(ctx)
-		require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
-		require.ErrorContains(t, err, "outcome is unknown")
+		requireNamedUnknown(t, err, "k1")
 		require.ErrorIs(t, (<-claimed).Err, pglease.ErrClosed)
 		_, ok := pgtest.ReadRow(t, admin, table, "k1")
 		require.False(t, ok, "the claim's statement reached the server before it was delivered")
+		requireDeliveredLive(t, hold, admin, table, "k1", l.Holder(), 0)
+	})
 
-		hold.Deliver()
-		<-hold.Done
-		var row pgtest.Row
-		require.Eventually(t, func() bool { row, ok = pgtest.ReadRow(t, admin, table, "k1"); return ok },
-			5*time.Second, 10*time.Millisecond, "the delivered claim commits")
-		require.True(t, row.Live && row.Holder == l.Holder(), "the row Close named is live, and its holder's: %+v", row)
+	// Guarantee: the same when the key's row is the Locker's own from an
+	// earlier lease, released, whose fence the Locker no longer keeps (past
+	// that lease's TTL): that row is no proof that the claim Close ended
+	// ran. On a pool (its statement under a cancel request), on a wrapper,
+	// and for a job of ticks, whose runs release their rows as they end.
+	for _, c := range []struct {
+		name string
+		wrap func(*pgxpool.Pool) pglease.DB
+		job  bool
+	}{
+		{"NamesAClaimPastItsOwnReleasedRowOnAPool", func(p *pgxpool.Pool) pglease.DB { return p }, false},
+		{"NamesAClaimPastItsOwnReleasedRowOnAWrapper", func(p *pgxpool.Pool) pglease.DB { return pgtest.NewFaultyDB(p) }, false},
+		{"NamesATickPastTheRowOfTheRunBefore", func(p *pgxpool.Pool) pglease.DB { return pgtest.NewFaultyDB(p) }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, admin, table := pgtest.Setup(t)
+			hold := pgtest.NewHoldSend(t, "claim")
+			const ttl, period = 2 * time.Second, 3 * time.Second
+			l := pgtest.Locker(t, c.wrap(holdPool(t, hold)), table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(time.Second))
+			claim := func(ctx context.Context) (*pglease.Lease, error) { return l.Claim(ctx, "k1") }
+			pause := ttl + 200*time.Millisecond // the Locker keeps a fence for its lease's TTL
+			if c.job {
+				j, err := l.Job(pglease.WithPeriod(period))
+				require.NoError(t, err)
+				claim, pause = func(ctx context.Context) (*pglease.Lease, error) { return j.Claim(ctx, "k1") }, period
+			}
+			prev, err := claim(ctx)
+			require.NoError(t, err)
+			require.NoError(t, prev.Unlock(ctx))
+			time.Sleep(pause)
+
+			hold.Arm()
+			claimed := make(chan error, 1)
+			go func() { _, err := claim(ctx); claimed <- err }()
+			requireHeld(t, hold)
+			err = l.Close(ctx)
+			requireNamedUnknown(t, err, "k1")
+			require.ErrorIs(t, <-claimed, pglease.ErrClosed)
+			requireDeliveredLive(t, hold, admin, table, "k1", l.Holder(), prev.Fence())
+		})
+	}
+
+	// Guarantee: a claim whose caller gave up before Close began, and whose
+	// give-back is still reading the row when Close begins, is one of the
+	// claims Close waits for: Close names it too. The read waits on a row
+	// lock until Close has begun, and then finds another holder's row.
+	t.Run("NamesAClaimWhoseGiveBackItOvertook", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		x := pgtest.Locker(t, admin, table, "x", pglease.WithTTL(time.Minute))
+		ls, err := x.Claim(ctx, "k1")
+		require.NoError(t, err)
+		require.NoError(t, ls.Unlock(ctx))
+		hold := pgtest.NewHoldSend(t, "claim")
+		l := pgtest.Locker(t, holdPool(t, hold), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
+
+		end := pgtest.LockRow(t, admin, table, "k1")
+		hold.Arm()
+		cctx, cancel := context.WithCancel(ctx)
+		claimed := pgtest.ClaimInBackground(cctx, l, "k1")
+		requireHeld(t, hold)
+		cancel() // no answer to the cancel requests within a second: the outcome is unknown
+		pgtest.LockWaiter(t, admin, "", table, 10*time.Second)
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close(ctx) }()
+		require.Eventually(t, func() bool {
+			_, err := l.Claim(ctx, "other")
+			return errors.Is(err, pglease.ErrClosed)
+		}, 5*time.Second, time.Millisecond, "Close has begun")
+		end(false)
+		requireNamedUnknown(t, <-closed, "k1")
+		require.ErrorIs(t, (<-claimed).Err, context.Canceled)
+		requireDeliveredLive(t, hold, admin, table, "k1", l.Holder(), ls.Fence())
 	})
 
 	// Guarantee: Close returns within its timeout even when many rows are
@@ -981,4 +1042,52 @@ func requireEndedByClose(t *testing.T, errs []error) {
 	for i, err := range errs {
 		require.ErrorIs(t, err, pglease.ErrClosed, "claim %d", i)
 	}
+}
+
+// holdPool is a pool whose claim statement is held on its way once hold
+// is armed: each statement and its run in one write.
+func holdPool(t *testing.T, hold *pgtest.HoldSend) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.PoolWith(t, pgtest.Server.DSN(), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cfg.ConnConfig.DialFunc = hold.Dial(cfg.ConnConfig.DialFunc)
+	})
+}
+
+// requireHeld waits until hold holds the claim's statement.
+func requireHeld(t *testing.T, hold *pgtest.HoldSend) {
+	t.Helper()
+	select {
+	case <-hold.Held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim's statement was never written")
+	}
+}
+
+// requireNamedUnknown requires that err, Close's, names the claim of key
+// whose outcome it could not learn.
+func requireNamedUnknown(t *testing.T, err error, key string) {
+	t.Helper()
+	require.ErrorContains(t, err, fmt.Sprintf("claim %q may have written a row that could not be expired again", key))
+	require.ErrorContains(t, err, "outcome is unknown and no row of it was there to expire")
+}
+
+// requireDeliveredLive delivers what hold holds and requires that the
+// claim then commits a live row of holder, with a fence above above: the
+// row Close named.
+func requireDeliveredLive(t *testing.T, hold *pgtest.HoldSend, db pglease.DB, table, key, holder string, above int64) {
+	t.Helper()
+	hold.Deliver()
+	select {
+	case <-hold.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held statement was not delivered")
+	}
+	var row pgtest.Row
+	require.Eventually(t, func() bool {
+		r, ok := pgtest.ReadRow(t, db, table, key)
+		row = r
+		return ok && r.Holder == holder && r.Fence > above
+	}, 5*time.Second, 10*time.Millisecond, "the delivered claim commits")
+	require.True(t, row.Live, "the row Close named is live: %+v", row)
 }

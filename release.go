@@ -297,7 +297,7 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 // giveBackUnknown gives back what a claim of key may have committed unseen:
 // it reads the row once no transaction holds it (the claim's own may still
 // commit) and expires it on exactly that fence (giveBack) if the row is this
-// holder's, live, with a fence above any this Locker knows of (known). It
+// holder's, live, with a fence above known (claim): this claim's. It
 // runs within the claim's key turn, even once ctx has ended (within
 // givenUpGiveBack). Without a fence column, the row lapses at its expiry.
 // Once Close has begun, a key with no row this claim wrote is named in
@@ -316,6 +316,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	rctx, cancel, closing := l.giveBackContext(ctx, limit)
 	defer cancel()
 	m, err := l.proto.ReadRow(rctx, l.conns.ClaimRead(), key, limit/2) // half: the release follows
+	closing = closing || l.reg.closeContext() != nil                   // Close may have begun meanwhile
 	if err != nil {
 		if closing && driver.Is(err, driver.LockNotAvailable) {
 			l.giveUp(key, fmt.Errorf("its row locked by another transaction past the read's wait of %v, it lapses at its expiry: %w", limit/2, err))
@@ -349,6 +350,7 @@ func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
 	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
 	report, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls})
+	closing = closing || l.reg.closeContext() != nil // Close may have begun meanwhile
 	if released, matched := report[0]; closing && (err != nil || matched && !released) {
 		err = cmp.Or(err, errors.New("its row locked by another transaction past the release's wait: it lapses at its expiry"))
 		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))

@@ -123,6 +123,10 @@ func (c *holdConn) release() {
 	defer close(c.h.Done)
 	<-c.h.deliver
 	c.mu.Lock()
+	// Whatever deadline the client set meanwhile (pgx's clean-up of a
+	// statement it gave up on sets one): bytes the kernel was given, or a
+	// router queued, still reach the server.
+	_ = c.Conn.SetWriteDeadline(time.Time{})
 	_, _ = c.Conn.Write(c.buf.Bytes())
 	c.buf.Reset()
 	c.holding = false
