@@ -8,6 +8,7 @@ import (
 
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/flight"
 )
 
 // Claim takes the lease on key in one statement, or returns an error
@@ -89,7 +90,7 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 	drawn := l.drawn.Load()
 	known := max(l.reg.knownFence(key), drawn)
 	s := l.sendClaim(ctx, key, t, known, &done)
-	return l.settle(ctx, key, t, known, drawn, s)
+	return l.settle(ctx, call, key, t, known, drawn, s)
 }
 
 // claimFailed reports e, the failure e.Err of a claim of e.Key, once its
@@ -159,7 +160,7 @@ func fateOf(err error) fate {
 // case in which it may have written the row without handing out a lease,
 // ends the Locker's previous lease of key first (the row has a new fence,
 // and maybe a shorter expiry) and gives the row back.
-func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn int64, s sent) (*Lease, error) {
+func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t terms, known, drawn int64, s sent) (*Lease, error) {
 	took := time.Since(s.at)
 	fail := func(kind EventKind, fence int64, err error) (*Lease, error) {
 		return l.claimFailed(ctx, Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took})
@@ -167,7 +168,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 	switch {
 	case s.err != nil && s.fate == unknown:
 		l.supersede(key, "re-claimed by the same holder in a claim whose outcome is unknown")
-		l.giveBackUnknown(ctx, key, t, known)
+		noteLeftBehind(call, key, l.giveBackUnknown(ctx, key, t, known))
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
 	case s.err != nil: // nothing was written, or the coalescer settles it
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
@@ -189,7 +190,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		// A fence this Locker drew before may be another lease's now, or
 		// a fenced store's: the row is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
-		l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})
+		noteLeftBehind(call, key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t}))
 		return fail(EventClaimFailed, s.c.Fence, l.drewBackwards(s.c.Fence, drawn))
 	}
 	l.sawDrawn(s.c.Fence)
@@ -200,7 +201,7 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		// is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
 		l.reg.seeFence(key, s.c.Fence, t.ttl+t.minHold)
-		l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})
+		noteLeftBehind(call, key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t}))
 		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
 	}
 
@@ -226,7 +227,9 @@ func (l *Locker) settle(ctx context.Context, key string, t terms, known, drawn i
 		// Close ran while the claim was in flight: give the row back (the
 		// release is reported like any other).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
-		_ = l.release(rctx, lease, ErrClosed)
+		if err := l.release(rctx, lease, ErrClosed); err != nil && !errors.Is(err, ErrLost) {
+			noteLeftBehind(call, key, err)
+		}
 		cancel()
 		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
 	}
@@ -476,7 +479,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	case o.err != nil:
 		if fateOf(o.err) == unknown {
 			l.supersede(cl.key, "re-claimed by the same holder in a claim whose caller gave up and whose outcome is unknown")
-			l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.known)
+			l.orphanLeftBehind(cl.key, l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.known))
 		}
 		return
 	}
@@ -487,6 +490,6 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	l.reg.seeFence(cl.key, o.c.Fence, cl.terms.ttl+cl.terms.minHold)
 	l.sawDrawn(o.c.Fence)
 	if o.c.Live {
-		l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms})
+		l.orphanLeftBehind(cl.key, l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms}))
 	}
 }

@@ -367,6 +367,7 @@ func shorten(key string) string {
 // or is held. It is idempotent. See docs/GUIDE.md, "Locker.Close".
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
+	l.inFlight.Closing() // first: a claim that leaves from now on tells Close what it left behind
 	electors, first := l.reg.close(ctx)
 	if !first {
 		select {
@@ -458,6 +459,7 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 	if l.releases != nil {
 		l.releases.Wait()
 	}
+	errs = append(errs, l.inFlight.Notes()...)
 	return append(errs, l.reg.givenUpErrs()...)
 }
 

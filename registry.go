@@ -39,6 +39,10 @@ type registry struct {
 	// keeps its values (giveBackContext). givenUp failed, for Close to return.
 	closeCtx context.Context
 	givenUp  []error
+	// landing holds the keys of claims whose outcome is unknown and whose
+	// rows were not found (mayLand): each may still write one, as long as
+	// the Locker runs, so a key stays in it.
+	landing map[string]bool
 }
 
 // add makes lease the newest of its key, remembers its fence for its TTL
@@ -122,6 +126,23 @@ func (r *registry) knownFence(key string) int64 {
 		known = max(known, lease.fence)
 	}
 	return known
+}
+
+// mayLand records that a claim of key whose outcome is unknown found no
+// row of its own (found false): its statement may still write one. It
+// reports whether a claim of key before it had recorded the same: a row of
+// this holder with a fence above what the claim knew may be that one's.
+func (r *registry) mayLand(key string, found bool) (earlier bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	earlier = r.landing[key]
+	if !found {
+		if r.landing == nil {
+			r.landing = make(map[string]bool)
+		}
+		r.landing[key] = true
+	}
+	return earlier
 }
 
 // isClosed reports whether Close has begun.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/flight"
 )
 
 // Between two attempts to release a row locked by another transaction, the
@@ -297,64 +298,65 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 // giveBackUnknown gives back what a claim of key may have committed unseen:
 // it reads the row once no transaction holds it (the claim's own may still
 // commit) and expires it on exactly that fence (giveBack) if the row is this
-// holder's, live, with a fence above known (claim): this claim's. It
-// runs within the claim's key turn, even once ctx has ended (within
-// givenUpGiveBack). Without a fence column, the row lapses at its expiry.
-// Once Close has begun, a key with no row this claim wrote is named in
-// Close's error: the statement may still be on its way to the server.
-func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) {
+// holder's, live, with a fence above known (claim). It runs within the
+// claim's key turn, even once ctx has ended (within givenUpGiveBack). It
+// returns what may be left behind, for Close to name: no row of the claim
+// found (its statement may still be on its way to the server), or one that
+// may be an earlier such claim's; without a fence column, any row.
+func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) error {
 	if l.cfg.noFence {
-		if l.reg.closeContext() != nil {
-			l.giveUp(key, errors.New("its claim's outcome is unknown, and a row without a fence cannot be given back: if written, it lapses at its expiry"))
-		}
-		return
+		return errors.New("its claim's outcome is unknown, and a row without a fence cannot be given back: if written, it lapses at its expiry")
 	}
 	limit := t.timeout
 	if ctx.Err() != nil {
 		limit = givenUpGiveBack // the caller has given up: it waits this long again, whatever its timeout
 	}
-	rctx, cancel, closing := l.giveBackContext(ctx, limit)
+	rctx, cancel := l.giveBackContext(ctx, limit)
 	defer cancel()
 	m, err := l.proto.ReadRow(rctx, l.conns.ClaimRead(), key, limit/2) // half: the release follows
-	closing = closing || l.reg.closeContext() != nil                   // Close may have begun meanwhile
-	if err != nil {
-		if closing && driver.Is(err, driver.LockNotAvailable) {
-			l.giveUp(key, fmt.Errorf("its row locked by another transaction past the read's wait of %v, it lapses at its expiry: %w", limit/2, err))
-		} else if closing {
-			l.giveUp(key, fmt.Errorf("reading the lease its row carries: %w", err))
+	if driver.Is(err, driver.LockNotAvailable) {
+		return fmt.Errorf("its row locked by another transaction past the read's wait of %v, it lapses at its expiry: %w", limit/2, err)
+	} else if err != nil {
+		return fmt.Errorf("reading the lease its row carries: %w", err)
+	}
+	// A row of this holder above every fence the claim knew of was drawn
+	// by a claim of this Locker of key: this one (claims of a key take
+	// turns), or an earlier one whose outcome was never learned.
+	found := m.Holder == l.cfg.holder && m.Fence > known
+	earlier := l.reg.mayLand(key, found)
+	if found {
+		l.reg.seeFence(key, m.Fence, t.ttl+t.minHold)
+		l.sawDrawn(m.Fence)
+		if m.Live {
+			if err := l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t}); err != nil {
+				return err
+			}
 		}
-		return
 	}
-	ran := m.Holder == l.cfg.holder && m.Fence > known // this claim's row: the key's turn is the claim's
-	if !ran {
-		if closing {
-			// Nothing to expire yet, and no way to know that nothing
-			// will be: the statement may not have reached the server.
-			l.giveUp(key, errors.New("its claim's outcome is unknown and no row of it was there to expire: "+
-				"if the statement still reaches the server, its row lapses at its expiry"))
-		}
-		return
+	switch {
+	case !found:
+		return errors.New("its claim's outcome is unknown and no row of it was there to expire: " +
+			"if the statement still reaches the server, its row lapses at its expiry")
+	case earlier:
+		return fmt.Errorf("its claim's outcome is unknown, and the row of fence %d may be an earlier claim's whose outcome was never learned: "+
+			"if its own statement still reaches the server, its row lapses at its expiry", m.Fence)
 	}
-	if !m.Live {
-		return // given back already, or lapsed
-	}
-	l.reg.seeFence(key, m.Fence, t.ttl+t.minHold)
-	l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
+	return nil
 }
 
 // giveBack expires the row of ls, a lease nobody holds, keeping its min
-// hold, in one attempt of the release statement: a row locked elsewhere
-// lapses at its expiry (and once Close has begun, Close says so).
-func (l *Locker) giveBack(ctx context.Context, ls *Lease) {
+// hold, in one attempt of the release statement. It returns an error if the
+// row may be left live (locked elsewhere, it lapses at its expiry).
+func (l *Locker) giveBack(ctx context.Context, ls *Lease) error {
 	ls.givenBack = true // set before the Lease is seen by anyone else
-	rctx, cancel, closing := l.giveBackContext(ctx, ls.terms.timeout)
+	rctx, cancel := l.giveBackContext(ctx, ls.terms.timeout)
 	defer cancel()
 	report, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls})
-	closing = closing || l.reg.closeContext() != nil // Close may have begun meanwhile
-	if released, matched := report[0]; closing && (err != nil || matched && !released) {
+	if released, matched := report[0]; err != nil || matched && !released {
 		err = cmp.Or(err, errors.New("its row locked by another transaction past the release's wait: it lapses at its expiry"))
-		l.giveUp(ls.key, fmt.Errorf("fence %d: %w", ls.fence, err))
+		return fmt.Errorf("fence %d: %w", ls.fence, err)
 	}
+	return nil
 }
 
 // givenUpGiveBack is the longest the give-back of a claim whose caller has
@@ -367,20 +369,36 @@ const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
 const closingGiveBack = 2 * driver.AnswerGrace
 
 // giveBackContext is a give-back's context: limit from now; once Close has
-// begun (closing: Close waits for it or names it), on a pool, within Close's
-// context and at least closingGiveBack, or limit once that context ended.
-func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc, bool) {
+// begun, on a pool, within Close's context and at least closingGiveBack
+// (Close waits for it), or limit once that context ended.
+func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
 	closeCtx := l.reg.closeContext()
 	if closeCtx != nil && closeCtx.Err() == nil && l.conns.IsPool() {
-		rctx, cancel := context.WithTimeout(closeCtx, max(limit, closingGiveBack))
-		return rctx, cancel, true
+		return context.WithTimeout(closeCtx, max(limit, closingGiveBack))
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
-	return rctx, cancel, closeCtx != nil
+	return context.WithTimeout(context.WithoutCancel(ctx), limit)
 }
 
-// giveUp records, for Close to return, that what a claim of key may have
-// written could not be given back.
-func (l *Locker) giveUp(key string, err error) {
-	l.reg.giveUp(fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err))
+// leftBehind is what Close returns of a claim of key that may have written
+// a row it could not expire again (err says why).
+func leftBehind(key string, err error) error {
+	return fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err)
+}
+
+// noteLeftBehind hands err (nil: nothing), what a claim of key in flight
+// may have left behind, to its call: Close names it if the claim leaves
+// once Close has begun (flight.Flights.Closing).
+func noteLeftBehind(call flight.Call, key string, err error) {
+	if err != nil {
+		call.Note(leftBehind(key, err))
+	}
+}
+
+// orphanLeftBehind is noteLeftBehind for a claim no longer in flight (its
+// caller left; the coalescer settles it, and Close waits for the
+// coalescer): Close names it if Close has begun.
+func (l *Locker) orphanLeftBehind(key string, err error) {
+	if err != nil && l.reg.closeContext() != nil {
+		l.reg.giveUp(leftBehind(key, err))
+	}
 }

@@ -9,6 +9,9 @@
 //   - Wait returns nil only once Close has run and every call that entered
 //     has left; when its context ends first, it says calls are still in
 //     flight, and names them, with that context's cause.
+//   - A call's notes (Note) are kept for Notes exactly when the call leaves
+//     after Closing (or Close) ran: the one who closes hears what every call
+//     that left from then on had to say, and nothing of one that left before.
 package flight
 
 import (
@@ -31,12 +34,17 @@ type Flights struct {
 	last   uint64            // the number of the latest call
 	closed error             // Close's cause; nil until Close
 	idle   chan struct{}     // closed when no call is in flight after Close
+	// closing: Closing or Close has run; notes are the notes of the calls
+	// that left since.
+	closing bool
+	notes   []error
 }
 
 // flying is what Flights keeps of a call in flight.
 type flying struct {
 	name   string
 	cancel context.CancelCauseFunc
+	note   error // Call.Note's, joined
 }
 
 // Call is one call in flight: a value, so that entering allocates no
@@ -75,9 +83,42 @@ func (c Call) Leave() {
 	}
 	fl.cancel(context.Canceled)
 	delete(f.calls, c.id)
+	if f.closing && fl.note != nil {
+		f.notes = append(f.notes, fl.note)
+	}
 	if len(f.calls) == 0 && f.closed != nil {
 		close(f.idleLocked())
 	}
+}
+
+// Note records err (nil: nothing) for the one who closes: it is kept for
+// Notes if the call leaves once Closing has run.
+func (c Call) Note(err error) {
+	if err == nil {
+		return
+	}
+	f := c.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl, ok := f.calls[c.id]; ok {
+		fl.note = errors.Join(fl.note, err)
+		f.calls[c.id] = fl
+	}
+}
+
+// Closing begins closing: the notes of every call that leaves from now on
+// are kept for Notes. Close does it too, if it was not done before.
+func (f *Flights) Closing() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closing = true
+}
+
+// Notes returns the notes of the calls that left since Closing.
+func (f *Flights) Notes() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.notes)
 }
 
 // idleLocked is the channel closed once no call is in flight after Close.
@@ -96,7 +137,7 @@ func (f *Flights) Close(cause error) {
 	if f.closed != nil {
 		return
 	}
-	f.closed = cause
+	f.closed, f.closing = cause, true
 	for _, c := range f.calls {
 		c.cancel(cause) // never blocks: the context's AfterFuncs run on their own
 	}

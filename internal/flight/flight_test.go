@@ -101,3 +101,42 @@ func TestCall(t *testing.T) {
 		}
 	})
 }
+
+func TestNotes(t *testing.T) {
+	t.Parallel()
+	errA, errB, errC := errors.New("a left something"), errors.New("b left something"), errors.New("c left more")
+	t.Run("KeptOnlyOfCallsThatLeaveOnceClosingRan", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, before, _ := f.Enter(context.Background(), "before")
+		_, after, _ := f.Enter(context.Background(), "after")
+		_, quiet, _ := f.Enter(context.Background(), "quiet")
+		before.Note(errA)
+		before.Leave() // before Closing: the one who closes never hears of it
+		after.Note(errB)
+		after.Note(nil)
+		after.Note(errC)
+		f.Closing()
+		if got := f.Notes(); len(got) != 0 {
+			t.Fatalf("Notes before any call left since Closing: %v, want none", got)
+		}
+		after.Leave()
+		quiet.Leave()
+		after.Note(errA) // after it left: nothing
+		got := f.Notes()
+		if len(got) != 1 || !errors.Is(got[0], errB) || !errors.Is(got[0], errC) || errors.Is(got[0], errA) {
+			t.Fatalf("Notes = %v, want one: b's two notes joined", got)
+		}
+	})
+	t.Run("CloseBeginsClosingToo", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, c, _ := f.Enter(context.Background(), "k")
+		c.Note(errA)
+		f.Close(errClosed)
+		c.Leave()
+		if got := f.Notes(); len(got) != 1 || !errors.Is(got[0], errA) {
+			t.Fatalf("Notes = %v, want the note of the call Close ended", got)
+		}
+	})
+}

@@ -30,6 +30,7 @@ type HoldSend struct {
 // NewHoldSend is a HoldSend of statements of kind (StatementKind),
 // delivered at the latest when tb ends.
 func NewHoldSend(tb testing.TB, kind string) *HoldSend {
+	tb.Helper()
 	h := &HoldSend{kind: kind, Held: make(chan struct{}), deliver: make(chan struct{}), Done: make(chan struct{})}
 	tb.Cleanup(h.Deliver)
 	return h
@@ -126,7 +127,7 @@ func (c *holdConn) release() {
 	// Whatever deadline the client set meanwhile (pgx's clean-up of a
 	// statement it gave up on sets one): bytes the kernel was given, or a
 	// router queued, still reach the server.
-	_ = c.Conn.SetWriteDeadline(time.Time{})
+	_ = c.SetWriteDeadline(time.Time{})
 	_, _ = c.Conn.Write(c.buf.Bytes())
 	c.buf.Reset()
 	c.holding = false
