@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -139,8 +140,8 @@ func (a *Admin) ForceExpire(ctx context.Context, key string) (Revocation, error)
 // changeRow runs Revoke (marker sqlstmt.RevokedHolder) or ForceExpire (marker
 // empty) through driver.ChangeRow.
 func (a *Admin) changeRow(ctx context.Context, what, key, marker string) (Revocation, error) {
-	if err := checkKey(key); err != nil {
-		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
+	if err := keys.Check(key); err != nil {
+		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, keys.Short(key), err)
 	}
 	c, err := driver.ChangeRow(ctx, a.db, a.table, key, marker)
 	switch {
@@ -152,7 +153,7 @@ func (a *Admin) changeRow(ctx context.Context, what, key, marker string) (Revoca
 			a.table, sqlstmt.RevokedHolder, len(sqlstmt.RevokedHolder), err)
 	}
 	if err != nil {
-		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, shorten(key), err)
+		return Revocation{}, fmt.Errorf("pglease: %s %q: %w", what, keys.Short(key), err)
 	}
 	return Revocation{Row: infoOf(c.Before), Changed: c.Changed, ExpiresAt: c.ExpiresAt, ServerNow: c.ServerNow}, nil
 }

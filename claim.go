@@ -9,6 +9,7 @@ import (
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/flight"
+	"github.com/pglease/pglease/internal/keys"
 )
 
 // Claim takes the lease on key in one statement, or returns an error
@@ -51,8 +52,8 @@ func (l *Locker) terms() terms {
 // in mode. Every claim whose statement may have reached the server leaves
 // through settle, which ends what the statement superseded.
 func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode) (*Lease, error) {
-	if err := checkKey(key); err != nil {
-		return nil, fmt.Errorf("pglease: claim %q: %w", shorten(key), err)
+	if err := keys.Check(key); err != nil {
+		return nil, fmt.Errorf("pglease: claim %q: %w", keys.Short(key), err)
 	}
 	fctx, call, err := l.inFlight.Enter(ctx, key)
 	if err != nil {
@@ -84,13 +85,11 @@ func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode)
 			return l.claimFailed(ctx, e)
 		}
 	}
-	// A fence this claim draws is above both: the greatest of key this
-	// Locker knows of, and the greatest any claim of it drew before this
-	// one was sent (the registry forgets a key's fence, the sequence does not).
+	// A fence this claim draws is above every fence a claim of this
+	// Locker drew before it was sent: the sequence only grows.
 	drawn := l.drawn.Load()
-	known := max(l.reg.knownFence(key), drawn)
-	s := l.sendClaim(ctx, key, t, known, &done)
-	return l.settle(ctx, call, key, t, known, drawn, s)
+	s := l.sendClaim(ctx, key, t, drawn, &done)
+	return l.settle(ctx, call, key, t, drawn, s)
 }
 
 // claimFailed reports e, the failure e.Err of a claim of e.Key, once its
@@ -160,7 +159,7 @@ func fateOf(err error) fate {
 // case in which it may have written the row without handing out a lease,
 // ends the Locker's previous lease of key first (the row has a new fence,
 // and maybe a shorter expiry) and gives the row back.
-func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t terms, known, drawn int64, s sent) (*Lease, error) {
+func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t terms, drawn int64, s sent) (*Lease, error) {
 	took := time.Since(s.at)
 	fail := func(kind EventKind, fence int64, err error) (*Lease, error) {
 		return l.claimFailed(ctx, Event{Kind: kind, Key: key, Fence: fence, Err: err, Took: took})
@@ -168,7 +167,7 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 	switch {
 	case s.err != nil && s.fate == unknown:
 		l.supersede(key, "re-claimed by the same holder in a claim whose outcome is unknown")
-		noteLeftBehind(call, key, l.giveBackUnknown(ctx, key, t, known))
+		call.Note(leftBehind(key, l.giveBackUnknown(ctx, key, t, drawn)))
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
 	case s.err != nil: // nothing was written, or the coalescer settles it
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
@@ -183,14 +182,13 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 		// carries our holder but is already expired: it is nobody's lease.
 		// It also has a new fence: the previous lease is over.
 		l.supersede(key, "re-claimed by the same holder")
-		l.reg.seeFence(key, s.c.Fence, t.ttl+t.minHold)
 		l.sawDrawn(s.c.Fence)
 		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("expired while waiting on the row lock for %v: %w", took, ErrLost))
 	case !l.cfg.noFence && s.c.Fence <= drawn:
 		// A fence this Locker drew before may be another lease's now, or
 		// a fenced store's: the row is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
-		noteLeftBehind(call, key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t}))
+		call.Note(leftBehind(key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})))
 		return fail(EventClaimFailed, s.c.Fence, l.drewBackwards(s.c.Fence, drawn))
 	}
 	l.sawDrawn(s.c.Fence)
@@ -200,8 +198,7 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 		// window: the Locker could not vouch for it for a moment. Its row
 		// is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
-		l.reg.seeFence(key, s.c.Fence, t.ttl+t.minHold)
-		noteLeftBehind(call, key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t}))
+		call.Note(leftBehind(key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})))
 		return fail(EventClaimFailed, s.c.Fence, fmt.Errorf("took %v, longer than the trust window: %w", took, ErrLost))
 	}
 
@@ -228,7 +225,7 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 		// release is reported like any other).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		if err := l.release(rctx, lease, ErrClosed); err != nil && !errors.Is(err, ErrLost) {
-			noteLeftBehind(call, key, err)
+			call.Note(leftBehind(key, err))
 		}
 		cancel()
 		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)
@@ -297,7 +294,7 @@ type claimOutcome struct {
 type claimCall struct {
 	key   string
 	terms terms
-	known int64 // no fence this claim draws is at or below it (claim)
+	drawn int64 // no fence this claim draws is at or below it (claim)
 	done  func()
 }
 
@@ -324,14 +321,14 @@ const maxAloneInFlight = 4
 // if ctx ends while the claim is in a statement, sendClaim hands it to the
 // coalescer, which calls it once that statement has returned, and
 // replaces it with a no-op.
-func (l *Locker) sendClaim(ctx context.Context, key string, t terms, known int64, done *func()) sent {
+func (l *Locker) sendClaim(ctx context.Context, key string, t terms, drawn int64, done *func()) sent {
 	if t.ticks != nil {
 		return l.claimAlone(ctx, key, t, 0) // its statement is its own (sqlstmt.ClaimTick)
 	}
 	if l.claims == nil {
 		return l.claimAlone(ctx, key, t, 0)
 	}
-	o, handedOff, err := l.claims.Do(ctx, claimCall{key: key, terms: t, known: known, done: *done})
+	o, handedOff, err := l.claims.Do(ctx, claimCall{key: key, terms: t, drawn: drawn, done: *done})
 	switch {
 	case handedOff:
 		*done = func() {}
@@ -479,7 +476,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	case o.err != nil:
 		if fateOf(o.err) == unknown {
 			l.supersede(cl.key, "re-claimed by the same holder in a claim whose caller gave up and whose outcome is unknown")
-			l.orphanLeftBehind(cl.key, l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.known))
+			l.orphanLeftBehind(cl.key, l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.drawn))
 		}
 		return
 	}
@@ -487,7 +484,6 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	// a previous lease, and must stop believing before the row is given
 	// back and another holder can take it.
 	l.supersede(cl.key, "re-claimed by the same holder, in a claim whose caller gave up")
-	l.reg.seeFence(cl.key, o.c.Fence, cl.terms.ttl+cl.terms.minHold)
 	l.sawDrawn(o.c.Fence)
 	if o.c.Live {
 		l.orphanLeftBehind(cl.key, l.giveBack(context.Background(), &Lease{key: cl.key, holder: o.c.Holder, fence: o.c.Fence, acquiredAt: o.c.AcquiredAt, terms: cl.terms}))

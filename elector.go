@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/serial"
 	"github.com/pglease/pglease/internal/waiters"
 
@@ -78,8 +79,8 @@ func NewElector(l *Locker, key string, opts ...Option) (*Elector, error) {
 	if l == nil {
 		return nil, errors.New("pglease: new elector: locker is nil")
 	}
-	if err := checkKey(key); err != nil {
-		return nil, fmt.Errorf("pglease: new elector %q: %w", shorten(key), err)
+	if err := keys.Check(key); err != nil {
+		return nil, fmt.Errorf("pglease: new elector %q: %w", keys.Short(key), err)
 	}
 	t := l.terms()
 	c := config{ttl: t.ttl, timeout: t.timeout} // no min hold

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/skew"
 )
 
@@ -278,7 +279,7 @@ const (
 func (l *Locker) WaitMode() (WaitMode, string) { return l.waitMode() }
 
 // MaxKeyLen is the longest key, in bytes, that Claim accepts.
-const MaxKeyLen = maxKeyLen
+const MaxKeyLen = keys.MaxLen
 
 // OptionNamed is the option an error of an invalid option names, or "" when
 // err is none.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+
+	"github.com/pglease/pglease/internal/keys"
 )
 
 // shortestTTL is the shortest TTL of the Locker's leases: its own, or that
@@ -120,7 +122,7 @@ func lower(v *atomic.Int64, d time.Duration) bool {
 // skipped (EventRunWithoutLease). A bad name panics. See docs/GUIDE.md,
 // "Locker.Task".
 func (l *Locker) Task(name string, run func(ctx context.Context, lease *Lease) error) (gocron.Task, gocron.JobOption) {
-	if err := checkKey(name); err != nil {
+	if err := keys.Check(name); err != nil {
 		panic("pglease: Task: " + err.Error())
 	}
 	if run == nil {

@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"regexp"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5"
@@ -21,6 +18,7 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/gate"
+	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/skew"
 	"github.com/pglease/pglease/internal/trust"
 	"github.com/pglease/pglease/internal/turn"
@@ -286,30 +284,9 @@ func (l *Locker) once(key string, e Event) {
 // a Go function name (EventUnnamedJob, at error level). The job still
 // runs: refusing it would stop every unnamed job at an upgrade.
 func (l *Locker) warnUnnamed(key string) {
-	if looksLikeFuncName(key) {
+	if keys.LooksLikeFuncName(key) {
 		l.once(key, Event{Kind: EventUnnamedJob, Key: key, Err: errUnnamedJob})
 	}
-}
-
-// funcName matches what runtime.FuncForPC(...).Name() gives a function, a
-// method or a closure: an import path, a package name, and dotted
-// identifiers, with (*T) receivers, [...] type arguments, funcN closures
-// (nested ones numbered .1, .2) and the -fm suffix of a method value.
-var funcName = regexp.MustCompile(`^(?:[\w.~-]+/)*[\p{L}_][\p{L}\p{N}_]*(?:\.(?:\(\*?[\p{L}_][\p{L}\p{N}_]*(?:\[[^\]]*\])?\)|[\p{L}_][\p{L}\p{N}_]*(?:\[\.\.\.\])?|\d+))+(?:-fm)?$`)
-
-// closureOrMethod matches the parts of a function name no job name a
-// person writes has: a closure, a method value, a receiver.
-var closureOrMethod = regexp.MustCompile(`\.func\d+(?:\.|$|-)|-fm$|\(\*?[\p{L}_]`)
-
-// looksLikeFuncName reports whether key is probably gocron's default name
-// of a job: a Go function's name with its import path ("/"), of package
-// main, or of a closure or method. A dotted name such as "billing.invoice"
-// is not taken for one.
-func looksLikeFuncName(key string) bool {
-	if !funcName.MatchString(key) {
-		return false
-	}
-	return strings.Contains(key, "/") || strings.HasPrefix(key, "main.") || closureOrMethod.MatchString(key)
 }
 
 // errUnnamedJob is the Err of EventUnnamedJob: Lock's key looks like
@@ -336,28 +313,6 @@ func mustContext(ctx context.Context, method string) {
 	if ctx == nil {
 		panic("pglease: " + method + ": nil Context")
 	}
-}
-
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return errors.New("key is empty")
-	case len(key) > maxKeyLen:
-		return fmt.Errorf("key is %d bytes, longer than the longest a key may be (%d)", len(key), maxKeyLen)
-	case strings.ContainsRune(key, 0):
-		return errors.New("key contains a NUL byte, which PostgreSQL text cannot store")
-	case !utf8.ValidString(key):
-		return errors.New("key is not valid UTF-8")
-	}
-	return nil
-}
-
-// shorten keeps error messages readable when a key is huge.
-func shorten(key string) string {
-	if len(key) <= 64 {
-		return key
-	}
-	return key[:64] + "..."
 }
 
 // Close closes the Locker's Electors, stops the heartbeat, releases every

@@ -23,7 +23,6 @@ const (
 	defaultTTL     = 60 * time.Second      // how long a lease lives without a heartbeat
 	defaultTimeout = 5 * time.Second       // one claim made by Lock, one release made by Unlock or Close
 	minTTL         = 10 * time.Millisecond // the shortest TTL WithTTL accepts
-	maxKeyLen      = 1024                  // the longest key, in bytes, that Claim accepts
 )
 
 // Option configures NewLocker, Locker.Job, NewElector, Migrate, Schema or

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
-
-	"github.com/pglease/pglease/internal/fence"
 )
 
 // registry is what a Locker holds, behind one mutex: the newest unended
@@ -29,7 +26,6 @@ type registry struct {
 	// by the first who waits (releaseDone): a key may have two (a lease a
 	// re-entrant claim superseded, and its successor), Close waits for both.
 	releasing map[*Lease]chan struct{}
-	fences    fence.Known[string]   // the fences handed out (registry.knownFence)
 	electors  map[*Elector]struct{} // its Electors, until closed with their callbacks run
 	warned    map[string]bool       // events reported once per key (Locker.once), by kind and key
 	closed    bool
@@ -45,8 +41,8 @@ type registry struct {
 	landing map[string]bool
 }
 
-// add makes lease the newest of its key, remembers its fence for its TTL
-// and min hold, and with the first lease starts the heartbeat, beat. It
+// add makes lease the newest of its key, and with the first lease starts
+// the heartbeat, beat. It
 // returns the lease it replaces, if any, or ErrClosed once Close has begun.
 // Claims of one key take turns (Locker.turns), so the lease added last is
 // the one committed last: the row's lease, with or without a fence to say
@@ -62,7 +58,6 @@ func (r *registry) add(lease *Lease, beat func(ctx context.Context, done chan<- 
 	}
 	prev := r.leases[lease.key]
 	r.leases[lease.key] = lease
-	r.fences.See(lease.key, lease.fence, time.Now(), lease.terms.ttl+lease.terms.minHold)
 	if r.stopBeat == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		r.stopBeat, r.beatDone = stop, make(chan struct{})
@@ -104,28 +99,6 @@ func (r *registry) any() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.leases) > 0 && !r.closed
-}
-
-// seeFence remembers that a claim of this Locker was handed fence of key,
-// for keep: a row it may have left live (registry.knownFence).
-func (r *registry) seeFence(key string, fence int64, keep time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.fences.See(key, fence, time.Now(), keep)
-}
-
-// knownFence is the greatest fence of key this Locker has been handed and
-// may still have a live row under: its lease's, or one it remembers. A
-// live row of this holder with a greater fence was written by a claim of
-// this Locker whose reply it never read.
-func (r *registry) knownFence(key string) int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	known := r.fences.Greatest(key, time.Now())
-	if lease := r.leases[key]; lease != nil {
-		known = max(known, lease.fence)
-	}
-	return known
 }
 
 // mayLand records that a claim of key whose outcome is unknown found no

@@ -50,26 +50,6 @@ func TestRegistry(t *testing.T) {
 		assert.Equal(t, 1, hb.started(), "one heartbeat for every lease")
 	})
 
-	t.Run("KnownFenceOutlivesTheLease", func(t *testing.T) {
-		t.Parallel()
-		var r registry
-		var hb heartbeats
-		l5 := lease("k", 5)
-		_, err := r.add(l5, hb.beat)
-		require.NoError(t, err)
-		assert.Equal(t, int64(5), r.knownFence("k"))
-		r.seeFence("k", 3, time.Minute) // an older fence lowers nothing
-		assert.Equal(t, int64(5), r.knownFence("k"))
-		r.remove(l5)
-		assert.Equal(t, int64(5), r.knownFence("k"), "remembered for its TTL after the lease ended")
-		r.seeFence("k", 9, time.Minute) // a claim whose reply was not read
-		assert.Equal(t, int64(9), r.knownFence("k"))
-		r.seeFence("gone", 4, 0)
-		assert.Zero(t, r.knownFence("gone"), "a fence whose keep has passed is forgotten")
-		assert.Zero(t, r.knownFence("never"))
-		<-r.stopHeartbeat()
-	})
-
 	t.Run("ReleasesInFlightByLease", func(t *testing.T) {
 		t.Parallel()
 		var r registry

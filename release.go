@@ -9,7 +9,6 @@ import (
 
 	"github.com/pglease/pglease/internal/coalesce"
 	"github.com/pglease/pglease/internal/driver"
-	"github.com/pglease/pglease/internal/flight"
 )
 
 // Between two attempts to release a row locked by another transaction, the
@@ -298,12 +297,12 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 // giveBackUnknown gives back what a claim of key may have committed unseen:
 // it reads the row once no transaction holds it (the claim's own may still
 // commit) and expires it on exactly that fence (giveBack) if the row is this
-// holder's, live, with a fence above known (claim). It runs within the
+// holder's, live, with a fence above drawn (claim). It runs within the
 // claim's key turn, even once ctx has ended (within givenUpGiveBack). It
 // returns what may be left behind, for Close to name: no row of the claim
 // found (its statement may still be on its way to the server), or one that
 // may be an earlier such claim's; without a fence column, any row.
-func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known int64) error {
+func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn int64) error {
 	if l.cfg.noFence {
 		return errors.New("its claim's outcome is unknown, and a row without a fence cannot be given back: if written, it lapses at its expiry")
 	}
@@ -322,10 +321,9 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, known
 	// A row of this holder above every fence the claim knew of was drawn
 	// by a claim of this Locker of key: this one (claims of a key take
 	// turns), or an earlier one whose outcome was never learned.
-	found := m.Holder == l.cfg.holder && m.Fence > known
+	found := m.Holder == l.cfg.holder && m.Fence > drawn
 	earlier := l.reg.mayLand(key, found)
 	if found {
-		l.reg.seeFence(key, m.Fence, t.ttl+t.minHold)
 		l.sawDrawn(m.Fence)
 		if m.Live {
 			if err := l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t}); err != nil {
@@ -380,23 +378,19 @@ func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (cont
 }
 
 // leftBehind is what Close returns of a claim of key that may have written
-// a row it could not expire again (err says why).
+// a row it could not expire again (err says why; nil: nothing). A claim in
+// flight hands it to its call (flight.Call.Note): Close names it if the
+// claim returns once Close has begun.
 func leftBehind(key string, err error) error {
+	if err == nil {
+		return nil
+	}
 	return fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err)
 }
 
-// noteLeftBehind hands err (nil: nothing), what a claim of key in flight
-// may have left behind, to its call: Close names it if the claim leaves
-// once Close has begun (flight.Flights.Closing).
-func noteLeftBehind(call flight.Call, key string, err error) {
-	if err != nil {
-		call.Note(leftBehind(key, err))
-	}
-}
-
-// orphanLeftBehind is noteLeftBehind for a claim no longer in flight (its
-// caller left; the coalescer settles it, and Close waits for the
-// coalescer): Close names it if Close has begun.
+// orphanLeftBehind is for a claim no longer in flight (its caller left; the
+// coalescer, which Close waits for, settles it): Close names it if Close
+// has begun.
 func (l *Locker) orphanLeftBehind(key string, err error) {
 	if err != nil && l.reg.closeContext() != nil {
 		l.reg.giveUp(leftBehind(key, err))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/poll"
 	"github.com/pglease/pglease/internal/waiters"
 )
@@ -82,8 +83,8 @@ func (l *Locker) ownLease(key string) error {
 // "Locker.ClaimWait".
 func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "ClaimWait")
-	if err := checkKey(key); err != nil {
-		return nil, fmt.Errorf("pglease: claim wait %q: %w", shorten(key), err)
+	if err := keys.Check(key); err != nil {
+		return nil, fmt.Errorf("pglease: claim wait %q: %w", keys.Short(key), err)
 	}
 	return l.claimWait(ctx, key, waitHooks{})
 }
