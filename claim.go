@@ -19,7 +19,7 @@ import (
 // uses ctx as given; Lock adds a timeout. See docs/GUIDE.md, "Locker.Claim".
 func (l *Locker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
-	return l.claim(ctx, key, l.terms(), reentrant)
+	return l.claim(ctx, key, l.terms(), reentrant, flight.Call{})
 }
 
 // claimMode is what a claim does with a live lease of its own Locker on
@@ -51,11 +51,11 @@ func (l *Locker) terms() terms {
 // claim is Claim of a lease on the given terms, the Locker's or a job's,
 // in mode. Every claim whose statement may have reached the server leaves
 // through settle, which ends what the statement superseded.
-func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode) (*Lease, error) {
+func (l *Locker) claim(ctx context.Context, key string, t terms, mode claimMode, parent flight.Call) (*Lease, error) {
 	if err := keys.Check(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim %q: %w", keys.Short(key), err)
 	}
-	fctx, call, err := l.inFlight.Enter(ctx, key)
+	fctx, call, err := l.inFlight.EnterUnder(ctx, key, parent)
 	if err != nil {
 		return l.claimFailed(ctx, Event{Kind: EventClaimFailed, Key: key, Err: err})
 	}

@@ -202,9 +202,16 @@ func (e *Elector) startLocked() {
 // until it ends, and starts over; until Close.
 func (e *Elector) campaign(ctx context.Context) {
 	defer close(e.done)
+	// In flight for its whole life: what an attempt leaves behind is
+	// Close's to name (Locker.Close closes the Electors once it has begun).
+	ctx, call, err := e.locker.inFlight.Enter(ctx, e.key)
+	if err != nil {
+		return
+	}
+	defer call.Leave()
 	hooks := waitHooks{kick: e.kick, begin: e.begin, held: e.failed, terms: &e.terms}
 	for ctx.Err() == nil {
-		lease, err := e.locker.claimWait(ctx, e.key, hooks)
+		lease, err := e.locker.claimWait(ctx, e.key, hooks, call)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 				return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/keys"
 )
 
@@ -91,7 +92,7 @@ func (l *Locker) ownTerms(who string, c config) (terms, error) {
 // Claim is Locker.Claim with the job's TTL and min hold.
 func (j *JobLocker) Claim(ctx context.Context, key string) (*Lease, error) {
 	mustContext(ctx, "Claim")
-	return j.locker.claim(ctx, key, j.terms, reentrant)
+	return j.locker.claim(ctx, key, j.terms, reentrant, flight.Call{})
 }
 
 // Lock implements gocron.Locker, as Locker.Lock does, with the job's terms

@@ -262,7 +262,7 @@ func (l *Locker) lock(ctx context.Context, key string, t terms) (gocron.Lock, er
 	l.warnUnnamed(key)
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	lease, err := l.claim(cctx, key, t, reentrant)
+	lease, err := l.claim(cctx, key, t, reentrant, flight.Call{})
 	var th *tickHeldError
 	if err != nil && t.ticks != nil && t.ticks.catchUpOn && errors.As(err, &th) && (th.mayLapse() || th.raced()) {
 		lease, err = l.catchUp(ctx, key, t, th.tick)
@@ -323,7 +323,9 @@ func mustContext(ctx context.Context, method string) {
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	l.inFlight.Closing() // first: a claim that leaves from now on tells Close what it left behind
-	electors, first := l.reg.close(ctx)
+	// Give-backs go on within ctx, or once it has ended, for as long as a
+	// claim Close cancels takes to end by itself, all of them together.
+	electors, first := l.reg.close(ctx, time.Now().Add(closingGiveBack+l.cfg.timeout))
 	if !first {
 		select {
 		case <-l.closing:

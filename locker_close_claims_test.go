@@ -409,6 +409,175 @@ func TestCloseNamesWhatClaimsLeftBehind(t *testing.T) {
 	})
 }
 
+// TestCloseNamesWhatWaitsLeftBehind: a waiting claim, and an Elector's
+// campaign, are in flight from their first attempt to their last: what an
+// attempt left behind, though that attempt returned before Close began, is
+// Close's to name once Close ends the wait.
+func TestCloseNamesWhatWaitsLeftBehind(t *testing.T) {
+	t.Parallel()
+
+	// An attempt committed a live row but took longer than the trust
+	// window, and the release of that row failed; the wait goes on (the
+	// key's holder is its own, and later attempts are answered by a server
+	// starting up) until Close ends it.
+	for _, elector := range []bool{false, true} {
+		name := "NamesAWaitingClaimWhoseAttemptLeftALiveRow"
+		if elector {
+			name = "NamesAnElectorWhoseAttemptLeftALiveRow"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, admin, table := pgtest.Setup(t)
+			f := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
+			const ttl = 2 * time.Second
+			contended := make(chan struct{})
+			var once sync.Once
+			l := pgtest.Locker(t, f, table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(5*time.Second),
+				pglease.WithHook(func(e pglease.Event) {
+					if e.Kind == pglease.EventContended && e.Key == "k1" {
+						once.Do(func() { close(contended) })
+					}
+				}))
+			x := pgtest.Locker(t, admin, table, "x", pglease.WithTTL(time.Minute))
+			xl, err := x.Claim(ctx, "k1")
+			require.NoError(t, err)
+			waited := make(chan error, 1)
+			if elector {
+				el, err := pglease.NewElector(l, "k1")
+				require.NoError(t, err)
+				require.ErrorIs(t, el.IsLeader(ctx), pglease.ErrHeld) // starts the campaign
+			} else {
+				go func() { _, err := l.ClaimWait(ctx, "k1"); waited <- err }()
+			}
+			select {
+			case <-contended: // the wait has reached the server
+			case <-time.After(15 * time.Second):
+				t.Fatal("the waiting claim never found the key held")
+			}
+			release := f.Hold("claim")
+			f.SetFail("release", errors.New("the release statement failed"))
+			require.NoError(t, xl.Unlock(ctx))
+			requireEntered(t, f, "claim")
+			time.Sleep(ttl - ttl/20) // past the trust window (ttl - ttl/10), within the TTL
+			f.SetFail("claim", &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"})
+			release()
+			read := f.Hold("other") // the read that follows the next attempt, answered 57P03
+			requireEntered(t, f, "other")
+			f.SetFail("release", nil)
+			read()
+			row, ok := pgtest.ReadRow(t, admin, table, "k1")
+			require.True(t, ok && row.Live && row.Holder == l.Holder(), "the slow attempt left a live row of the holder: %+v", row)
+
+			err = l.Close(ctx)
+			require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
+			require.ErrorContains(t, err, "the release statement failed")
+			if !elector {
+				require.ErrorIs(t, <-waited, pglease.ErrClosed)
+			}
+		})
+	}
+
+	// The same with network faults alone, on a pool: the attempt's
+	// statement is held on its way past the trust window, and its
+	// give-back's release is lost to a reset connection; the wait then
+	// pauses (the row it read is its own) and Close begins.
+	t.Run("NamesAWaitingClaimWhoseAttemptLeftALiveRowOnAPool", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		hold, fail := pgtest.NewHoldSend(t, "claim"), pgtest.NewFailSend("release")
+		const ttl = 2 * time.Second
+		settled := make(chan struct{})
+		var once sync.Once
+		l := pgtest.Locker(t, holdPool(t, hold, fail.Dial), table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(5*time.Second),
+			pglease.WithHook(func(e pglease.Event) {
+				if e.Kind == pglease.EventClaimFailed && e.Key == "k1" {
+					once.Do(func() { close(settled) })
+				}
+			}))
+		require.NoError(t, l.CheckTable(ctx))
+		hold.Arm()
+		fail.Arm()
+		waited := make(chan error, 1)
+		go func() { _, err := l.ClaimWait(ctx, "k1"); waited <- err }()
+		requireHeld(t, hold)
+		time.Sleep(ttl - ttl/20) // past the trust window, within the TTL
+		hold.Deliver()
+		select {
+		case <-settled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the slow attempt never settled")
+		}
+		select {
+		case <-fail.Failed:
+		default:
+			t.Fatal("the give-back's release was not sent")
+		}
+		row, ok := pgtest.ReadRow(t, admin, table, "k1")
+		require.True(t, ok && row.Live && row.Holder == l.Holder(), "the slow attempt left a live row of the holder: %+v", row)
+		err := l.Close(ctx)
+		require.ErrorContains(t, err, `claim "k1" may have written a row that could not be expired again`)
+		require.ErrorIs(t, <-waited, pglease.ErrClosed)
+	})
+
+	// An Elector's attempt ended on its own timeout with its statement
+	// held on the way, and the campaign was pausing before its next wait
+	// when Close began: the campaign is in flight, so Close names it.
+	t.Run("NamesAnElectorWhoseAttemptTimedOut", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		hold := pgtest.NewHoldSend(t, "claim")
+		l := pgtest.Locker(t, pgtest.NewFaultyDB(holdPool(t, hold)), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(5*time.Second))
+		require.NoError(t, l.CheckTable(ctx))
+		el, err := pglease.NewElector(l, "e", pglease.WithTimeout(300*time.Millisecond))
+		require.NoError(t, err)
+		hold.Arm()
+		require.Error(t, el.IsLeader(ctx)) // starts the campaign; its attempt is held
+		requireHeld(t, hold)
+		require.Eventually(t, func() bool { return pglease.Waiters(l, "e") == 0 }, 10*time.Second, time.Millisecond,
+			"the attempt ended, and the campaign pauses")
+		requireNamedUnknown(t, l.Close(ctx), "e")
+		requireDeliveredLive(t, hold, admin, table, "e", l.Holder(), 0)
+	})
+
+	// Two Closes at once, the first with a short context: one of them
+	// names the claim it ended (the later returns nil, as documented).
+	t.Run("NamedByOneOfTwoCloses", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		hold := pgtest.NewHoldSend(t, "claim")
+		l := pgtest.Locker(t, pgtest.NewFaultyDB(holdPool(t, hold)), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
+		hold.Arm()
+		claimed := pgtest.ClaimInBackground(ctx, l, "k1")
+		requireHeld(t, hold)
+		short, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+		defer cancel()
+		errs := make(chan error, 2)
+		go func() { errs <- l.Close(short) }()
+		go func() { errs <- l.Close(ctx) }()
+		first, second := <-errs, <-errs
+		named := func(err error) bool { return err != nil && strings.Contains(err.Error(), `claim "k1"`) }
+		require.True(t, named(first) || named(second), "neither Close named the claim it ended: %v | %v", first, second)
+		require.ErrorIs(t, (<-claimed).Err, pglease.ErrClosed)
+		requireDeliveredLive(t, hold, admin, table, "k1", l.Holder(), 0)
+	})
+}
+
+// requireEntered waits until f holds a statement of kind (FaultyDB.Hold).
+func requireEntered(t *testing.T, f *pgtest.FaultyDB, kind string) {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case k := <-f.Entered:
+			if k == kind {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %s statement was held", kind)
+		}
+	}
+}
+
 // closeThenDeliver closes l while a claim of it is held on the wire, and
 // delivers what hold holds once returned (it waits for that claim to
 // return), before Close returns: the claim's give-back, and what Close

@@ -325,6 +325,85 @@ func TestClose(t *testing.T) {
 		requireNoLiveRowOf(t, pool, table, "a", 0, "k2")
 	})
 
+	// Guarantee: Close names nothing of claims whose cancels the server
+	// answered: waiting on row locks another transaction holds, on a pool,
+	// each is cancelled and rolls back, and Close returns nil. One claim
+	// alone, and three at once.
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("NamesNothingOf%dClaimsWhoseCancelsWereAnswered", n), func(t *testing.T) {
+			t.Parallel()
+			ctx, admin, table := pgtest.Setup(t)
+			x := pgtest.Locker(t, admin, table, "x", pglease.WithTTL(time.Minute))
+			keys := []string{"k1", "k2", "k3"}[:n]
+			for _, k := range keys {
+				ls, err := x.Claim(ctx, k)
+				require.NoError(t, err)
+				require.NoError(t, ls.Unlock(ctx))
+			}
+			tx := pgtest.LockRows(t, admin, table, "true")
+			l := pgtest.Locker(t, pgtest.Pool(t, nil), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(2*time.Second))
+			require.NoError(t, l.CheckTable(ctx))
+			out := make(chan error, n)
+			for _, k := range keys {
+				go func() { _, err := l.Claim(ctx, k); out <- err }()
+			}
+			require.Eventually(t, func() bool { return lockWaiters(t, admin, table) >= n }, 10*time.Second, 5*time.Millisecond,
+				"the claims wait on the row locks")
+			require.NoError(t, l.Close(ctx), "the server answered every cancel: nothing can be left behind")
+			for range keys {
+				require.ErrorIs(t, <-out, pglease.ErrClosed)
+			}
+			require.NoError(t, tx.Rollback(ctx))
+			for _, k := range keys {
+				row, ok := pgtest.ReadRow(t, admin, table, k)
+				require.True(t, ok && row.Holder == x.Holder(), "the claim wrote nothing: %+v", row)
+			}
+		})
+	}
+
+	// Guarantee: Close given a context that has already ended returns
+	// within its bound (the Locker's timeout, and a cancelled claim's end
+	// within 2s plus its timeout) though a burst's claims it ended are
+	// given back one after the other by the coalescer, each read waiting on
+	// a row lock: together, not each, they get that bound, and what they
+	// could not read is named.
+	t.Run("GivesBackABurstWithinItsBoundThoughItsContextEnded", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		const n, timeout = 12, 2 * time.Second
+		x := pgtest.Locker(t, admin, table, "x", pglease.WithTTL(time.Minute))
+		keys, ctxs := make([]string, n), make([]context.Context, n)
+		for i := range keys {
+			keys[i], ctxs[i] = fmt.Sprintf("k%d", i), ctx
+			ls, err := x.Claim(ctx, keys[i])
+			require.NoError(t, err)
+			require.NoError(t, ls.Unlock(ctx))
+		}
+		hold := pgtest.NewHoldSend(t, "claim")
+		l := pgtest.Locker(t, holdPool(t, hold), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(timeout))
+		require.NoError(t, l.CheckTable(ctx))
+		send := pglease.PrepareClaimBurst(ctxs, l, keys)
+		hold.Arm()
+		out := make(chan []error, 1)
+		go func() { _, errs := send(); out <- errs }()
+		requireHeld(t, hold)
+		pgtest.LockRows(t, admin, table, "true")
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		start := time.Now()
+		err := l.Close(ended)
+		took := time.Since(start)
+		for i, err := range <-out {
+			require.ErrorIs(t, err, pglease.ErrClosed, keys[i])
+		}
+		bound := timeout + 2*time.Second + timeout + time.Second // one each in turn would take n*timeout/2
+		require.Less(t, took, bound, "Close with an ended context took %v, past its bound: %v", took, err)
+		for _, k := range keys {
+			require.ErrorContains(t, err, fmt.Sprintf("claim %q may have written a row", k))
+		}
+		hold.Deliver()
+	})
+
 	// Guarantee: the same on a DB that is not a pool (a caller's wrapper):
 	// a give-back that fails is named by Close, which then does not return nil.
 	t.Run("NamesAGiveBackThatFailedOnAWrapper", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // registry is what a Locker holds, behind one mutex: the newest unended
@@ -35,6 +36,9 @@ type registry struct {
 	// keeps its values (giveBackContext). givenUp failed, for Close to return.
 	closeCtx context.Context
 	givenUp  []error
+	// giveBackUntil bounds every give-back once Close has begun, when
+	// Close's context has ended (giveBackContext).
+	giveBackUntil time.Time
 	// landing holds the keys of claims whose outcome is unknown and whose
 	// rows were not found (mayLand): each may still write one, as long as
 	// the Locker runs, so a key stays in it.
@@ -171,13 +175,13 @@ func (r *registry) dropElector(e *Elector) {
 
 // close marks the registry closed, with Close's context, and hands over
 // its Electors; first is false when an earlier Close did it.
-func (r *registry) close(ctx context.Context) (electors map[*Elector]struct{}, first bool) {
+func (r *registry) close(ctx context.Context, giveBackUntil time.Time) (electors map[*Elector]struct{}, first bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, false
 	}
-	r.closed, r.closeCtx = true, ctx
+	r.closed, r.closeCtx, r.giveBackUntil = true, ctx, giveBackUntil
 	electors, r.electors = r.electors, nil
 	return electors, true
 }
@@ -195,11 +199,12 @@ func (r *registry) stopHeartbeat() <-chan struct{} {
 	return r.beatDone
 }
 
-// closeContext is Close's context once Close has begun, else nil.
-func (r *registry) closeContext() context.Context {
+// closing returns Close's context and the bound of give-backs, once Close
+// has begun (nil before).
+func (r *registry) closing() (context.Context, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.closeCtx
+	return r.closeCtx, r.giveBackUntil
 }
 
 // giveUp records err, for Close to return.

@@ -114,14 +114,15 @@ func TestRegistry(t *testing.T) {
 		require.NoError(t, r.addElector(&Elector{key: "other"}, "other"))
 
 		ctx := context.Background()
-		electors, first := r.close(ctx)
+		electors, first := r.close(ctx, time.Now().Add(time.Minute))
 		require.True(t, first)
 		assert.Len(t, electors, 2, "Close takes every Elector")
 		assert.Contains(t, electors, e)
-		_, again := r.close(ctx)
+		_, again := r.close(ctx, time.Now().Add(time.Minute))
 		assert.False(t, again, "a second Close is not the first")
 		assert.True(t, r.isClosed())
-		assert.Equal(t, ctx, r.closeContext())
+		closeCtx, _ := r.closing()
+		assert.Equal(t, ctx, closeCtx)
 		assert.False(t, r.any(), "the watchdog stops once Close has begun")
 
 		_, err = r.add(lease("late", 2), hb.beat)

@@ -368,13 +368,19 @@ const closingGiveBack = 2 * driver.AnswerGrace
 
 // giveBackContext is a give-back's context: limit from now; once Close has
 // begun, on a pool, within Close's context and at least closingGiveBack
-// (Close waits for it), or limit once that context ended.
+// (Close waits for it), or else within the bound Close set for all of them.
 func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
-	closeCtx := l.reg.closeContext()
-	if closeCtx != nil && closeCtx.Err() == nil && l.conns.IsPool() {
+	closeCtx, until := l.reg.closing()
+	switch {
+	case closeCtx == nil:
+		return context.WithTimeout(context.WithoutCancel(ctx), limit)
+	case closeCtx.Err() == nil && l.conns.IsPool():
 		return context.WithTimeout(closeCtx, max(limit, closingGiveBack))
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), limit)
+	if d := time.Now().Add(limit); d.Before(until) {
+		until = d
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), until)
 }
 
 // leftBehind is what Close returns of a claim of key that may have written
@@ -392,7 +398,7 @@ func leftBehind(key string, err error) error {
 // coalescer, which Close waits for, settles it): Close names it if Close
 // has begun.
 func (l *Locker) orphanLeftBehind(key string, err error) {
-	if err != nil && l.reg.closeContext() != nil {
+	if closeCtx, _ := l.reg.closing(); err != nil && closeCtx != nil {
 		l.reg.giveUp(leftBehind(key, err))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/poll"
 	"github.com/pglease/pglease/internal/waiters"
@@ -86,7 +87,7 @@ func (l *Locker) ClaimWait(ctx context.Context, key string) (*Lease, error) {
 	if err := keys.Check(key); err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", keys.Short(key), err)
 	}
-	return l.claimWait(ctx, key, waitHooks{})
+	return l.claimWait(ctx, key, waitHooks{}, flight.Call{})
 }
 
 // waitHooks let the Elector's campaign steer a waiting claim.
@@ -97,8 +98,8 @@ type waitHooks struct {
 	terms *terms                         // the terms of each attempt, its timeout bounding it; nil: the Locker's, ctx alone
 }
 
-func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease, error) {
-	ctx, call, err := l.inFlight.Enter(ctx, key)
+func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks, parent flight.Call) (*Lease, error) {
+	ctx, call, err := l.inFlight.EnterUnder(ctx, key, parent)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: claim wait %q: %w", key, err)
 	}
@@ -126,7 +127,7 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks) (*Lease
 		if h.begin != nil {
 			h.begin()
 		}
-		lease, err := l.attempt(ctx, key, h.terms)
+		lease, err := l.attempt(ctx, key, h.terms, call)
 		if err == nil {
 			return lease, nil
 		}
@@ -208,18 +209,18 @@ func (l *Locker) catchUp(ctx context.Context, key string, t terms, tick time.Tim
 		if errors.As(err, &th) && !th.mayLapse() && !th.raced() {
 			stop(th) // run to its end, or no longer the tick's: nothing to catch up
 		}
-	}})
+	}}, flight.Call{})
 }
 
 // attempt is one claim of a waiting claim (exclusive): on the terms t,
 // within their timeout, or on the Locker's within ctx alone when t is nil.
-func (l *Locker) attempt(ctx context.Context, key string, t *terms) (*Lease, error) {
+func (l *Locker) attempt(ctx context.Context, key string, t *terms, wait flight.Call) (*Lease, error) {
 	if t == nil {
-		return l.claim(ctx, key, l.terms(), exclusive)
+		return l.claim(ctx, key, l.terms(), exclusive, wait)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	return l.claim(ctx, key, *t, exclusive)
+	return l.claim(ctx, key, *t, exclusive, wait)
 }
 
 // ended is why ctx ended: ctx.Err(), and its cause if that says more (Close

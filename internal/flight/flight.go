@@ -11,7 +11,10 @@
 //     flight, and names them, with that context's cause.
 //   - A call's notes (Note) are kept for Notes exactly when the call leaves
 //     after Closing (or Close) ran: the one who closes hears what every call
-//     that left from then on had to say, and nothing of one that left before.
+//     that left from then on had to say. A call entered under another
+//     (EnterUnder) that leaves before hands its notes to that one, if it
+//     is still in flight; they are dropped only with a call that left
+//     before Closing, and under none still in flight.
 package flight
 
 import (
@@ -44,7 +47,8 @@ type Flights struct {
 type flying struct {
 	name   string
 	cancel context.CancelCauseFunc
-	note   error // Call.Note's, joined
+	note   error  // Call.Note's, joined
+	parent uint64 // the call it was entered under (EnterUnder); 0: none
 }
 
 // Call is one call in flight: a value, so that entering allocates no
@@ -57,6 +61,13 @@ type Call struct {
 // Enter counts a call in flight, named name, and returns its context: ctx,
 // ended with Close's cause when Close runs. The call must Leave once done.
 func (f *Flights) Enter(ctx context.Context, name string) (context.Context, Call, error) {
+	return f.EnterUnder(ctx, name, Call{})
+}
+
+// EnterUnder is Enter of a call made on behalf of parent, a call in
+// flight (a waiting claim's attempt): what it notes and leaves with before
+// Closing goes to parent.
+func (f *Flights) EnterUnder(ctx context.Context, name string, parent Call) (context.Context, Call, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed != nil {
@@ -67,7 +78,7 @@ func (f *Flights) Enter(ctx context.Context, name string) (context.Context, Call
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	f.last++
-	f.calls[f.last] = flying{name: name, cancel: cancel}
+	f.calls[f.last] = flying{name: name, cancel: cancel, parent: parent.id}
 	return cctx, Call{f: f, id: f.last}, nil
 }
 
@@ -83,7 +94,10 @@ func (c Call) Leave() {
 	}
 	fl.cancel(context.Canceled)
 	delete(f.calls, c.id)
-	if f.closing && fl.note != nil {
+	if p, ok := f.calls[fl.parent]; fl.note != nil && !f.closing && ok {
+		p.note = errors.Join(p.note, fl.note)
+		f.calls[fl.parent] = p
+	} else if fl.note != nil && f.closing {
 		f.notes = append(f.notes, fl.note)
 	}
 	if len(f.calls) == 0 && f.closed != nil {

@@ -140,3 +140,50 @@ func TestNotes(t *testing.T) {
 		}
 	})
 }
+
+func TestEnterUnder(t *testing.T) {
+	t.Parallel()
+	errA, errB := errors.New("an attempt left something"), errors.New("another one did")
+	t.Run("NotesOfACallThatLeftBeforeClosingGoToItsParent", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, wait, _ := f.Enter(context.Background(), "wait")
+		_, attempt, _ := f.EnterUnder(context.Background(), "attempt", wait)
+		attempt.Note(errA)
+		attempt.Leave()
+		f.Closing()
+		_, again, _ := f.EnterUnder(context.Background(), "attempt", wait)
+		again.Note(errB)
+		again.Leave() // since Closing: its own note, kept
+		wait.Leave()
+		got := f.Notes()
+		if len(got) != 2 || !errors.Is(got[0], errB) || !errors.Is(got[1], errA) {
+			t.Fatalf("Notes = %v, want the later attempt's, then the wait's with the first attempt's", got)
+		}
+	})
+	t.Run("DroppedWithAParentThatLeftBeforeClosing", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, wait, _ := f.Enter(context.Background(), "wait")
+		_, attempt, _ := f.EnterUnder(context.Background(), "attempt", wait)
+		wait.Leave()
+		attempt.Note(errA)
+		attempt.Leave()
+		f.Closing()
+		if got := f.Notes(); len(got) != 0 {
+			t.Fatalf("Notes = %v, want none: nothing was in flight as closing began", got)
+		}
+	})
+	t.Run("LeavingLastAfterCloseStillEndsTheWait", func(t *testing.T) {
+		t.Parallel()
+		var f Flights
+		_, wait, _ := f.Enter(context.Background(), "wait")
+		_, attempt, _ := f.EnterUnder(context.Background(), "attempt", wait)
+		f.Close(errClosed)
+		attempt.Leave()
+		wait.Leave()
+		if err := f.Wait(context.Background()); err != nil {
+			t.Fatalf("Wait once both left: %v", err)
+		}
+	})
+}
