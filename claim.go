@@ -225,7 +225,7 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 		// release is reported like any other).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 		if err := l.release(rctx, lease, ErrClosed); err != nil && !errors.Is(err, ErrLost) {
-			call.Note(leftBehind(key, err))
+			call.Note(&leftBehindError{key, lease.fence, err})
 		}
 		cancel()
 		return nil, fmt.Errorf("pglease: claim %q: %w", key, err)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -101,7 +100,7 @@ type Locker struct {
 	// backwards (claim.go, drewBackwards).
 	drawn atomic.Int64
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
-	// or 0 when none has one: the clock-skew warning's bound (skewBound).
+	// or 0 when none has one: the clock-skew warning's bound (skew.Bound).
 	minHold atomic.Int64
 }
 
@@ -193,14 +192,6 @@ type Skew struct {
 	At time.Time
 }
 
-// skewWarnWithoutMinHold is the skew a Locker without min hold warns
-// beyond. Nothing in the protocol depends on the wall clock (the database
-// owns lease time, trust runs on the local clocks against themselves), but
-// gocron fires its jobs by each replica's wall clock: a replica a second
-// off the database fires a second off the others, and a replica that far
-// off is off NTP, which an operator wants to know.
-const skewWarnWithoutMinHold = time.Second
-
 // ClockSkew returns the Locker's latest reading of its wall clock's skew
 // against the database's, and false before its first successful claim.
 func (l *Locker) ClockSkew() (Skew, bool) {
@@ -208,41 +199,14 @@ func (l *Locker) ClockSkew() (Skew, bool) {
 	return Skew(s), ok
 }
 
-// skewBound is the skew beyond which the Locker warns: half the shortest
-// min hold of the Locker and its jobs (Locker.Job). The min hold keeps a
-// replica whose timer fires later from running the tick again only while
-// it fires less than the min hold after the holder; timers fire by each
-// replica's wall clock, so two replicas' clocks must differ by less than
-// it. Each replica measures only its own clock against the database's: two
-// skews of half the min hold in opposite directions already add up to it.
-// Without min hold, skewWarnWithoutMinHold.
-func (l *Locker) skewBound() time.Duration {
-	if hold := time.Duration(l.minHold.Load()); hold > 0 {
-		return hold / 2
-	}
-	return skewWarnWithoutMinHold
-}
-
-// recordSkew takes the sample of a claim or heartbeat round sent at sent (a time.Now() value)
-// that returned the server time server after took, and returns the new
-// reading. It logs a warning when the reading goes beyond skewBound, once
-// per crossing, and at info level when it comes back within.
+// recordSkew takes the sample of a claim or heartbeat round sent at sent (a
+// time.Now() value) that returned the server time server after took, and
+// returns the new reading, logging each crossing of skew.Bound.
 func (l *Locker) recordSkew(server, sent time.Time, took time.Duration) Skew {
-	bound := l.skewBound()
+	minHold := time.Duration(l.minHold.Load())
+	bound := skew.Bound(minHold)
 	reading, up, down := l.skew.Add(skew.Measure(server, l.clock.Wall(sent), took), bound)
-	if up || down {
-		lvl, msg := slog.LevelWarn, "pglease: clock skew against the database beyond the bound"
-		if down {
-			lvl, msg = slog.LevelInfo, "pglease: clock skew against the database back within the bound"
-		}
-		l.cfg.logger.LogAttrs(context.Background(), lvl, msg,
-			slog.String("holder", l.cfg.holder),
-			slog.Duration("skew", reading.Offset),
-			slog.Duration("uncertainty", reading.Uncertainty),
-			slog.Duration("bound", bound),
-			slog.Duration("min_hold", time.Duration(l.minHold.Load())),
-			slog.String("why", "the min hold keeps a later-firing replica from running the same tick only while the replicas' clocks differ by less than it; each replica's skew must stay below half of it (1s without min hold); check NTP on this host"))
-	}
+	skew.Warn(l.cfg.logger, l.cfg.holder, reading, up, down, bound, minHold)
 	return Skew(reading)
 }
 
@@ -416,8 +380,7 @@ func (l *Locker) awaitInFlight(ctx, rctx context.Context) []error {
 	if l.releases != nil {
 		l.releases.Wait()
 	}
-	errs = append(errs, l.inFlight.Notes()...)
-	return append(errs, l.reg.givenUpErrs()...)
+	return append(errs, l.stillLeft(rctx, append(l.inFlight.Notes(), l.reg.givenUpErrs()...))...)
 }
 
 // closeConnections stops the watchdog, gives the heartbeat's reserve back

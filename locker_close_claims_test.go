@@ -539,6 +539,89 @@ func TestCloseNamesWhatWaitsLeftBehind(t *testing.T) {
 		requireDeliveredLive(t, hold, admin, table, "e", l.Holder(), 0)
 	})
 
+	// Guarantee: Close names only what may still be live: the row an
+	// attempt left is overwritten by a later attempt of the same Elector,
+	// which leads, and Close resigns it, so Close returns nil.
+	t.Run("NamesNothingOfARowALaterAttemptOfItsElectorTookAndResigned", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		f := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
+		const ttl = 2 * time.Second
+		settled := make(chan struct{})
+		var once sync.Once
+		l := pgtest.Locker(t, f, table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(5*time.Second),
+			pglease.WithHook(func(e pglease.Event) {
+				if e.Kind == pglease.EventClaimFailed && e.Key == "e" {
+					once.Do(func() { close(settled) })
+				}
+			}))
+		require.NoError(t, l.CheckTable(ctx))
+		el, err := pglease.NewElector(l, "e")
+		require.NoError(t, err)
+		slowAttempt(t, f, ttl, settled, func() {
+			go func() { _ = el.IsLeader(ctx) }() // starts the campaign
+		})
+		slow, ok := pgtest.ReadRow(t, admin, table, "e")
+		require.True(t, ok && slow.Live && slow.Holder == l.Holder(), "the slow attempt left a live row: %+v", slow)
+
+		var lease *pglease.Lease
+		require.Eventually(t, func() bool {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			lease, err = el.Campaign(cctx)
+			return err == nil
+		}, 20*time.Second, 10*time.Millisecond, "the campaign leads in the end")
+		require.Greater(t, lease.Fence(), slow.Fence, "the campaign re-claimed the slow attempt's row")
+
+		err = l.Close(ctx)
+		row, ok := pgtest.ReadRow(t, admin, table, "e")
+		require.True(t, ok && !row.Live, "Close resigned: the row is expired: %+v", row)
+		require.NoError(t, err, "Close named a row the campaign re-claimed (fence %d > %d) and resigned: no row of the holder is live", lease.Fence(), slow.Fence)
+	})
+
+	// Guarantee: the same for a waiting claim whose later attempt wins the
+	// row as Close begins, registers no lease and expires the row itself.
+	t.Run("NamesNothingOfARowALaterAttemptOfItsWaitTookAndExpired", func(t *testing.T) {
+		t.Parallel()
+		ctx, admin, table := pgtest.Setup(t)
+		f := pgtest.NewFaultyDB(pgtest.Pool(t, nil))
+		const ttl = 2 * time.Second
+		settled, acquired, resume := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var once, onceAcq sync.Once
+		var fence int64
+		l := pgtest.Locker(t, f, table, "a", pglease.WithTTL(ttl), pglease.WithTimeout(5*time.Second),
+			pglease.WithHook(func(e pglease.Event) {
+				if e.Kind == pglease.EventClaimFailed && e.Key == "k1" {
+					once.Do(func() { close(settled) })
+				}
+				if e.Kind == pglease.EventAcquired && e.Key == "k1" {
+					onceAcq.Do(func() { fence = e.Fence; close(acquired); <-resume })
+				}
+			}))
+		require.NoError(t, l.CheckTable(ctx))
+		waited := make(chan error, 1)
+		slowAttempt(t, f, ttl, settled, func() {
+			go func() { _, err := l.ClaimWait(ctx, "k1"); waited <- err }()
+		})
+		slow, ok := pgtest.ReadRow(t, admin, table, "k1")
+		require.True(t, ok && slow.Live && slow.Holder == l.Holder(), "the slow attempt left a live row: %+v", slow)
+		select {
+		case <-acquired:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the wait never won the key")
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close(ctx) }()
+		requireCloseBegun(t, l)
+		close(resume)
+		require.ErrorIs(t, <-waited, pglease.ErrClosed)
+		err := <-closed
+		row, ok := pgtest.ReadRow(t, admin, table, "k1")
+		require.Greater(t, fence, slow.Fence)
+		require.True(t, ok && !row.Live, "the winning attempt expired its row: %+v", row)
+		require.NoError(t, err, "Close named a row a later attempt of the same wait re-claimed (fence %d > %d) and expired", fence, slow.Fence)
+	})
+
 	// Two Closes at once, the first with a short context: one of them
 	// names the claim it ended (the later returns nil, as documented).
 	t.Run("NamedByOneOfTwoCloses", func(t *testing.T) {
@@ -560,6 +643,27 @@ func TestCloseNamesWhatWaitsLeftBehind(t *testing.T) {
 		require.ErrorIs(t, (<-claimed).Err, pglease.ErrClosed)
 		requireDeliveredLive(t, hold, admin, table, "k1", l.Holder(), 0)
 	})
+}
+
+// slowAttempt makes the next claim statement of key through f outlast the
+// trust window (ttl) with its give-back's release failing, so that the
+// attempt notes a live row it could not expire (the row stays live), and
+// returns once that attempt has settled (EventClaimFailed for key: hook
+// closes settled); the release statement works again then.
+func slowAttempt(t *testing.T, f *pgtest.FaultyDB, ttl time.Duration, settled <-chan struct{}, start func()) {
+	t.Helper()
+	release := f.Hold("claim")
+	f.SetFail("release", errors.New("the release statement failed"))
+	start()
+	requireEntered(t, f, "claim")
+	time.Sleep(ttl - ttl/20) // past the trust window (ttl - ttl/10), within the TTL
+	release()
+	select {
+	case <-settled:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the slow attempt never settled")
+	}
+	f.SetFail("release", nil)
 }
 
 // requireEntered waits until f holds a statement of kind (FaultyDB.Hold).

@@ -352,7 +352,7 @@ func (l *Locker) giveBack(ctx context.Context, ls *Lease) error {
 	report, err := l.releaseStatement(rctx, l.conns.Release(), []*Lease{ls})
 	if released, matched := report[0]; err != nil || matched && !released {
 		err = cmp.Or(err, errors.New("its row locked by another transaction past the release's wait: it lapses at its expiry"))
-		return fmt.Errorf("fence %d: %w", ls.fence, err)
+		return &leftBehindError{ls.key, ls.fence, fmt.Errorf("fence %d: %w", ls.fence, err)}
 	}
 	return nil
 }
@@ -384,15 +384,50 @@ func (l *Locker) giveBackContext(ctx context.Context, limit time.Duration) (cont
 }
 
 // leftBehind is what Close returns of a claim of key that may have written
-// a row it could not expire again (err says why; nil: nothing). A claim in
-// flight hands it to its call (flight.Call.Note): Close names it if the
-// claim returns once Close has begun.
+// a row it could not expire again (err says why; nil: nothing; a
+// *leftBehindError from giveBack already). A claim in flight hands it to its call
+// (flight.Call.Note): Close names it if the claim returns once Close has
+// begun, and the row may still be live then (stillLeft).
 func leftBehind(key string, err error) error {
-	if err == nil {
-		return nil
+	if n := (*leftBehindError)(nil); err == nil || errors.As(err, &n) {
+		return err
 	}
-	return fmt.Errorf("pglease: close: claim %q may have written a row that could not be expired again: %w", key, err)
+	return &leftBehindError{key: key, err: err}
 }
+
+// leftBehindError is leftBehind's error.
+type leftBehindError struct {
+	key   string
+	fence int64 // the row's, if known; 0: a row that may yet be written
+	err   error
+}
+
+func (e *leftBehindError) Error() string {
+	return fmt.Sprintf("pglease: close: claim %q may have written a row that could not be expired again: %v", e.key, e.err)
+}
+func (e *leftBehindError) Unwrap() error { return e.err }
+
+// stillLeft keeps of notes (leftBehind's) those whose row may still be
+// live: a row of known fence no longer live at that fence with this holder
+// (a later claim of its key re-claimed it, or it expired) leaves nothing.
+// A row that cannot be read keeps its note.
+func (l *Locker) stillLeft(ctx context.Context, notes []error) []error {
+	var kept []error
+	for _, note := range notes {
+		if n := (*leftBehindError)(nil); errors.As(note, &n) && n.fence > 0 {
+			m, err := l.proto.ReadRow(ctx, l.conns.ClaimRead(), n.key, stillLeftLockWait)
+			if err == nil && (!m.Live || m.Holder != l.cfg.holder || m.Fence != n.fence) {
+				continue
+			}
+		}
+		kept = append(kept, note)
+	}
+	return kept
+}
+
+// stillLeftLockWait is how long stillLeft's read waits for a row another
+// transaction locks before it keeps the note.
+const stillLeftLockWait = 50 * time.Millisecond
 
 // orphanLeftBehind is for a claim no longer in flight (its caller left; the
 // coalescer, which Close waits for, settles it): Close names it if Close

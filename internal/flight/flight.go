@@ -47,8 +47,8 @@ type Flights struct {
 type flying struct {
 	name   string
 	cancel context.CancelCauseFunc
-	note   error  // Call.Note's, joined
-	parent uint64 // the call it was entered under (EnterUnder); 0: none
+	notes  []error // Call.Note's
+	parent uint64  // the call it was entered under (EnterUnder); 0: none
 }
 
 // Call is one call in flight: a value, so that entering allocates no
@@ -94,11 +94,11 @@ func (c Call) Leave() {
 	}
 	fl.cancel(context.Canceled)
 	delete(f.calls, c.id)
-	if p, ok := f.calls[fl.parent]; fl.note != nil && !f.closing && ok {
-		p.note = errors.Join(p.note, fl.note)
+	if p, ok := f.calls[fl.parent]; !f.closing && ok {
+		p.notes = append(p.notes, fl.notes...)
 		f.calls[fl.parent] = p
-	} else if fl.note != nil && f.closing {
-		f.notes = append(f.notes, fl.note)
+	} else if f.closing {
+		f.notes = append(f.notes, fl.notes...)
 	}
 	if len(f.calls) == 0 && f.closed != nil {
 		close(f.idleLocked())
@@ -115,7 +115,7 @@ func (c Call) Note(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, ok := f.calls[c.id]; ok {
-		fl.note = errors.Join(fl.note, err)
+		fl.notes = append(fl.notes, err)
 		f.calls[c.id] = fl
 	}
 }

@@ -124,8 +124,8 @@ func TestNotes(t *testing.T) {
 		quiet.Leave()
 		after.Note(errA) // after it left: nothing
 		got := f.Notes()
-		if len(got) != 1 || !errors.Is(got[0], errB) || !errors.Is(got[0], errC) || errors.Is(got[0], errA) {
-			t.Fatalf("Notes = %v, want one: b's two notes joined", got)
+		if len(got) != 2 || !errors.Is(got[0], errB) || !errors.Is(got[1], errC) {
+			t.Fatalf("Notes = %v, want b's two notes, in order", got)
 		}
 	})
 	t.Run("CloseBeginsClosingToo", func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestEnterUnder(t *testing.T) {
 		wait.Leave()
 		got := f.Notes()
 		if len(got) != 2 || !errors.Is(got[0], errB) || !errors.Is(got[1], errA) {
-			t.Fatalf("Notes = %v, want the later attempt's, then the wait's with the first attempt's", got)
+			t.Fatalf("Notes = %v, want the later attempt's, then the first attempt's, which the wait kept", got)
 		}
 	})
 	t.Run("DroppedWithAParentThatLeftBeforeClosing", func(t *testing.T) {
