@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"context"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -16,44 +15,18 @@ import (
 // connection, as when the network fails between the commit and the reply.
 // Install it with Dial as a pool's ConnConfig.DialFunc.
 type DropReply struct {
-	kind    string
-	mu      sync.Mutex
-	armed   bool
+	armed
 	Dropped chan struct{} // closed once the reply was read to its end and dropped
 }
 
 // NewDropReply is a DropReply of statements of kind (StatementKind).
 func NewDropReply(kind string) *DropReply {
-	return &DropReply{kind: kind, Dropped: make(chan struct{})}
-}
-
-// Arm drops the reply to the next statement of d's kind.
-func (d *DropReply) Arm() {
-	d.mu.Lock()
-	d.armed = true
-	d.mu.Unlock()
+	return &DropReply{armed: armed{kind: kind}, Dropped: make(chan struct{})}
 }
 
 // Dial wraps dial.
 func (d *DropReply) Dial(dial pgconn.DialFunc) pgconn.DialFunc {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &dropConn{Conn: c, d: d}, nil
-	}
-}
-
-// take reports whether the write b carries the armed statement, disarming d.
-func (d *DropReply) take(b []byte) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.armed || !carries(b, d.kind) {
-		return false
-	}
-	d.armed = false
-	return true
+	return wrapDial(dial, func(c net.Conn) net.Conn { return &dropConn{Conn: c, d: d} })
 }
 
 // ready reports whether b, the server's messages from the start of one,

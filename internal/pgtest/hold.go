@@ -2,8 +2,6 @@ package pgtest
 
 import (
 	"bytes"
-	"context"
-	"encoding/binary"
 	"net"
 	"sync"
 	"testing"
@@ -18,9 +16,7 @@ import (
 // and the server receives the statement, and begins it, only then. Install
 // it with Dial as a pool's ConnConfig.DialFunc.
 type HoldSend struct {
-	kind    string
-	mu      sync.Mutex
-	armed   bool
+	armed
 	Held    chan struct{} // closed once the statement's bytes are held
 	deliver chan struct{}
 	Done    chan struct{} // closed once the held bytes are written, and the connection closed if the client closed it
@@ -31,16 +27,9 @@ type HoldSend struct {
 // delivered at the latest when tb ends.
 func NewHoldSend(tb testing.TB, kind string) *HoldSend {
 	tb.Helper()
-	h := &HoldSend{kind: kind, Held: make(chan struct{}), deliver: make(chan struct{}), Done: make(chan struct{})}
+	h := &HoldSend{armed: armed{kind: kind}, Held: make(chan struct{}), deliver: make(chan struct{}), Done: make(chan struct{})}
 	tb.Cleanup(h.Deliver)
 	return h
-}
-
-// Arm holds the next write of a statement of h's kind.
-func (h *HoldSend) Arm() {
-	h.mu.Lock()
-	h.armed = true
-	h.mu.Unlock()
 }
 
 // Deliver writes what is held.
@@ -48,49 +37,7 @@ func (h *HoldSend) Deliver() { h.once.Do(func() { close(h.deliver) }) }
 
 // Dial wraps dial.
 func (h *HoldSend) Dial(dial pgconn.DialFunc) pgconn.DialFunc {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &holdConn{Conn: c, h: h}, nil
-	}
-}
-
-// take reports whether the write b carries the armed statement, disarming h.
-func (h *HoldSend) take(b []byte) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.armed || !carries(b, h.kind) {
-		return false
-	}
-	h.armed = false
-	return true
-}
-
-// carries reports whether b, the messages of one write, holds a Parse or
-// a Query message of a statement of kind.
-func carries(b []byte, kind string) bool {
-	for len(b) >= 5 {
-		typ, n := b[0], int(binary.BigEndian.Uint32(b[1:5]))
-		if n < 4 || len(b) < 1+n {
-			return false
-		}
-		body := b[5 : 1+n]
-		switch typ {
-		case 'P': // Parse: name, then the statement's text
-			if i := bytes.IndexByte(body, 0); i >= 0 {
-				body = body[i+1:]
-			}
-			fallthrough
-		case 'Q': // Query: the statement's text
-			if i := bytes.IndexByte(body, 0); i >= 0 && StatementKind(string(body[:i])) == kind {
-				return true
-			}
-		}
-		b = b[1+n:]
-	}
-	return false
+	return wrapDial(dial, func(c net.Conn) net.Conn { return &holdConn{Conn: c, h: h} })
 }
 
 // holdConn is a connection of a HoldSend.

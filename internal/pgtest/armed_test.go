@@ -7,10 +7,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestHoldSendFindsTheStatementInAWrite: a write is held when one of its
+// TestArmedFindsTheStatementInAWrite: a write is picked when one of its
 // messages, a Parse or a Query, carries a statement of the armed kind, and
 // only then.
-func TestHoldSendFindsTheStatementInAWrite(t *testing.T) {
+func TestArmedFindsTheStatementInAWrite(t *testing.T) {
 	const claim = `INSERT INTO "lease" (key, holder) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET holder = $2 RETURNING fence`
 	kind := StatementKind(claim)
 	require.NotEqual(t, "other", kind)
@@ -30,7 +30,7 @@ func TestHoldSendFindsTheStatementInAWrite(t *testing.T) {
 	require.False(t, carries(encode(&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{}), kind), "a run of a statement prepared before")
 	require.False(t, carries(extended[:len(extended)/2], kind), "a message cut short")
 
-	h := &HoldSend{kind: kind}
+	h := &armed{kind: kind}
 	require.False(t, h.take(extended), "a write before Arm")
 	h.Arm()
 	require.True(t, h.take(extended), "the first write once armed")
