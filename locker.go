@@ -291,6 +291,9 @@ func (l *Locker) Close(ctx context.Context) error {
 	// claim Close cancels takes to end by itself, all of them together.
 	electors, first := l.reg.close(ctx, time.Now().Add(closingGiveBack+l.cfg.timeout))
 	if !first {
+		if l.reg.calledFromElector() {
+			return nil // the first Close waits for this callback: it goes on without this one
+		}
 		select {
 		case <-l.closing:
 			return nil

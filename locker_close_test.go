@@ -404,6 +404,29 @@ func TestClose(t *testing.T) {
 		hold.Deliver()
 	})
 
+	// Guarantee: an Elector's callback may call the Locker's Close while the
+	// Locker closes: the Close it runs waits for that callback, so the
+	// callback's Close returns at once, and both return nil.
+	t.Run("ReturnsThoughAnElectorsCallbackClosesItToo", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(time.Second))
+		inner := make(chan error, 1)
+		el, err := pglease.NewElector(l, "e", pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+			OnStoppedLeading: func(*pglease.Lease) {
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // bounds the test had it to wait
+				defer cancel()
+				inner <- l.Close(cctx)
+			},
+		}))
+		require.NoError(t, err)
+		_, err = el.Campaign(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Close(ctx))
+		require.NoError(t, <-inner, "the callback's Close")
+		requireNoLiveRowOf(t, pool, table, "a", 0, "e")
+	})
+
 	// Guarantee: the same on a DB that is not a pool (a caller's wrapper):
 	// a give-back that fails is named by Close, which then does not return nil.
 	t.Run("NamesAGiveBackThatFailedOnAWrapper", func(t *testing.T) {

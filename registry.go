@@ -3,6 +3,8 @@ package pglease
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -173,8 +175,8 @@ func (r *registry) dropElector(e *Elector) {
 	delete(r.electors, e)
 }
 
-// close marks the registry closed, with Close's context, and hands over
-// its Electors; first is false when an earlier Close did it.
+// close marks the registry closed, with Close's context, and returns its
+// Electors (kept until dropped); first is false if an earlier Close did it.
 func (r *registry) close(ctx context.Context, giveBackUntil time.Time) (electors map[*Elector]struct{}, first bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -182,8 +184,16 @@ func (r *registry) close(ctx context.Context, giveBackUntil time.Time) (electors
 		return nil, false
 	}
 	r.closed, r.closeCtx, r.giveBackUntil = true, ctx, giveBackUntil
-	electors, r.electors = r.electors, nil
-	return electors, true
+	return maps.Clone(r.electors), true
+}
+
+// calledFromElector reports whether its caller runs on the callbacks'
+// goroutine of one of the Electors not yet dropped.
+func (r *registry) calledFromElector() bool {
+	r.mu.Lock()
+	electors := slices.Collect(maps.Keys(r.electors))
+	r.mu.Unlock()
+	return slices.ContainsFunc(electors, func(e *Elector) bool { return e.calls.Calling() })
 }
 
 // stopHeartbeat stops the heartbeat and returns what is closed once its

@@ -295,13 +295,11 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 }
 
 // giveBackUnknown gives back what a claim of key may have committed unseen:
-// it reads the row once no transaction holds it (the claim's own may still
-// commit) and expires it on exactly that fence (giveBack) if the row is this
-// holder's, live, with a fence above drawn (claim). It runs within the
-// claim's key turn, even once ctx has ended (within givenUpGiveBack). It
-// returns what may be left behind, for Close to name: no row of the claim
-// found (its statement may still be on its way to the server), or one that
-// may be an earlier such claim's; without a fence column, any row.
+// once no transaction holds the row (the claim's own may still commit), it
+// expires it on exactly its fence if it is this holder's, live, with a fence
+// above drawn (claim), within the claim's key turn, even once ctx has ended
+// (within givenUpGiveBack). It returns what may be left behind, for Close
+// to name: no row of the claim found, or one maybe an earlier claim's.
 func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn int64) error {
 	if l.cfg.noFence {
 		return errors.New("its claim's outcome is unknown, and a row without a fence cannot be given back: if written, it lapses at its expiry")
@@ -318,9 +316,8 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn
 	} else if err != nil {
 		return fmt.Errorf("reading the lease its row carries: %w", err)
 	}
-	// A row of this holder above every fence the claim knew of was drawn
-	// by a claim of this Locker of key: this one (claims of a key take
-	// turns), or an earlier one whose outcome was never learned.
+	// This claim's row (claims of a key take turns), or a late one of an
+	// earlier claim of the key whose outcome was never learned (mayLand).
 	found := m.Holder == l.cfg.holder && m.Fence > drawn
 	earlier := l.reg.mayLand(key, found)
 	if found {
@@ -415,7 +412,7 @@ func (l *Locker) stillLeft(ctx context.Context, notes []error) []error {
 	var kept []error
 	for _, note := range notes {
 		if n := (*leftBehindError)(nil); errors.As(note, &n) && n.fence > 0 {
-			m, err := l.proto.ReadRow(ctx, l.conns.ClaimRead(), n.key, stillLeftLockWait)
+			m, err := l.proto.ReadRow(ctx, l.conns.ClaimRead(), n.key, 50*time.Millisecond) // a row locked past it keeps its note
 			if err == nil && (!m.Live || m.Holder != l.cfg.holder || m.Fence != n.fence) {
 				continue
 			}
@@ -424,10 +421,6 @@ func (l *Locker) stillLeft(ctx context.Context, notes []error) []error {
 	}
 	return kept
 }
-
-// stillLeftLockWait is how long stillLeft's read waits for a row another
-// transaction locks before it keeps the note.
-const stillLeftLockWait = 50 * time.Millisecond
 
 // orphanLeftBehind is for a claim no longer in flight (its caller left; the
 // coalescer, which Close waits for, settles it): Close names it if Close
