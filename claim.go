@@ -167,7 +167,7 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 	switch {
 	case s.err != nil && s.fate == unknown:
 		l.supersede(key, "re-claimed by the same holder in a claim whose outcome is unknown")
-		call.Note(leftBehind(key, l.giveBackUnknown(ctx, key, t, drawn)))
+		call.Note(leftBehind(key, l.giveBackUnknown(ctx, key, t, drawn, driver.Answered(s.err))))
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
 	case s.err != nil: // nothing was written, or the coalescer settles it
 		return fail(EventClaimFailed, 0, driver.WithCause(ctx, s.err))
@@ -476,7 +476,7 @@ func (l *Locker) orphanClaim(cl claimCall, o claimOutcome) {
 	case o.err != nil:
 		if fateOf(o.err) == unknown {
 			l.supersede(cl.key, "re-claimed by the same holder in a claim whose caller gave up and whose outcome is unknown")
-			l.orphanLeftBehind(cl.key, l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.drawn))
+			l.orphanLeftBehind(cl.key, l.giveBackUnknown(context.Background(), cl.key, cl.terms, cl.drawn, driver.Answered(o.err)))
 		}
 		return
 	}

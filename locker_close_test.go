@@ -296,7 +296,7 @@ func TestClose(t *testing.T) {
 	// to the coalescer, and their rows given back once it returns.
 	t.Run("GivesBackWhatClaimsItEndedWroteThoughItsContextEnded", func(t *testing.T) {
 		t.Parallel()
-		ctx, pool, table, l, out := burstInFlightAtClose(t)
+		ctx, pool, table, l, out := burstInFlightAtClose(t, "")
 		for _, key := range []string{"k1", "k2"} {
 			require.Eventually(t, func() bool { _, ok := pgtest.ReadRow(t, pool, table, key); return ok },
 				5*time.Second, time.Millisecond, "the burst's claims commit")
@@ -308,12 +308,28 @@ func TestClose(t *testing.T) {
 		requireNoLiveRowOf(t, pool, table, "a", 0, "k1", "k2")
 	})
 
+	// Guarantee: Close names nothing of claims answered after it ended
+	// them: the burst's reply, read after Close's cancel, is of unknown
+	// outcome only to a failover, and the give-back's read after it finds
+	// every row the claims wrote; here none, the keys being held.
+	t.Run("NamesNothingOfClaimsAnsweredAfterItEndedThem", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table, l, out := burstInFlightAtClose(t, "b")
+		require.NoError(t, l.Close(ctx), "the claims found their keys held and wrote nothing")
+		requireEndedByClose(t, <-out)
+		for _, key := range []string{"k1", "k2"} {
+			row, ok := pgtest.ReadRow(t, pool, table, key)
+			require.True(t, ok)
+			require.True(t, row.Live && strings.HasPrefix(row.Holder, "b#"), "%s stays held by its holder: %+v", key, row)
+		}
+	})
+
 	// Guarantee: Close returns nil only when it left no row of its holder
 	// live: a row another transaction locks while Close gives it back lapses
 	// at its expiry, and Close names it.
 	t.Run("NamesARowItCouldNotGiveBack", func(t *testing.T) {
 		t.Parallel()
-		ctx, pool, table, l, out := burstInFlightAtClose(t)
+		ctx, pool, table, l, out := burstInFlightAtClose(t, "")
 		require.Eventually(t, func() bool { _, ok := pgtest.ReadRow(t, pool, table, "k1"); return ok },
 			5*time.Second, time.Millisecond, "the burst's claims commit")
 		unlock := pgtest.LockRow(t, pool, table, "k1")
@@ -1001,10 +1017,20 @@ func testCloseSettlesLockedRowsByTheirOwnOutcomes(t *testing.T) {
 // holder "a" (TTL a minute) on a pool, whose reply it holds back for a
 // second, and returns once the burst is in flight: out gets the claims'
 // errors. The second is the time a test has to call Close while the claims
-// are in flight; on a loaded machine 300 ms was not always enough.
-func burstInFlightAtClose(t *testing.T) (context.Context, *pgxpool.Pool, string, *pglease.Locker, <-chan []error) {
+// are in flight; on a loaded machine 300 ms was not always enough. If
+// heldBy is not empty, a Locker of that holder holds both keys first, and
+// the reply is held back only until the first cancel request was sent:
+// the claims are answered after their context ended.
+func burstInFlightAtClose(t *testing.T, heldBy string) (context.Context, *pgxpool.Pool, string, *pglease.Locker, <-chan []error) {
 	t.Helper()
 	ctx, pool, table := pgtest.Setup(t)
+	if heldBy != "" {
+		other := pgtest.Locker(t, pool, table, heldBy, pglease.WithTTL(time.Minute))
+		for _, key := range []string{"k1", "k2"} {
+			_, err := other.Claim(ctx, key)
+			require.NoError(t, err)
+		}
+	}
 	late := pgtest.NewLateCancel(t, 0)
 	// Each statement in one round trip, and every connection dialled
 	// first: the read held back is the burst's reply (its claims
@@ -1032,6 +1058,9 @@ func burstInFlightAtClose(t *testing.T) (context.Context, *pgxpool.Pool, string,
 	// machine (Close waits for the reply however late it comes): with 1 s,
 	// the reply came before Close there, and the claims returned leases.
 	late.DelayNextReply(3 * time.Second)
+	if heldBy != "" {
+		late.DelayNextReplyTillCancel(3 * time.Second)
+	}
 	out := make(chan []error, 1)
 	go func() {
 		_, errs := send()

@@ -107,15 +107,15 @@ func (r *registry) any() bool {
 	return len(r.leases) > 0 && !r.closed
 }
 
-// mayLand records that a claim of key whose outcome is unknown found no
-// row of its own (found false): its statement may still write one. It
+// mayLand records, unless settled, that a claim of key whose outcome is
+// unknown found no row of its own: its statement may still write one. It
 // reports whether a claim of key before it had recorded the same: a row of
 // this holder with a fence above what the claim knew may be that one's.
-func (r *registry) mayLand(key string, found bool) (earlier bool) {
+func (r *registry) mayLand(key string, settled bool) (earlier bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	earlier = r.landing[key]
-	if !found {
+	if !settled {
 		if r.landing == nil {
 			r.landing = make(map[string]bool)
 		}

@@ -299,8 +299,10 @@ func (l *Locker) releaseStatement(ctx context.Context, db DB, leases []*Lease) (
 // expires it on exactly its fence if it is this holder's, live, with a fence
 // above drawn (claim), within the claim's key turn, even once ctx has ended
 // (within givenUpGiveBack). It returns what may be left behind, for Close
-// to name: no row of the claim found, or one maybe an earlier claim's.
-func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn int64) error {
+// to name: no row of the claim found, or one maybe an earlier claim's. A
+// claim answered after its context ended (driver.Answered) wrote all it
+// will before the read, so finding no row of it leaves nothing.
+func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn int64, answered bool) error {
 	if l.cfg.noFence {
 		return errors.New("its claim's outcome is unknown, and a row without a fence cannot be given back: if written, it lapses at its expiry")
 	}
@@ -319,7 +321,7 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn
 	// This claim's row (claims of a key take turns), or a late one of an
 	// earlier claim of the key whose outcome was never learned (mayLand).
 	found := m.Holder == l.cfg.holder && m.Fence > drawn
-	earlier := l.reg.mayLand(key, found)
+	earlier := l.reg.mayLand(key, found || answered)
 	if found {
 		l.sawDrawn(m.Fence)
 		if m.Live {
@@ -329,6 +331,8 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn
 		}
 	}
 	switch {
+	case !found && answered:
+		return nil
 	case !found:
 		return errors.New("its claim's outcome is unknown and no row of it was there to expire: " +
 			"if the statement still reaches the server, its row lapses at its expiry")

@@ -92,3 +92,12 @@ func Confirmed(ctx context.Context, err error) error {
 	}
 	return unconfirmedError{context.Cause(ctx)}
 }
+
+// Answered reports whether err is the success of a statement whose reply
+// was read after its context ended (Confirmed's error): its outcome is
+// unknown only to a failover, for whatever it wrote is visible to any
+// later statement, so a read after it tells all it left.
+func Answered(err error) bool {
+	var u unconfirmedError
+	return errors.As(err, &u)
+}

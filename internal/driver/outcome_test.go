@@ -42,6 +42,17 @@ func TestOutcome(t *testing.T) {
 			t.Errorf("Confirmed after the context ended = %v, which does not wrap %v", unconfirmed, cause)
 		}
 	})
+	t.Run("OnlyASuccessAfterTheContextEndedIsAnswered", func(t *testing.T) {
+		t.Parallel()
+		if !Answered(fmt.Errorf("claim: %w", unconfirmed)) {
+			t.Errorf("Answered(%v) = false", unconfirmed)
+		}
+		for _, tc := range cases {
+			if tc.name != "ASuccessAfterTheContextEndedIsUnknown" && Answered(tc.err) {
+				t.Errorf("Answered(%v) = true", tc.err)
+			}
+		}
+	})
 	t.Run("ConfirmedLeavesAnErrorOrALiveContextAlone", func(t *testing.T) {
 		t.Parallel()
 		err := &pgconn.PgError{Code: QueryCanceled}

@@ -26,6 +26,7 @@ import (
 type LateCancel struct {
 	delay      time.Duration
 	replyDelay atomic.Int64
+	tillCancel atomic.Bool   // the delay ends once a cancel request was written
 	held       chan struct{} // a reply DelayNextReplyOf holds back arrived
 	sent       atomic.Int64
 	landed     atomic.Int64
@@ -103,6 +104,14 @@ func (l *LateCancel) Landed() int64 { return l.landed.Load() }
 // for d.
 func (l *LateCancel) DelayNextReply(d time.Duration) { l.replyDelay.Store(int64(d)) }
 
+// DelayNextReplyTillCancel holds back the next read of any connection
+// dialled by l until a cancel request was written, for at most d: the
+// reply comes after the statement's context ended, and at once.
+func (l *LateCancel) DelayNextReplyTillCancel(d time.Duration) {
+	l.tillCancel.Store(true)
+	l.replyDelay.Store(int64(d))
+}
+
 // ReplyHeld receives once a read that DelayNextReply or DelayNextReplyOf
 // holds back has begun: its statement is in flight, sent (and, held by
 // DelayNextReplyOf, answered), until the delay ends.
@@ -176,13 +185,20 @@ func (c *lateCancelConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// hold holds a read back for d, and says so on ReplyHeld.
+// hold holds a read back for d, or till a cancel request was written
+// (DelayNextReplyTillCancel), and says so on ReplyHeld.
 func (l *LateCancel) hold(d time.Duration) {
 	select {
 	case l.held <- struct{}{}:
 	default:
 	}
-	time.Sleep(d)
+	if !l.tillCancel.Swap(false) {
+		time.Sleep(d)
+		return
+	}
+	for end := time.Now().Add(d); l.sent.Load() == 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (c *lateCancelConn) Write(b []byte) (int, error) {
