@@ -487,9 +487,13 @@ func TestListen(t *testing.T) {
 		pool := pgtest.PoolAt(t, srv.DSN(), nil)
 		table := pgtest.Table(t, pool)
 		holder := pgtest.Locker(t, pool, table, "holder", pglease.WithTTL(30*time.Second))
-		waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithListenDSN(srv.DSN()))
+		events := pgtest.NewEvents(t)
+		waiter := pgtest.Locker(t, pool, table, "waiter", pglease.WithListenDSN(srv.DSN()), pglease.WithHook(events.Hook))
 		held, got := holdAndWait(ctx, t, holder, waiter)
 		waitForMode(t, waiter, pglease.WaitByNotification)
+		// The wait has reached the server: a first attempt that meets the
+		// restart fails the wait at once, as a wrong address would.
+		events.WaitFor(t, pglease.EventContended, 10*time.Second)
 		pid := pglease.ListenerPID(waiter)
 		require.NoError(t, srv.Restart(ctx, pgserver.Fast))
 		pool.Reset()

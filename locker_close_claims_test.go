@@ -765,7 +765,8 @@ func requireNamedUnknown(t *testing.T, err error, key string) {
 
 // requireDeliveredLive delivers what hold holds and requires that the
 // claim then commits a live row of holder, with a fence above above: the
-// row Close named.
+// row Close named. A row of holder that is not live is not it: a later
+// attempt of a campaign may have led, and Close resigned it, before.
 func requireDeliveredLive(t *testing.T, hold *pgtest.HoldSend, db pglease.DB, table, key, holder string, above int64) pgtest.Row {
 	t.Helper()
 	hold.Deliver()
@@ -778,8 +779,7 @@ func requireDeliveredLive(t *testing.T, hold *pgtest.HoldSend, db pglease.DB, ta
 	require.Eventually(t, func() bool {
 		r, ok := pgtest.ReadRow(t, db, table, key)
 		row = r
-		return ok && r.Holder == holder && r.Fence > above
-	}, 5*time.Second, 10*time.Millisecond, "the delivered claim commits")
-	require.True(t, row.Live, "the row Close named is live: %+v", row)
+		return ok && r.Holder == holder && r.Fence > above && r.Live
+	}, 5*time.Second, 10*time.Millisecond, "the delivered claim commits a live row, the one Close named: %+v", &row)
 	return row
 }
