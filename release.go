@@ -41,7 +41,7 @@ func (l *Locker) releaseAll(ctx context.Context, leases []*Lease, ended error) [
 	out := l.releaseRows(ctx, batch)
 	errs := make([]error, len(batch))
 	for i, r := range batch {
-		errs[i] = l.finishRelease(ctx, r, releaseOutcome(r.prior, out[r.ls]))
+		errs[i] = l.finishRelease(ctx, r, cmp.Or(r.prior, out[r.ls]))
 	}
 	return errs
 }
@@ -133,7 +133,7 @@ func (l *Locker) releaseOnce(ctx context.Context, leases []*Lease) (map[int]bool
 
 // releaseResult is what the statement that carried one release said of it.
 type releaseResult struct {
-	err   error // the release's outcome (releaseOutcome)
+	err   error // the release's outcome: cmp.Or(prior, the statement's)
 	alone bool  // not settled by that statement: send it again alone
 }
 
@@ -156,7 +156,7 @@ func (l *Locker) sendRelease(ctx context.Context, r releasing) error {
 	case err != nil:
 		// Sent or not, the lease has ended; at worst its row lapses at its
 		// expiry.
-		return releaseOutcome(r.prior, fmt.Errorf("waiting for the release statement in flight: %w", err))
+		return cmp.Or(r.prior, fmt.Errorf("waiting for the release statement in flight: %w", err))
 	case o.alone:
 		return l.releaseAlone(ctx, r)
 	}
@@ -165,7 +165,7 @@ func (l *Locker) sendRelease(ctx context.Context, r releasing) error {
 
 // releaseAlone releases r on its own, sent again while its row is locked.
 func (l *Locker) releaseAlone(ctx context.Context, r releasing) error {
-	return releaseOutcome(r.prior, l.releaseRows(ctx, []releasing{r})[r.ls])
+	return cmp.Or(r.prior, l.releaseRows(ctx, []releasing{r})[r.ls])
 }
 
 // sendReleases is the coalescer's statement: the release statement once
@@ -197,11 +197,11 @@ func (l *Locker) sendReleases(ctx context.Context, batch []releasing, out []rele
 		case leases[j] != r.ls, err != nil && driver.RowError(ctx, err), err == nil && found && !released:
 			out[i].alone = true
 		case err != nil:
-			out[i].err = releaseOutcome(r.prior, err)
+			out[i].err = cmp.Or(r.prior, err)
 		case !found:
-			out[i].err = releaseOutcome(r.prior, goneOnRelease(losses[j]))
+			out[i].err = cmp.Or(r.prior, goneOnRelease(losses[j]))
 		default:
-			out[i].err = releaseOutcome(r.prior, nil)
+			out[i].err = cmp.Or(r.prior, nil)
 		}
 	}
 }
@@ -224,7 +224,7 @@ func (l *Locker) release(ctx context.Context, ls *Lease, ended error) error {
 // releasing is one lease on its way out.
 type releasing struct {
 	ls        *Lease
-	prior     error     // the loss that had ended it before, if any
+	prior     error     // the loss that had ended it before, if any: the release reports it (for instance past its trust deadline while the database was unreachable)
 	endedHere bool      // this release ended it
 	err       error     // when not first: the outcome of the release already made
 	at        time.Time // when it started: its event's Took counts from it
@@ -270,17 +270,6 @@ func (l *Locker) finishRelease(ctx context.Context, r releasing, err error) erro
 	ls.releaseErr = err
 	ls.mu.Unlock()
 	l.reg.releaseFinished(ls)
-	return err
-}
-
-// releaseOutcome is what a release reports: the earlier loss (prior), for
-// instance past its trust deadline while the database was unreachable, or
-// the outcome of the statement, which still frees the key early if the row
-// was still ours.
-func releaseOutcome(prior, err error) error {
-	if prior != nil {
-		return prior
-	}
 	return err
 }
 
