@@ -17,6 +17,7 @@ import (
 	"github.com/pglease/pglease/internal/driver"
 	"github.com/pglease/pglease/internal/flight"
 	"github.com/pglease/pglease/internal/gate"
+	"github.com/pglease/pglease/internal/holder"
 	"github.com/pglease/pglease/internal/keys"
 	"github.com/pglease/pglease/internal/skew"
 	"github.com/pglease/pglease/internal/trust"
@@ -147,8 +148,8 @@ func newLocker(db DB, opts ...Option) (*Locker, error) {
 	t, _ := driver.ParseTable(cfg.table) // checked by newConfig
 	proto, use := driver.Fenced(t.Render, cfg.holder, cfg.ttl), driver.ClaimFenced
 	if cfg.noFence {
-		forge := func() string { return cfg.holder + forgeSep + randomSuffix() }
-		proto = driver.Unfenced(t.Render, t.String(), t.Name.Sanitize(), cfg.holder+forgeSep, forge)
+		forge := func() string { return holder.Own(cfg.holder) }
+		proto = driver.Unfenced(t.Render, t.String(), t.Name.Sanitize(), cfg.holder+holder.Sep, forge)
 		use = driver.ClaimUnfenced
 	}
 	conns := driver.NewConns(db, cfg.keepConn)

@@ -1,12 +1,9 @@
 package pglease
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,6 +12,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/pglease/pglease/internal/driver"
+	"github.com/pglease/pglease/internal/holder"
 	"github.com/pglease/pglease/internal/sqlstmt"
 )
 
@@ -90,7 +88,7 @@ const (
 
 type config struct {
 	name       string // WithHolder's value, or defaultHolder
-	holder     string // what the Locker stores: name, forgeSep, a suffix of its own
+	holder     string // what the Locker stores: name, holder.Sep, a suffix of its own (holder.Own)
 	ttl        time.Duration
 	heartbeat  time.Duration // 0: ttl/3
 	minHold    time.Duration
@@ -289,45 +287,19 @@ func newConfig(opts []Option) (config, error) {
 		c.invalid("WithMinHold", "WithMinHold(%v): must not exceed the TTL (%v)", c.minHold, c.ttl)
 	}
 	if c.name == "" {
-		c.name = defaultHolder()
+		c.name = holder.Default()
 	}
 	if c.holder == "" {
-		c.holder = c.name + forgeSep + randomSuffix()
+		c.holder = holder.Own(c.name)
 	}
 	// In every mode: a fenced Locker's holder with '#' could have the shape
 	// of a WithoutFenceColumn Locker's forged holder (name, '#', 16 hex
 	// digits), and be taken over by it while live.
-	if strings.Contains(c.name, forgeSep) {
-		c.invalid("WithHolder", "WithHolder(%q): the holder must not contain %q, which separates a Locker's own suffix", c.name, forgeSep)
+	if strings.Contains(c.name, holder.Sep) {
+		c.invalid("WithHolder", "WithHolder(%q): the holder must not contain %q, which separates a Locker's own suffix", c.name, holder.Sep)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
 	return c, errors.Join(c.errs...)
-}
-
-// defaultHolder is hostname-pid; the suffix newConfig adds makes it unique
-// per Locker, even for two Lockers in one process.
-func defaultHolder() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	return fmt.Sprintf("%s-%d", host, os.Getpid())
-}
-
-// forgeSep separates a Locker's holder from its own suffix, and in
-// WithoutFenceColumn mode the replica's holder from the suffix forged for
-// each lease.
-const forgeSep = "#"
-
-// suffixLen is the length of a random suffix: 16 lowercase hex digits.
-const suffixLen = 16
-
-// randomSuffix returns suffixLen random lowercase hex digits: what makes a
-// Locker's holder its own, and, WithoutFenceColumn, each lease's.
-func randomSuffix() string {
-	var b [suffixLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
-	return hex.EncodeToString(b[:])
 }
