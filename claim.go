@@ -110,18 +110,6 @@ func (l *Locker) sawDrawn(fence int64) {
 	}
 }
 
-// drewBackwards is the error of a claim that drew fence though a claim of
-// this Locker answered before it was sent had drawn drawn, no smaller:
-// the fence sequence went backwards under the running Locker (the table
-// and its sequence restored from a dump, or dropped and created again),
-// and fences already issued are being issued again.
-func (l *Locker) drewBackwards(fence, drawn int64) error {
-	t, _ := driver.ParseTable(l.cfg.table) // checked by newConfig
-	return fmt.Errorf("the fence sequence went backwards: fence %d drawn after this Locker's claims drew %d "+
-		"(the lease table or its sequence was restored or created again while replicas ran): stop the replicas, "+
-		"then set the sequence above every fence issued, as in SELECT setval('%s', %d + 1000000)", fence, drawn, t.Seq.Sanitize(), drawn)
-}
-
 // sent is what became of one claim statement.
 type sent struct {
 	c    driver.Claimed
@@ -189,7 +177,8 @@ func (l *Locker) settle(ctx context.Context, call flight.Call, key string, t ter
 		// a fenced store's: the row is given back, on exactly its fence.
 		l.supersede(key, "re-claimed by the same holder")
 		call.Note(leftBehind(key, l.giveBack(ctx, &Lease{key: key, holder: s.c.Holder, fence: s.c.Fence, acquiredAt: s.c.AcquiredAt, terms: t})))
-		return fail(EventClaimFailed, s.c.Fence, l.drewBackwards(s.c.Fence, drawn))
+		table, _ := driver.ParseTable(l.cfg.table) // checked by newConfig
+		return fail(EventClaimFailed, s.c.Fence, table.DrewBackwards(s.c.Fence, drawn))
 	}
 	l.sawDrawn(s.c.Fence)
 	trustUntil := l.trustDeadline(s.at, t.ttl)

@@ -87,6 +87,17 @@ func (t Table) String() string { return strings.Join(t.Name, ".") }
 // (sqlstmt.Render).
 func (t Table) Render(tmpl string) string { return sqlstmt.Render(tmpl, t.Name) }
 
+// DrewBackwards is the error of a claim that drew fence though a claim of
+// the same Locker answered before it was sent had drawn drawn, no smaller:
+// the fence sequence went backwards under the running Locker (the table
+// and its sequence restored from a dump, or dropped and created again),
+// and fences already issued are being issued again.
+func (t Table) DrewBackwards(fence, drawn int64) error {
+	return fmt.Errorf("the fence sequence went backwards: fence %d drawn after this Locker's claims drew %d "+
+		"(the lease table or its sequence was restored or created again while replicas ran): stop the replicas, "+
+		"then set the sequence above every fence issued, as in SELECT setval('%s', %d + 1000000)", fence, drawn, t.Seq.Sanitize(), drawn)
+}
+
 // TableUse is who checks a table (CheckTable), and so what is checked.
 type TableUse int
 
