@@ -77,6 +77,7 @@ type Locker struct {
 
 	reg     registry      // its leases, releases, fences, Electors and heartbeat, behind one mutex (registry.go)
 	closing chan struct{} // closed when Close has finished
+	closed  error         // the first Close's error, once closing is closed
 
 	skew  skew.Filter // the clock-skew reading, from claims and heartbeat rounds
 	waits waiting     // waiting claims and their listener (wait.go)
@@ -98,7 +99,7 @@ type Locker struct {
 	minTTL atomic.Int64 // the shortest TTL of the Locker and its jobs (Locker.Job)
 	// drawn is the greatest fence this Locker's claims have drawn: a claim
 	// sent later draws a greater one, unless the fence sequence went
-	// backwards (claim.go, drewBackwards).
+	// backwards (driver.Table.DrewBackwards).
 	drawn atomic.Int64
 	// minHold is the shortest min hold above 0 of the Locker and its jobs,
 	// or 0 when none has one: the clock-skew warning's bound (skew.Bound).
@@ -284,7 +285,8 @@ func mustContext(ctx context.Context, method string) {
 // lease still held in one statement (their Err then wraps ErrClosed), even
 // if ctx is cancelled, ends claims in flight with ErrClosed, and waits for
 // the Locker's goroutines. When it returns nil, nothing of the Locker runs
-// or is held. It is idempotent. See docs/GUIDE.md, "Locker.Close".
+// or is held. A later call waits for the first and returns its error. See
+// docs/GUIDE.md, "Locker.Close".
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	l.inFlight.Closing() // first: a claim that leaves from now on tells Close what it left behind
@@ -292,15 +294,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	// claim Close cancels takes to end by itself, all of them together.
 	electors, first := l.reg.close(ctx, time.Now().Add(closingGiveBack+l.cfg.timeout))
 	if !first {
-		if l.reg.calledFromElector() {
-			return nil // the first Close waits for this callback: it goes on without this one
-		}
-		select {
-		case <-l.closing:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return l.closeAgain(ctx)
 	}
 	errs := closeElectors(ctx, electors)
 	held := l.stopClaiming()
@@ -311,8 +305,31 @@ func (l *Locker) Close(ctx context.Context) error {
 	errs = append(errs, l.releaseHeld(rctx, held)...)
 	errs = append(errs, l.awaitInFlight(ctx, rctx)...)
 	errs = append(errs, l.closeConnections(ctx, rctx)...)
+	l.closed = errors.Join(errs...)
 	close(l.closing)
-	return errors.Join(errs...)
+	return l.closed
+}
+
+// closeAgain is a Close after the first: it waits for the first, and for
+// the Electors' callbacks (a first Close called from one cannot), and
+// returns the first's error. Called from a callback while the first Close
+// closes its Elector, which waits for that callback, it cannot wait.
+func (l *Locker) closeAgain(ctx context.Context) error {
+	if l.reg.calledFromElector() {
+		return fmt.Errorf("pglease: close: called from an Elector's callback while the Locker's first Close closes it, "+
+			"which waits for that callback: the first Close's error says what it left: %w", ErrClosed)
+	}
+	select {
+	case <-l.closing:
+	case <-ctx.Done():
+		return fmt.Errorf("pglease: close: waiting for the first Close: %w", ctx.Err())
+	}
+	// An Elector closed from its own callback was not waited for: a later
+	// Elector.Close waits for the callbacks still due.
+	if errs := closeElectors(ctx, l.reg.electorsLeft()); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return l.closed
 }
 
 // closeElectors closes the Locker's Electors first: each resigns, its

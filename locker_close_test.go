@@ -439,8 +439,45 @@ func TestClose(t *testing.T) {
 		_, err = el.Campaign(ctx)
 		require.NoError(t, err)
 		require.NoError(t, l.Close(ctx))
-		require.NoError(t, <-inner, "the callback's Close")
+		inside := <-inner
+		require.ErrorIs(t, inside, pglease.ErrClosed, "the callback's Close cannot wait for the first, and never says nil for it")
+		require.ErrorContains(t, inside, "called from an Elector's callback")
 		requireNoLiveRowOf(t, pool, table, "a", 0, "e")
+	})
+
+	// Guarantee: a Close after the first waits for the first, and for the
+	// Electors' callbacks, which a first Close called from one of them
+	// cannot wait for, and returns the first's error: when it returns nil,
+	// nothing of the Locker runs. The first Close is kept running a moment
+	// by a lease whose row another transaction locks.
+	t.Run("ALaterCloseWaitsForTheCallbacksOfAnElectorWhoseCallbackClosedIt", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(2*time.Second))
+		_, err := l.Claim(ctx, "k2")
+		require.NoError(t, err)
+		start, first := make(chan struct{}), make(chan error, 1)
+		var stopped atomic.Bool
+		el, err := pglease.NewElector(l, "e", pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+			OnStartedLeading: func(*pglease.Lease) {
+				<-start
+				first <- l.Close(context.Background())
+			},
+			OnStoppedLeading: func(*pglease.Lease) {
+				time.Sleep(300 * time.Millisecond) // the application's own work
+				stopped.Store(true)
+			},
+		}))
+		require.NoError(t, err)
+		_, err = el.Campaign(ctx)
+		require.NoError(t, err)
+		end := pgtest.LockRow(t, pool, table, "k2") // the first Close's release of k2 waits on it
+		close(start)
+		requireCloseBegun(t, l)
+		time.AfterFunc(500*time.Millisecond, func() { end(false) })
+		require.NoError(t, l.Close(ctx))
+		require.True(t, stopped.Load(), "Close returned nil before the Elector's OnStoppedLeading returned")
+		require.NoError(t, <-first)
 	})
 
 	// Guarantee: the same on a DB that is not a pool (a caller's wrapper):

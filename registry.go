@@ -175,6 +175,13 @@ func (r *registry) dropElector(e *Elector) {
 	delete(r.electors, e)
 }
 
+// electorsLeft are the Electors not yet dropped.
+func (r *registry) electorsLeft() map[*Elector]struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.electors)
+}
+
 // close marks the registry closed, with Close's context, and returns its
 // Electors (kept until dropped); first is false if an earlier Close did it.
 func (r *registry) close(ctx context.Context, giveBackUntil time.Time) (electors map[*Elector]struct{}, first bool) {

@@ -311,12 +311,11 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn
 	// earlier claim of the key whose outcome was never learned (mayLand).
 	found := m.Holder == l.cfg.holder && m.Fence > drawn
 	earlier := l.reg.mayLand(key, found || answered)
+	var kept error // the found row's, if its give-back failed: a *leftBehindError
 	if found {
 		l.sawDrawn(m.Fence)
 		if m.Live {
-			if err := l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t}); err != nil {
-				return err
-			}
+			kept = l.giveBack(rctx, &Lease{key: key, holder: m.Holder, fence: m.Fence, terms: t})
 		}
 	}
 	switch {
@@ -326,10 +325,16 @@ func (l *Locker) giveBackUnknown(ctx context.Context, key string, t terms, drawn
 		return errors.New("its claim's outcome is unknown and no row of it was there to expire: " +
 			"if the statement still reaches the server, its row lapses at its expiry")
 	case earlier:
-		return fmt.Errorf("its claim's outcome is unknown, and the row of fence %d may be an earlier claim's whose outcome was never learned: "+
+		err := fmt.Errorf("its claim's outcome is unknown, and the row of fence %d may be an earlier claim's whose outcome was never learned: "+
 			"if its own statement still reaches the server, its row lapses at its expiry", m.Fence)
+		if n := (*leftBehindError)(nil); errors.As(kept, &n) {
+			err = fmt.Errorf("%w; and %w", err, n.err)
+		}
+		// No fence: the row of its own statement may come yet, though
+		// the row found lapses (stillLeft).
+		return &leftBehindError{key: key, err: err}
 	}
-	return nil
+	return kept
 }
 
 // giveBack expires the row of ls, a lease nobody holds, keeping its min
@@ -347,9 +352,11 @@ func (l *Locker) giveBack(ctx context.Context, ls *Lease) error {
 	return nil
 }
 
-// givenUpGiveBack is the longest the give-back of a claim whose caller has
-// given up may take: Claim then returns within 2*driver.AnswerGrace of its
-// context's end, a quarter second to spare on a loaded machine.
+// givenUpGiveBack is the longest the give-back's read of a claim whose
+// caller has given up may take: Claim then returns within
+// 2*driver.AnswerGrace of its context's end, a quarter second to spare on
+// a loaded machine, unless it found a row to expire, which takes up to the
+// claim's timeout more (giveBack).
 const givenUpGiveBack = driver.AnswerGrace - driver.AnswerGrace/4
 
 // closingGiveBack is the least a give-back sent once Close has begun may
