@@ -336,8 +336,7 @@ func (e *Elector) Close(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("pglease: Elector.Close: waiting for the first Close: %w", ctx.Err())
 		}
-		e.finish(fromCallback)
-		return nil
+		return e.finish(ctx, fromCallback)
 	}
 	close(e.closing)
 	if stop != nil {
@@ -357,20 +356,27 @@ func (e *Elector) Close(ctx context.Context) error {
 	}
 	e.calls.Close() // the last callbacks are queued
 	close(e.queued)
-	e.finish(fromCallback)
-	return err
+	return errors.Join(err, e.finish(ctx, fromCallback))
 }
 
 // finish waits until the callbacks' goroutine has run every callback
 // queued and returned, and has the Locker forget e; unless Close was
 // called from a callback (fromCallback): it runs on that very goroutine,
 // which goes on once the callback returns, and the Locker's Close then
-// waits for the callbacks still due, as a later Elector.Close would.
-func (e *Elector) finish(fromCallback bool) {
-	if !fromCallback {
-		e.calls.Wait()
-		e.locker.reg.dropElector(e)
+// waits for the callbacks still due, as a later Elector.Close would. It
+// waits for the timeout, and beyond it as long as ctx lasts: a callback
+// that waits for another Close cannot hold this one up for ever.
+func (e *Elector) finish(ctx context.Context, fromCallback bool) error {
+	if fromCallback {
+		return nil
 	}
+	bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.terms.timeout)
+	defer cancel()
+	if e.calls.Wait(bound) != nil && e.calls.Wait(ctx) != nil {
+		return fmt.Errorf("pglease: Elector.Close: waiting for the callbacks still due, beyond %v: %w", e.terms.timeout, ctx.Err())
+	}
+	e.locker.reg.dropElector(e)
+	return nil
 }
 
 // resigned is what Close returns for the Locker's Close error err.

@@ -285,8 +285,9 @@ func mustContext(ctx context.Context, method string) {
 // lease still held in one statement (their Err then wraps ErrClosed), even
 // if ctx is cancelled, ends claims in flight with ErrClosed, and waits for
 // the Locker's goroutines. When it returns nil, nothing of the Locker runs
-// or is held. A later call waits for the first and returns its error. See
-// docs/GUIDE.md, "Locker.Close".
+// or is held, but for the callbacks still due of an Elector from whose
+// callback it was called. A later call waits for the first and returns its
+// error. See docs/GUIDE.md, "Locker.Close".
 func (l *Locker) Close(ctx context.Context) error {
 	mustContext(ctx, "Close")
 	l.inFlight.Closing() // first: a claim that leaves from now on tells Close what it left behind

@@ -480,6 +480,88 @@ func TestClose(t *testing.T) {
 		require.NoError(t, <-first)
 	})
 
+	// Guarantee: a later Close waits for a callback that does not return
+	// for the Locker's timeout, and beyond it as long as its context
+	// lasts, then returns an error: never nil, never for ever.
+	t.Run("ALaterCloseWaitsForACallbackWithinItsBounds", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(300*time.Millisecond))
+		start, first, release := make(chan struct{}), make(chan error, 1), make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		el, err := pglease.NewElector(l, "e", pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+			OnStartedLeading: func(*pglease.Lease) {
+				<-start
+				first <- l.Close(context.Background())
+				<-release // the application's work, which outlasts the later Close
+			},
+		}))
+		require.NoError(t, err)
+		_, err = el.Campaign(ctx)
+		require.NoError(t, err)
+		close(start)
+		require.NoError(t, <-first)
+		later := make(chan error, 1)
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			later <- l.Close(cctx)
+		}()
+		select {
+		case err := <-later:
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.ErrorContains(t, err, "waiting for the callbacks still due")
+		case <-time.After(10 * time.Second):
+			t.Fatal("a later Close waited for a callback beyond its context and the Locker's timeout")
+		}
+	})
+
+	// Guarantee: Closes that wait for each other's callbacks end within
+	// their bounds: one Elector's callback closes the Locker, which closes
+	// a second Elector, whose last callback closes the first Elector.
+	t.Run("ClosesFromTwoElectorsCallbacksEndWithinTheirBounds", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "a", pglease.WithTimeout(300*time.Millisecond))
+		var e1 *pglease.Elector
+		start := make(chan struct{})
+		closes := make(chan error, 2)
+		closeWithin := func(close func(context.Context) error) {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			closes <- close(cctx)
+		}
+		var err error
+		e1, err = pglease.NewElector(l, "e1", pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+			OnStartedLeading: func(*pglease.Lease) { <-start; closeWithin(l.Close) },
+		}))
+		require.NoError(t, err)
+		e2, err := pglease.NewElector(l, "e2", pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+			OnStoppedLeading: func(*pglease.Lease) { closeWithin(e1.Close) },
+		}))
+		require.NoError(t, err)
+		_, err = e2.Campaign(ctx)
+		require.NoError(t, err)
+		_, err = e1.Campaign(ctx)
+		require.NoError(t, err)
+		close(start)
+		var waited []string
+		for range 2 {
+			select {
+			case err := <-closes:
+				if err != nil {
+					waited = append(waited, err.Error())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("two Closes waiting for each other's callbacks never returned")
+			}
+		}
+		// The first to give up lets the other's callback return.
+		require.NotEmpty(t, waited, "neither Close said it gave up waiting")
+		require.Contains(t, waited[0], "waiting for the callbacks still due")
+		requireNoLiveRowOf(t, pool, table, "a", 0, "e1", "e2")
+	})
+
 	// Guarantee: the same on a DB that is not a pool (a caller's wrapper):
 	// a give-back that fails is named by Close, which then does not return nil.
 	t.Run("NamesAGiveBackThatFailedOnAWrapper", func(t *testing.T) {

@@ -15,6 +15,7 @@ package serial
 
 import (
 	"bytes"
+	"context"
 	"runtime"
 	"strconv"
 	"sync"
@@ -81,14 +82,20 @@ func (q *Queue) Calling() bool {
 	return g != 0 && g == goroutineID()
 }
 
-// Wait waits until the goroutine has returned; at once if it never
-// started.
-func (q *Queue) Wait() {
+// Wait waits until the goroutine has returned, at once if it never
+// started, or until ctx ends: then it returns ctx's error.
+func (q *Queue) Wait(ctx context.Context) error {
 	q.mu.Lock()
 	done := q.done
 	q.mu.Unlock()
-	if done != nil {
-		<-done
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -1,6 +1,7 @@
 package serial_test
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,20 @@ func within(t *testing.T, done <-chan struct{}, what string) {
 func TestQueue(t *testing.T) {
 	t.Parallel()
 
+	t.Run("WaitEndsWithItsContext", func(t *testing.T) {
+		t.Parallel()
+		var q serial.Queue
+		q.Start()
+		release := make(chan struct{})
+		q.Push(func() { <-release })
+		q.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, q.Wait(ctx), context.DeadlineExceeded, "a callback that never returns holds Wait until its context ends")
+		close(release)
+		require.NoError(t, q.Wait(context.Background()))
+	})
+
 	t.Run("RunsInOrderOneAtATime", func(t *testing.T) {
 		t.Parallel()
 		var (
@@ -50,7 +65,7 @@ func TestQueue(t *testing.T) {
 			})
 		}
 		q.Close()
-		q.Wait()
+		_ = q.Wait(context.Background())
 		require.False(t, overlap.Load(), "two callbacks ran at once")
 		require.Len(t, got, 100, "every callback queued before Close ran")
 		for i, v := range got {
@@ -75,7 +90,7 @@ func TestQueue(t *testing.T) {
 		mu.Unlock()
 		within(t, ran, "the callback never ran")
 		q.Close()
-		q.Wait()
+		_ = q.Wait(context.Background())
 	})
 
 	t.Run("QueuedBeforeStartRunOnceStarted", func(t *testing.T) {
@@ -87,7 +102,7 @@ func TestQueue(t *testing.T) {
 		q.Start() // once
 		within(t, ran, "the callback queued before Start never ran")
 		q.Close()
-		q.Wait()
+		_ = q.Wait(context.Background())
 	})
 
 	t.Run("CallingOnlyOnItsGoroutine", func(t *testing.T) {
@@ -109,8 +124,8 @@ func TestQueue(t *testing.T) {
 		close(release)
 		q.Close()
 		other.Close()
-		q.Wait()
-		other.Wait()
+		_ = q.Wait(context.Background())
+		_ = other.Wait(context.Background())
 		require.False(t, q.Calling(), "after the goroutine returned")
 	})
 
@@ -122,12 +137,12 @@ func TestQueue(t *testing.T) {
 		q.Push(func() {
 			q.Close()
 			if !q.Calling() {
-				q.Wait() // would wait for itself
+				_ = q.Wait(context.Background()) // would wait for itself
 			}
 			close(closed)
 		})
 		within(t, closed, "Close from a callback did not return")
-		q.Wait()
+		_ = q.Wait(context.Background())
 	})
 
 	t.Run("WaitWithoutStartReturns", func(t *testing.T) {
@@ -135,7 +150,7 @@ func TestQueue(t *testing.T) {
 		var q serial.Queue
 		q.Push(func() {})
 		q.Close()
-		q.Wait()
+		_ = q.Wait(context.Background())
 	})
 
 	t.Run("ClosedWhileACallbackRunsStillRunsWhatWasQueued", func(t *testing.T) {
@@ -149,7 +164,7 @@ func TestQueue(t *testing.T) {
 		q.Push(func() { after.Store(true) })
 		q.Close()
 		close(release)
-		q.Wait()
+		_ = q.Wait(context.Background())
 		require.True(t, after.Load(), "a callback queued before Close did not run")
 	})
 }
