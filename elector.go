@@ -246,6 +246,9 @@ func (e *Elector) begin() {
 // leader.
 func (e *Elector) failed(holder string, err error) {
 	e.mu.Lock()
+	if e.closed.Load() && !errors.Is(err, ErrClosed) { // Close marks e closed, then stops the campaign: its cut attempt is Close's
+		err = fmt.Errorf("%w (the campaign's last attempt: %w)", ErrClosed, err)
+	}
 	e.lastErr, e.ended = err, e.begun
 	close(e.attempted)
 	e.attempted = make(chan struct{})
