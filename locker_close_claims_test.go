@@ -159,13 +159,7 @@ func TestCloseNamesWhatClaimsLeftBehind(t *testing.T) {
 		ctx, admin, table := pgtest.Setup(t)
 		early, late := pgtest.NewHoldSend(t, "claim"), pgtest.NewHoldSend(t, "claim")
 		l := pgtest.Locker(t, pgtest.NewFaultyDB(holdPool(t, early, late.Dial)), table, "a", pglease.WithTTL(time.Minute), pglease.WithTimeout(time.Second))
-		early.Arm()
-		cctx, cancel := context.WithCancel(ctx)
-		abandoned := pgtest.ClaimInBackground(cctx, l, "k1")
-		requireHeld(t, early)
-		cancel()
-		require.ErrorIs(t, (<-abandoned).Err, context.Canceled)
-		lateRow := requireDeliveredLive(t, early, admin, table, "k1", l.Holder(), 0)
+		lateRow := lateRowOfAClaimGivenUpOn(ctx, t, l, early, admin, table, "k1")
 
 		late.Arm()
 		claimed := pgtest.ClaimInBackground(ctx, l, "k1")
@@ -188,13 +182,7 @@ func TestCloseNamesWhatClaimsLeftBehind(t *testing.T) {
 		f := pgtest.NewFaultyDB(holdPool(t, early, late.Dial))
 		l := pgtest.Locker(t, f, table, "a", pglease.WithTTL(2*time.Second), pglease.WithTimeout(5*time.Second))
 		require.NoError(t, l.CheckTable(ctx))
-		early.Arm()
-		cctx, cancel := context.WithCancel(ctx)
-		abandoned := pgtest.ClaimInBackground(cctx, l, "k1")
-		requireHeld(t, early)
-		cancel()
-		require.ErrorIs(t, (<-abandoned).Err, context.Canceled)
-		lateRow := requireDeliveredLive(t, early, admin, table, "k1", l.Holder(), 0)
+		lateRow := lateRowOfAClaimGivenUpOn(ctx, t, l, early, admin, table, "k1")
 
 		j, err := l.Job(pglease.WithTimeout(700 * time.Millisecond))
 		require.NoError(t, err)
@@ -796,6 +784,20 @@ func requireHeld(t *testing.T, hold *pgtest.HoldSend) {
 func requireNamedUnknown(t *testing.T, err error, key string) {
 	t.Helper()
 	require.ErrorContains(t, err, fmt.Sprintf("claim %q may have written a row that could not be expired again: its claim's outcome is unknown", key))
+}
+
+// lateRowOfAClaimGivenUpOn makes a claim of key on l, its statement held by
+// early, gives it up, then delivers the statement: the live row it returns
+// was written by a claim out of Close's scope, which returned before it.
+func lateRowOfAClaimGivenUpOn(ctx context.Context, t *testing.T, l *pglease.Locker, early *pgtest.HoldSend, db pglease.DB, table, key string) pgtest.Row {
+	t.Helper()
+	early.Arm()
+	cctx, cancel := context.WithCancel(ctx)
+	abandoned := pgtest.ClaimInBackground(cctx, l, key)
+	requireHeld(t, early)
+	cancel()
+	require.ErrorIs(t, (<-abandoned).Err, context.Canceled)
+	return requireDeliveredLive(t, early, db, table, key, l.Holder(), 0)
 }
 
 // requireDeliveredLive delivers what hold holds and requires that the
