@@ -168,6 +168,8 @@ func (e *Elector) next(ctx context.Context, kick bool) (*Lease, error) {
 				// Won, and ended before this call could return it (a
 				// callback closed the Locker, the row was taken): say how.
 				return nil, fmt.Errorf("leadership ended at once: %w", e.lease.Err())
+			case e.closed.Load(): // Close resigned it, and forgot it, first
+				return nil, fmt.Errorf("leadership ended at once: %w", ErrClosed)
 			}
 			return nil, fmt.Errorf("leadership ended at once: %w", ErrLost)
 		}

@@ -462,6 +462,60 @@ func TestElector(t *testing.T) {
 		require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrClosed)
 	})
 
+	// Guarantee: callers waiting for the attempt that wins leadership, as
+	// Close (from OnStartedLeading) resigns it at once, get that lease or
+	// an error wrapping ErrClosed: never ErrLost, since nothing lost it.
+	// Callers of Leader, as a service that polls it, contend for the
+	// Elector's lock, so that Close often runs before a waiter reads.
+	t.Run("CallersWaitingAsCloseResignsAWonLeadershipGetErrClosed", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		for i := range 30 {
+			key := fmt.Sprintf("k%d", i)
+			leader := pgtest.Locker(t, pool, table, "leader")
+			e1, err := pglease.NewElector(leader, key)
+			require.NoError(t, err)
+			require.NoError(t, e1.IsLeader(ctx))
+			var e2 *pglease.Elector
+			closed := make(chan error, 1)
+			e2, err = pglease.NewElector(pgtest.Locker(t, pool, table, "follower"), key, pglease.WithLeaderCallbacks(pglease.LeaderCallbacks{
+				OnStartedLeading: func(*pglease.Lease) { closed <- e2.Close(context.Background()) },
+			}))
+			require.NoError(t, err)
+			require.ErrorIs(t, e2.IsLeader(ctx), pglease.ErrHeld)
+			var (
+				polling atomic.Bool
+				wg      sync.WaitGroup
+				got     = make(chan error, 4)
+			)
+			polling.Store(true)
+			for range 4 {
+				wg.Go(func() { _, err := e2.Campaign(ctx); got <- err })
+				wg.Go(func() {
+					for polling.Load() {
+						e2.Leader()
+					}
+				})
+			}
+			require.NoError(t, e1.Close(ctx)) // the follower's campaign wins
+			select {
+			case err := <-closed:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the follower was not elected")
+			}
+			require.NoError(t, e2.Close(ctx))
+			polling.Store(false)
+			wg.Wait()
+			close(got)
+			for err := range got {
+				if err != nil {
+					require.ErrorIs(t, err, pglease.ErrClosed, "round %d", i)
+				}
+			}
+		}
+	})
+
 	t.Run("CloseWhileItsCampaignWaits", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)
