@@ -516,6 +516,23 @@ func TestElector(t *testing.T) {
 		}
 	})
 
+	// Guarantee: IsLeader answers ErrHeld at once while a lease of its own
+	// Locker (a Claim of the leader key) holds the key: it does not wait
+	// out its timeout for a campaign attempt that would report it.
+	t.Run("IsLeaderWhileItsLockerHoldsTheKeyAnswersErrHeld", func(t *testing.T) {
+		t.Parallel()
+		ctx, pool, table := pgtest.Setup(t)
+		l := pgtest.Locker(t, pool, table, "replica", pglease.WithTimeout(5*time.Second))
+		_, err := l.Claim(ctx, "leader")
+		require.NoError(t, err)
+		e, err := pglease.NewElector(l, "leader")
+		require.NoError(t, err)
+		require.ErrorIs(t, e.IsLeader(ctx), pglease.ErrHeld, "not the end of IsLeader's timeout")
+		_, ok := e.Leader()
+		require.False(t, ok, "a lease of its Locker is no leadership of the Elector")
+		require.NoError(t, e.Close(ctx))
+	})
+
 	t.Run("CloseWhileItsCampaignWaits", func(t *testing.T) {
 		t.Parallel()
 		ctx, pool, table := pgtest.Setup(t)

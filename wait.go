@@ -145,11 +145,10 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks, parent 
 			if !errors.Is(err, ErrLost) && (!reached || !driver.ServerRestarting(err)) {
 				return nil, err
 			}
-			// The row came back expired, or too late to trust: nothing
-			// failed but time. Or the server this wait has reached ended
-			// the connection as it shut down, refused it as it started, or
-			// could not be connected to: the claim did not commit. Wait and
-			// try again, as after contention.
+			// The row came back expired or too late to trust (nothing failed
+			// but time), or the server this wait has reached ended, refused or
+			// could not take the connection as it restarted: the claim did not
+			// commit. Wait and try again, as after contention.
 		} else {
 			reached = true
 		}
@@ -160,6 +159,9 @@ func (l *Locker) claimWait(ctx context.Context, key string, h waitHooks, parent 
 		if errors.As(err, &here) {
 			pause.Own = here.ended // ends locally: no notification needed
 			pause.For = maxNotifyBackoff
+			if h.held != nil {
+				h.held("", err) // a lease of this Locker: no other leader to report
+			}
 		} else {
 			// Jitter spreads out the waiters of several Lockers. While
 			// notifications arrive, the pause is only a safety net; while
