@@ -126,9 +126,9 @@ func (e *Elector) IsLeader(ctx context.Context) error {
 }
 
 // Campaign waits until this replica leads (outside gocron) and returns the
-// leadership lease, held until its Done. Its error wraps ctx.Err() (and
-// ErrHeld) when ctx ends, or ErrClosed once the Elector or Locker is closed;
-// other failures return at once. See docs/GUIDE.md, "Elector.Campaign".
+// leadership lease, held until its Done. Its error wraps ctx.Err() when ctx
+// ends (and ErrHeld once an attempt found the key held), ErrClosed once the
+// Elector or Locker is closed; others return at once (GUIDE "Elector.Campaign").
 func (e *Elector) Campaign(ctx context.Context) (*Lease, error) {
 	mustContext(ctx, "Campaign")
 	for {
